@@ -1,0 +1,235 @@
+//! The configuration file as written: plain serde structs, unknown fields refused.
+//! `super::Config::from_raw` turns this into the validated, typed configuration.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub robot: RawRobot,
+    #[serde(default)]
+    pub limits: RawLimits,
+    pub workspace: Option<RawWorkspace>,
+    #[serde(default)]
+    pub control: RawControl,
+    #[serde(default)]
+    pub safety: RawSafety,
+    pub policy: RawPolicy,
+    pub sim: Option<RawSim>,
+    #[serde(default)]
+    pub realtime: RawRealtime,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRobot {
+    pub urdf: PathBuf,
+    pub joints: Vec<String>,
+    #[serde(default = "default_io")]
+    pub io: String,
+}
+
+fn default_io() -> String {
+    "sim".into()
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub acceleration: Option<f64>,
+    pub jerk: Option<f64>,
+    pub position_margin: Option<f64>,
+    pub max_step: Option<f64>,
+    #[serde(default)]
+    pub joints: BTreeMap<String, RawJointLimits>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJointLimits {
+    pub lower: Option<f64>,
+    pub upper: Option<f64>,
+    pub velocity: Option<f64>,
+    pub acceleration: Option<f64>,
+    pub jerk: Option<f64>,
+    pub position_margin: Option<f64>,
+    pub max_step: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkspace {
+    pub base_link: String,
+    pub tool_link: String,
+    pub min: [f64; 3],
+    pub max: [f64; 3],
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawControl {
+    pub rate_hz: f64,
+    pub interpolation: String,
+    pub merge: String,
+    pub blend_window_s: f64,
+    pub weighted_average_old: f64,
+    pub request_threshold_s: f64,
+    pub warmup_chunks: u32,
+    pub status_interval_s: f64,
+    pub stop_timeout_s: f64,
+}
+
+impl Default for RawControl {
+    fn default() -> Self {
+        RawControl {
+            rate_hz: 200.0,
+            interpolation: "quintic".into(),
+            merge: "blend".into(),
+            blend_window_s: 0.2,
+            weighted_average_old: 0.3,
+            request_threshold_s: 0.6,
+            warmup_chunks: 1,
+            status_interval_s: 1.0,
+            stop_timeout_s: 3.0,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawSafety {
+    pub joint_state_timeout_s: f64,
+    pub camera_timeout_s: f64,
+    pub overrun_streak: u32,
+    pub chunk_position_tolerance: f64,
+    pub chunk_step_velocity_factor: f64,
+}
+
+impl Default for RawSafety {
+    fn default() -> Self {
+        RawSafety {
+            joint_state_timeout_s: 0.1,
+            camera_timeout_s: 0.5,
+            overrun_streak: 10,
+            chunk_position_tolerance: 0.5,
+            chunk_step_velocity_factor: 3.0,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    pub kind: String,
+    pub action_joints: Vec<String>,
+    #[serde(default = "default_chunk_steps")]
+    pub chunk_steps: usize,
+    #[serde(default = "default_step_period")]
+    pub step_period_s: f64,
+    #[serde(default)]
+    pub latency_s: f64,
+    #[serde(default = "default_amplitude")]
+    pub amplitude: f64,
+    #[serde(default = "default_frequency")]
+    pub frequency_hz: f64,
+    pub replay_file: Option<PathBuf>,
+    pub fault: Option<RawFault>,
+}
+
+fn default_chunk_steps() -> usize {
+    50
+}
+fn default_step_period() -> f64 {
+    0.02
+}
+fn default_amplitude() -> f64 {
+    0.3
+}
+fn default_frequency() -> f64 {
+    0.2
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFault {
+    pub kind: String,
+    #[serde(default)]
+    pub after_chunks: u32,
+    #[serde(default)]
+    pub count: u32,
+    #[serde(default)]
+    pub latency_s: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSim {
+    #[serde(default = "default_tau")]
+    pub tau_s: f64,
+    #[serde(default = "default_delay")]
+    pub measurement_delay_s: f64,
+    #[serde(default = "default_sim_rate")]
+    pub rate_hz: f64,
+    #[serde(default)]
+    pub initial_position: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub cameras: Vec<RawCamera>,
+    #[serde(default)]
+    pub events: Vec<RawEvent>,
+}
+
+fn default_tau() -> f64 {
+    0.03
+}
+fn default_delay() -> f64 {
+    0.005
+}
+fn default_sim_rate() -> f64 {
+    500.0
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCamera {
+    pub name: String,
+    #[serde(default = "default_width")]
+    pub width: u32,
+    #[serde(default = "default_height")]
+    pub height: u32,
+    #[serde(default = "default_fps")]
+    pub fps: f64,
+}
+
+fn default_width() -> u32 {
+    320
+}
+fn default_height() -> u32 {
+    240
+}
+fn default_fps() -> f64 {
+    30.0
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEvent {
+    pub at_s: f64,
+    pub event: String,
+    #[serde(default)]
+    pub duration_s: f64,
+    pub camera: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRealtime {
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default)]
+    pub cpu_affinity: Vec<usize>,
+    #[serde(default)]
+    pub lock_memory: bool,
+}

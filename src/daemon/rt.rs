@@ -1,0 +1,60 @@
+//! Real-time settings for the control thread: SCHED_FIFO, CPU affinity, mlockall. Each is tried
+//! and merely warned about when the system does not permit it (no root, no CAP_SYS_NICE,
+//! RLIMIT_RTPRIO/RLIMIT_MEMLOCK too low), like ros2_control does.
+
+use crate::config::RealtimeConfig;
+
+/// Locks current and future memory so page faults cannot stall the control loop.
+pub fn lock_memory() {
+    // SAFETY: plain syscall with constant flags.
+    let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
+    if rc != 0 {
+        tracing::warn!(
+            error = %std::io::Error::last_os_error(),
+            "mlockall failed; page faults may add latency (raise LimitMEMLOCK or run with CAP_IPC_LOCK)"
+        );
+    } else {
+        tracing::info!("memory locked (mlockall)");
+    }
+}
+
+/// Applies timer slack, priority and affinity to the calling thread.
+pub fn apply_to_current_thread(cfg: &RealtimeConfig) {
+    // Normal threads get 50 us of timer slack: the deadline sleep would wake that late.
+    // SAFETY: prctl with PR_SET_TIMERSLACK takes one integer argument.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    if cfg.priority > 0 {
+        let param = libc::sched_param {
+            sched_priority: cfg.priority,
+        };
+        // SAFETY: valid sched_param for the calling thread.
+        let rc =
+            unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+        if rc != 0 {
+            tracing::warn!(
+                priority = cfg.priority,
+                error = %std::io::Error::from_raw_os_error(rc),
+                "SCHED_FIFO not permitted; the control loop runs with normal priority (raise LimitRTPRIO or grant CAP_SYS_NICE)"
+            );
+        } else {
+            tracing::info!(priority = cfg.priority, "control thread on SCHED_FIFO");
+        }
+    }
+    if !cfg.cpu_affinity.is_empty() {
+        // SAFETY: cpu_set_t is plain data; CPU_SET bounds are checked below.
+        let rc = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &cpu in &cfg.cpu_affinity {
+                if cpu < libc::CPU_SETSIZE as usize {
+                    libc::CPU_SET(cpu, &mut set);
+                }
+            }
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+        };
+        if rc != 0 {
+            tracing::warn!(cpus = ?cfg.cpu_affinity, error = %std::io::Error::last_os_error(), "CPU affinity not applied");
+        } else {
+            tracing::info!(cpus = ?cfg.cpu_affinity, "control thread pinned");
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Transports between the daemon and the robot. They all meet at the `Blackboard`: the latest
+//! inputs (joint state, camera frames, prompt, e-stop) and the latest command, readable by the
+//! control thread without blocking.
+
+pub mod sim;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_utils::atomic::AtomicCell;
+
+use crate::config::ActionMap;
+use crate::control::controller::JointMeasurement;
+use crate::joints::MotionState;
+use crate::policy::{CameraFrame, Observation};
+use crate::time::MonoTime;
+
+pub struct Blackboard {
+    pub joint_state: AtomicCell<JointMeasurement>,
+    /// Capture stamp (ns) of each camera's newest frame; 0 before the first.
+    pub camera_stamps: Vec<AtomicU64>,
+    /// Newest frame per camera, read by the inference worker only.
+    pub frames: Vec<Mutex<Option<Arc<CameraFrame>>>>,
+    pub prompt: Mutex<String>,
+    pub estop: AtomicBool,
+    pub resets: AtomicU64,
+    /// Latest command (written by the control thread every tick).
+    pub command: AtomicCell<(MonoTime, MotionState)>,
+}
+
+impl Blackboard {
+    pub fn new(cameras: usize, prompt: &str) -> Blackboard {
+        Blackboard {
+            joint_state: AtomicCell::new(JointMeasurement::default()),
+            camera_stamps: (0..cameras).map(|_| AtomicU64::new(0)).collect(),
+            frames: (0..cameras).map(|_| Mutex::new(None)).collect(),
+            prompt: Mutex::new(prompt.to_string()),
+            estop: AtomicBool::new(false),
+            resets: AtomicU64::new(0),
+            command: AtomicCell::new((MonoTime::ZERO, MotionState::default())),
+        }
+    }
+
+    pub fn publish_frame(&self, camera: usize, frame: CameraFrame) {
+        let stamp = frame.stamp;
+        if let Ok(mut slot) = self.frames[camera].lock() {
+            *slot = Some(Arc::new(frame));
+        }
+        self.camera_stamps[camera].store(stamp.as_nanos(), Ordering::Release);
+    }
+
+    /// Camera stamps into a preallocated slice (control thread: no allocation).
+    pub fn read_camera_stamps(&self, out: &mut [MonoTime]) {
+        for (o, s) in out.iter_mut().zip(&self.camera_stamps) {
+            *o = MonoTime::from_nanos(s.load(Ordering::Acquire));
+        }
+    }
+
+    /// A consistent observation for the policy, with the state in action order.
+    pub fn observe(&self, map: &ActionMap, out: &mut Observation) -> bool {
+        let js = self.joint_state.load();
+        if js.stamp == MonoTime::ZERO {
+            return false;
+        }
+        out.stamp = js.stamp;
+        map.gather(&js.position, &mut out.state);
+        out.images.clear();
+        for f in &self.frames {
+            out.images.push(f.lock().ok().and_then(|g| g.clone()));
+        }
+        if let Ok(p) = self.prompt.lock() {
+            out.prompt.clone_from(&p);
+        }
+        true
+    }
+}

@@ -1,0 +1,109 @@
+//! Joint-space vectors with a fixed capacity, so the control tick never allocates.
+//!
+//! Values are in SI units of the joint: radians for revolute/continuous joints, metres for
+//! prismatic ones (grippers included). The order is always the robot's command order
+//! (`robot.joints` in the config), never the policy's action order.
+
+use std::ops::{Index, IndexMut};
+
+/// The most joints one daemon commands; pi0's action vector is 32 wide, so this covers any robot
+/// the policy can drive.
+pub const MAX_JOINTS: usize = 32;
+
+#[derive(Clone, Copy, PartialEq)]
+pub struct JointVector {
+    len: usize,
+    values: [f64; MAX_JOINTS],
+}
+
+impl JointVector {
+    /// A vector of `len` zeros. Panics if `len > MAX_JOINTS` (config validation rejects that first).
+    pub fn zeros(len: usize) -> JointVector {
+        assert!(len <= MAX_JOINTS, "at most {MAX_JOINTS} joints");
+        JointVector {
+            len,
+            values: [0.0; MAX_JOINTS],
+        }
+    }
+
+    pub fn from_slice(values: &[f64]) -> JointVector {
+        let mut v = JointVector::zeros(values.len());
+        v.values[..values.len()].copy_from_slice(values);
+        v
+    }
+
+    pub fn filled(len: usize, value: f64) -> JointVector {
+        let mut v = JointVector::zeros(len);
+        v.as_mut_slice().fill(value);
+        v
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_slice(&self) -> &[f64] {
+        &self.values[..self.len]
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [f64] {
+        &mut self.values[..self.len]
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, f64> {
+        self.as_slice().iter()
+    }
+
+    pub fn all_finite(&self) -> bool {
+        self.iter().all(|x| x.is_finite())
+    }
+}
+
+impl Index<usize> for JointVector {
+    type Output = f64;
+    fn index(&self, i: usize) -> &f64 {
+        &self.as_slice()[i]
+    }
+}
+
+impl IndexMut<usize> for JointVector {
+    fn index_mut(&mut self, i: usize) -> &mut f64 {
+        &mut self.as_mut_slice()[i]
+    }
+}
+
+impl std::fmt::Debug for JointVector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+impl Default for JointVector {
+    fn default() -> Self {
+        JointVector::zeros(0)
+    }
+}
+
+/// Commanded position, velocity and acceleration of every joint at one control tick.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct MotionState {
+    pub position: JointVector,
+    pub velocity: JointVector,
+    pub acceleration: JointVector,
+}
+
+impl MotionState {
+    /// At rest at `position`.
+    pub fn at_rest(position: JointVector) -> MotionState {
+        let n = position.len();
+        MotionState {
+            position,
+            velocity: JointVector::zeros(n),
+            acceleration: JointVector::zeros(n),
+        }
+    }
+}

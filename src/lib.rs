@@ -1,0 +1,16 @@
+//! pi0d: drives a robot arm from pi0 action chunks at a fixed control rate, behind a safety
+//! governor.
+//!
+//! Data flow: `io` (robot inputs) -> `policy::worker` (inference off the control thread) ->
+//! `control` (time-aligned chunk execution, blending) -> `safety` (governor, watchdogs) -> `io`
+//! (commands). `daemon` owns the threads and the lifecycle.
+
+pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod io;
+pub mod joints;
+pub mod policy;
+pub mod robot;
+pub mod safety;
+pub mod time;

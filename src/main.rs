@@ -1,0 +1,170 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use pi0d::config::Config;
+use pi0d::daemon::{self, exit, RunOptions};
+
+/// pi0d drives a robot arm with the pi0 policy behind a safety governor.
+///
+/// pi0d is not a safety function: the hardware emergency stop stays in charge.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon.
+    Run {
+        #[arg(long)]
+        config: PathBuf,
+        /// Stop cleanly after this many seconds (decelerate to rest, then exit 0).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Write a JSON summary here on exit.
+        #[arg(long)]
+        summary: Option<PathBuf>,
+        /// No live status line.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Validate the configuration and URDF, and print what would run.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Check { config } => match Config::load(&config) {
+            Ok(cfg) => {
+                print_check(&cfg);
+                exit::OK
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                exit::CONFIG
+            }
+        },
+        Command::Run {
+            config,
+            duration,
+            summary,
+            quiet,
+        } => match run(config, duration, summary, quiet) {
+            Ok(code) => code,
+            Err((code, e)) => {
+                eprintln!("error: {e:#}");
+                code
+            }
+        },
+    };
+    ExitCode::from(code as u8)
+}
+
+fn run(
+    config: PathBuf,
+    duration: Option<f64>,
+    summary: Option<PathBuf>,
+    quiet: bool,
+) -> Result<i32, (i32, anyhow::Error)> {
+    if let Some(d) = duration {
+        if !(d > 0.0 && d.is_finite()) {
+            return Err((
+                exit::CONFIG,
+                anyhow::anyhow!("--duration: expected seconds > 0, found {d}"),
+            ));
+        }
+    }
+    let cfg = Config::load(&config).map_err(|e| (exit::CONFIG, e.into()))?;
+    let opts = RunOptions {
+        duration_s: duration,
+        summary,
+        status: !quiet,
+    };
+    let s = daemon::run(cfg, opts).map_err(|e| {
+        let code = e.exit_code();
+        (
+            code,
+            anyhow::Error::new(e).context(format!("running {}", config.display())),
+        )
+    })?;
+    eprintln!(
+        "pi0d: {} ticks at {} Hz, {} overruns, jitter p99 {:.0} us; chunks {} executed / {} rejected; latency p50 {:.1} ms; limit violations {}; {}",
+        s.ticks,
+        s.rate_hz,
+        s.overruns,
+        s.jitter_us.p99,
+        s.chunks_accepted,
+        s.chunks_rejected,
+        s.latency_ms.p50,
+        s.limit_violations,
+        s.exit
+    );
+    Ok(if s.exit == "clean" {
+        exit::OK
+    } else {
+        exit::FAULT
+    })
+}
+
+fn print_check(cfg: &Config) {
+    println!("config: {}", cfg.file.display());
+    println!("urdf:   {}", cfg.urdf.display());
+    println!(
+        "control: {} Hz, {:?} interpolation, {:?} merge, blend {} s, request at {} s left",
+        cfg.control.rate_hz,
+        cfg.control.interpolation,
+        cfg.control.merge,
+        cfg.control.blend_window_s,
+        cfg.control.request_threshold_s
+    );
+    println!(
+        "watchdogs: joint state {} s, camera {} s, overrun streak {}",
+        cfg.safety.joint_state_timeout_s, cfg.safety.camera_timeout_s, cfg.safety.overrun_streak
+    );
+    println!(
+        "{:<20} {:<10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}",
+        "joint", "kind", "lower", "upper", "vel", "acc", "jerk", "max_step"
+    );
+    for j in &cfg.limits.joints {
+        println!(
+            "{:<20} {:<10} {:>9.4} {:>9.4} {:>8.3} {:>8.2} {:>8.1} {:>8.3}",
+            j.name,
+            format!("{:?}", j.kind).to_lowercase(),
+            j.lower,
+            j.upper,
+            j.velocity,
+            j.acceleration,
+            j.jerk,
+            j.max_step
+        );
+    }
+    println!(
+        "policy: {:?}, {} steps x {} s, actions -> joints: {}",
+        cfg.policy.source,
+        cfg.policy.chunk_steps,
+        cfg.policy.step_period_s,
+        cfg.policy.action_map.action_names.join(", ")
+    );
+    if let Some(w) = &cfg.workspace {
+        println!(
+            "workspace: {} in {} within {:?} .. {:?}",
+            w.chain.tool_link, w.chain.base_link, w.min, w.max
+        );
+    }
+    println!("sim cameras: {}", cfg.sim.cameras.len());
+}

@@ -1,0 +1,62 @@
+//! Wraps a policy and injects one kind of fault into a window of its chunks, for scenario tests
+//! and for drills on a real robot: NaN, Inf, a jump, extra latency, a panic, or an error.
+
+use std::time::Duration;
+
+use super::{Observation, Policy, PolicyError};
+use crate::config::{FaultConfig, FaultKind};
+use crate::control::ActionChunk;
+
+pub struct FaultyPolicy {
+    inner: Box<dyn Policy>,
+    fault: FaultConfig,
+    produced: u32,
+}
+
+/// Size of the injected jump, in joint units.
+const JUMP: f64 = 1.0;
+
+impl FaultyPolicy {
+    pub fn new(inner: Box<dyn Policy>, fault: FaultConfig) -> FaultyPolicy {
+        FaultyPolicy {
+            inner,
+            fault,
+            produced: 0,
+        }
+    }
+
+    fn faulty_now(&self) -> bool {
+        let k = self.produced;
+        k >= self.fault.after_chunks
+            && (self.fault.count == 0 || k < self.fault.after_chunks + self.fault.count)
+    }
+}
+
+impl Policy for FaultyPolicy {
+    fn name(&self) -> &str {
+        "faulty"
+    }
+
+    fn infer(&mut self, obs: &Observation) -> Result<ActionChunk, PolicyError> {
+        let faulty = self.faulty_now();
+        self.produced += 1;
+        if !faulty {
+            return self.inner.infer(obs);
+        }
+        match self.fault.kind {
+            FaultKind::Panic => panic!("injected policy panic (policy.fault.kind = \"panic\")"),
+            FaultKind::Error => return Err(PolicyError::Failed("injected error".into())),
+            FaultKind::Slow => std::thread::sleep(Duration::from_secs_f64(self.fault.latency_s)),
+            _ => {}
+        }
+        let mut chunk = self.inner.infer(obs)?;
+        let mid = chunk.steps() / 2 * chunk.action_dim;
+        match self.fault.kind {
+            FaultKind::Nan => chunk.actions[mid] = f64::NAN,
+            FaultKind::Inf => chunk.actions[mid] = f64::INFINITY,
+            FaultKind::Jump => chunk.actions[mid..].iter_mut().for_each(|a| *a += JUMP),
+            _ => {}
+        }
+        Ok(chunk)
+    }
+}

@@ -1,0 +1,90 @@
+//! Policies produce action chunks from observations. Inference always runs on the worker thread
+//! (`worker`), never on the control thread.
+
+pub mod faulty;
+pub mod replay;
+pub mod scripted;
+pub mod worker;
+
+use std::sync::Arc;
+
+use crate::config::{Config, PolicySource};
+use crate::control::ActionChunk;
+use crate::time::MonoTime;
+
+/// Pixel layouts a camera frame can carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PixelFormat {
+    Rgb8,
+    Bgr8,
+    Mono8,
+}
+
+/// One camera image with its capture time.
+#[derive(Clone, Debug)]
+pub struct CameraFrame {
+    pub stamp: MonoTime,
+    pub width: u32,
+    pub height: u32,
+    pub format: PixelFormat,
+    pub data: Vec<u8>,
+}
+
+/// Everything a policy sees at one instant.
+#[derive(Clone, Debug, Default)]
+pub struct Observation {
+    /// Capture time of the joint state; the chunk's step 0 is due at this time.
+    pub stamp: MonoTime,
+    /// Measured joint positions in the policy's action order.
+    pub state: Vec<f64>,
+    pub images: Vec<Option<Arc<CameraFrame>>>,
+    pub prompt: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("policy failed: {0}")]
+    Failed(String),
+    #[error("policy returned {found} action values per step, expected {expected}")]
+    WrongDimension { expected: usize, found: usize },
+}
+
+pub trait Policy: Send {
+    fn name(&self) -> &str;
+    /// Computes a chunk for `obs`; step 0 must be due at `obs.stamp`.
+    fn infer(&mut self, obs: &Observation) -> Result<ActionChunk, PolicyError>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyBuildError {
+    #[error("{file}: {message}")]
+    Replay { file: String, message: String },
+}
+
+/// Builds the configured policy (with its fault injector, if any).
+pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
+    let p = &cfg.policy;
+    let mut policy: Box<dyn Policy> = match &p.source {
+        PolicySource::Scripted {
+            amplitude,
+            frequency_hz,
+        } => Box::new(scripted::ScriptedPolicy::new(
+            &cfg.limits,
+            &p.action_map,
+            *amplitude,
+            *frequency_hz,
+            p.chunk_steps,
+            p.step_period_s,
+            p.latency_s,
+        )),
+        PolicySource::Replay { file } => Box::new(replay::ReplayPolicy::load(
+            file,
+            p.action_map.action_dim(),
+            p.latency_s,
+        )?),
+    };
+    if let Some(fault) = &p.fault {
+        policy = Box::new(faulty::FaultyPolicy::new(policy, fault.clone()));
+    }
+    Ok(policy)
+}

@@ -1,0 +1,228 @@
+//! The inference worker: waits for a request from the control thread, takes a fresh
+//! observation, runs the policy (panics caught), converts and validates the chunk, and hands it
+//! to the control thread through a bounded channel. Chunk buffers come back for reuse.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::{Observation, Policy};
+use crate::config::{ActionMap, SafetyConfig};
+use crate::control::JointChunk;
+use crate::io::Blackboard;
+use crate::robot::RobotLimits;
+use crate::safety::validate::{check_chunk, ChunkFaultKind};
+use crate::time::MonoTime;
+
+/// Counters of what the worker produced and refused.
+#[derive(Default)]
+pub struct WorkerStats {
+    pub requests: AtomicU64,
+    pub produced: AtomicU64,
+    pub rejected_non_finite: AtomicU64,
+    pub rejected_out_of_range: AtomicU64,
+    pub rejected_jump: AtomicU64,
+    pub rejected_shape: AtomicU64,
+    pub policy_errors: AtomicU64,
+    pub policy_panics: AtomicU64,
+    /// Inference time of the latest chunk, microseconds.
+    pub last_infer_us: AtomicU64,
+}
+
+impl WorkerStats {
+    pub fn rejected_by_reason(&self) -> [(&'static str, u64); 6] {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("non_finite", g(&self.rejected_non_finite)),
+            ("out_of_range", g(&self.rejected_out_of_range)),
+            ("jump", g(&self.rejected_jump)),
+            ("shape", g(&self.rejected_shape)),
+            ("policy_error", g(&self.policy_errors)),
+            ("policy_panic", g(&self.policy_panics)),
+        ]
+    }
+}
+
+/// The control thread's end of the worker.
+pub struct WorkerHandle {
+    requests: SyncSender<()>,
+    chunks: Receiver<Box<JointChunk>>,
+    recycle: SyncSender<Box<JointChunk>>,
+    in_flight: Arc<AtomicBool>,
+}
+
+impl WorkerHandle {
+    /// Asks for one inference; never blocks.
+    pub fn request(&self) {
+        if self.requests.try_send(()).is_ok() {
+            self.in_flight.store(true, Ordering::Release);
+        }
+    }
+
+    pub fn in_flight(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// A chunk ready for the control thread, if any; never blocks.
+    pub fn try_chunk(&self) -> Option<Box<JointChunk>> {
+        match self.chunks.try_recv() {
+            Ok(c) => Some(c),
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
+        }
+    }
+
+    /// Gives a chunk buffer back for reuse; dropped (on this thread) only if the pool is full.
+    pub fn recycle(&self, chunk: Box<JointChunk>) {
+        let _ = self.recycle.try_send(chunk);
+    }
+}
+
+pub struct WorkerSetup {
+    pub limits: RobotLimits,
+    pub map: ActionMap,
+    pub safety: SafetyConfig,
+    pub chunk_steps: usize,
+}
+
+/// Buffers in circulation: one executing, one being handed over, one being filled, one spare.
+const POOL: usize = 4;
+/// Rate limit for repeated log lines about rejected chunks.
+const LOG_EVERY: u64 = 20;
+
+pub fn spawn(
+    mut policy: Box<dyn Policy>,
+    setup: WorkerSetup,
+    board: Arc<Blackboard>,
+    stats: Arc<WorkerStats>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<(WorkerHandle, JoinHandle<()>)> {
+    let (req_tx, req_rx) = sync_channel::<()>(1);
+    let (chunk_tx, chunk_rx) = sync_channel::<Box<JointChunk>>(2);
+    let (recycle_tx, recycle_rx) = sync_channel::<Box<JointChunk>>(POOL);
+    for _ in 0..POOL {
+        let _ = recycle_tx.try_send(Box::new(JointChunk::with_capacity(setup.chunk_steps)));
+    }
+    let in_flight = Arc::new(AtomicBool::new(false));
+    let handle = WorkerHandle {
+        requests: req_tx,
+        chunks: chunk_rx,
+        recycle: recycle_tx,
+        in_flight: in_flight.clone(),
+    };
+    let thread = std::thread::Builder::new()
+        .name("pi0d-infer".into())
+        .spawn(move || {
+            let mut obs = Observation::default();
+            let mut seq = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                match req_rx.recv_timeout(Duration::from_millis(50)) {
+                    Ok(()) => {}
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+                stats.requests.fetch_add(1, Ordering::Relaxed);
+                if board.observe(&setup.map, &mut obs) {
+                    seq += 1;
+                    if let Some(chunk) = infer_one(
+                        policy.as_mut(),
+                        &obs,
+                        &setup,
+                        &board,
+                        &stats,
+                        &recycle_rx,
+                        seq,
+                    ) {
+                        let _ = chunk_tx.try_send(chunk);
+                    }
+                }
+                in_flight.store(false, Ordering::Release);
+            }
+        })?;
+    Ok((handle, thread))
+}
+
+fn infer_one(
+    policy: &mut dyn Policy,
+    obs: &Observation,
+    setup: &WorkerSetup,
+    board: &Blackboard,
+    stats: &WorkerStats,
+    pool: &Receiver<Box<JointChunk>>,
+    seq: u64,
+) -> Option<Box<JointChunk>> {
+    let started = MonoTime::now();
+    let result = catch_unwind(AssertUnwindSafe(|| policy.infer(obs)));
+    stats.last_infer_us.store(
+        (MonoTime::now().seconds_since(started) * 1e6) as u64,
+        Ordering::Relaxed,
+    );
+    let chunk = match result {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            let n = stats.policy_errors.fetch_add(1, Ordering::Relaxed);
+            if n % LOG_EVERY == 0 {
+                tracing::warn!(seq, error = %e, total = n + 1, "policy error: no chunk");
+            }
+            return None;
+        }
+        Err(panic) => {
+            let n = stats.policy_panics.fetch_add(1, Ordering::Relaxed);
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            if n % LOG_EVERY == 0 {
+                tracing::error!(seq, panic = %msg, total = n + 1, "policy panicked: no chunk");
+            }
+            return None;
+        }
+    };
+    stats.produced.fetch_add(1, Ordering::Relaxed);
+    if chunk.action_dim != setup.map.action_dim() || chunk.steps() < 2 {
+        let n = stats.rejected_shape.fetch_add(1, Ordering::Relaxed);
+        if n % LOG_EVERY == 0 {
+            tracing::warn!(
+                seq,
+                action_dim = chunk.action_dim,
+                expected = setup.map.action_dim(),
+                steps = chunk.steps(),
+                "chunk rejected: wrong shape"
+            );
+        }
+        return None;
+    }
+    let mut buf = pool
+        .try_recv()
+        .unwrap_or_else(|_| Box::new(JointChunk::with_capacity(setup.chunk_steps)));
+    // Joints the policy does not drive hold where they were measured.
+    let hold = board.joint_state.load().position;
+    buf.fill_from(&chunk, &setup.map, &hold, seq);
+    if let Err(fault) = check_chunk(
+        &buf,
+        &setup.limits,
+        setup.safety.chunk_position_tolerance,
+        setup.safety.chunk_step_velocity_factor,
+    ) {
+        let counter = match fault.kind {
+            ChunkFaultKind::NonFinite => &stats.rejected_non_finite,
+            ChunkFaultKind::OutOfRange => &stats.rejected_out_of_range,
+            ChunkFaultKind::Jump => &stats.rejected_jump,
+            ChunkFaultKind::Shape => &stats.rejected_shape,
+        };
+        let n = counter.fetch_add(1, Ordering::Relaxed);
+        if n % LOG_EVERY == 0 {
+            tracing::warn!(
+                seq,
+                reason = fault.kind.name(),
+                total = n + 1,
+                "chunk rejected: {fault}"
+            );
+        }
+        return None;
+    }
+    Some(buf)
+}

@@ -1,0 +1,96 @@
+//! Validated per-joint limits in the robot's command order.
+
+use crate::joints::JointVector;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JointKind {
+    Revolute,
+    Prismatic,
+    /// No position limit (a wrist that turns forever).
+    Continuous,
+}
+
+/// URDF `<safety_controller>` soft limit: near the soft bound the velocity is limited to
+/// `-k_position * (p - soft_bound)`, as ros2_control's soft limiter does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SoftLimit {
+    pub lower: f64,
+    pub upper: f64,
+    pub k_position: f64,
+}
+
+/// Limits of one joint, in its SI units (rad or m, per second, per second², per second³).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JointLimits {
+    pub name: String,
+    pub kind: JointKind,
+    /// Lowest position ever commanded: URDF/config lower bound plus margin, tightened by the soft
+    /// lower limit. `-inf` for continuous joints.
+    pub lower: f64,
+    /// Highest position ever commanded (see `lower`). `+inf` for continuous joints.
+    pub upper: f64,
+    pub velocity: f64,
+    pub acceleration: f64,
+    pub jerk: f64,
+    /// URDF effort limit, reported only (pi0d commands positions).
+    pub effort: f64,
+    pub soft: Option<SoftLimit>,
+    /// Largest allowed distance between a commanded target and the measured position.
+    pub max_step: f64,
+}
+
+impl JointLimits {
+    pub fn contains(&self, position: f64) -> bool {
+        position >= self.lower && position <= self.upper
+    }
+}
+
+/// All joints' limits, in command order, plus their columns as joint vectors for the hot path.
+#[derive(Clone, Debug)]
+pub struct RobotLimits {
+    pub joints: Vec<JointLimits>,
+    pub lower: JointVector,
+    pub upper: JointVector,
+    pub velocity: JointVector,
+    pub acceleration: JointVector,
+    pub jerk: JointVector,
+    pub max_step: JointVector,
+}
+
+impl RobotLimits {
+    pub fn new(joints: Vec<JointLimits>) -> RobotLimits {
+        let column = |f: fn(&JointLimits) -> f64| {
+            JointVector::from_slice(&joints.iter().map(f).collect::<Vec<_>>())
+        };
+        RobotLimits {
+            lower: column(|j| j.lower),
+            upper: column(|j| j.upper),
+            velocity: column(|j| j.velocity),
+            acceleration: column(|j| j.acceleration),
+            jerk: column(|j| j.jerk),
+            max_step: column(|j| j.max_step),
+            joints,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.joints.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.joints.is_empty()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.joints.iter().map(|j| j.name.as_str())
+    }
+
+    /// The first joint whose `position` is outside its command range, if any.
+    pub fn first_outside(&self, position: &JointVector) -> Option<(&JointLimits, f64)> {
+        self.joints
+            .iter()
+            .zip(position.iter())
+            .find(|(l, p)| !l.contains(**p))
+            .map(|(l, p)| (l, *p))
+    }
+}

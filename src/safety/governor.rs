@@ -1,0 +1,332 @@
+//! Per-tick joint limiter: position (margins, soft limits, braking distance), velocity,
+//! acceleration and jerk.
+//!
+//! It tracks the executor's target exactly while that target is feasible (the governor is then
+//! transparent), and otherwise converges to it without overshoot: a square-root law on the
+//! position error (as a time-optimal stop would) feeding a square-root law on the velocity
+//! error that respects the jerk limit. Hard limits are enforced last, so that position,
+//! velocity and acceleration can never be exceeded; the jerk limit gives way only when a hard
+//! limit needs it (counted as `jerk_override`). Nothing here allocates.
+
+use crate::joints::{JointVector, MotionState};
+use crate::robot::{RobotLimits, SoftLimit};
+
+/// Planning margins: the smooth laws use a fraction of the hard limits, so the jerk-limited
+/// ramps fit inside them.
+const PLAN_ACCEL_FRACTION: f64 = 0.5;
+const PLAN_JERK_FRACTION: f64 = 0.8;
+/// The position loop's time constant: at least this many control periods, and this many times
+/// the time the jerk limit needs to build the full acceleration.
+const POSITION_LOOP_PERIODS: f64 = 10.0;
+const POSITION_LOOP_JERK_TIMES: f64 = 2.0;
+/// Below these the arm is at rest and the hold is frozen exactly.
+const REST_VELOCITY: f64 = 1e-4;
+const REST_ACCELERATION: f64 = 1e-2;
+
+/// What the governor is asked to do this tick.
+#[derive(Clone, Copy, Debug)]
+pub enum Target<'a> {
+    /// Follow these positions (command order, finite).
+    Track(&'a JointVector),
+    /// Decelerate to rest within the limits and hold there.
+    Stop,
+}
+
+/// Small per-tick verdict; counters are kept by the caller.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GovernorReport {
+    /// A target was outside the position range (margins and soft limits) and was clamped.
+    pub position_clamped: bool,
+    /// A target was further than `max_step` from the measured position and was clamped.
+    pub max_step_clamped: bool,
+    /// The jerk limit gave way to a hard limit.
+    pub jerk_override: bool,
+    /// All joints are at rest.
+    pub at_rest: bool,
+}
+
+pub struct Governor {
+    dt: f64,
+    limits: RobotLimits,
+    soft: Vec<Option<SoftLimit>>,
+    state: MotionState,
+    /// Previous (clamped) target and its velocity, for feed-forward.
+    prev_target: JointVector,
+    prev_target_velocity: JointVector,
+    tracking: bool,
+}
+
+/// Largest velocity toward a bound `distance` away from which a constant deceleration `decel`
+/// still stops in time, in discrete steps of `dt` (`v*dt + v²/2a <= distance`).
+fn braking_velocity(distance: f64, decel: f64, dt: f64) -> f64 {
+    if distance.is_infinite() {
+        return f64::INFINITY;
+    }
+    let d = distance.max(0.0);
+    // Rounding can leave -1e-16 at zero distance.
+    (-decel * dt + (decel * decel * dt * dt + 2.0 * decel * d).sqrt()).max(0.0)
+}
+
+/// `braking_velocity` with the sign of `x`: how much of a quantity may be built up toward a
+/// bound `x` away (negative: how much must be removed when already past it).
+fn signed_braking(x: f64, rate: f64, dt: f64) -> f64 {
+    braking_velocity(x.abs(), rate, dt).copysign(x)
+}
+
+impl Governor {
+    /// Starts at rest at `start` (the measured position, already checked to be inside limits).
+    pub fn new(limits: RobotLimits, dt: f64, start: JointVector) -> Governor {
+        let n = limits.len();
+        let soft = limits.joints.iter().map(|j| j.soft).collect();
+        Governor {
+            dt,
+            limits,
+            soft,
+            state: MotionState::at_rest(start),
+            prev_target: start,
+            prev_target_velocity: JointVector::zeros(n),
+            tracking: false,
+        }
+    }
+
+    /// Restarts at rest at `position` (after an e-stop reset), keeping the limits.
+    pub fn reset_at(&mut self, position: &JointVector) {
+        self.state = MotionState::at_rest(*position);
+        self.prev_target = *position;
+        self.prev_target_velocity = JointVector::zeros(position.len());
+        self.tracking = false;
+    }
+
+    pub fn state(&self) -> &MotionState {
+        &self.state
+    }
+
+    pub fn limits(&self) -> &RobotLimits {
+        &self.limits
+    }
+
+    /// One control period: moves the commanded state toward `target`. `measured` is the latest
+    /// measured position (for `max_step`).
+    pub fn step(&mut self, target: Target<'_>, measured: &JointVector) -> GovernorReport {
+        let mut report = GovernorReport::default();
+        let dt = self.dt;
+        let n = self.limits.len();
+        let start_tracking = matches!(target, Target::Track(_)) && !self.tracking;
+        self.tracking = matches!(target, Target::Track(_));
+        let mut at_rest = true;
+        for j in 0..n {
+            let lim = &self.limits;
+            let (lower, upper) = (lim.lower[j], lim.upper[j]);
+            let (vmax, amax, jmax) = (lim.velocity[j], lim.acceleration[j], lim.jerk[j]);
+            let (p, v, a) = (
+                self.state.position[j],
+                self.state.velocity[j],
+                self.state.acceleration[j],
+            );
+            let plan_a = PLAN_ACCEL_FRACTION * amax;
+            let plan_j = PLAN_JERK_FRACTION * jmax;
+
+            // Planning velocity band: speed limit, braking distance to the position limits at the
+            // planning deceleration, and the URDF soft-limit law.
+            let mut vhi = vmax.min(braking_velocity(upper - p, plan_a, dt));
+            let mut vlo = (-vmax).max(-braking_velocity(p - lower, plan_a, dt));
+            if let Some(s) = self.soft[j] {
+                vhi = vhi.min((-s.k_position * (p - s.upper)).max(-vmax));
+                vlo = vlo.max((-s.k_position * (p - s.lower)).min(vmax));
+            }
+            if vlo > vhi {
+                let mid = 0.5 * (vlo + vhi);
+                (vlo, vhi) = (mid, mid);
+            }
+
+            let (v_des, a_ff) = match target {
+                Target::Track(goal) => {
+                    let mut pd = goal[j];
+                    let step = lim.max_step[j];
+                    if step.is_finite() {
+                        let m = measured[j];
+                        let clamped = pd.clamp(m - step, m + step);
+                        report.max_step_clamped |= clamped != pd;
+                        pd = clamped;
+                    }
+                    let clamped = pd.clamp(lower, upper);
+                    report.position_clamped |= clamped != pd;
+                    pd = clamped;
+                    if start_tracking {
+                        // As if the target had been following the commanded state so far.
+                        self.prev_target[j] = p;
+                        self.prev_target_velocity[j] = v;
+                    }
+                    let vt = (pd - self.prev_target[j]) / dt;
+                    let at = (vt - self.prev_target_velocity[j]) / dt;
+                    let err = p - self.prev_target[j];
+                    // Linear near the target (slower than the jerk-limited velocity loop, so the
+                    // cascade does not ring), time-optimal braking further out.
+                    let gain = 1.0
+                        / (POSITION_LOOP_PERIODS * dt).max(POSITION_LOOP_JERK_TIMES * amax / jmax);
+                    let correction =
+                        -(gain * err.abs()).min(braking_velocity(err.abs(), plan_a, dt))
+                            * err.signum();
+                    self.prev_target[j] = pd;
+                    self.prev_target_velocity[j] = vt;
+                    (
+                        vt + if err == 0.0 { 0.0 } else { correction },
+                        at.clamp(-amax, amax),
+                    )
+                }
+                Target::Stop => (0.0, 0.0),
+            };
+            let v_des = v_des.clamp(vlo, vhi);
+
+            // Velocity loop: feed-forward acceleration plus a correction small enough to be
+            // ramped back to zero at the jerk limit before the velocity error closes.
+            let dv = v_des - v;
+            let slack = dv - a_ff * dt;
+            let fb_max = braking_velocity(slack.abs(), plan_j, dt);
+            let mut a_cmd = a_ff + (dv / dt - a_ff).clamp(-fb_max, fb_max);
+            // Do not build up more acceleration than can be ramped down before the velocity band.
+            a_cmd = a_cmd.min(signed_braking(vhi - v, plan_j, dt).max(-amax));
+            a_cmd = a_cmd.max(signed_braking(vlo - v, plan_j, dt).min(amax));
+            a_cmd = a_cmd.clamp(-amax, amax);
+            let a_jerk = a_cmd.clamp(a - jmax * dt, a + jmax * dt);
+
+            // Hard limits: acceleration, velocity, and stopping before the position limits at the
+            // full deceleration. Always feasible from a state that met them last tick.
+            let vhi_hard = vmax.min(braking_velocity(upper - p, amax, dt));
+            let vlo_hard = (-vmax).max(-braking_velocity(p - lower, amax, dt));
+            let a_hi = amax.min((vhi_hard - v) / dt);
+            let a_lo = (-amax).max((vlo_hard - v) / dt);
+            let mut a_new = if a_lo <= a_hi {
+                a_jerk.clamp(a_lo, a_hi)
+            } else {
+                // Only reachable through rounding: brake toward zero velocity.
+                (-v / dt).clamp(-amax, amax)
+            };
+
+            let mut v_new = v + a_new * dt;
+            // Freeze exactly at rest once a stop has converged.
+            if matches!(target, Target::Stop)
+                && v_new.abs() < REST_VELOCITY
+                && a_new.abs() < REST_ACCELERATION
+            {
+                v_new = 0.0;
+                a_new = -v / dt;
+            }
+            if (a_new - a).abs() > jmax * dt * (1.0 + 1e-9) {
+                report.jerk_override = true;
+            }
+            let p_new = (p + v_new * dt).clamp(lower, upper);
+            at_rest &= v_new == 0.0;
+            self.state.position[j] = p_new;
+            self.state.velocity[j] = v_new;
+            self.state.acceleration[j] = a_new;
+        }
+        report.at_rest = at_rest;
+        report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::robot::{JointKind, JointLimits};
+
+    fn limits(lower: f64, upper: f64) -> RobotLimits {
+        RobotLimits::new(vec![JointLimits {
+            name: "j".into(),
+            kind: JointKind::Revolute,
+            lower,
+            upper,
+            velocity: 1.0,
+            acceleration: 5.0,
+            jerk: 100.0,
+            effort: 0.0,
+            soft: None,
+            max_step: f64::INFINITY,
+        }])
+    }
+
+    #[test]
+    fn when_target_is_feasible_expect_governor_transparent() {
+        let dt = 0.005;
+        let mut g = Governor::new(limits(-3.0, 3.0), dt, JointVector::zeros(1));
+        let meas = JointVector::zeros(1);
+        // A gentle, smooth motion starting at rest: 0.2 (1 - cos(t)) has |v|<=0.2, |a|<=0.2, |j|<=0.2.
+        for k in 1..2000 {
+            let t = k as f64 * dt;
+            let goal = JointVector::from_slice(&[0.2 * (1.0 - t.cos())]);
+            let r = g.step(Target::Track(&goal), &meas);
+            assert!(!r.jerk_override);
+            let err = (g.state().position[0] - goal[0]).abs();
+            assert!(err < 1e-6, "tick {k}: error {err}");
+        }
+    }
+
+    #[test]
+    fn when_target_steps_far_expect_no_overshoot_and_limits_kept() {
+        let dt = 0.005;
+        let mut g = Governor::new(limits(-3.0, 3.0), dt, JointVector::zeros(1));
+        let meas = JointVector::zeros(1);
+        let goal = JointVector::from_slice(&[1.0]);
+        let mut prev = *g.state();
+        let mut max_p: f64 = 0.0;
+        for _ in 0..2000 {
+            g.step(Target::Track(&goal), &meas);
+            let s = *g.state();
+            assert!(s.velocity[0].abs() <= 1.0 + 1e-9);
+            assert!(s.acceleration[0].abs() <= 5.0 + 1e-9);
+            assert!((s.acceleration[0] - prev.acceleration[0]).abs() / dt <= 100.0 + 1e-6);
+            max_p = max_p.max(s.position[0]);
+            prev = s;
+        }
+        assert!(
+            (g.state().position[0] - 1.0).abs() < 1e-6,
+            "{:?}",
+            g.state()
+        );
+        assert!(max_p < 1.0 + 1e-3, "overshoot to {max_p}");
+    }
+
+    #[test]
+    fn when_driven_at_position_limit_expect_stop_inside_it() {
+        let dt = 0.005;
+        let mut g = Governor::new(limits(-0.5, 0.5), dt, JointVector::zeros(1));
+        let meas = JointVector::zeros(1);
+        let goal = JointVector::from_slice(&[5.0]);
+        for _ in 0..2000 {
+            g.step(Target::Track(&goal), &meas);
+            assert!(g.state().position[0] <= 0.5);
+        }
+        assert!((g.state().position[0] - 0.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn when_stop_requested_expect_rest_within_deceleration_limits() {
+        let dt = 0.005;
+        let mut g = Governor::new(limits(-30.0, 30.0), dt, JointVector::zeros(1));
+        let meas = JointVector::zeros(1);
+        let far = JointVector::from_slice(&[20.0]);
+        for _ in 0..600 {
+            g.step(Target::Track(&far), &meas);
+        }
+        assert!(
+            (g.state().velocity[0] - 1.0).abs() < 1e-9,
+            "cruising at v max"
+        );
+        let mut prev = *g.state();
+        let mut ticks = 0;
+        loop {
+            let r = g.step(Target::Stop, &meas);
+            let s = *g.state();
+            assert!((s.acceleration[0] - prev.acceleration[0]).abs() / dt <= 100.0 + 1e-6);
+            assert!(s.acceleration[0].abs() <= 5.0 + 1e-9);
+            prev = s;
+            ticks += 1;
+            if r.at_rest {
+                break;
+            }
+            assert!(ticks < 400, "did not stop: {:?}", s);
+        }
+        assert_eq!(g.state().velocity[0], 0.0);
+    }
+}

@@ -1,0 +1,92 @@
+//! Independent check of what was actually commanded: finite differences of consecutive commands
+//! against the limits. It shares no code path with the governor, so a governor bug shows up
+//! here as `limit_violations`.
+
+use crate::joints::JointVector;
+use crate::robot::RobotLimits;
+
+/// Relative slack for floating-point rounding in the finite differences.
+const REL_TOL: f64 = 1e-6;
+const ABS_TOL: f64 = 1e-9;
+
+pub struct LimitMonitor {
+    dt: f64,
+    limits: RobotLimits,
+    prev: Option<JointVector>,
+    prev_velocity: Option<JointVector>,
+    prev_acceleration: Option<JointVector>,
+    pub violations: u64,
+    pub max_abs_jerk: JointVector,
+    pub max_abs_velocity: JointVector,
+    pub max_abs_acceleration: JointVector,
+}
+
+fn exceeds(x: f64, bound: f64) -> bool {
+    x.abs() > bound * (1.0 + REL_TOL) + ABS_TOL
+}
+
+impl LimitMonitor {
+    pub fn new(limits: RobotLimits, dt: f64) -> LimitMonitor {
+        let n = limits.len();
+        LimitMonitor {
+            dt,
+            limits,
+            prev: None,
+            prev_velocity: None,
+            prev_acceleration: None,
+            violations: 0,
+            max_abs_jerk: JointVector::zeros(n),
+            max_abs_velocity: JointVector::zeros(n),
+            max_abs_acceleration: JointVector::zeros(n),
+        }
+    }
+
+    /// Starts a fresh history (after the arm stood still, e.g. at start-up) at rest.
+    pub fn reset_at(&mut self, position: &JointVector) {
+        let n = position.len();
+        self.prev = Some(*position);
+        self.prev_velocity = Some(JointVector::zeros(n));
+        self.prev_acceleration = Some(JointVector::zeros(n));
+    }
+
+    /// Records one command; returns how many joints broke a limit in it.
+    pub fn observe(&mut self, command: &JointVector) -> u32 {
+        let mut broken = 0;
+        let n = self.limits.len();
+        let mut v = JointVector::zeros(n);
+        let mut a = JointVector::zeros(n);
+        for j in 0..n {
+            let p = command[j];
+            let mut bad = !p.is_finite()
+                || p < self.limits.lower[j] - ABS_TOL
+                || p > self.limits.upper[j] + ABS_TOL;
+            if let Some(prev) = &self.prev {
+                v[j] = (p - prev[j]) / self.dt;
+                bad |= exceeds(v[j], self.limits.velocity[j]);
+                self.max_abs_velocity[j] = self.max_abs_velocity[j].max(v[j].abs());
+                if let Some(pv) = &self.prev_velocity {
+                    a[j] = (v[j] - pv[j]) / self.dt;
+                    // Acceleration from two differences of rounded positions carries ~eps/dt² noise.
+                    bad |= exceeds(a[j], self.limits.acceleration[j] + 1e-6);
+                    self.max_abs_acceleration[j] = self.max_abs_acceleration[j].max(a[j].abs());
+                    if let Some(pa) = &self.prev_acceleration {
+                        let jerk = (a[j] - pa[j]) / self.dt;
+                        self.max_abs_jerk[j] = self.max_abs_jerk[j].max(jerk.abs());
+                    }
+                }
+            }
+            if bad {
+                broken += 1;
+            }
+        }
+        if self.prev.is_some() {
+            if self.prev_velocity.is_some() {
+                self.prev_acceleration = Some(a);
+            }
+            self.prev_velocity = Some(v);
+        }
+        self.prev = Some(*command);
+        self.violations += broken as u64;
+        broken
+    }
+}

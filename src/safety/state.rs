@@ -1,0 +1,128 @@
+//! The safety state machine's states and the events it counts.
+
+use std::fmt;
+
+/// Why the arm is holding still.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldReason {
+    /// The executing chunk ran out before a usable new one arrived.
+    ChunkStarved,
+    StaleJointState,
+    StaleCamera(u8),
+    /// Too many control ticks overran their deadline in a row.
+    Overruns,
+    /// The tool point would leave the configured workspace box.
+    Workspace,
+    /// The executor produced a non-finite target (defence in depth: chunks are checked on arrival).
+    NonFiniteTarget,
+    /// After an e-stop reset: waiting for a chunk computed from an observation after the reset.
+    AfterReset,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// At rest at the measured position, waiting for the first chunk.
+    Starting,
+    Running,
+    Holding(HoldReason),
+    /// Latched until an explicit reset.
+    EStopped,
+    /// Shutting down: decelerating to rest, then exit.
+    Stopping,
+}
+
+impl Mode {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mode::Starting => "starting",
+            Mode::Running => "running",
+            Mode::Holding(_) => "holding",
+            Mode::EStopped => "estopped",
+            Mode::Stopping => "stopping",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mode::Holding(r) => write!(f, "holding({})", r.name()),
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+impl HoldReason {
+    pub fn name(&self) -> &'static str {
+        match self {
+            HoldReason::ChunkStarved => "chunk_starved",
+            HoldReason::StaleJointState => "stale_joint_state",
+            HoldReason::StaleCamera(_) => "stale_camera",
+            HoldReason::Overruns => "overrun_streak",
+            HoldReason::Workspace => "workspace",
+            HoldReason::NonFiniteTarget => "non_finite_target",
+            HoldReason::AfterReset => "after_reset",
+        }
+    }
+}
+
+/// Counted safety events. The numeric value indexes a fixed counter array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SafetyEvent {
+    EStop,
+    Reset,
+    StaleJointState,
+    StaleCamera,
+    ChunkStarved,
+    OverrunStreak,
+    Workspace,
+    NonFiniteTarget,
+    PositionClamped,
+    MaxStepClamped,
+    JerkOverride,
+}
+
+impl SafetyEvent {
+    pub const ALL: [SafetyEvent; 11] = [
+        SafetyEvent::EStop,
+        SafetyEvent::Reset,
+        SafetyEvent::StaleJointState,
+        SafetyEvent::StaleCamera,
+        SafetyEvent::ChunkStarved,
+        SafetyEvent::OverrunStreak,
+        SafetyEvent::Workspace,
+        SafetyEvent::NonFiniteTarget,
+        SafetyEvent::PositionClamped,
+        SafetyEvent::MaxStepClamped,
+        SafetyEvent::JerkOverride,
+    ];
+    pub const COUNT: usize = Self::ALL.len();
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SafetyEvent::EStop => "estop",
+            SafetyEvent::Reset => "reset",
+            SafetyEvent::StaleJointState => "stale_joint_state",
+            SafetyEvent::StaleCamera => "stale_camera",
+            SafetyEvent::ChunkStarved => "chunk_starved",
+            SafetyEvent::OverrunStreak => "overrun_streak",
+            SafetyEvent::Workspace => "workspace",
+            SafetyEvent::NonFiniteTarget => "non_finite_target",
+            SafetyEvent::PositionClamped => "position_clamped",
+            SafetyEvent::MaxStepClamped => "max_step_clamped",
+            SafetyEvent::JerkOverride => "jerk_override",
+        }
+    }
+
+    pub fn for_hold(reason: HoldReason) -> Option<SafetyEvent> {
+        Some(match reason {
+            HoldReason::ChunkStarved => SafetyEvent::ChunkStarved,
+            HoldReason::StaleJointState => SafetyEvent::StaleJointState,
+            HoldReason::StaleCamera(_) => SafetyEvent::StaleCamera,
+            HoldReason::Overruns => SafetyEvent::OverrunStreak,
+            HoldReason::Workspace => SafetyEvent::Workspace,
+            HoldReason::NonFiniteTarget => SafetyEvent::NonFiniteTarget,
+            HoldReason::AfterReset => return None,
+        })
+    }
+}

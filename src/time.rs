@@ -1,0 +1,104 @@
+//! Monotonic time in nanoseconds (CLOCK_MONOTONIC), the single time base inside the daemon.
+//!
+//! Capture stamps, chunk step times and control deadlines are all `MonoTime`, so comparing them
+//! never mixes wall-clock and monotonic time. Transports convert foreign stamps at the edge.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A point on the monotonic clock, in nanoseconds since an arbitrary origin (boot).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct MonoTime(u64);
+
+impl MonoTime {
+    pub const ZERO: MonoTime = MonoTime(0);
+
+    pub fn now() -> MonoTime {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        MonoTime(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    }
+
+    pub const fn from_nanos(ns: u64) -> MonoTime {
+        MonoTime(ns)
+    }
+
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// Signed difference `self - earlier` in seconds.
+    pub fn seconds_since(self, earlier: MonoTime) -> f64 {
+        (self.0 as i128 - earlier.0 as i128) as f64 * 1e-9
+    }
+
+    pub fn saturating_sub(self, d: Duration) -> MonoTime {
+        MonoTime(self.0.saturating_sub(d.as_nanos() as u64))
+    }
+
+    /// `self + secs`, saturating at the origin for negative offsets.
+    pub fn offset_seconds(self, secs: f64) -> MonoTime {
+        let ns = self.0 as i128 + (secs * 1e9).round() as i128;
+        MonoTime(ns.clamp(0, u64::MAX as i128) as u64)
+    }
+}
+
+impl std::ops::Add<Duration> for MonoTime {
+    type Output = MonoTime;
+    fn add(self, d: Duration) -> MonoTime {
+        MonoTime(self.0 + d.as_nanos() as u64)
+    }
+}
+
+impl fmt::Debug for MonoTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.6}s", self.0 as f64 * 1e-9)
+    }
+}
+
+/// Sleeps until the absolute monotonic `deadline` (no drift from relative sleeps).
+pub fn sleep_until(deadline: MonoTime) {
+    let ts = libc::timespec {
+        tv_sec: (deadline.0 / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline.0 % 1_000_000_000) as libc::c_long,
+    };
+    loop {
+        // SAFETY: valid timespec; a null remainder is allowed with TIMER_ABSTIME.
+        let rc = unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != libc::EINTR {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_sleeping_until_deadline_expect_wake_at_or_after_it() {
+        let deadline = MonoTime::now() + Duration::from_millis(3);
+        sleep_until(deadline);
+        assert!(MonoTime::now() >= deadline);
+    }
+
+    #[test]
+    fn seconds_since_is_signed() {
+        let a = MonoTime::from_nanos(2_000_000_000);
+        let b = MonoTime::from_nanos(500_000_000);
+        assert!((a.seconds_since(b) - 1.5).abs() < 1e-12);
+        assert!((b.seconds_since(a) + 1.5).abs() < 1e-12);
+        assert_eq!(b.offset_seconds(-1.0), MonoTime::ZERO);
+    }
+}
