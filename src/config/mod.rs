@@ -646,29 +646,30 @@ fn policy_config(
             format!("expected 2 to 1000, found {chunk_steps}"),
         );
     }
-    let fault =
-        match &raw.fault {
-            None => None,
-            Some(f) => Some(FaultConfig {
-                kind: match f.kind.as_str() {
-                    "nan" => FaultKind::Nan,
-                    "inf" => FaultKind::Inf,
-                    "jump" => FaultKind::Jump,
-                    "slow" => FaultKind::Slow,
-                    "panic" => FaultKind::Panic,
-                    "error" => FaultKind::Error,
-                    other => return c.fail(
+    let fault = match &raw.fault {
+        None => None,
+        Some(f) => Some(FaultConfig {
+            kind: match f.kind.as_str() {
+                "nan" => FaultKind::Nan,
+                "inf" => FaultKind::Inf,
+                "jump" => FaultKind::Jump,
+                "slow" => FaultKind::Slow,
+                "panic" => FaultKind::Panic,
+                "error" => FaultKind::Error,
+                other => {
+                    return c.fail(
                         "policy.fault.kind",
                         format!(
                             "expected one of nan, inf, jump, slow, panic, error; found \"{other}\""
                         ),
-                    ),
-                },
-                after_chunks: f.after_chunks,
-                count: f.count,
-                latency_s: c.non_negative("policy.fault.latency_s", f.latency_s)?,
-            }),
-        };
+                    )
+                }
+            },
+            after_chunks: f.after_chunks,
+            count: f.count,
+            latency_s: c.non_negative("policy.fault.latency_s", f.latency_s)?,
+        }),
+    };
     Ok(PolicyConfig {
         source,
         action_map: ActionMap {
@@ -746,12 +747,14 @@ fn sim_config(
                     }
                 }
             }
-            other => return c.fail(
-                &field("event"),
-                format!(
+            other => {
+                return c.fail(
+                    &field("event"),
+                    format!(
                     "expected estop, reset, stall_joint_states or stall_camera; found \"{other}\""
                 ),
-            ),
+                )
+            }
         };
         events.push(SimEvent { at_s, kind });
     }

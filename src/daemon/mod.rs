@@ -2,6 +2,7 @@
 //! (status line, signals, duration, systemd notify/watchdog), and shutdown (decelerate to rest,
 //! summary).
 
+pub mod control;
 pub mod rt;
 pub mod summary;
 
@@ -9,21 +10,21 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::control::controller::{ChunkOutcome, JointMeasurement, StartRefused, Transition};
-use crate::control::stats::{Histogram, LiveStats};
-use crate::control::ticker::Ticker;
-use crate::control::{Controller, TickInputs};
+use crate::control::controller::{ChunkOutcome, JointMeasurement, StartRefused};
+use crate::control::stats::LiveStats;
+use crate::control::Controller;
 use crate::io::sim::SimArm;
 use crate::io::Blackboard;
-use crate::policy::worker::{self, WorkerHandle, WorkerSetup, WorkerStats};
+use crate::policy::worker::{self, WorkerSetup, WorkerStats};
 use crate::policy::PolicyBuildError;
 use crate::safety::{Mode, SafetyEvent};
 use crate::time::MonoTime;
+use control::{ControlEvent, ControlLoop, ControlResult};
 use summary::{Percentiles, Summary, TransitionRecord};
 
 /// Process exit codes, distinct so systemd and people can tell failures apart.
@@ -67,22 +68,6 @@ pub struct RunOptions {
     pub summary: Option<PathBuf>,
     /// Print the live status line (off for tests that only read the summary).
     pub status: bool,
-}
-
-/// What the control thread reports to the supervisor. `Copy`: sending it never allocates.
-#[derive(Clone, Copy, Debug)]
-enum ControlEvent {
-    Transition(Transition),
-    Chunk(ChunkOutcome),
-    ResetRefused,
-}
-
-struct ControlResult {
-    controller: Controller,
-    jitter: Histogram,
-    ticks: u64,
-    overruns: u64,
-    reached_rest: bool,
 }
 
 /// How long start-up waits for the first joint state.
@@ -185,17 +170,17 @@ fn supervise(
             .name("pi0d-control".into())
             .spawn(move || {
                 rt::apply_to_current_thread(&rt_cfg);
-                control_loop(
+                let lp = ControlLoop::new(
                     controller,
                     worker,
-                    &board,
-                    &live,
-                    &stop_requested,
-                    &events_tx,
-                    period_ns,
+                    board,
+                    live,
+                    stop_requested,
+                    events_tx,
                     cameras,
                     stop_timeout_s,
-                )
+                );
+                lp.run(period_ns)
             })?
     };
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
@@ -343,105 +328,13 @@ fn mode_name(code: u64) -> &'static str {
         .unwrap_or("?")
 }
 
-fn mode_code(mode: Mode) -> u64 {
+pub(crate) fn mode_code(mode: Mode) -> u64 {
     match mode {
         Mode::Starting => 0,
         Mode::Running => 1,
         Mode::Holding(_) => 2,
         Mode::EStopped => 3,
         Mode::Stopping => 4,
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn control_loop(
-    mut ctl: Controller,
-    worker: WorkerHandle,
-    board: &Blackboard,
-    live: &LiveStats,
-    stop_requested: &AtomicBool,
-    events: &SyncSender<ControlEvent>,
-    period_ns: u64,
-    cameras: usize,
-    stop_timeout_s: f64,
-) -> ControlResult {
-    let mut camera_stamps = vec![MonoTime::ZERO; cameras];
-    let mut jitter = Histogram::new(1_000, 100_000);
-    let mut ticker = Ticker::new(period_ns, MonoTime::now() + Duration::from_nanos(period_ns));
-    let (mut ticks, mut overruns, mut streak) = (0u64, 0u64, 0u32);
-    let mut stop_deadline: Option<MonoTime> = None;
-    let mut reached_rest = false;
-    loop {
-        let tick = ticker.wait();
-        let now = tick.deadline;
-        jitter.record(tick.jitter_ns);
-        let measured = board.joint_state.load();
-        board.read_camera_stamps(&mut camera_stamps);
-        let stopping = stop_requested.load(Ordering::Relaxed);
-        if stopping && stop_deadline.is_none() {
-            stop_deadline = Some(now.offset_seconds(stop_timeout_s));
-        }
-        let inputs = TickInputs {
-            now,
-            measured: &measured,
-            camera_stamps: &camera_stamps,
-            estop: board.estop.load(Ordering::Relaxed),
-            resets: board.resets.load(Ordering::Relaxed),
-            new_chunk: worker.try_chunk(),
-            overrun_streak: streak,
-            stop_requested: stopping,
-            inference_in_flight: worker.in_flight(),
-        };
-        let report = ctl.tick(inputs, &mut |c| worker.recycle(c));
-        board.command.store((now, report.command));
-        if report.request_inference {
-            worker.request();
-        }
-        for t in report.transitions.iter().flatten() {
-            let _ = events.try_send(ControlEvent::Transition(*t));
-        }
-        if let Some(c) = report.chunk {
-            let _ = events.try_send(ControlEvent::Chunk(c));
-            LiveStats::add(&live.chunks_received, 1);
-            match c {
-                ChunkOutcome::Accepted { latency_s, .. } => {
-                    LiveStats::set(&live.last_latency_us, (latency_s * 1e6) as u64)
-                }
-                ChunkOutcome::Rejected { .. } => LiveStats::add(&live.chunks_rejected, 1),
-            }
-        }
-        if report.reset_refused {
-            let _ = events.try_send(ControlEvent::ResetRefused);
-        }
-        ticks += 1;
-        let overran = tick.missed > 0 || MonoTime::now() > ticker.next_deadline();
-        if overran {
-            overruns += 1;
-            streak += 1;
-        } else {
-            streak = 0;
-        }
-        LiveStats::set(&live.ticks, ticks);
-        LiveStats::set(&live.overruns, overruns);
-        LiveStats::set(&live.mode, mode_code(report.mode));
-        LiveStats::set(&live.last_jitter_ns, tick.jitter_ns);
-        LiveStats::set(&live.max_jitter_ns, jitter.max_ns());
-        LiveStats::set(&live.safety_events, ctl.event_counts().iter().sum());
-        if report.done {
-            reached_rest = true;
-            break;
-        }
-        if stop_deadline.is_some_and(|d| now > d) {
-            tracing::error!("arm did not come to rest within control.stop_timeout_s");
-            break;
-        }
-    }
-    ControlResult {
-        controller: ctl,
-        jitter,
-        ticks,
-        overruns,
-        reached_rest,
     }
 }
 

@@ -13,7 +13,7 @@ pub struct FaultyPolicy {
     produced: u32,
 }
 
-/// Size of the injected jump, in joint units.
+/// Size of the injected jump, in joint units (the first action only).
 const JUMP: f64 = 1.0;
 
 impl FaultyPolicy {
@@ -54,7 +54,13 @@ impl Policy for FaultyPolicy {
         match self.fault.kind {
             FaultKind::Nan => chunk.actions[mid] = f64::NAN,
             FaultKind::Inf => chunk.actions[mid] = f64::INFINITY,
-            FaultKind::Jump => chunk.actions[mid..].iter_mut().for_each(|a| *a += JUMP),
+            // The first action jumps from mid-chunk on (a joint with room for it).
+            FaultKind::Jump => chunk
+                .actions
+                .iter_mut()
+                .skip(mid)
+                .step_by(chunk.action_dim.max(1))
+                .for_each(|a| *a += JUMP),
             _ => {}
         }
         Ok(chunk)

@@ -1,0 +1,181 @@
+//! The control thread: one `ControlLoop::step` per tick (read the blackboard, tick the
+//! controller, write the command, talk to the inference worker), paced by absolute deadlines.
+//! `step` is public so a test can prove that it allocates nothing.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::control::controller::{ChunkOutcome, Transition};
+use crate::control::stats::{Histogram, LiveStats};
+use crate::control::ticker::Ticker;
+use crate::control::{Controller, TickInputs};
+use crate::io::Blackboard;
+use crate::policy::worker::WorkerHandle;
+use crate::time::MonoTime;
+
+/// What the control thread reports to the supervisor. `Copy`: sending it never allocates.
+#[derive(Clone, Copy, Debug)]
+pub enum ControlEvent {
+    Transition(Transition),
+    Chunk(ChunkOutcome),
+    ResetRefused,
+}
+
+pub struct ControlResult {
+    pub controller: Controller,
+    pub jitter: Histogram,
+    pub ticks: u64,
+    pub overruns: u64,
+    pub reached_rest: bool,
+}
+
+/// Whether the loop goes on after a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepOutcome {
+    Continue,
+    /// Stopping reached rest.
+    Done,
+    /// Stopping did not reach rest within the stop timeout.
+    StopTimeout,
+}
+
+pub struct ControlLoop {
+    ctl: Controller,
+    worker: WorkerHandle,
+    board: Arc<Blackboard>,
+    live: Arc<LiveStats>,
+    stop_requested: Arc<AtomicBool>,
+    events: SyncSender<ControlEvent>,
+    camera_stamps: Vec<MonoTime>,
+    jitter: Histogram,
+    ticks: u64,
+    overruns: u64,
+    streak: u32,
+    stop_timeout_s: f64,
+    stop_deadline: Option<MonoTime>,
+}
+
+impl ControlLoop {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        ctl: Controller,
+        worker: WorkerHandle,
+        board: Arc<Blackboard>,
+        live: Arc<LiveStats>,
+        stop_requested: Arc<AtomicBool>,
+        events: SyncSender<ControlEvent>,
+        cameras: usize,
+        stop_timeout_s: f64,
+    ) -> ControlLoop {
+        ControlLoop {
+            ctl,
+            worker,
+            board,
+            live,
+            stop_requested,
+            events,
+            camera_stamps: vec![MonoTime::ZERO; cameras],
+            jitter: Histogram::new(1_000, 100_000),
+            ticks: 0,
+            overruns: 0,
+            streak: 0,
+            stop_timeout_s,
+            stop_deadline: None,
+        }
+    }
+
+    /// Runs at `period_ns` until stopping completes.
+    pub fn run(mut self, period_ns: u64) -> ControlResult {
+        let mut ticker = Ticker::new(period_ns, MonoTime::now() + Duration::from_nanos(period_ns));
+        let outcome = loop {
+            let tick = ticker.wait();
+            self.jitter.record(tick.jitter_ns);
+            let outcome = self.step(tick.deadline);
+            let overran = tick.missed > 0 || MonoTime::now() > ticker.next_deadline();
+            self.record_overrun(overran, tick.jitter_ns);
+            if outcome != StepOutcome::Continue {
+                break outcome;
+            }
+        };
+        if outcome == StepOutcome::StopTimeout {
+            tracing::error!("arm did not come to rest within control.stop_timeout_s");
+        }
+        ControlResult {
+            controller: self.ctl,
+            jitter: self.jitter,
+            ticks: self.ticks,
+            overruns: self.overruns,
+            reached_rest: outcome == StepOutcome::Done,
+        }
+    }
+
+    /// Counts an overrunning tick and publishes timing figures.
+    pub fn record_overrun(&mut self, overran: bool, jitter_ns: u64) {
+        if overran {
+            self.overruns += 1;
+            self.streak += 1;
+        } else {
+            self.streak = 0;
+        }
+        LiveStats::set(&self.live.overruns, self.overruns);
+        LiveStats::set(&self.live.last_jitter_ns, jitter_ns);
+        LiveStats::set(&self.live.max_jitter_ns, self.jitter.max_ns());
+    }
+
+    /// One control tick for the deadline `now`.
+    pub fn step(&mut self, now: MonoTime) -> StepOutcome {
+        let measured = self.board.joint_state.load();
+        self.board.read_camera_stamps(&mut self.camera_stamps);
+        let stopping = self.stop_requested.load(Ordering::Relaxed);
+        if stopping && self.stop_deadline.is_none() {
+            self.stop_deadline = Some(now.offset_seconds(self.stop_timeout_s));
+        }
+        let worker = &self.worker;
+        let inputs = TickInputs {
+            now,
+            measured: &measured,
+            camera_stamps: &self.camera_stamps,
+            estop: self.board.estop.load(Ordering::Relaxed),
+            resets: self.board.resets.load(Ordering::Relaxed),
+            new_chunk: worker.try_chunk(),
+            overrun_streak: self.streak,
+            stop_requested: stopping,
+            inference_in_flight: worker.in_flight(),
+        };
+        let report = self.ctl.tick(inputs, &mut |c| worker.recycle(c));
+        self.board.command.store((now, report.command));
+        if report.request_inference {
+            worker.request();
+        }
+        for t in report.transitions.iter().flatten() {
+            let _ = self.events.try_send(ControlEvent::Transition(*t));
+        }
+        let live = &self.live;
+        if let Some(c) = report.chunk {
+            let _ = self.events.try_send(ControlEvent::Chunk(c));
+            LiveStats::add(&live.chunks_received, 1);
+            match c {
+                ChunkOutcome::Accepted { latency_s, .. } => {
+                    LiveStats::set(&live.last_latency_us, (latency_s * 1e6) as u64)
+                }
+                ChunkOutcome::Rejected { .. } => LiveStats::add(&live.chunks_rejected, 1),
+            }
+        }
+        if report.reset_refused {
+            let _ = self.events.try_send(ControlEvent::ResetRefused);
+        }
+        self.ticks += 1;
+        LiveStats::set(&live.ticks, self.ticks);
+        LiveStats::set(&live.mode, super::mode_code(report.mode));
+        LiveStats::set(&live.safety_events, self.ctl.event_counts().iter().sum());
+        if report.done {
+            StepOutcome::Done
+        } else if self.stop_deadline.is_some_and(|d| now > d) {
+            StepOutcome::StopTimeout
+        } else {
+            StepOutcome::Continue
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Helpers for tests that run the real `pi0d` binary.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Scenario runs are timing-sensitive (watchdogs at 100 ms): run them one at a time so they
+/// do not starve each other on a 2-core machine.
+pub static SERIAL: Mutex<()> = Mutex::new(());
+
+/// `config/sim.toml` as a TOML table with the URDF path made absolute, to be edited by a test.
+pub fn sim_config() -> toml::Table {
+    let text = std::fs::read_to_string(root().join("config/sim.toml")).unwrap();
+    let mut t: toml::Table = text.parse().unwrap();
+    let urdf = root().join("urdf/sim_arm.urdf");
+    t["robot"]["urdf"] = toml::Value::String(urdf.display().to_string());
+    t
+}
+
+pub fn table(pairs: &[(&str, toml::Value)]) -> toml::Value {
+    let mut t = toml::Table::new();
+    for (k, v) in pairs {
+        t.insert(k.to_string(), v.clone());
+    }
+    toml::Value::Table(t)
+}
+
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pi0d-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub struct Run {
+    pub output: Output,
+    pub summary: Option<serde_json::Value>,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn code(&self) -> i32 {
+        self.output.status.code().unwrap_or(-1)
+    }
+
+    pub fn summary(&self) -> &serde_json::Value {
+        self.summary
+            .as_ref()
+            .unwrap_or_else(|| panic!("no summary written; stderr:\n{}", self.stderr))
+    }
+
+    /// The state names the daemon went through, in order ("starting", "running", ...).
+    pub fn states(&self) -> Vec<String> {
+        let s = self.summary();
+        let mut out = vec!["starting".to_string()];
+        for t in s["transitions"].as_array().unwrap() {
+            out.push(t["to"].as_str().unwrap().to_string());
+        }
+        out
+    }
+
+    /// Time (s since start) of the first transition into `to` at or after `after_s`.
+    pub fn time_of(&self, to: &str, after_s: f64) -> Option<f64> {
+        self.summary()["transitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["to"].as_str() == Some(to))
+            .map(|t| t["t_s"].as_f64().unwrap())
+            .find(|t| *t >= after_s)
+    }
+
+    pub fn event(&self, name: &str) -> u64 {
+        self.summary()["safety_events"][name].as_u64().unwrap()
+    }
+
+    pub fn rejected(&self, reason: &str) -> u64 {
+        self.summary()["chunks_rejected_by_reason"][reason]
+            .as_u64()
+            .unwrap_or(0)
+    }
+}
+
+/// Writes `config` and runs `pi0d run` for `duration_s` seconds.
+pub fn run_daemon(name: &str, config: &toml::Table, duration_s: f64) -> Run {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir(name);
+    let cfg = dir.join("config.toml");
+    std::fs::write(&cfg, toml::to_string(config).unwrap()).unwrap();
+    let summary = dir.join("summary.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["run", "--quiet", "--config"])
+        .arg(&cfg)
+        .args(["--duration", &duration_s.to_string(), "--summary"])
+        .arg(&summary)
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("pi0d runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    let summary = std::fs::read_to_string(&summary)
+        .ok()
+        .map(|s| serde_json::from_str(&s).expect("summary is JSON"));
+    Run {
+        output,
+        summary,
+        stderr,
+    }
+}
+
+/// Asserts what every run must show: no limit violation and jerk within the configured limits.
+pub fn assert_safe(run: &Run, config: &toml::Table) {
+    let s = run.summary();
+    assert_eq!(
+        s["limit_violations"], 0,
+        "limit violations; stderr:\n{}",
+        run.stderr
+    );
+    let default_jerk = config["limits"]["jerk"].as_float().unwrap();
+    for (joint, jerk) in s["max_abs_jerk"].as_object().unwrap() {
+        let limit = config["limits"]
+            .get("joints")
+            .and_then(|j| j.get(joint))
+            .and_then(|j| j.get("jerk"))
+            .and_then(|j| j.as_float())
+            .unwrap_or(default_jerk);
+        let jerk = jerk.as_f64().unwrap();
+        assert!(
+            jerk <= limit * 1.001 + 1e-3,
+            "joint {joint}: jerk {jerk} above {limit}"
+        );
+    }
+}

@@ -1,0 +1,169 @@
+//! The control tick allocates (and frees) nothing: a counting global allocator watches the
+//! control thread while `ControlLoop::step` runs through chunk switches, an e-stop, a reset, a
+//! stale-input hold and the final stop, with the real inference worker on its own thread.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pi0d::config::Config;
+use pi0d::control::controller::JointMeasurement;
+use pi0d::control::stats::LiveStats;
+use pi0d::control::Controller;
+use pi0d::daemon::control::{ControlLoop, StepOutcome};
+use pi0d::io::Blackboard;
+use pi0d::policy::worker::{self, WorkerSetup, WorkerStats};
+use pi0d::time::MonoTime;
+
+struct Counting;
+
+thread_local! {
+    static WATCHED: Cell<bool> = const { Cell::new(false) };
+}
+static EVENTS: AtomicU64 = AtomicU64::new(0);
+
+fn note() {
+    if WATCHED.try_with(|w| w.get()).unwrap_or(false) {
+        EVENTS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        note();
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+#[test]
+fn when_control_tick_runs_expect_no_allocation() {
+    let cfg =
+        Config::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim.toml"))
+            .unwrap();
+    let board = Arc::new(Blackboard::new(cfg.sim.cameras.len(), "test"));
+    let position = cfg.sim.initial_position;
+    let set_inputs = |now: MonoTime, fresh: bool| {
+        if fresh {
+            board.joint_state.store(JointMeasurement {
+                stamp: now,
+                position,
+            });
+            for s in &board.camera_stamps {
+                s.store(now.as_nanos(), Ordering::Relaxed);
+            }
+        }
+    };
+    let start = MonoTime::now();
+    set_inputs(start, true);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (handle, worker_thread) = worker::spawn(
+        pi0d::policy::from_config(&cfg).unwrap(),
+        WorkerSetup {
+            limits: cfg.limits.clone(),
+            map: cfg.policy.action_map.clone(),
+            safety: cfg.safety.clone(),
+            chunk_steps: cfg.policy.chunk_steps,
+        },
+        board.clone(),
+        Arc::new(WorkerStats::default()),
+        stop.clone(),
+    )
+    .unwrap();
+    let ctl = Controller::from_config(&cfg, &board.joint_state.load(), start).unwrap();
+    let live = Arc::new(LiveStats::default());
+    let stop_requested = Arc::new(AtomicBool::new(false));
+    let (events_tx, events_rx) = sync_channel(1024);
+    let mut lp = ControlLoop::new(
+        ctl,
+        handle,
+        board.clone(),
+        live.clone(),
+        stop_requested.clone(),
+        events_tx,
+        1,
+        3.0,
+    );
+
+    let mut allocations_per_phase = Vec::new();
+    // Phases: warm-up (not watched), running with chunk switches, e-stop, reset and resume,
+    // stale joint states, resume, stop.
+    let phases: [(&str, usize, bool); 7] = [
+        ("warm-up", 150, false),
+        ("running", 400, true),
+        ("estop", 100, true),
+        ("reset", 300, true),
+        ("stale", 60, true),
+        ("resume", 300, true),
+        ("stop", 600, true),
+    ];
+    let mut outcome = StepOutcome::Continue;
+    for (name, steps, watched) in phases {
+        match name {
+            "estop" => board.estop.store(true, Ordering::SeqCst),
+            "reset" => {
+                board.estop.store(false, Ordering::SeqCst);
+                board.resets.fetch_add(1, Ordering::SeqCst);
+            }
+            "stop" => stop_requested.store(true, Ordering::SeqCst),
+            _ => {}
+        }
+        EVENTS.store(0, Ordering::SeqCst);
+        for _ in 0..steps {
+            std::thread::sleep(Duration::from_millis(2));
+            let now = MonoTime::now();
+            set_inputs(now, name != "stale");
+            WATCHED.with(|w| w.set(watched));
+            outcome = lp.step(now);
+            WATCHED.with(|w| w.set(false));
+            if outcome != StepOutcome::Continue {
+                break;
+            }
+        }
+        allocations_per_phase.push((name, EVENTS.load(Ordering::SeqCst)));
+    }
+    stop.store(true, Ordering::SeqCst);
+    worker_thread.join().unwrap();
+
+    // The run went through what it claims to have gone through.
+    let states: Vec<String> = events_rx
+        .try_iter()
+        .filter_map(|e| match e {
+            pi0d::daemon::control::ControlEvent::Transition(t) => Some(t.to.to_string()),
+            _ => None,
+        })
+        .collect();
+    for want in [
+        "running",
+        "estopped",
+        "holding(after_reset)",
+        "holding(stale_joint_state)",
+        "stopping",
+    ] {
+        assert!(
+            states.iter().any(|s| s == want),
+            "never reached {want}: {states:?}"
+        );
+    }
+    assert!(
+        LiveStats::get(&live.chunks_received) >= 5,
+        "chunks were executed"
+    );
+    assert_eq!(outcome, StepOutcome::Done, "stopped at rest");
+    for (name, n) in &allocations_per_phase[1..] {
+        assert_eq!(*n, 0, "phase {name}: {n} allocations or frees on the control thread ({allocations_per_phase:?})");
+    }
+}

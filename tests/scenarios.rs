@@ -1,0 +1,299 @@
+//! Scenario tests: the real `pi0d` binary against the simulated arm, each pinning one safety
+//! behaviour (names follow `when_<situation>_expect_<behaviour>`).
+
+mod common;
+
+use common::*;
+use toml::Value;
+
+fn fault(kind: &str, after: i64, count: i64, latency_s: f64) -> Value {
+    table(&[
+        ("kind", Value::String(kind.into())),
+        ("after_chunks", Value::Integer(after)),
+        ("count", Value::Integer(count)),
+        ("latency_s", Value::Float(latency_s)),
+    ])
+}
+
+fn event(at_s: f64, kind: &str, extra: &[(&str, Value)]) -> Value {
+    let mut pairs = vec![
+        ("at_s", Value::Float(at_s)),
+        ("event", Value::String(kind.into())),
+    ];
+    pairs.extend(extra.iter().cloned());
+    table(&pairs)
+}
+
+fn with_events(mut cfg: toml::Table, events: Vec<Value>) -> toml::Table {
+    cfg["sim"]
+        .as_table_mut()
+        .unwrap()
+        .insert("events".into(), Value::Array(events));
+    cfg
+}
+
+#[test]
+fn when_nominal_expect_continuous_motion_without_pauses_or_violations() {
+    let cfg = sim_config();
+    let run = run_daemon("nominal", &cfg, 4.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    let s = run.summary();
+    assert_safe(&run, &cfg);
+    assert_eq!(
+        run.states(),
+        ["starting", "running", "stopping"],
+        "{}",
+        run.stderr
+    );
+    assert!(s["chunks_accepted"].as_u64().unwrap() >= 6, "{s}");
+    assert_eq!(s["chunks_rejected"], 0, "{s}");
+    assert_eq!(run.event("chunk_starved"), 0);
+    let ticks = s["ticks"].as_u64().unwrap();
+    assert!(ticks >= 750, "{ticks} ticks in 4 s at 200 Hz");
+    assert!(s["overruns"].as_u64().unwrap() * 100 <= ticks, "{s}");
+    // The arm really moved: some joint reached a fair fraction of its scripted speed.
+    let vmax = s["max_abs_velocity"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(vmax > 0.1, "max velocity {vmax}");
+    assert_eq!(s["exit"], "clean");
+}
+
+#[test]
+fn when_estop_pressed_expect_latched_hold_until_reset_then_fresh_chunk() {
+    let cfg = with_events(
+        sim_config(),
+        vec![event(1.5, "estop", &[]), event(3.0, "reset", &[])],
+    );
+    let run = run_daemon("estop", &cfg, 5.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    let states = run.states();
+    let i = states
+        .iter()
+        .position(|s| s == "estopped")
+        .expect("e-stopped");
+    assert_eq!(states[i + 1], "holding(after_reset)", "{states:?}");
+    assert_eq!(states[i + 2], "running", "{states:?}");
+    let estop = run.time_of("estopped", 0.0).unwrap();
+    let reset = run.time_of("holding(after_reset)", 0.0).unwrap();
+    let resumed = run.time_of("running", reset).unwrap();
+    assert!(
+        reset - estop > 1.4,
+        "latched until the reset at 3.0 s: {estop} -> {reset}"
+    );
+    // The reset alone moves nothing: motion resumes only with a chunk inferred after it
+    // (scripted latency 80 ms).
+    assert!(
+        resumed - reset >= 0.07,
+        "resumed {resumed} only {} s after reset",
+        resumed - reset
+    );
+    assert_eq!(run.event("estop"), 1);
+    assert_eq!(run.event("reset"), 1);
+}
+
+#[test]
+fn when_estop_never_reset_expect_still_latched_at_shutdown() {
+    let cfg = with_events(sim_config(), vec![event(1.0, "estop", &[])]);
+    let run = run_daemon("estop-latched", &cfg, 3.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    assert_eq!(run.summary()["final_mode"], "estopped");
+    assert_eq!(run.states().last().unwrap(), "estopped");
+}
+
+#[test]
+fn when_policy_emits_nan_expect_chunks_rejected_and_arm_held() {
+    let mut cfg = sim_config();
+    cfg["policy"]
+        .as_table_mut()
+        .unwrap()
+        .insert("fault".into(), fault("nan", 3, 0, 0.0));
+    let run = run_daemon("nan", &cfg, 4.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    assert!(run.rejected("non_finite") >= 3, "{}", run.summary());
+    assert!(
+        run.states().contains(&"holding(chunk_starved)".to_string()),
+        "{:?}",
+        run.states()
+    );
+    assert!(
+        run.stderr.contains("is not finite"),
+        "the rejection is logged with its reason"
+    );
+}
+
+#[test]
+fn when_policy_jumps_or_inf_expect_whole_chunk_rejected() {
+    for kind in ["jump", "inf"] {
+        let mut cfg = sim_config();
+        cfg["policy"]
+            .as_table_mut()
+            .unwrap()
+            .insert("fault".into(), fault(kind, 2, 2, 0.0));
+        let run = run_daemon(kind, &cfg, 3.0);
+        assert_eq!(run.code(), 0, "{}", run.stderr);
+        assert_safe(&run, &cfg);
+        let reason = if kind == "jump" { "jump" } else { "non_finite" };
+        assert_eq!(run.rejected(reason), 2, "{kind}: {}", run.summary());
+    }
+}
+
+#[test]
+fn when_policy_slower_than_horizon_expect_hold_then_resume() {
+    let mut cfg = sim_config();
+    cfg["policy"]
+        .as_table_mut()
+        .unwrap()
+        .insert("fault".into(), fault("slow", 3, 2, 1.5));
+    let run = run_daemon("slow", &cfg, 7.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    let starved = run
+        .time_of("holding(chunk_starved)", 0.0)
+        .expect("held when starved");
+    let resumed = run.time_of("running", starved).expect("resumed");
+    assert!(resumed > starved);
+    assert!(
+        run.rejected("stale") >= 1,
+        "a chunk older than its horizon is dropped: {}",
+        run.summary()
+    );
+}
+
+#[test]
+fn when_policy_panics_expect_hold_and_recovery() {
+    let mut cfg = sim_config();
+    cfg["policy"]
+        .as_table_mut()
+        .unwrap()
+        .insert("fault".into(), fault("panic", 2, 3, 0.0));
+    let run = run_daemon("panic", &cfg, 4.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    assert_eq!(run.rejected("policy_panic"), 3, "{}", run.summary());
+    assert_eq!(run.states().last().unwrap(), "stopping");
+    assert!(run.stderr.contains("policy panicked"));
+}
+
+#[test]
+fn when_joint_states_stall_expect_hold_then_resume() {
+    let cfg = with_events(
+        sim_config(),
+        vec![event(
+            1.5,
+            "stall_joint_states",
+            &[("duration_s", Value::Float(0.5))],
+        )],
+    );
+    let run = run_daemon("stale-joints", &cfg, 4.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    let held = run
+        .time_of("holding(stale_joint_state)", 0.0)
+        .expect("held on stale joint state");
+    assert!(
+        (1.5..1.75).contains(&held),
+        "held at {held}, stall began at 1.5 s (timeout 0.1 s)"
+    );
+    let resumed = run.time_of("running", held).expect("resumed");
+    assert!(
+        resumed >= 2.0,
+        "resumed at {resumed}, before the joint states came back"
+    );
+}
+
+#[test]
+fn when_camera_stalls_expect_hold_on_capture_age() {
+    let cfg = with_events(
+        sim_config(),
+        vec![event(
+            1.5,
+            "stall_camera",
+            &[
+                ("duration_s", Value::Float(1.0)),
+                ("camera", Value::String("front".into())),
+            ],
+        )],
+    );
+    let run = run_daemon("stale-camera", &cfg, 4.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    let held = run
+        .time_of("holding(stale_camera)", 0.0)
+        .expect("held on stale camera");
+    assert!(
+        (1.9..2.2).contains(&held),
+        "held at {held}: frames stop at 1.5 s, timeout 0.5 s"
+    );
+    assert!(run.time_of("running", held).is_some());
+}
+
+#[test]
+fn when_tool_would_leave_workspace_expect_hold() {
+    let mut cfg = sim_config();
+    // A box the scripted swing leaves: the tool starts at about x=0.26, z=0.62 (see FK test).
+    cfg["workspace"]["max"] = Value::Array(vec![
+        Value::Float(0.8),
+        Value::Float(0.8),
+        Value::Float(0.63),
+    ]);
+    let run = run_daemon("workspace", &cfg, 4.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    assert!(run.event("workspace") >= 1, "{}", run.summary());
+    assert!(run.states().contains(&"holding(workspace)".to_string()));
+}
+
+#[test]
+fn when_arm_starts_outside_limits_expect_refusal_naming_joint() {
+    let mut cfg = sim_config();
+    cfg["sim"]["initial_position"]["elbow"] = Value::Float(2.38);
+    let run = run_daemon("out-of-limits", &cfg, 2.0);
+    assert_eq!(run.code(), 3, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("`elbow`") && run.stderr.contains("refusing to start"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.summary.is_none(), "nothing ran, so no summary");
+}
+
+#[test]
+fn when_config_has_bad_field_expect_exit_1_naming_it() {
+    let mut cfg = sim_config();
+    cfg["control"]["rate_hz"] = Value::Float(-5.0);
+    let run = run_daemon("bad-config", &cfg, 1.0);
+    assert_eq!(run.code(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("`control.rate_hz`") && run.stderr.contains("config.toml"),
+        "{}",
+        run.stderr
+    );
+
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["check", "--config"])
+        .arg(root().join("tests/config/invalid-action-joint.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&check.stderr).contains("policy.action_joints"));
+}
+
+#[test]
+fn when_merge_modes_vary_expect_all_safe_and_running() {
+    for (merge, interpolation) in [("latest_only", "linear"), ("weighted_average", "cubic")] {
+        let mut cfg = sim_config();
+        cfg["control"]["merge"] = Value::String(merge.into());
+        cfg["control"]["interpolation"] = Value::String(interpolation.into());
+        let run = run_daemon(merge, &cfg, 3.0);
+        assert_eq!(run.code(), 0, "{merge}: {}", run.stderr);
+        assert_safe(&run, &cfg);
+        assert_eq!(run.states(), ["starting", "running", "stopping"], "{merge}");
+    }
+}
