@@ -172,9 +172,9 @@ fn build_chunk(spec: &ChunkSpec, from: &JointVector, obs: MonoTime, seq: u64) ->
     c.period_s = PERIOD;
     c.seq = seq;
     let mut p: Vec<f64> = (0..n).map(|j| from[j] + spec.start_offset[j]).collect();
-    for s in 0..STEPS {
-        for j in 0..n {
-            p[j] += spec.walk[s][j];
+    for (s, step) in spec.walk.iter().enumerate() {
+        for (x, d) in p.iter_mut().zip(step) {
+            *x += d;
         }
         let mut q = JointVector::from_slice(&p);
         match spec.fault {

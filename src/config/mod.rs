@@ -178,6 +178,8 @@ pub struct RealtimeConfig {
     pub priority: i32,
     pub cpu_affinity: Vec<usize>,
     pub lock_memory: bool,
+    /// Busy-wait this long before each deadline instead of sleeping (0: sleep only).
+    pub spin_us: f64,
 }
 
 #[derive(Clone, Debug)]
@@ -438,6 +440,12 @@ impl Config {
             },
             cpu_affinity: raw.realtime.cpu_affinity.clone(),
             lock_memory: raw.realtime.lock_memory,
+            spin_us: c.in_range(
+                "realtime.spin_us",
+                raw.realtime.spin_us,
+                0.0,
+                0.25e6 / rate_hz,
+            )?,
         };
 
         Ok(Config {

@@ -232,4 +232,6 @@ pub struct RawRealtime {
     pub cpu_affinity: Vec<usize>,
     #[serde(default)]
     pub lock_memory: bool,
+    #[serde(default)]
+    pub spin_us: f64,
 }

@@ -6,6 +6,7 @@ use crate::time::{sleep_until, MonoTime};
 pub struct Ticker {
     period_ns: u64,
     next: MonoTime,
+    spin_ns: u64,
 }
 
 /// What happened at one wake-up.
@@ -24,7 +25,15 @@ impl Ticker {
         Ticker {
             period_ns,
             next: start,
+            spin_ns: 0,
         }
+    }
+
+    /// Sleeps until `spin_ns` before each deadline and busy-waits the rest: trades a little CPU
+    /// for wake-up jitter below the kernel's timer latency.
+    pub fn with_spin(mut self, spin_ns: u64) -> Ticker {
+        self.spin_ns = spin_ns.min(self.period_ns / 2);
+        self
     }
 
     pub fn period_ns(&self) -> u64 {
@@ -41,7 +50,16 @@ impl Ticker {
             missed = behind;
             self.next = MonoTime::from_nanos(self.next.as_nanos() + behind * self.period_ns);
         }
-        sleep_until(self.next);
+        if self.spin_ns > 0 {
+            sleep_until(MonoTime::from_nanos(
+                self.next.as_nanos().saturating_sub(self.spin_ns),
+            ));
+            while MonoTime::now() < self.next {
+                std::hint::spin_loop();
+            }
+        } else {
+            sleep_until(self.next);
+        }
         let woke = MonoTime::now();
         let deadline = self.next;
         self.next = MonoTime::from_nanos(deadline.as_nanos() + self.period_ns);

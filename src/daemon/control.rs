@@ -87,8 +87,9 @@ impl ControlLoop {
     }
 
     /// Runs at `period_ns` until stopping completes.
-    pub fn run(mut self, period_ns: u64) -> ControlResult {
-        let mut ticker = Ticker::new(period_ns, MonoTime::now() + Duration::from_nanos(period_ns));
+    pub fn run(mut self, period_ns: u64, spin_ns: u64) -> ControlResult {
+        let mut ticker = Ticker::new(period_ns, MonoTime::now() + Duration::from_nanos(period_ns))
+            .with_spin(spin_ns);
         let outcome = loop {
             let tick = ticker.wait();
             self.jitter.record(tick.jitter_ns);

@@ -3,6 +3,7 @@
 //! summary).
 
 pub mod control;
+pub mod notify;
 pub mod rt;
 pub mod summary;
 
@@ -95,7 +96,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
     let result = supervise(&cfg, &opts, &board, &stop, &io_stop, start);
     io_stop.store(true, Ordering::SeqCst);
     let _ = sim.join();
-    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+    notify::Notifier::from_env().stopping();
     let summary = result?;
     if let Some(path) = &opts.summary {
         match serde_json::to_string_pretty(&summary) {
@@ -180,14 +181,15 @@ fn supervise(
                     cameras,
                     stop_timeout_s,
                 );
-                lp.run(period_ns)
+                lp.run(period_ns, (rt_cfg.spin_us * 1e3) as u64)
             })?
     };
-    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+    let notifier = notify::Notifier::from_env();
+    notifier.ready();
 
-    let mut watchdog_usec = 0u64;
-    let watchdog = sd_notify::watchdog_enabled(false, &mut watchdog_usec);
-    let watchdog_period = Duration::from_micros(watchdog_usec / 2);
+    let watchdog_usec = notify::watchdog_usec();
+    let watchdog = watchdog_usec.is_some();
+    let watchdog_period = Duration::from_micros(watchdog_usec.unwrap_or(0) / 2);
     let mut last_watchdog = MonoTime::now();
     let mut last_ticks_seen = 0u64;
 
@@ -220,20 +222,17 @@ fn supervise(
         if now.seconds_since(last_status) >= cfg.control.status_interval_s {
             last_status = now;
             status_line.show(&live, &worker_stats, now.seconds_since(run_start));
-            let _ = sd_notify::notify(
-                false,
-                &[sd_notify::NotifyState::Status(&format!(
-                    "{} | {} ticks",
-                    mode_name(LiveStats::get(&live.mode)),
-                    LiveStats::get(&live.ticks)
-                ))],
-            );
+            notifier.status(&format!(
+                "{} | {} ticks",
+                mode_name(LiveStats::get(&live.mode)),
+                LiveStats::get(&live.ticks)
+            ));
         }
         if watchdog && now.seconds_since(last_watchdog) >= watchdog_period.as_secs_f64() {
             // Only a control loop that still ticks keeps systemd's watchdog fed.
             let ticks = LiveStats::get(&live.ticks);
             if ticks != last_ticks_seen {
-                let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+                notifier.watchdog();
                 last_ticks_seen = ticks;
             }
             last_watchdog = now;

@@ -4,7 +4,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -68,10 +68,7 @@ impl WorkerHandle {
 
     /// A chunk ready for the control thread, if any; never blocks.
     pub fn try_chunk(&self) -> Option<Box<JointChunk>> {
-        match self.chunks.try_recv() {
-            Ok(c) => Some(c),
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
-        }
+        self.chunks.try_recv().ok()
     }
 
     /// Gives a chunk buffer back for reuse; dropped (on this thread) only if the pool is full.

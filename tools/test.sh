@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs what the tests need and runs every test. `.ci/run` calls exactly this.
+# Everything installed here is pinned; nothing is assumed to be on the machine but the Rust
+# toolchain.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TERM_COLOR=never
+# One profile for the whole run: tests in dev with optimized dependencies (Cargo.toml).
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy (all targets, warnings are errors)"
+cargo clippy --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --locked
