@@ -297,3 +297,66 @@ fn when_merge_modes_vary_expect_all_safe_and_running() {
         assert_eq!(run.states(), ["starting", "running", "stopping"], "{merge}");
     }
 }
+
+/// Writes a replay file whose every chunk is `f(step) -> 7 joint targets`, and points the config at it.
+fn replay_config(name: &str, f: impl Fn(usize) -> Vec<f64>) -> toml::Table {
+    let dir = scratch_dir(&format!("{name}-chunks"));
+    let chunk: Vec<Vec<f64>> = (0..50).map(&f).collect();
+    let file = dir.join("chunks.json");
+    let json = serde_json::json!({ "step_period_s": 0.02, "chunks": [chunk.clone(), chunk] });
+    std::fs::write(&file, json.to_string()).unwrap();
+    let mut cfg = sim_config();
+    let p = cfg["policy"].as_table_mut().unwrap();
+    p.insert("kind".into(), Value::String("replay".into()));
+    p.insert(
+        "replay_file".into(),
+        Value::String(file.display().to_string()),
+    );
+    cfg
+}
+
+const START: [f64; 7] = [0.0, 0.3, 0.6, -0.4, 0.0, 0.0, 0.02];
+
+#[test]
+fn when_replaying_recorded_chunks_expect_them_executed() {
+    // Each chunk sways the wrist 0.1 rad and back around the start pose.
+    let cfg = replay_config("replay", |i| {
+        let mut q = START.to_vec();
+        q[4] = 0.1 * (std::f64::consts::PI * i as f64 / 49.0).sin();
+        q
+    });
+    let run = run_daemon("replay", &cfg, 3.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    assert_eq!(run.states(), ["starting", "running", "stopping"]);
+    assert!(run.summary()["chunks_accepted"].as_u64().unwrap() >= 4);
+    assert!(
+        run.summary()["max_abs_velocity"]["wrist_2"]
+            .as_f64()
+            .unwrap()
+            > 0.05
+    );
+}
+
+#[test]
+fn when_chunk_drives_into_a_position_limit_expect_all_joints_brake_and_hold() {
+    // shoulder_pan ramps from 2.3 rad through its soft limit (2.8) at 0.6 rad/s while the
+    // elbow moves along.
+    let mut cfg = replay_config("limit", |i| {
+        let mut q = START.to_vec();
+        q[0] = 2.3 + 0.6 * i as f64 * 0.02;
+        q[2] = 0.6 + 0.3 * i as f64 * 0.02;
+        q
+    });
+    cfg["sim"]["initial_position"]["shoulder_pan"] = Value::Float(2.3);
+    let run = run_daemon("limit", &cfg, 3.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    assert!(
+        run.states()
+            .contains(&"holding(position_limit)".to_string()),
+        "{:?}",
+        run.states()
+    );
+    assert!(run.event("position_limit") >= 1);
+}

@@ -407,6 +407,9 @@ impl Controller {
         if gov.jerk_override {
             self.count(SafetyEvent::JerkOverride);
         }
+        if gov.limit_brake {
+            self.hold(HoldReason::PositionLimit, now, &mut report, recycle);
+        }
         let command = *self.governor.state();
         self.monitor.observe(&command.position);
 

@@ -90,3 +90,52 @@ impl Policy for ReplayPolicy {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::MonoTime;
+
+    fn write(name: &str, text: &str) -> std::path::PathBuf {
+        let p =
+            std::env::temp_dir().join(format!("pi0d-replay-{}-{name}.json", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn when_replaying_expect_chunks_in_order_stamped_with_the_observation() {
+        let f = write(
+            "ok",
+            r#"{"step_period_s": 0.02, "chunks": [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]}"#,
+        );
+        let mut p = ReplayPolicy::load(&f, 2, 0.0).unwrap();
+        let obs = Observation {
+            stamp: MonoTime::from_nanos(42),
+            ..Observation::default()
+        };
+        let a = p.infer(&obs).unwrap();
+        let b = p.infer(&obs).unwrap();
+        let c = p.infer(&obs).unwrap();
+        assert_eq!(a.actions, vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(b.actions, vec![5.0, 6.0, 7.0, 8.0]);
+        assert_eq!(c.actions, a.actions, "cycles");
+        assert_eq!(a.obs_stamp, obs.stamp);
+        assert_eq!(a.step_period_s, 0.02);
+    }
+
+    #[test]
+    fn when_replay_step_has_wrong_width_expect_error_naming_file_and_place() {
+        let f = write(
+            "bad",
+            r#"{"step_period_s": 0.02, "chunks": [[[1, 2], [3]]]}"#,
+        );
+        let e = ReplayPolicy::load(&f, 2, 0.0).err().unwrap().to_string();
+        assert!(
+            e.contains("pi0d-replay")
+                && e.contains("chunks[0][1]")
+                && e.contains("expected 2 values"),
+            "{e}"
+        );
+    }
+}

@@ -41,6 +41,9 @@ pub struct GovernorReport {
     pub max_step_clamped: bool,
     /// The jerk limit gave way to a hard limit.
     pub jerk_override: bool,
+    /// The target would have carried a joint into its position limit faster than it can stop:
+    /// all joints braked together instead.
+    pub limit_brake: bool,
     /// All joints are at rest.
     pub at_rest: bool,
 }
@@ -52,6 +55,10 @@ pub struct Governor {
     state: MotionState,
     /// Previous (clamped) target and its velocity, for feed-forward.
     prev_target: JointVector,
+    /// Previous target as given (before clamping), for the coordinated-braking check, and
+    /// whether the previous call asked to track at all.
+    prev_goal: JointVector,
+    had_goal: bool,
     prev_target_velocity: JointVector,
     tracking: bool,
 }
@@ -84,6 +91,8 @@ impl Governor {
             soft,
             state: MotionState::at_rest(start),
             prev_target: start,
+            prev_goal: start,
+            had_goal: false,
             prev_target_velocity: JointVector::zeros(n),
             tracking: false,
         }
@@ -93,6 +102,8 @@ impl Governor {
     pub fn reset_at(&mut self, position: &JointVector) {
         self.state = MotionState::at_rest(*position);
         self.prev_target = *position;
+        self.prev_goal = *position;
+        self.had_goal = false;
         self.prev_target_velocity = JointVector::zeros(position.len());
         self.tracking = false;
     }
@@ -105,12 +116,44 @@ impl Governor {
         &self.limits
     }
 
+    /// Whether `goal` moves some joint toward its position limit faster than the joint could
+    /// stop before that limit (as ros2_control's joint_limits checks):
+    /// then all joints brake together, keeping the arm's motion coordinated.
+    fn drives_into_limit(&self, goal: &JointVector) -> bool {
+        let dt = self.dt;
+        (0..self.limits.len()).any(|j| {
+            let prev = if self.had_goal {
+                self.prev_goal[j]
+            } else {
+                self.state.position[j]
+            };
+            // The velocity the joint would really get (speed-limited), from where it stands.
+            let vmax = self.limits.velocity[j];
+            let v = ((goal[j] - prev) / dt).clamp(-vmax, vmax);
+            let p = self.state.position[j];
+            // The planning deceleration, as in the velocity band: the brake comes before any
+            // single joint would start to deviate from the coordinated motion.
+            let a = PLAN_ACCEL_FRACTION * self.limits.acceleration[j];
+            (v > 0.0 && v > braking_velocity(self.limits.upper[j] - p, a, dt))
+                || (v < 0.0 && -v > braking_velocity(p - self.limits.lower[j], a, dt))
+        })
+    }
+
     /// One control period: moves the commanded state toward `target`. `measured` is the latest
     /// measured position (for `max_step`).
     pub fn step(&mut self, target: Target<'_>, measured: &JointVector) -> GovernorReport {
         let mut report = GovernorReport::default();
         let dt = self.dt;
         let n = self.limits.len();
+        let mut target = target;
+        if let Target::Track(goal) = target {
+            if self.drives_into_limit(goal) {
+                report.limit_brake = true;
+                target = Target::Stop;
+            }
+            self.prev_goal = *goal;
+        }
+        self.had_goal = matches!(target, Target::Track(_)) || report.limit_brake;
         let start_tracking = matches!(target, Target::Track(_)) && !self.tracking;
         self.tracking = matches!(target, Target::Track(_));
         let mut at_rest = true;
@@ -298,6 +341,33 @@ mod tests {
             assert!(g.state().position[0] <= 0.5);
         }
         assert!((g.state().position[0] - 0.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn when_target_runs_into_a_limit_expect_all_joints_brake_together() {
+        let dt = 0.005;
+        let two = RobotLimits::new(vec![
+            limits(-0.5, 0.5).joints[0].clone(),
+            limits(-3.0, 3.0).joints[0].clone(),
+        ]);
+        let mut g = Governor::new(two, dt, JointVector::zeros(2));
+        let meas = JointVector::zeros(2);
+        // Both joints follow a ramp at 0.8 rad/s; joint 0's ramp runs through its limit at 0.5.
+        let mut braked = false;
+        for k in 1..400 {
+            let x = 0.8 * k as f64 * dt;
+            let goal = JointVector::from_slice(&[x, x]);
+            if g.step(Target::Track(&goal), &meas).limit_brake {
+                braked = true;
+                break;
+            }
+        }
+        assert!(braked, "braked before the limit");
+        assert!(g.state().position[0] < 0.5);
+        while !g.step(Target::Stop, &meas).at_rest {}
+        // Joint 1 had room to go on to 1.6 rad; it stopped together with joint 0 instead.
+        let (p0, p1) = (g.state().position[0], g.state().position[1]);
+        assert!(p0 <= 0.5 && (p0 - p1).abs() < 0.1 && p1 < 0.6, "{p0} {p1}");
     }
 
     #[test]

@@ -13,6 +13,8 @@ pub enum HoldReason {
     Overruns,
     /// The tool point would leave the configured workspace box.
     Workspace,
+    /// The target would have carried a joint into its position limit: all joints braked.
+    PositionLimit,
     /// The executor produced a non-finite target (defence in depth: chunks are checked on arrival).
     NonFiniteTarget,
     /// After an e-stop reset: waiting for a chunk computed from an observation after the reset.
@@ -60,6 +62,7 @@ impl HoldReason {
             HoldReason::StaleCamera(_) => "stale_camera",
             HoldReason::Overruns => "overrun_streak",
             HoldReason::Workspace => "workspace",
+            HoldReason::PositionLimit => "position_limit",
             HoldReason::NonFiniteTarget => "non_finite_target",
             HoldReason::AfterReset => "after_reset",
         }
@@ -76,6 +79,7 @@ pub enum SafetyEvent {
     ChunkStarved,
     OverrunStreak,
     Workspace,
+    PositionLimit,
     NonFiniteTarget,
     PositionClamped,
     MaxStepClamped,
@@ -83,7 +87,7 @@ pub enum SafetyEvent {
 }
 
 impl SafetyEvent {
-    pub const ALL: [SafetyEvent; 11] = [
+    pub const ALL: [SafetyEvent; 12] = [
         SafetyEvent::EStop,
         SafetyEvent::Reset,
         SafetyEvent::StaleJointState,
@@ -91,6 +95,7 @@ impl SafetyEvent {
         SafetyEvent::ChunkStarved,
         SafetyEvent::OverrunStreak,
         SafetyEvent::Workspace,
+        SafetyEvent::PositionLimit,
         SafetyEvent::NonFiniteTarget,
         SafetyEvent::PositionClamped,
         SafetyEvent::MaxStepClamped,
@@ -107,6 +112,7 @@ impl SafetyEvent {
             SafetyEvent::ChunkStarved => "chunk_starved",
             SafetyEvent::OverrunStreak => "overrun_streak",
             SafetyEvent::Workspace => "workspace",
+            SafetyEvent::PositionLimit => "position_limit",
             SafetyEvent::NonFiniteTarget => "non_finite_target",
             SafetyEvent::PositionClamped => "position_clamped",
             SafetyEvent::MaxStepClamped => "max_step_clamped",
@@ -121,6 +127,7 @@ impl SafetyEvent {
             HoldReason::StaleCamera(_) => SafetyEvent::StaleCamera,
             HoldReason::Overruns => SafetyEvent::OverrunStreak,
             HoldReason::Workspace => SafetyEvent::Workspace,
+            HoldReason::PositionLimit => SafetyEvent::PositionLimit,
             HoldReason::NonFiniteTarget => SafetyEvent::NonFiniteTarget,
             HoldReason::AfterReset => return None,
         })

@@ -1,0 +1,218 @@
+//! The controller's state machine, driven tick by tick: watchdogs and freshness rules that the
+//! scenario tests cannot hit deterministically.
+
+use pi0d::config::{Interpolation, MergeMode};
+use pi0d::control::controller::{
+    ChunkOutcome, ControllerSettings, JointMeasurement, LateRejection,
+};
+use pi0d::control::{Controller, Executor, JointChunk, TickInputs, TickReport};
+use pi0d::joints::JointVector;
+use pi0d::robot::{JointKind, JointLimits, RobotLimits};
+use pi0d::safety::{HoldReason, Mode};
+use pi0d::time::MonoTime;
+
+const DT: f64 = 0.005;
+
+struct Rig {
+    ctl: Controller,
+    t0: MonoTime,
+    k: u64,
+    measured: JointMeasurement,
+}
+
+fn limits() -> RobotLimits {
+    RobotLimits::new(
+        (0..2)
+            .map(|j| JointLimits {
+                name: format!("j{j}"),
+                kind: JointKind::Revolute,
+                lower: -2.0,
+                upper: 2.0,
+                velocity: 1.0,
+                acceleration: 5.0,
+                jerk: 100.0,
+                effort: 0.0,
+                soft: None,
+                max_step: f64::INFINITY,
+            })
+            .collect(),
+    )
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let t0 = MonoTime::from_nanos(5_000_000_000);
+        let measured = JointMeasurement {
+            stamp: t0,
+            position: JointVector::zeros(2),
+        };
+        let settings = ControllerSettings {
+            joint_state_timeout_s: 0.1,
+            camera_timeout_s: 0.5,
+            overrun_streak: 5,
+            request_threshold_s: 0.5,
+            warmup_chunks: 0,
+        };
+        let ex = Executor::new(Interpolation::Quintic, MergeMode::Blend, 0.1, DT);
+        let ctl = Controller::new(limits(), DT, ex, None, settings, &measured, t0).unwrap();
+        let mut rig = Rig {
+            ctl,
+            t0,
+            k: 0,
+            measured,
+        };
+        // Observations from before the start-gate measurement are not fresh: run a little first.
+        for _ in 0..20 {
+            rig.tick(None, 0, false, 0);
+        }
+        rig
+    }
+
+    fn now(&self) -> MonoTime {
+        self.t0.offset_seconds(self.k as f64 * DT)
+    }
+
+    /// A slow ramp chunk observed `age_s` before now.
+    fn chunk(&self, age_s: f64) -> Box<JointChunk> {
+        let mut c = JointChunk::with_capacity(50);
+        c.obs_stamp = self.now().offset_seconds(-age_s);
+        c.period_s = 0.02;
+        for i in 0..50 {
+            let x = 0.2 * i as f64 * 0.02;
+            c.positions.push(JointVector::from_slice(&[x, -x]));
+        }
+        c.update_derivatives();
+        Box::new(c)
+    }
+
+    fn tick(
+        &mut self,
+        chunk: Option<Box<JointChunk>>,
+        overrun_streak: u32,
+        estop: bool,
+        resets: u64,
+    ) -> TickReport {
+        self.k += 1;
+        let now = self.now();
+        self.measured.stamp = now.offset_seconds(-0.002);
+        let r = self.ctl.tick(
+            TickInputs {
+                now,
+                measured: &self.measured,
+                camera_stamps: &[],
+                estop,
+                resets,
+                new_chunk: chunk,
+                overrun_streak,
+                stop_requested: false,
+                inference_in_flight: false,
+            },
+            &mut |_| {},
+        );
+        self.measured.position = r.command.position;
+        r
+    }
+}
+
+#[test]
+fn when_overrun_streak_reaches_limit_expect_hold() {
+    let mut rig = Rig::new();
+    let c = rig.chunk(0.05);
+    rig.tick(Some(c), 0, false, 0);
+    assert_eq!(rig.ctl.mode(), Mode::Running);
+    for streak in 1..5 {
+        rig.tick(None, streak, false, 0);
+        assert_eq!(
+            rig.ctl.mode(),
+            Mode::Running,
+            "streak {streak} is below the limit of 5"
+        );
+    }
+    rig.tick(None, 5, false, 0);
+    assert_eq!(rig.ctl.mode(), Mode::Holding(HoldReason::Overruns));
+}
+
+#[test]
+fn when_chunk_predates_hold_expect_not_fresh_and_never_replayed() {
+    let mut rig = Rig::new();
+    let c = rig.chunk(0.05);
+    rig.tick(Some(c), 0, false, 0);
+    // Joint states stall: hold.
+    let stale_since = rig.measured.stamp;
+    for _ in 0..30 {
+        rig.k += 1;
+        let now = rig.now();
+        let measured = JointMeasurement {
+            stamp: stale_since,
+            position: rig.measured.position,
+        };
+        rig.ctl.tick(
+            TickInputs {
+                now,
+                measured: &measured,
+                camera_stamps: &[],
+                estop: false,
+                resets: 0,
+                new_chunk: None,
+                overrun_streak: 0,
+                stop_requested: false,
+                inference_in_flight: false,
+            },
+            &mut |_| {},
+        );
+    }
+    assert_eq!(rig.ctl.mode(), Mode::Holding(HoldReason::StaleJointState));
+    // Inputs are fresh again; a chunk computed from an observation before the hold is refused.
+    let old = rig.chunk(0.2);
+    let r = rig.tick(Some(old), 0, false, 0);
+    assert!(
+        matches!(
+            r.chunk,
+            Some(ChunkOutcome::Rejected {
+                reason: LateRejection::NotFresh,
+                ..
+            })
+        ),
+        "{:?}",
+        r.chunk
+    );
+    assert!(matches!(rig.ctl.mode(), Mode::Holding(_)));
+    let fresh = rig.chunk(0.01);
+    let r = rig.tick(Some(fresh), 0, false, 0);
+    assert!(
+        matches!(r.chunk, Some(ChunkOutcome::Accepted { .. })),
+        "{:?}",
+        r.chunk
+    );
+    assert_eq!(rig.ctl.mode(), Mode::Running);
+}
+
+#[test]
+fn when_reset_while_still_moving_expect_refused_and_latched() {
+    let mut rig = Rig::new();
+    let c = rig.chunk(0.05);
+    rig.tick(Some(c), 0, false, 0);
+    for _ in 0..100 {
+        rig.tick(None, 0, false, 0);
+    }
+    assert!(rig.ctl.commanded().velocity[0] > 0.1, "moving");
+    rig.tick(None, 0, true, 0);
+    assert_eq!(rig.ctl.mode(), Mode::EStopped);
+    // E-stop released and reset at once, while the arm still decelerates.
+    let r = rig.tick(None, 0, false, 1);
+    assert!(r.reset_refused);
+    assert_eq!(rig.ctl.mode(), Mode::EStopped);
+    for _ in 0..200 {
+        rig.tick(None, 0, false, 1);
+    }
+    assert_eq!(rig.ctl.commanded().velocity[0], 0.0, "at rest");
+    let r = rig.tick(None, 0, false, 2);
+    assert!(!r.reset_refused);
+    assert_eq!(rig.ctl.mode(), Mode::Holding(HoldReason::AfterReset));
+    // Still nothing moves until a fresh chunk arrives.
+    let p = rig.ctl.commanded().position;
+    for _ in 0..50 {
+        rig.tick(None, 0, false, 2);
+    }
+    assert_eq!(rig.ctl.commanded().position, p);
+}
