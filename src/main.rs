@@ -37,6 +37,25 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Run the policy model alone on an inputs file (safetensors) and write `actions`.
+    Infer {
+        /// Checkpoint directory (config.json + model.safetensors) or a bare .safetensors file.
+        #[arg(long)]
+        checkpoint: PathBuf,
+        /// JSON with head counts shapes cannot tell: {"vision_heads", "heads", "kv_heads", "head_dim"}.
+        #[arg(long)]
+        arch: Option<PathBuf>,
+        #[arg(long)]
+        inputs: PathBuf,
+        #[arg(long)]
+        output: PathBuf,
+        /// Run the inference N times after loading; print one JSON timing line per run.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+        /// Matmul threads (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -57,6 +76,27 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("error: {e}");
+                exit::CONFIG
+            }
+        },
+        Command::Infer {
+            checkpoint,
+            arch,
+            inputs,
+            output,
+            repeat,
+            threads,
+        } => match infer(
+            &checkpoint,
+            arch.as_deref(),
+            &inputs,
+            &output,
+            repeat,
+            threads,
+        ) {
+            Ok(()) => exit::OK,
+            Err(e) => {
+                eprintln!("error: {e:#}");
                 exit::CONFIG
             }
         },
@@ -120,6 +160,35 @@ fn run(
     } else {
         exit::FAULT
     })
+}
+
+fn infer(
+    checkpoint: &std::path::Path,
+    arch: Option<&std::path::Path>,
+    inputs: &std::path::Path,
+    output: &std::path::Path,
+    repeat: usize,
+    threads: Option<usize>,
+) -> anyhow::Result<()> {
+    use pi0d::policy::pi0::{infer, ArchOverrides, Checkpoint, Pi0Model};
+    let overrides = arch.map(ArchOverrides::load).transpose()?;
+    let ck = Checkpoint::load(checkpoint)?;
+    let threads =
+        threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let model = Pi0Model::load(&ck, overrides, threads)?;
+    drop(ck);
+    let batch = infer::Batch::read(inputs, &model)?;
+    let mut last = None;
+    for _ in 0..repeat.max(1) {
+        let (actions, timing) = infer::run_batch(&model, &batch);
+        if repeat > 1 {
+            println!("{}", serde_json::to_string(&timing)?);
+        }
+        last = Some(actions);
+    }
+    let actions = last.expect("ran at least once");
+    infer::write_actions(output, &model, &batch, &actions)?;
+    Ok(())
 }
 
 fn print_check(cfg: &Config) {

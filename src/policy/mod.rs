@@ -2,6 +2,7 @@
 //! (`worker`), never on the control thread.
 
 pub mod faulty;
+pub mod pi0;
 pub mod replay;
 pub mod scripted;
 pub mod worker;

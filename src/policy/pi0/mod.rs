@@ -1,0 +1,10 @@
+//! pi0 / pi0.5 on the CPU, numerically matching lerobot (see `tests/pi0_golden.rs`).
+
+pub mod checkpoint;
+pub mod infer;
+pub mod model;
+pub mod ops;
+pub mod tensorfile;
+
+pub use checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
+pub use model::{Arch, Pi0Input, Pi0Model, Timing, Variant};

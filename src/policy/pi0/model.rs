@@ -1,0 +1,681 @@
+//! pi0 and pi0.5: SigLIP + projector + Gemma prefix (KV cache), then flow-matching denoising
+//! with the Gemma action expert attending to that cache layer by layer. Layer and tensor names
+//! follow the checkpoint; the math follows lerobot's `PI0Pytorch` / `PI05Pytorch`.
+
+use gemm::Parallelism;
+
+use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, WeightDtype};
+use super::ops::{attention, gelu_tanh, silu, LayerNorm, Linear, Norm, Rope};
+
+const VISION: &str = "paligemma_with_expert.paligemma.model.vision_tower.vision_model";
+const PROJECTOR: &str = "paligemma_with_expert.paligemma.model.multi_modal_projector.linear";
+const LM: &str = "paligemma_with_expert.paligemma.model.language_model";
+const LM_HEAD: &str = "paligemma_with_expert.paligemma.lm_head.weight";
+const EXPERT: &str = "paligemma_with_expert.gemma_expert.model";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    Pi0,
+    Pi05,
+}
+
+/// Sizes read from the checkpoint's tensor shapes (plus head counts).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Arch {
+    pub variant: Variant,
+    pub image_size: usize,
+    pub patch: usize,
+    pub vision_width: usize,
+    pub vision_layers: usize,
+    pub vision_mlp: usize,
+    pub vision_heads: usize,
+    pub width: usize,
+    pub vocab: usize,
+    pub layers: usize,
+    pub mlp: usize,
+    pub expert_width: usize,
+    pub expert_mlp: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub action_dim: usize,
+    pub state_dim: usize,
+    pub chunk: usize,
+    pub steps: usize,
+}
+
+impl Arch {
+    pub fn tokens_per_image(&self) -> usize {
+        (self.image_size / self.patch).pow(2)
+    }
+}
+
+struct SigLipLayer {
+    ln1: LayerNorm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    out: Linear,
+    ln2: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+struct GemmaLayer {
+    input_norm: Norm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    post_norm: Norm,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+struct Gemma {
+    layers: Vec<GemmaLayer>,
+    norm: Norm,
+    width: usize,
+}
+
+pub struct Pi0Model {
+    pub arch: Arch,
+    patch_embed: Linear,
+    position_embed: Vec<f32>,
+    vision_layers: Vec<SigLipLayer>,
+    post_ln: LayerNorm,
+    projector: Linear,
+    embed: Vec<f32>,
+    embed_dtype: WeightDtype,
+    lm: Gemma,
+    expert: Gemma,
+    state_proj: Option<Linear>,
+    action_in: Linear,
+    action_out: Linear,
+    time_in: Linear,
+    time_out: Linear,
+    rope: Rope,
+    min_period: f64,
+    max_period: f64,
+    par: Parallelism,
+}
+
+/// The prefix's per-layer keys and values (post-RoPE) and its pad mask.
+pub struct KvCache {
+    pub k: Vec<Vec<f32>>,
+    pub v: Vec<Vec<f32>>,
+    pub pad: Vec<bool>,
+}
+
+/// One batch element's model inputs (already preprocessed).
+pub struct Pi0Input<'a> {
+    /// Per camera: `[3, H, W]` in [-1, 1].
+    pub images: Vec<&'a [f32]>,
+    pub image_masks: Vec<bool>,
+    pub tokens: &'a [i64],
+    pub token_masks: &'a [bool],
+    /// Normalized state padded to `state_dim` (unused by pi0.5, whose state is in the prompt).
+    pub state: &'a [f32],
+    /// `[chunk, action_dim]` initial noise.
+    pub noise: &'a [f32],
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timing {
+    pub prefix_ms: f64,
+    pub steps_ms: f64,
+}
+
+fn arch_err(ck: &Checkpoint, message: String) -> CheckpointError {
+    CheckpointError::Arch {
+        path: ck.path.clone(),
+        message,
+    }
+}
+
+fn dim(ck: &Checkpoint, name: &str, axis: usize) -> Result<usize, CheckpointError> {
+    let t = ck.find(&[name])?;
+    t.shape
+        .get(axis)
+        .copied()
+        .ok_or_else(|| arch_err(ck, format!("tensor `{name}` has shape {:?}", t.shape)))
+}
+
+impl Arch {
+    /// Reads sizes from tensor shapes; head counts come from `overrides` (an arch file) or
+    /// default to the real pi0 values when those fit the shapes.
+    pub fn from_checkpoint(
+        ck: &Checkpoint,
+        overrides: Option<ArchOverrides>,
+    ) -> Result<Arch, CheckpointError> {
+        let variant = if ck.contains("time_mlp_in.weight") && !ck.contains("state_proj.weight") {
+            Variant::Pi05
+        } else if ck.config.kind == "pi05" {
+            Variant::Pi05
+        } else {
+            Variant::Pi0
+        };
+        let pe = format!("{VISION}.embeddings.patch_embedding.weight");
+        let vision_width = dim(ck, &pe, 0)?;
+        let patch = dim(ck, &pe, 2)?;
+        let positions = dim(
+            ck,
+            &format!("{VISION}.embeddings.position_embedding.weight"),
+            0,
+        )?;
+        let side = (positions as f64).sqrt().round() as usize;
+        if side * side != positions {
+            return Err(arch_err(
+                ck,
+                format!("position embedding has {positions} rows, not a square number of patches"),
+            ));
+        }
+        let embed = ck.find(&[&format!("{LM}.embed_tokens.weight"), LM_HEAD])?;
+        let (vocab, width) = (embed.shape[0], embed.shape[1]);
+        let layers = ck.count_layers(&format!("{LM}.layers"));
+        let expert_layers = ck.count_layers(&format!("{EXPERT}.layers"));
+        if layers == 0 || layers != expert_layers {
+            return Err(arch_err(ck, format!("language model has {layers} layers and the action expert {expert_layers}: they must be equal and non-zero")));
+        }
+        let q_out = dim(ck, &format!("{LM}.layers.0.self_attn.q_proj.weight"), 0)?;
+        let k_out = dim(ck, &format!("{LM}.layers.0.self_attn.k_proj.weight"), 0)?;
+        let o = overrides.or(ck.arch_file).unwrap_or(ArchOverrides::PI0);
+        if o.heads * o.head_dim != q_out
+            || o.kv_heads * o.head_dim != k_out
+            || o.heads % o.kv_heads != 0
+        {
+            return Err(arch_err(
+                ck,
+                format!(
+                    "q_proj has {q_out} and k_proj {k_out} outputs, which {} heads / {} KV heads of {} do not give: pass --arch with the head counts",
+                    o.heads, o.kv_heads, o.head_dim
+                ),
+            ));
+        }
+        if vision_width % o.vision_heads != 0 {
+            return Err(arch_err(
+                ck,
+                format!(
+                    "vision width {vision_width} is not divisible by {} heads: pass --arch",
+                    o.vision_heads
+                ),
+            ));
+        }
+        let expert_width = dim(ck, &format!("{EXPERT}.layers.0.self_attn.q_proj.weight"), 1)?;
+        let action_dim = dim(ck, "action_out_proj.weight", 0)?;
+        let cfg = &ck.config;
+        let arch = Arch {
+            variant,
+            image_size: side * patch,
+            patch,
+            vision_width,
+            vision_layers: ck.count_layers(&format!("{VISION}.encoder.layers")),
+            vision_mlp: dim(ck, &format!("{VISION}.encoder.layers.0.mlp.fc1.weight"), 0)?,
+            vision_heads: o.vision_heads,
+            width,
+            vocab,
+            layers,
+            mlp: dim(ck, &format!("{LM}.layers.0.mlp.gate_proj.weight"), 0)?,
+            expert_width,
+            expert_mlp: dim(ck, &format!("{EXPERT}.layers.0.mlp.gate_proj.weight"), 0)?,
+            heads: o.heads,
+            kv_heads: o.kv_heads,
+            head_dim: o.head_dim,
+            action_dim,
+            state_dim: cfg.max_state_dim,
+            chunk: cfg.chunk_size,
+            steps: cfg.num_inference_steps,
+        };
+        if cfg.image_resolution[0] != arch.image_size || cfg.image_resolution[1] != arch.image_size
+        {
+            return Err(arch_err(
+                ck,
+                format!(
+                    "config image_resolution {:?} does not match the {}-pixel position embedding",
+                    cfg.image_resolution, arch.image_size
+                ),
+            ));
+        }
+        Ok(arch)
+    }
+}
+
+fn load_gemma(
+    ck: &Checkpoint,
+    base: &str,
+    a: &Arch,
+    width: usize,
+    mlp: usize,
+    adaptive: bool,
+) -> Result<Gemma, CheckpointError> {
+    let norm = |name: &str| -> Result<Norm, CheckpointError> {
+        if adaptive {
+            Ok(Norm::Adaptive(Linear::load(
+                ck,
+                &[&format!("{name}.dense")],
+                3 * width,
+                width,
+                true,
+            )?))
+        } else {
+            Ok(Norm::Rms(
+                ck.take(&[&format!("{name}.weight")], &[width])?.data,
+            ))
+        }
+    };
+    let (h, kh, hd) = (a.heads, a.kv_heads, a.head_dim);
+    let mut layers = Vec::new();
+    for i in 0..a.layers {
+        let p = format!("{base}.layers.{i}");
+        let lin = |n: &str, o, inp| Linear::load(ck, &[&format!("{p}.{n}")], o, inp, false);
+        layers.push(GemmaLayer {
+            input_norm: norm(&format!("{p}.input_layernorm"))?,
+            q: lin("self_attn.q_proj", h * hd, width)?,
+            k: lin("self_attn.k_proj", kh * hd, width)?,
+            v: lin("self_attn.v_proj", kh * hd, width)?,
+            o: lin("self_attn.o_proj", width, h * hd)?,
+            post_norm: norm(&format!("{p}.post_attention_layernorm"))?,
+            gate: lin("mlp.gate_proj", mlp, width)?,
+            up: lin("mlp.up_proj", mlp, width)?,
+            down: lin("mlp.down_proj", width, mlp)?,
+        });
+    }
+    Ok(Gemma {
+        layers,
+        norm: norm(&format!("{base}.norm"))?,
+        width,
+    })
+}
+
+impl Pi0Model {
+    pub fn load(
+        ck: &Checkpoint,
+        overrides: Option<ArchOverrides>,
+        threads: usize,
+    ) -> Result<Pi0Model, CheckpointError> {
+        let a = Arch::from_checkpoint(ck, overrides)?;
+        let vw = a.vision_width;
+        let pe = ck.take(
+            &[&format!("{VISION}.embeddings.patch_embedding.weight")],
+            &[vw, 3, a.patch, a.patch],
+        )?;
+        let patch_embed = Linear {
+            dtype: pe.dtype,
+            w: pe.data,
+            b: Some(
+                ck.take(
+                    &[&format!("{VISION}.embeddings.patch_embedding.bias")],
+                    &[vw],
+                )?
+                .data,
+            ),
+            out_dim: vw,
+            in_dim: 3 * a.patch * a.patch,
+        };
+        let mut vision_layers = Vec::new();
+        for i in 0..a.vision_layers {
+            let p = format!("{VISION}.encoder.layers.{i}");
+            let lin = |n: &str, o, inp| Linear::load(ck, &[&format!("{p}.{n}")], o, inp, true);
+            vision_layers.push(SigLipLayer {
+                ln1: LayerNorm::load(ck, &format!("{p}.layer_norm1"), vw)?,
+                q: lin("self_attn.q_proj", vw, vw)?,
+                k: lin("self_attn.k_proj", vw, vw)?,
+                v: lin("self_attn.v_proj", vw, vw)?,
+                out: lin("self_attn.out_proj", vw, vw)?,
+                ln2: LayerNorm::load(ck, &format!("{p}.layer_norm2"), vw)?,
+                fc1: lin("mlp.fc1", a.vision_mlp, vw)?,
+                fc2: lin("mlp.fc2", vw, a.vision_mlp)?,
+            });
+        }
+        let embed = ck.take(
+            &[&format!("{LM}.embed_tokens.weight"), LM_HEAD],
+            &[a.vocab, a.width],
+        )?;
+        let ew = a.expert_width;
+        let pi05 = a.variant == Variant::Pi05;
+        let (time_in, time_out) = if pi05 {
+            (
+                Linear::load(ck, &["time_mlp_in"], ew, ew, true)?,
+                Linear::load(ck, &["time_mlp_out"], ew, ew, true)?,
+            )
+        } else {
+            (
+                Linear::load(ck, &["action_time_mlp_in", "time_mlp_in"], ew, 2 * ew, true)?,
+                Linear::load(ck, &["action_time_mlp_out", "time_mlp_out"], ew, ew, true)?,
+            )
+        };
+        Ok(Pi0Model {
+            patch_embed,
+            position_embed: ck
+                .take(
+                    &[&format!("{VISION}.embeddings.position_embedding.weight")],
+                    &[a.tokens_per_image(), vw],
+                )?
+                .data,
+            vision_layers,
+            post_ln: LayerNorm::load(ck, &format!("{VISION}.post_layernorm"), vw)?,
+            projector: Linear::load(ck, &[PROJECTOR], a.width, vw, true)?,
+            embed_dtype: embed.dtype,
+            embed: embed.data,
+            lm: load_gemma(ck, LM, &a, a.width, a.mlp, false)?,
+            expert: load_gemma(ck, EXPERT, &a, ew, a.expert_mlp, pi05)?,
+            state_proj: if pi05 {
+                None
+            } else {
+                Some(Linear::load(ck, &["state_proj"], ew, a.state_dim, true)?)
+            },
+            action_in: Linear::load(ck, &["action_in_proj"], ew, a.action_dim, true)?,
+            action_out: Linear::load(ck, &["action_out_proj"], a.action_dim, ew, true)?,
+            time_in,
+            time_out,
+            rope: Rope::new(a.head_dim),
+            min_period: ck.config.min_period,
+            max_period: ck.config.max_period,
+            par: if threads > 1 {
+                Parallelism::Rayon(threads)
+            } else {
+                Parallelism::None
+            },
+            arch: a,
+        })
+    }
+
+    /// SigLIP + projector for one `[3, S, S]` image: `[tokens, width]`.
+    fn embed_image(&self, image: &[f32]) -> Vec<f32> {
+        let a = &self.arch;
+        let (p, side, vw) = (a.patch, a.image_size / a.patch, a.vision_width);
+        let n = side * side;
+        // Patches flattened as the conv weight is: channel, row, column.
+        let mut patches = vec![0.0f32; n * 3 * p * p];
+        for py in 0..side {
+            for px in 0..side {
+                let dst = &mut patches[(py * side + px) * 3 * p * p..][..3 * p * p];
+                for c in 0..3 {
+                    for ky in 0..p {
+                        let row =
+                            c * a.image_size * a.image_size + (py * p + ky) * a.image_size + px * p;
+                        dst[(c * p + ky) * p..][..p].copy_from_slice(&image[row..row + p]);
+                    }
+                }
+            }
+        }
+        let mut x = self.patch_embed.apply(&patches, n, self.par);
+        for (xi, pi) in x.iter_mut().zip(&self.position_embed) {
+            *xi += pi;
+        }
+        let mut h = vec![0.0f32; n * vw];
+        let mut att = vec![0.0f32; n * vw];
+        let hd = vw / a.vision_heads;
+        for l in &self.vision_layers {
+            l.ln1.forward(&x, &mut h);
+            let q = l.q.apply(&h, n, self.par);
+            let k = l.k.apply(&h, n, self.par);
+            let v = l.v.apply(&h, n, self.par);
+            attention(
+                &q,
+                &k,
+                &v,
+                n,
+                n,
+                a.vision_heads,
+                a.vision_heads,
+                hd,
+                &|_, _| true,
+                &mut att,
+                self.par,
+            );
+            let o = l.out.apply(&att, n, self.par);
+            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+            l.ln2.forward(&x, &mut h);
+            let mut m = l.fc1.apply(&h, n, self.par);
+            m.iter_mut().for_each(|v| *v = gelu_tanh(*v));
+            let o = l.fc2.apply(&m, n, self.par);
+            x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+        }
+        self.post_ln.forward(&x, &mut h);
+        self.projector.apply(&h, n, self.par)
+    }
+
+    /// Runs the prefix (images, then text) through the language model; keeps each layer's K, V.
+    pub fn prefix(&self, input: &Pi0Input) -> KvCache {
+        let a = &self.arch;
+        let w = a.width;
+        let tpi = a.tokens_per_image();
+        let mut x = Vec::new();
+        let mut pad = Vec::new();
+        for (img, &mask) in input.images.iter().zip(&input.image_masks) {
+            x.extend(self.embed_image(img));
+            pad.extend(std::iter::repeat_n(mask, tpi));
+        }
+        // Text embeddings scaled by sqrt(width) in the embedding's storage type (as PyTorch).
+        let scale = self.embed_dtype.round((w as f64).sqrt() as f32);
+        for (&tok, &m) in input.tokens.iter().zip(input.token_masks) {
+            let id = (tok.max(0) as usize).min(a.vocab - 1);
+            x.extend(
+                self.embed[id * w..(id + 1) * w]
+                    .iter()
+                    .map(|e| self.embed_dtype.round(e * scale)),
+            );
+            pad.push(m);
+        }
+        let n = pad.len();
+        let positions: Vec<i64> = pad
+            .iter()
+            .scan(0i64, |acc, &p| {
+                *acc += p as i64;
+                Some(*acc - 1)
+            })
+            .collect();
+        let mut cache = KvCache {
+            k: Vec::new(),
+            v: Vec::new(),
+            pad,
+        };
+        let pad = cache.pad.clone();
+        let allowed = |i: usize, j: usize| pad[i] && pad[j];
+        for layer in &self.lm.layers {
+            let (k, v) = self.gemma_layer(layer, &mut x, n, &positions, None, None, &allowed);
+            cache.k.push(k);
+            cache.v.push(v);
+        }
+        cache
+    }
+
+    /// One decoder layer in place on `x` (`[n, width]`). Extra keys/values from the cache are
+    /// put in front of this layer's own. Returns this layer's (post-RoPE) keys and values.
+    #[allow(clippy::too_many_arguments)]
+    fn gemma_layer(
+        &self,
+        l: &GemmaLayer,
+        x: &mut [f32],
+        n: usize,
+        positions: &[i64],
+        cached: Option<(&[f32], &[f32])>,
+        modulation: Option<(&[f32], &[f32])>,
+        allowed: &dyn Fn(usize, usize) -> bool,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let a = &self.arch;
+        let width = x.len() / n;
+        let (h, kh, hd) = (a.heads, a.kv_heads, a.head_dim);
+        let mut normed = vec![0.0f32; n * width];
+        l.input_norm
+            .forward(x, &mut normed, modulation.map(|m| m.0));
+        let mut q = l.q.apply(&normed, n, self.par);
+        let mut k = l.k.apply(&normed, n, self.par);
+        let v = l.v.apply(&normed, n, self.par);
+        self.rope.apply(&mut q, positions, h);
+        self.rope.apply(&mut k, positions, kh);
+        let mut att = vec![0.0f32; n * h * hd];
+        match cached {
+            None => attention(&q, &k, &v, n, n, h, kh, hd, allowed, &mut att, self.par),
+            Some((ck, cv)) => {
+                let kk = [ck, &k].concat();
+                let vv = [cv, &v].concat();
+                let t = kk.len() / (kh * hd);
+                attention(&q, &kk, &vv, n, t, h, kh, hd, allowed, &mut att, self.par);
+            }
+        }
+        let o = l.o.apply(&att, n, self.par);
+        let gate = modulation.map(|m| &m.0[2 * width..3 * width]);
+        residual(x, &o, gate, width);
+        l.post_norm.forward(x, &mut normed, modulation.map(|m| m.1));
+        let mut g = l.gate.apply(&normed, n, self.par);
+        let u = l.up.apply(&normed, n, self.par);
+        g.iter_mut()
+            .zip(&u)
+            .for_each(|(g, u)| *g = gelu_tanh(*g) * u);
+        let d = l.down.apply(&g, n, self.par);
+        let gate = modulation.map(|m| &m.1[2 * width..3 * width]);
+        residual(x, &d, gate, width);
+        (k, v)
+    }
+
+    /// Sine-cosine embedding of the flow time, computed in f64 from the f32 time, as lerobot.
+    fn time_embedding(&self, t: f32) -> Vec<f32> {
+        let d = self.arch.expert_width;
+        let half = d / 2;
+        let mut out = vec![0.0f32; d];
+        for j in 0..half {
+            let fraction = if half > 1 {
+                j as f64 / (half - 1) as f64
+            } else {
+                0.0
+            };
+            let period = self.min_period * (self.max_period / self.min_period).powf(fraction);
+            let x = 1.0 / period * 2.0 * std::f64::consts::PI * t as f64;
+            out[j] = x.sin() as f32;
+            out[half + j] = x.cos() as f32;
+        }
+        out
+    }
+
+    /// The velocity field at `x_t` (`[chunk, action_dim]`) and time `t`.
+    pub fn denoise_step(&self, cache: &KvCache, state: &[f32], x_t: &[f32], t: f32) -> Vec<f32> {
+        let a = &self.arch;
+        let ew = a.expert_width;
+        let chunk = a.chunk;
+        let time = self.time_embedding(t);
+        let actions = self.action_in.apply(x_t, chunk, self.par);
+        let (mut x, cond) = match &self.state_proj {
+            Some(sp) => {
+                // pi0: [state token | action tokens fused with time].
+                let mut fused = vec![0.0f32; chunk * 2 * ew];
+                for (i, row) in fused.chunks_exact_mut(2 * ew).enumerate() {
+                    row[..ew].copy_from_slice(&actions[i * ew..(i + 1) * ew]);
+                    row[ew..].copy_from_slice(&time);
+                }
+                let mut m = self.time_in.apply(&fused, chunk, self.par);
+                m.iter_mut().for_each(|v| *v = silu(*v));
+                let m = self.time_out.apply(&m, chunk, self.par);
+                let mut x = sp.apply(&state[..a.state_dim], 1, self.par);
+                x.extend(m);
+                (x, None)
+            }
+            None => {
+                // pi0.5: action tokens only; time conditions every expert norm.
+                let mut c = self.time_in.apply(&time, 1, self.par);
+                c.iter_mut().for_each(|v| *v = silu(*v));
+                let mut c = self.time_out.apply(&c, 1, self.par);
+                c.iter_mut().for_each(|v| *v = silu(*v));
+                (actions, Some(c))
+            }
+        };
+        let n = x.len() / ew;
+        let prefix_len = cache.pad.len();
+        let valid = cache.pad.iter().filter(|p| **p).count() as i64;
+        let positions: Vec<i64> = (0..n as i64).map(|i| valid + i).collect();
+        // Block attention: the state token sees the prefix and itself; action tokens see all.
+        let first_action = n - chunk;
+        let pad = &cache.pad;
+        let allowed = |i: usize, j: usize| {
+            if j < prefix_len {
+                pad[j]
+            } else {
+                let jj = j - prefix_len;
+                i >= first_action || jj < first_action
+            }
+        };
+        let modulations: Vec<(Vec<f32>, Vec<f32>)> = match &cond {
+            Some(c) => self
+                .expert
+                .layers
+                .iter()
+                .map(|l| {
+                    (
+                        l.input_norm
+                            .dense()
+                            .map(|d| d.apply(c, 1, self.par))
+                            .unwrap_or_default(),
+                        l.post_norm
+                            .dense()
+                            .map(|d| d.apply(c, 1, self.par))
+                            .unwrap_or_default(),
+                    )
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        for (i, layer) in self.expert.layers.iter().enumerate() {
+            let m = modulations
+                .get(i)
+                .map(|(a, b)| (a.as_slice(), b.as_slice()));
+            self.gemma_layer(
+                layer,
+                &mut x,
+                n,
+                &positions,
+                Some((&cache.k[i], &cache.v[i])),
+                m,
+                &allowed,
+            );
+        }
+        let final_mod = match (&cond, self.expert.norm.dense()) {
+            (Some(c), Some(d)) => Some(d.apply(c, 1, self.par)),
+            _ => None,
+        };
+        let mut out = vec![0.0f32; n * ew];
+        self.expert.norm.forward(&x, &mut out, final_mod.as_deref());
+        let _ = self.expert.width;
+        self.action_out
+            .apply(&out[(n - chunk) * ew..], chunk, self.par)
+    }
+
+    /// Full inference for one batch element: `[chunk, action_dim]` actions (normalized space).
+    pub fn sample_actions(&self, input: &Pi0Input) -> (Vec<f32>, Timing) {
+        let started = std::time::Instant::now();
+        let cache = self.prefix(input);
+        let prefix_ms = started.elapsed().as_secs_f64() * 1e3;
+        let steps = self.arch.steps;
+        let dt = -1.0 / steps as f64;
+        let mut x = input.noise.to_vec();
+        for step in 0..steps {
+            let t = (1.0 + step as f64 * dt) as f32;
+            let v = self.denoise_step(&cache, input.state, &x, t);
+            let dtf = dt as f32;
+            x.iter_mut().zip(&v).for_each(|(x, v)| *x += dtf * v);
+        }
+        let total = started.elapsed().as_secs_f64() * 1e3;
+        (
+            x,
+            Timing {
+                prefix_ms,
+                steps_ms: total - prefix_ms,
+            },
+        )
+    }
+}
+
+/// `x += y` or, with a gate (pi0.5's adaptive norms), `x += y * gate`.
+fn residual(x: &mut [f32], y: &[f32], gate: Option<&[f32]>, width: usize) {
+    match gate {
+        None => x.iter_mut().zip(y).for_each(|(x, y)| *x += y),
+        Some(g) => {
+            for (xr, yr) in x.chunks_exact_mut(width).zip(y.chunks_exact(width)) {
+                for i in 0..width {
+                    xr[i] += yr[i] * g[i];
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Writes the pi0 / pi0.5 golden fixtures under tests/fixtures/ with lerobot's own code.
+
+Run by hand (CI uses the committed fixtures):
+
+    tools/golden/setup.sh                       # once: Python 3.12 venv with pinned lerobot
+    ~/venvs/golden/bin/python tools/make_golden.py
+
+Tiny models are built by lerobot's classes with random weights (seeded): three module globals
+of lerobot.policies.pi0.modeling_pi0 (and pi05) are replaced so the same graph is built with
+small widths and depths. Nothing is fetched from any hub. The real pi0 head layout (8 query
+heads, 1 KV head) is kept; head counts that shapes cannot tell go to arch.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save_file, save_model
+
+import lerobot.policies.pi0.modeling_pi0 as pi0_mod
+import lerobot.policies.pi05.modeling_pi05 as pi05_mod
+from lerobot.configs.types import FeatureType, PolicyFeature
+from lerobot.policies.common.vla_utils import resize_with_pad_torch
+from lerobot.policies.pi0.configuration_pi0 import PI0Config
+from lerobot.policies.pi0.modeling_pi0 import PI0Policy
+from lerobot.policies.pi05.configuration_pi05 import PI05Config
+from lerobot.policies.pi05.modeling_pi05 import PI05Policy
+from lerobot.policies.pi_gemma import (
+    PaliGemmaForConditionalGenerationWithPiGemma as RealPaliGemma,
+    PiGemmaForCausalLM as RealPiGemma,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "fixtures"
+
+# Tiny shapes. Both transformers share depth, heads, KV heads and head dim (the expert attends to
+# the language model's KV cache layer by layer); lerobot hard-codes 8 query heads.
+VOCAB = 320
+LM = dict(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=16)
+EXPERT = dict(width=32, depth=2, mlp_dim=64, num_heads=8, num_kv_heads=1, head_dim=16)
+VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+ARCH = {"vision_heads": VISION["num_attention_heads"], "heads": 8, "kv_heads": 1, "head_dim": 16}
+ROBOT_DIM = 7
+
+
+def tiny_gemma_config(variant: str):
+    spec = LM if variant == "gemma_2b" else EXPERT
+    return pi0_mod.GemmaConfig(**spec)
+
+
+class TinyPaliGemma(RealPaliGemma):
+    def __init__(self, config):
+        for k, v in VISION.items():
+            setattr(config.vision_config, k, v)
+        config.vision_config.projection_dim = LM["width"]
+        config.projection_dim = LM["width"]
+        config.text_config.vocab_size = VOCAB
+        config._vocab_size = VOCAB
+        config.vocab_size = VOCAB
+        config.image_token_index = VOCAB - 1
+        super().__init__(config=config)
+
+
+class TinyPiGemma(RealPiGemma):
+    def __init__(self, config, **kwargs):
+        config.vocab_size = VOCAB
+        super().__init__(config, **kwargs)
+
+
+for mod in (pi0_mod, pi05_mod):
+    mod.get_gemma_config = tiny_gemma_config
+    mod.PaliGemmaForConditionalGenerationWithPiGemma = TinyPaliGemma
+    mod.PiGemmaForCausalLM = TinyPiGemma
+
+
+def features(cameras: int):
+    inputs = {
+        f"observation.images.cam{i}": PolicyFeature(type=FeatureType.VISUAL, shape=(3, 224, 224))
+        for i in range(cameras)
+    }
+    inputs["observation.state"] = PolicyFeature(type=FeatureType.STATE, shape=(ROBOT_DIM,))
+    outputs = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(ROBOT_DIM,))}
+    return inputs, outputs
+
+
+def build(kind: str, dtype: str, seed: int):
+    torch.manual_seed(seed)
+    inputs, outputs = features(3)
+    if kind == "pi0":
+        cfg = PI0Config(dtype=dtype, device="cpu", input_features=inputs, output_features=outputs)
+        policy = PI0Policy(cfg)
+    else:
+        cfg = PI05Config(dtype=dtype, device="cpu", input_features=inputs, output_features=outputs)
+        policy = PI05Policy(cfg)
+    # Random init leaves some weights at exactly 0 or 1 (norms, adaRMS dense); perturb every
+    # parameter so each one matters to the output.
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            noise = torch.randn(p.shape, dtype=torch.float32) * 0.05
+            p.add_(noise.to(p.dtype))
+    policy.eval()
+    return policy
+
+
+def save_checkpoint(policy, kind: str, dtype: str) -> Path:
+    d = OUT / f"{kind}_{dtype}"
+    d.mkdir(parents=True, exist_ok=True)
+    save_model(policy, str(d / "model.safetensors"))
+    policy.config._save_pretrained(d)
+    (d / "arch.json").write_text(json.dumps(ARCH, indent=2) + "\n")
+    return d
+
+
+def make_inputs(gen: torch.Generator, cameras: int, masked: list[int], batch: int, lengths: list[int],
+                max_len: int, pi05: bool):
+    t = {}
+    for i in range(cameras):
+        img = torch.rand(batch, 3, 224, 224, generator=gen) * 2 - 1
+        if i in masked:
+            img = torch.full_like(img, -1.0)
+        t[f"image{i}"] = img
+        t[f"img_mask{i}"] = torch.tensor([0 if i in masked else 1] * batch, dtype=torch.uint8)
+    tokens = torch.zeros(batch, max_len, dtype=torch.int64)
+    masks = torch.zeros(batch, max_len, dtype=torch.uint8)
+    for b, n in enumerate(lengths):
+        tokens[b, 0] = 2  # BOS
+        tokens[b, 1:n] = torch.randint(3, VOCAB, (n - 1,), generator=gen)
+        masks[b, :n] = 1
+    t["lang_tokens"] = tokens
+    t["lang_masks"] = masks
+    state = torch.zeros(batch, 32)
+    state[:, :ROBOT_DIM] = torch.rand(batch, ROBOT_DIM, generator=gen) * 2 - 1
+    t["state"] = state
+    t["noise"] = torch.randn(batch, 50, 32, generator=gen)
+    return t
+
+
+def run_case(policy, kind: str, name: str, inputs: dict):
+    cams = sorted(k for k in inputs if k.startswith("image"))
+    images = [inputs[k] for k in cams]
+    img_masks = [inputs[k.replace("image", "img_mask")].bool() for k in cams]
+    lang_tokens = inputs["lang_tokens"]
+    lang_masks = inputs["lang_masks"].bool()
+    with torch.no_grad():
+        if kind == "pi0":
+            actions = policy.model.sample_actions(
+                images, img_masks, lang_tokens, lang_masks, inputs["state"], noise=inputs["noise"].clone()
+            )
+        else:
+            actions = policy.model.sample_actions(
+                images, img_masks, lang_tokens, lang_masks, noise=inputs["noise"].clone()
+            )
+    d = OUT / "cases" / name
+    d.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in inputs.items()}, str(d / "inputs.safetensors"))
+    save_file({"actions": actions.float().contiguous()}, str(d / "expected.safetensors"))
+    (d / "case.json").write_text(json.dumps({"checkpoint": f"{kind}_{policy.config.dtype}"}) + "\n")
+    print(f"{name}: actions {tuple(actions.shape)} |a| max {actions.abs().max():.4f}")
+
+
+def preprocessing_case(gen: torch.Generator):
+    """A non-square uint8 frame through lerobot's path: /255, resize-with-pad to 224, *2-1."""
+    h, w = 100, 160
+    frame = torch.randint(0, 256, (h, w, 3), dtype=torch.uint8, generator=gen)
+    img = frame.float()[None] / 255.0
+    out = resize_with_pad_torch(img, 224, 224)[0] * 2.0 - 1.0  # [224, 224, 3]
+    d = OUT / "preprocess"
+    d.mkdir(parents=True, exist_ok=True)
+    save_file({"frame_rgb8": frame.contiguous(), "expected_chw": out.permute(2, 0, 1).contiguous()},
+              str(d / "resize_with_pad.safetensors"))
+    print(f"preprocess: {h}x{w} -> 224x224")
+
+
+def main():
+    OUT.mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator().manual_seed(1234)
+    pi0_f32 = build("pi0", "float32", seed=1)
+    save_checkpoint(pi0_f32, "pi0", "float32")
+    run_case(pi0_f32, "pi0", "pi0_f32_1cam_short", make_inputs(gen, 1, [], 1, [9], 48, False))
+    run_case(pi0_f32, "pi0", "pi0_f32_2cam_batch2", make_inputs(gen, 2, [], 2, [48, 17], 48, False))
+    run_case(pi0_f32, "pi0", "pi0_f32_3cam_masked", make_inputs(gen, 3, [1], 1, [30], 48, False))
+
+    pi0_bf16 = build("pi0", "bfloat16", seed=2)
+    save_checkpoint(pi0_bf16, "pi0", "bfloat16")
+    run_case(pi0_bf16, "pi0", "pi0_bf16_2cam", make_inputs(gen, 2, [], 1, [20], 48, False))
+
+    pi05_f32 = build("pi05", "float32", seed=3)
+    save_checkpoint(pi05_f32, "pi05", "float32")
+    run_case(pi05_f32, "pi05", "pi05_f32_2cam_batch2", make_inputs(gen, 2, [], 2, [60, 200], 200, True))
+    run_case(pi05_f32, "pi05", "pi05_f32_1cam", make_inputs(gen, 1, [], 1, [37], 200, True))
+
+    preprocessing_case(gen)
+    total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
+    print(f"fixtures: {total / 1e6:.1f} MB under {OUT}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
