@@ -177,6 +177,110 @@ def preprocessing_case(gen: torch.Generator):
     print(f"preprocess: {h}x{w} -> 224x224")
 
 
+PROMPTS = [
+    "pick up the red cube and put it in the bowl",
+    "open the drawer",
+    "stack the blocks",
+    "wipe the table with the sponge",
+    "push the button twice",
+]
+
+
+def make_tokenizer():
+    """A small PaliGemma-style SentencePiece tokenizer (BPE with byte fallback, spaces as the
+    metaspace, <bos> prepended), trained offline with the `tokenizers` package."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    corpus = PROMPTS * 4 + ["the a an and of to in on with cube bowl drawer table robot arm gripper\n"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB - 8,
+        special_tokens=["<pad>", "<eos>", "<bos>", "<unk>"],
+        initial_alphabet=list("abcdefghijklmnopqrstuvwxyz\u2581\n,.;:0123456789"),
+    )
+    tok.train_from_iterator(corpus, trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 2)])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"
+    )
+    return tok, fast
+
+
+def stats_for(dim: int, gen: torch.Generator):
+    mean = torch.rand(dim, generator=gen) - 0.5
+    std = torch.rand(dim, generator=gen) * 0.5 + 0.1
+    q01 = mean - 2 * std
+    q99 = mean + 2 * std
+    return {
+        "mean": mean, "std": std, "min": q01 - 0.1, "max": q99 + 0.1, "q01": q01, "q99": q99,
+        "q10": mean - std, "q50": mean, "q90": mean + std,
+    }
+
+
+def end_to_end_case(policy, kind: str, fast_tokenizer, tok, gen: torch.Generator):
+    """Raw observation -> lerobot's preprocessor -> model (fixed noise) -> postprocessor."""
+    import lerobot.policies.pi0.processor_pi0 as proc0
+    import lerobot.policies.pi05.processor_pi05 as proc05
+
+    proc = proc0 if kind == "pi0" else proc05
+    real_step = proc.TokenizerProcessorStep
+    proc.TokenizerProcessorStep = lambda **kw: real_step(
+        tokenizer=fast_tokenizer, **{k: v for k, v in kw.items() if k != "tokenizer_name"}
+    )
+    make = proc.make_pi0_pre_post_processors if kind == "pi0" else proc.make_pi05_pre_post_processors
+    stats = {"observation.state": stats_for(ROBOT_DIM, gen), "action": stats_for(ROBOT_DIM, gen)}
+    pre, post = make(policy.config, dataset_stats=stats)
+    proc.TokenizerProcessorStep = real_step
+
+    ck = OUT / f"{kind}_{policy.config.dtype}"
+    pre.save_pretrained(str(ck))
+    post.save_pretrained(str(ck))
+    tok.save(str(ck / "tokenizer.json"))
+
+    frames = {
+        f"observation.images.cam{i}": torch.randint(0, 256, (1, 3, 90 + 30 * i, 160), dtype=torch.uint8, generator=gen)
+        for i in range(2)
+    }
+    state = (torch.rand(1, ROBOT_DIM, generator=gen) - 0.5) * 0.6
+    task = PROMPTS[0] if kind == "pi0" else PROMPTS[1]
+    batch = {k: v.float() / 255.0 for k, v in frames.items()}
+    batch["observation.state"] = state
+    batch["task"] = task
+    noise = torch.randn(1, 50, 32, generator=gen)
+    processed = pre(batch)
+    with torch.no_grad():
+        actions = policy.predict_action_chunk(processed, noise=noise.clone())
+    actions = post(actions)
+    d = OUT / "cases" / f"{kind}_end_to_end"
+    d.mkdir(parents=True, exist_ok=True)
+    tensors = {f"frame{i}": frames[f"observation.images.cam{i}"][0].permute(1, 2, 0).contiguous() for i in range(2)}
+    tensors["state"] = state[0].contiguous()
+    tensors["noise"] = noise.contiguous()
+    tensors["lang_tokens"] = processed["observation.language.tokens"].contiguous()
+    tensors["lang_masks"] = processed["observation.language.attention_mask"].to(torch.uint8).contiguous()
+    tensors["normalized_state"] = processed["observation.state"].contiguous()
+    save_file(tensors, str(d / "raw.safetensors"))
+    save_file({"actions": actions.float().contiguous()}, str(d / "expected.safetensors"))
+    (d / "case.json").write_text(json.dumps({"checkpoint": ck.name, "task": task}) + "\n")
+    print(f"{kind}_end_to_end: actions {tuple(actions.shape)}, {int(tensors['lang_masks'].sum())} prompt tokens")
+
+
+def tokenizer_case(tok, fast):
+    d = OUT / "tokenizer"
+    d.mkdir(parents=True, exist_ok=True)
+    tok.save(str(d / "tokenizer.json"))
+    prompts = PROMPTS + ["", "Task: open the drawer, State: 12 200 3;\nAction: ", "unseen wörds ünïcode 42"]
+    cases = []
+    for p in prompts:
+        enc = fast(p + "\n", padding="max_length", max_length=48, truncation=True)
+        cases.append({"text": p + "\n", "ids": enc["input_ids"], "mask": enc["attention_mask"]})
+    (d / "cases.json").write_text(json.dumps(cases, indent=1, ensure_ascii=False) + "\n")
+    print(f"tokenizer: {tok.get_vocab_size()} tokens, {len(cases)} prompts")
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator().manual_seed(1234)
@@ -194,6 +298,11 @@ def main():
     save_checkpoint(pi05_f32, "pi05", "float32")
     run_case(pi05_f32, "pi05", "pi05_f32_2cam_batch2", make_inputs(gen, 2, [], 2, [60, 200], 200, True))
     run_case(pi05_f32, "pi05", "pi05_f32_1cam", make_inputs(gen, 1, [], 1, [37], 200, True))
+
+    tok, fast = make_tokenizer()
+    tokenizer_case(tok, fast)
+    end_to_end_case(pi0_f32, "pi0", fast, tok, gen)
+    end_to_end_case(pi05_f32, "pi05", fast, tok, gen)
 
     preprocessing_case(gen)
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())

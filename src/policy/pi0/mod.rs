@@ -3,7 +3,10 @@
 pub mod checkpoint;
 pub mod infer;
 pub mod model;
+pub mod normalize;
 pub mod ops;
+pub mod pipeline;
+pub mod preprocess;
 pub mod tensorfile;
 
 pub use checkpoint::{ArchOverrides, Checkpoint, CheckpointError};

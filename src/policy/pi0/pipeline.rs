@@ -1,0 +1,268 @@
+//! The whole policy path around the model, as lerobot's pre/post-processors do it: camera frames
+//! to model input, state normalization (and, for pi0.5, discretization into the prompt), prompt
+//! tokenization from a local `tokenizer.json`, the model, action slicing and unnormalization.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rand::SeedableRng;
+use rand_distr::{Distribution, StandardNormal};
+use tokenizers::Tokenizer;
+
+use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
+use super::model::{Pi0Input, Pi0Model, Timing, Variant};
+use super::normalize::Normalizer;
+use super::preprocess::frame_to_model_input;
+use crate::control::ActionChunk;
+use crate::policy::{CameraFrame, Observation, Policy, PolicyError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("{path}: tokenizer: {message}")]
+    Tokenizer { path: PathBuf, message: String },
+    #[error("{0}")]
+    Input(String),
+}
+
+pub struct PipelineOptions {
+    pub checkpoint: PathBuf,
+    pub arch: Option<PathBuf>,
+    /// Defaults to `tokenizer.json` in the checkpoint directory.
+    pub tokenizer: Option<PathBuf>,
+    pub threads: usize,
+}
+
+pub struct Pi0Pipeline {
+    pub model: Pi0Model,
+    normalizer: Normalizer,
+    tokenizer: Tokenizer,
+    max_tokens: usize,
+    /// Robot state and action widths (before padding to the model's 32).
+    pub state_dim: usize,
+    pub action_dim: usize,
+    /// Camera slots the model was trained with; missing ones are fed as masked -1 images.
+    pub cameras: usize,
+}
+
+/// pi0.5's state discretization: 256 bins over [-1, 1] (numpy `digitize(x, linspace(-1,1,257)[:-1]) - 1`).
+pub fn discretize(x: f32) -> i32 {
+    let x = x as f64;
+    let below = (0..256)
+        .filter(|i| -1.0 + 2.0 * *i as f64 / 256.0 <= x)
+        .count() as i32;
+    below - 1
+}
+
+/// pi0.5's prompt with the discretized, normalized state.
+pub fn pi05_prompt(task: &str, normalized_state: &[f32]) -> String {
+    let cleaned = task.trim().replace('_', " ").replace('\n', " ");
+    let state: Vec<String> = normalized_state
+        .iter()
+        .map(|x| discretize(*x).to_string())
+        .collect();
+    format!("Task: {cleaned}, State: {};\nAction: ", state.join(" "))
+}
+
+impl Pi0Pipeline {
+    pub fn load(opts: &PipelineOptions) -> Result<Pi0Pipeline, PipelineError> {
+        let overrides = opts.arch.as_deref().map(ArchOverrides::load).transpose()?;
+        let ck = Checkpoint::load(&opts.checkpoint)?;
+        let model = Pi0Model::load(&ck, overrides, opts.threads)?;
+        let dir = if opts.checkpoint.is_dir() {
+            opts.checkpoint.clone()
+        } else {
+            opts.checkpoint
+                .parent()
+                .unwrap_or(Path::new("."))
+                .to_path_buf()
+        };
+        let default_mode = if model.arch.variant == Variant::Pi05 {
+            "QUANTILES"
+        } else {
+            "MEAN_STD"
+        };
+        let normalizer = Normalizer::load(&dir, default_mode)?.ok_or_else(|| {
+            PipelineError::Input(format!(
+                "{}: no normalization stats (policy_preprocessor.json + policy_postprocessor.json, or norm_stats.json)",
+                dir.display()
+            ))
+        })?;
+        let tok_path = opts
+            .tokenizer
+            .clone()
+            .unwrap_or_else(|| dir.join("tokenizer.json"));
+        let tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| PipelineError::Tokenizer {
+            path: tok_path.clone(),
+            message: e.to_string(),
+        })?;
+        let feature_dim =
+            |map: &std::collections::HashMap<String, super::checkpoint::FeatureJson>, key: &str| {
+                map.get(key).and_then(|f| f.shape.first().copied())
+            };
+        let cfg = &ck.config;
+        let action_dim =
+            feature_dim(&cfg.output_features, "action").unwrap_or(model.arch.action_dim);
+        let state_dim = feature_dim(&cfg.input_features, "observation.state").unwrap_or(action_dim);
+        let cameras = cfg
+            .input_features
+            .values()
+            .filter(|f| f.kind == "VISUAL")
+            .count()
+            .max(1);
+        let max_tokens =
+            cfg.tokenizer_max_length
+                .unwrap_or(if model.arch.variant == Variant::Pi05 {
+                    200
+                } else {
+                    48
+                });
+        if action_dim > model.arch.action_dim || state_dim > model.arch.state_dim {
+            return Err(PipelineError::Input(format!(
+                "{}: robot action/state width {action_dim}/{state_dim} exceeds the model's {}/{}",
+                ck.path.display(),
+                model.arch.action_dim,
+                model.arch.state_dim
+            )));
+        }
+        Ok(Pi0Pipeline {
+            model,
+            normalizer,
+            tokenizer,
+            max_tokens,
+            state_dim,
+            action_dim,
+            cameras,
+        })
+    }
+
+    /// Token ids and mask for `text`: BOS + pieces, truncated and right-padded with 0.
+    pub fn tokenize(&self, text: &str) -> Result<(Vec<i64>, Vec<bool>), PipelineError> {
+        let enc = self
+            .tokenizer
+            .encode(text, true)
+            .map_err(|e| PipelineError::Input(format!("cannot tokenize the prompt: {e}")))?;
+        let mut ids: Vec<i64> = enc.get_ids().iter().map(|&i| i as i64).collect();
+        ids.truncate(self.max_tokens);
+        let mut mask = vec![true; ids.len()];
+        ids.resize(self.max_tokens, 0);
+        mask.resize(self.max_tokens, false);
+        Ok((ids, mask))
+    }
+
+    /// The prompt the model sees for `task` and the normalized state.
+    pub fn prompt(&self, task: &str, normalized_state: &[f32]) -> String {
+        match self.model.arch.variant {
+            Variant::Pi0 => format!("{task}\n"),
+            Variant::Pi05 => pi05_prompt(task, normalized_state),
+        }
+    }
+
+    /// Normalized, padded state for `state` (robot units, dataset order).
+    pub fn normalize_state(&self, state: &[f32]) -> Vec<f32> {
+        let mut s = state.to_vec();
+        self.normalizer.state.normalize(&mut s);
+        s
+    }
+
+    /// Raw observation to unnormalized actions `[chunk][action_dim]`, with the given noise.
+    pub fn run(
+        &self,
+        frames: &[Option<&CameraFrame>],
+        state: &[f32],
+        task: &str,
+        noise: &[f32],
+    ) -> Result<(Vec<Vec<f32>>, Timing), PipelineError> {
+        let a = &self.model.arch;
+        if state.len() != self.state_dim {
+            return Err(PipelineError::Input(format!(
+                "state has {} values, the checkpoint expects {}",
+                state.len(),
+                self.state_dim
+            )));
+        }
+        let blank = vec![-1.0f32; 3 * a.image_size * a.image_size];
+        let mut images = Vec::with_capacity(self.cameras);
+        let mut masks = Vec::with_capacity(self.cameras);
+        for k in 0..self.cameras {
+            match frames.get(k).copied().flatten() {
+                Some(f) => {
+                    images.push(
+                        frame_to_model_input(f, a.image_size)
+                            .map_err(|e| PipelineError::Input(format!("camera {k}: {e}")))?,
+                    );
+                    masks.push(true);
+                }
+                None => {
+                    images.push(blank.clone());
+                    masks.push(false);
+                }
+            }
+        }
+        let normalized = self.normalize_state(state);
+        let (tokens, token_masks) = self.tokenize(&self.prompt(task, &normalized))?;
+        let mut padded = normalized;
+        padded.resize(a.state_dim, 0.0);
+        let input = Pi0Input {
+            images: images.iter().map(Vec::as_slice).collect(),
+            image_masks: masks,
+            tokens: &tokens,
+            token_masks: &token_masks,
+            state: &padded,
+            noise,
+        };
+        let (x, timing) = self.model.sample_actions(&input);
+        let actions = x
+            .chunks_exact(a.action_dim)
+            .map(|row| {
+                let mut r = row[..self.action_dim].to_vec();
+                self.normalizer.action.unnormalize(&mut r);
+                r
+            })
+            .collect();
+        Ok((actions, timing))
+    }
+}
+
+/// pi0 as the daemon's policy: samples fresh noise for every chunk.
+pub struct Pi0Policy {
+    pipeline: Arc<Pi0Pipeline>,
+    rng: rand::rngs::StdRng,
+    step_period_s: f64,
+}
+
+impl Pi0Policy {
+    pub fn new(pipeline: Pi0Pipeline, step_period_s: f64, seed: u64) -> Pi0Policy {
+        Pi0Policy {
+            pipeline: Arc::new(pipeline),
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+            step_period_s,
+        }
+    }
+}
+
+impl Policy for Pi0Policy {
+    fn name(&self) -> &str {
+        "pi0"
+    }
+
+    fn infer(&mut self, obs: &Observation) -> Result<ActionChunk, PolicyError> {
+        let p = &self.pipeline;
+        let a = &p.model.arch;
+        let noise: Vec<f32> = (0..a.chunk * a.action_dim)
+            .map(|_| StandardNormal.sample(&mut self.rng))
+            .collect();
+        let frames: Vec<Option<&CameraFrame>> = obs.images.iter().map(|f| f.as_deref()).collect();
+        let state: Vec<f32> = obs.state.iter().map(|x| *x as f32).collect();
+        let (actions, _) = p
+            .run(&frames, &state, &obs.prompt, &noise)
+            .map_err(|e| PolicyError::Failed(e.to_string()))?;
+        Ok(ActionChunk {
+            obs_stamp: obs.stamp,
+            step_period_s: self.step_period_s,
+            action_dim: p.action_dim,
+            actions: actions.iter().flatten().map(|x| *x as f64).collect(),
+        })
+    }
+}

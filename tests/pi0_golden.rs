@@ -1,0 +1,109 @@
+//! pi0 / pi0.5 against lerobot's own outputs (fixtures made by tools/make_golden.py with
+//! lerobot 0.6.1): tiny models built by lerobot's classes, random weights, fixed noise.
+
+use std::path::{Path, PathBuf};
+
+use pi0d::policy::pi0::infer::{run_batch, Batch};
+use pi0d::policy::pi0::tensorfile::TensorFile;
+use pi0d::policy::pi0::{Checkpoint, Pi0Model, Variant};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn case_checkpoint(case: &Path) -> PathBuf {
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(case.join("case.json")).unwrap()).unwrap();
+    fixtures().join(json["checkpoint"].as_str().unwrap())
+}
+
+/// Runs one case; returns the largest absolute difference from lerobot's actions.
+fn max_error(case: &str, threads: usize) -> (f32, Variant) {
+    let dir = fixtures().join("cases").join(case);
+    let ck = Checkpoint::load(&case_checkpoint(&dir)).unwrap();
+    let model = Pi0Model::load(&ck, None, threads).unwrap();
+    let batch = Batch::read(&dir.join("inputs.safetensors"), &model).unwrap();
+    let (actions, _) = run_batch(&model, &batch);
+    let expected = TensorFile::read(&dir.join("expected.safetensors")).unwrap();
+    let (shape, want) = expected.f32("actions", &[None, None, None]).unwrap();
+    assert_eq!(
+        shape,
+        vec![batch.batch, model.arch.chunk, model.arch.action_dim]
+    );
+    assert_eq!(actions.len(), want.len());
+    let err = actions
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    // Not trivially equal: the chunk moves far from its noise.
+    assert!(want.iter().any(|x| x.abs() > 0.5));
+    (err, model.arch.variant)
+}
+
+#[test]
+fn when_pi0_f32_expect_lerobot_actions_within_1e4() {
+    for case in [
+        "pi0_f32_1cam_short",
+        "pi0_f32_2cam_batch2",
+        "pi0_f32_3cam_masked",
+    ] {
+        let (err, variant) = max_error(case, 1);
+        assert_eq!(variant, Variant::Pi0);
+        assert!(err <= 1e-4, "{case}: max abs error {err}");
+    }
+}
+
+#[test]
+fn when_pi0_bf16_expect_lerobot_actions_within_2e2() {
+    let (err, _) = max_error("pi0_bf16_2cam", 2);
+    assert!(err <= 2e-2, "max abs error {err}");
+}
+
+#[test]
+fn when_pi05_f32_expect_lerobot_actions_within_1e4() {
+    for case in ["pi05_f32_1cam", "pi05_f32_2cam_batch2"] {
+        let (err, variant) = max_error(case, 2);
+        assert_eq!(variant, Variant::Pi05);
+        assert!(err <= 1e-4, "{case}: max abs error {err}");
+    }
+}
+
+#[test]
+fn when_infer_cli_runs_expect_actions_file_and_timing_lines() {
+    let case = fixtures().join("cases/pi0_f32_1cam_short");
+    let out = std::env::temp_dir().join(format!("pi0d-infer-{}.safetensors", std::process::id()));
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["infer", "--repeat", "3", "--checkpoint"])
+        .arg(fixtures().join("pi0_float32"))
+        .arg("--inputs")
+        .arg(case.join("inputs.safetensors"))
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for l in &lines {
+        let (p, s, t) = (
+            l["prefix_ms"].as_f64().unwrap(),
+            l["steps_ms"].as_f64().unwrap(),
+            l["total_ms"].as_f64().unwrap(),
+        );
+        assert!(p > 0.0 && s > 0.0 && (p + s - t).abs() < 1e-6);
+    }
+    let got = TensorFile::read(&out).unwrap();
+    let (_, a) = got.f32("actions", &[Some(1), Some(50), Some(32)]).unwrap();
+    let want = TensorFile::read(&case.join("expected.safetensors")).unwrap();
+    let (_, e) = want.f32("actions", &[Some(1), Some(50), Some(32)]).unwrap();
+    assert!(a.iter().zip(e).all(|(x, y)| (x - y).abs() <= 1e-4));
+}

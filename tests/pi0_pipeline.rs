@@ -1,0 +1,178 @@
+//! The policy path around the model against lerobot's own processors (tools/make_golden.py):
+//! frame preprocessing, prompt tokenization, state normalization (and pi0.5's discretized-state
+//! prompt), and the whole raw-observation-to-actions path for pi0 and pi0.5.
+
+use std::path::{Path, PathBuf};
+
+use pi0d::policy::pi0::pipeline::{Pi0Pipeline, PipelineOptions};
+use pi0d::policy::pi0::preprocess::{frame_to_model_input, resize_with_pad};
+use pi0d::policy::pi0::tensorfile::{TensorFile, Values};
+use pi0d::policy::{CameraFrame, PixelFormat};
+use pi0d::time::MonoTime;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn u8s(f: &TensorFile, name: &str) -> (Vec<usize>, Vec<u8>) {
+    let t = &f.tensors[name];
+    match &t.values {
+        Values::U8(v) => (t.shape.clone(), v.clone()),
+        _ => panic!("{name} is not u8"),
+    }
+}
+
+fn rgb_frame(shape: &[usize], data: Vec<u8>) -> CameraFrame {
+    CameraFrame {
+        stamp: MonoTime::ZERO,
+        width: shape[1] as u32,
+        height: shape[0] as u32,
+        format: PixelFormat::Rgb8,
+        data,
+    }
+}
+
+#[test]
+fn when_non_square_uint8_frame_expect_lerobot_resize_with_pad_within_1e5() {
+    let f = TensorFile::read(&fixtures().join("preprocess/resize_with_pad.safetensors")).unwrap();
+    let (shape, data) = u8s(&f, "frame_rgb8");
+    let (_, want) = f
+        .f32("expected_chw", &[Some(3), Some(224), Some(224)])
+        .unwrap();
+    let got = frame_to_model_input(&rgb_frame(&shape, data), 224).unwrap();
+    let err = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(err <= 1e-5, "max abs error {err}");
+    // The padding rows (top and bottom for a wide frame) are -1.
+    assert_eq!(got[0], -1.0);
+}
+
+#[test]
+fn when_frame_is_bgr_or_mono_expect_same_as_rgb_equivalent() {
+    let (w, h) = (40, 30);
+    let rgb: Vec<u8> = (0..w * h * 3).map(|i| (i * 7 % 256) as u8).collect();
+    let bgr: Vec<u8> = rgb.chunks(3).flat_map(|p| [p[2], p[1], p[0]]).collect();
+    let frame = |format, data| CameraFrame {
+        stamp: MonoTime::ZERO,
+        width: w as u32,
+        height: h as u32,
+        format,
+        data,
+    };
+    let a = frame_to_model_input(&frame(PixelFormat::Rgb8, rgb.clone()), 224).unwrap();
+    let b = frame_to_model_input(&frame(PixelFormat::Bgr8, bgr), 224).unwrap();
+    assert_eq!(a, b);
+    let mono: Vec<u8> = (0..w * h).map(|i| (i % 256) as u8).collect();
+    let grey: Vec<u8> = mono.iter().flat_map(|v| [*v, *v, *v]).collect();
+    let c = frame_to_model_input(&frame(PixelFormat::Mono8, mono), 224).unwrap();
+    let d = frame_to_model_input(&frame(PixelFormat::Rgb8, grey), 224).unwrap();
+    assert_eq!(c, d);
+    let short = frame(PixelFormat::Rgb8, vec![0; 10]);
+    assert!(frame_to_model_input(&short, 224)
+        .unwrap_err()
+        .to_string()
+        .contains("needs 3600 bytes, found 10"));
+    // Already square at model size: values pass through as x*2-1.
+    let sq: Vec<f32> = (0..3 * 224 * 224)
+        .map(|i| (i % 255) as f32 / 255.0)
+        .collect();
+    let out = resize_with_pad(&sq, 224, 224, 224);
+    assert!(out
+        .iter()
+        .zip(&sq)
+        .all(|(o, s)| (o - (s * 2.0 - 1.0)).abs() < 1e-6));
+}
+
+fn pipeline(checkpoint: &str) -> Pi0Pipeline {
+    Pi0Pipeline::load(&PipelineOptions {
+        checkpoint: fixtures().join(checkpoint),
+        arch: None,
+        tokenizer: None,
+        threads: 2,
+    })
+    .unwrap()
+}
+
+#[test]
+fn when_prompt_tokenized_expect_ids_identical_to_python_tokenizer() {
+    let p = pipeline("pi0_float32");
+    let cases: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("tokenizer/cases.json")).unwrap(),
+    )
+    .unwrap();
+    let cases = cases.as_array().unwrap();
+    assert!(cases.len() >= 6);
+    for c in cases {
+        let text = c["text"].as_str().unwrap();
+        let (ids, mask) = p.tokenize(text).unwrap();
+        let want_ids: Vec<i64> = c["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect();
+        let want_mask: Vec<bool> = c["mask"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap() != 0)
+            .collect();
+        assert_eq!(ids, want_ids, "{text:?}");
+        assert_eq!(mask, want_mask, "{text:?}");
+    }
+}
+
+fn end_to_end(kind: &str) {
+    let dir = fixtures().join("cases").join(format!("{kind}_end_to_end"));
+    let case: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+    let p = pipeline(case["checkpoint"].as_str().unwrap());
+    let raw = TensorFile::read(&dir.join("raw.safetensors")).unwrap();
+    let frames: Vec<CameraFrame> = (0..2)
+        .map(|i| {
+            let (shape, data) = u8s(&raw, &format!("frame{i}"));
+            rgb_frame(&shape, data)
+        })
+        .collect();
+    let (_, state) = raw.f32("state", &[Some(7)]).unwrap();
+    let (_, noise) = raw.f32("noise", &[Some(1), Some(50), Some(32)]).unwrap();
+    let task = case["task"].as_str().unwrap();
+
+    // Normalization and tokens match lerobot's preprocessor on their own.
+    let (_, want_state) = raw.f32("normalized_state", &[Some(1), None]).unwrap();
+    let norm = p.normalize_state(state);
+    let nerr = norm
+        .iter()
+        .zip(want_state)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(nerr <= 1e-5, "{kind}: normalization error {nerr}");
+    let (_, want_tokens) = raw.i64("lang_tokens", &[Some(1), None]).unwrap();
+    let (tokens, _) = p.tokenize(&p.prompt(task, &norm)).unwrap();
+    assert_eq!(tokens, want_tokens, "{kind}: prompt tokens");
+
+    let refs: Vec<Option<&CameraFrame>> = frames.iter().map(Some).collect();
+    let (actions, _) = p.run(&refs, state, task, noise).unwrap();
+    let want = TensorFile::read(&dir.join("expected.safetensors")).unwrap();
+    let (_, want) = want.f32("actions", &[Some(1), Some(50), Some(7)]).unwrap();
+    let got: Vec<f32> = actions.into_iter().flatten().collect();
+    let err = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(err <= 1e-4, "{kind}: max abs error {err}");
+}
+
+#[test]
+fn when_raw_observation_expect_pi0_actions_as_lerobot_pipeline() {
+    end_to_end("pi0");
+}
+
+#[test]
+fn when_raw_observation_expect_pi05_actions_as_lerobot_pipeline() {
+    end_to_end("pi05");
+}
