@@ -51,13 +51,25 @@ static ALLOCATOR: Counting = Counting;
 
 #[test]
 fn when_control_tick_runs_expect_no_allocation() {
-    let cfg =
+    let mut cfg =
         Config::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim.toml"))
             .unwrap();
+    // The tick does not depend on the policy; the scripted one keeps chunks coming in a debug build.
+    cfg.policy.source = pi0d::config::PolicySource::Scripted {
+        amplitude: 0.3,
+        frequency_hz: 0.2,
+    };
     let board = Arc::new(Blackboard::new(cfg.sim.cameras.len(), "test"));
-    let position = cfg.sim.initial_position;
+    let initial = cfg.sim.initial_position;
+    // A perfect arm: it stands where it was last commanded (before the first command: where it started).
     let set_inputs = |now: MonoTime, fresh: bool| {
         if fresh {
+            let (stamp, cmd) = board.command.load();
+            let position = if stamp == MonoTime::ZERO {
+                initial
+            } else {
+                cmd.position
+            };
             board.joint_state.store(JointMeasurement {
                 stamp: now,
                 position,
@@ -111,6 +123,8 @@ fn when_control_tick_runs_expect_no_allocation() {
         ("stop", 600, true),
     ];
     let mut outcome = StepOutcome::Continue;
+    let period_s = cfg.control.period.as_secs_f64();
+    let mut tick = 0u64;
     for (name, steps, watched) in phases {
         match name {
             "estop" => board.estop.store(true, Ordering::SeqCst),
@@ -123,8 +137,10 @@ fn when_control_tick_runs_expect_no_allocation() {
         }
         EVENTS.store(0, Ordering::SeqCst);
         for _ in 0..steps {
+            // Simulated time at the nominal 5 ms period, 2 ms of wall time per tick for the worker.
             std::thread::sleep(Duration::from_millis(2));
-            let now = MonoTime::now();
+            tick += 1;
+            let now = start.offset_seconds(tick as f64 * period_s);
             set_inputs(now, name != "stale");
             WATCHED.with(|w| w.set(watched));
             outcome = lp.step(now);

@@ -107,3 +107,132 @@ fn when_infer_cli_runs_expect_actions_file_and_timing_lines() {
     let (_, e) = want.f32("actions", &[Some(1), Some(50), Some(32)]).unwrap();
     assert!(a.iter().zip(e).all(|(x, y)| (x - y).abs() <= 1e-4));
 }
+
+/// Copies the tiny f32 checkpoint with `edit` applied to its tensors, returns the new dir.
+fn edited_checkpoint(
+    name: &str,
+    edit: impl Fn(&mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>),
+) -> PathBuf {
+    let src = fixtures().join("pi0_float32");
+    let dir = std::env::temp_dir().join(format!("pi0d-bad-ck-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
+    std::fs::copy(src.join("arch.json"), dir.join("arch.json")).unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.to_string(),
+                v.dtype(),
+                v.shape().to_vec(),
+                v.data().to_vec(),
+            )
+        })
+        .collect();
+    edit(&mut tensors);
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+    dir
+}
+
+fn load_error(dir: &Path) -> String {
+    let ck = match Checkpoint::load(dir) {
+        Ok(ck) => ck,
+        Err(e) => return e.to_string(),
+    };
+    match Pi0Model::load(&ck, None, 1) {
+        Ok(_) => panic!("{} should be refused", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+const STATE_PROJ: &str = "model.state_proj.weight";
+
+#[test]
+fn when_tensor_missing_expect_error_naming_it() {
+    let dir = edited_checkpoint("missing", |t| t.retain(|(n, ..)| n != STATE_PROJ));
+    let e = load_error(&dir);
+    assert!(
+        e.contains("state_proj.weight") && e.contains("not found"),
+        "{e}"
+    );
+}
+
+#[test]
+fn when_tensor_shape_wrong_expect_expected_and_found_shapes() {
+    let dir = edited_checkpoint("shape", |t| {
+        let x = t.iter_mut().find(|(n, ..)| n == STATE_PROJ).unwrap();
+        x.2 = vec![16, 64];
+    });
+    let e = load_error(&dir);
+    assert!(
+        e.contains("state_proj.weight")
+            && e.contains("[16, 64]")
+            && e.contains("expected [32, 32]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn when_weight_not_finite_expect_checkpoint_refused() {
+    let dir = edited_checkpoint("nan", |t| {
+        let x = t.iter_mut().find(|(n, ..)| n == STATE_PROJ).unwrap();
+        x.3[8..12].copy_from_slice(&f32::NAN.to_le_bytes());
+    });
+    let e = load_error(&dir);
+    assert!(
+        e.contains("state_proj.weight") && e.contains("non-finite") && e.contains("index 2"),
+        "{e}"
+    );
+}
+
+#[test]
+fn when_tensor_dtype_unsupported_expect_error_naming_dtype() {
+    let dir = edited_checkpoint("dtype", |t| {
+        let x = t.iter_mut().find(|(n, ..)| n == STATE_PROJ).unwrap();
+        x.1 = safetensors::Dtype::I32;
+    });
+    let e = load_error(&dir);
+    assert!(e.contains("state_proj.weight") && e.contains("I32"), "{e}");
+}
+
+#[test]
+fn when_head_counts_do_not_fit_expect_hint_to_pass_arch() {
+    let dir = edited_checkpoint("arch", |_| {});
+    std::fs::remove_file(dir.join("arch.json")).unwrap();
+    let e = load_error(&dir);
+    assert!(e.contains("--arch"), "{e}");
+}
+
+#[test]
+fn when_keys_lack_model_prefix_and_embedding_only_in_lm_head_expect_same_actions() {
+    // Older exports omit the leading `model.` and keep the word embedding only as lm_head.
+    let dir = edited_checkpoint("aliases", |t| {
+        t.retain(|(n, ..)| !n.ends_with("paligemma.lm_head.weight"));
+        for x in t.iter_mut() {
+            if x.0.ends_with("language_model.embed_tokens.weight") {
+                x.0 = "model.paligemma_with_expert.paligemma.lm_head.weight".into();
+            }
+            x.0 = x.0.trim_start_matches("model.").to_string();
+        }
+    });
+    let case = fixtures().join("cases/pi0_f32_1cam_short");
+    let ck = Checkpoint::load(&dir).unwrap();
+    let model = Pi0Model::load(&ck, None, 1).unwrap();
+    let batch = Batch::read(&case.join("inputs.safetensors"), &model).unwrap();
+    let (actions, _) = run_batch(&model, &batch);
+    let want = TensorFile::read(&case.join("expected.safetensors")).unwrap();
+    let (_, e) = want.f32("actions", &[Some(1), Some(50), Some(32)]).unwrap();
+    assert!(actions.iter().zip(e).all(|(a, b)| (a - b).abs() <= 1e-4));
+}

@@ -176,3 +176,37 @@ fn when_raw_observation_expect_pi0_actions_as_lerobot_pipeline() {
 fn when_raw_observation_expect_pi05_actions_as_lerobot_pipeline() {
     end_to_end("pi05");
 }
+
+#[test]
+fn when_bundled_model_sees_the_sim_start_pose_expect_actions_near_it() {
+    let p = Pi0Pipeline::load(&PipelineOptions {
+        checkpoint: Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tiny-pi0"),
+        arch: None,
+        tokenizer: None,
+        threads: 1,
+    })
+    .unwrap();
+    assert_eq!((p.state_dim, p.action_dim, p.cameras), (7, 7, 1));
+    let start = [0.0f32, 0.3, 0.6, -0.4, 0.0, 0.0, 0.02];
+    let frame = rgb_frame(
+        &[240, 320],
+        (0..240 * 320 * 3).map(|i| (i % 251) as u8).collect(),
+    );
+    let noise: Vec<f32> = (0..50 * 32)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let (actions, _) = p
+        .run(&[Some(&frame)], &start, "pick up the red cube", &noise)
+        .unwrap();
+    for (i, a) in actions.iter().enumerate() {
+        for j in 0..7 {
+            let d = (a[j] - start[j]).abs();
+            assert!(
+                d < if j == 6 { 0.002 } else { 0.05 },
+                "step {i} joint {j}: {} vs start {}",
+                a[j],
+                start[j]
+            );
+        }
+    }
+}

@@ -33,6 +33,26 @@ fn with_events(mut cfg: toml::Table, events: Vec<Value>) -> toml::Table {
 }
 
 #[test]
+fn when_bundled_pi0_model_drives_the_sim_expect_real_model_path_and_no_violation() {
+    let cfg = sim_model_config();
+    let run = run_daemon("pi0-model", &cfg, 5.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    let s = run.summary();
+    assert_eq!(
+        run.states(),
+        ["starting", "running", "stopping"],
+        "{}",
+        run.stderr
+    );
+    assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}");
+    assert_eq!(s["chunks_rejected"], 0, "{s}");
+    // The model's actions stay within a few centiradians of the start pose (its stats).
+    let v = s["max_abs_velocity"]["elbow"].as_f64().unwrap();
+    assert!(v > 0.0 && v < 1.0, "elbow velocity {v}");
+}
+
+#[test]
 fn when_nominal_expect_continuous_motion_without_pauses_or_violations() {
     let cfg = sim_config();
     let run = run_daemon("nominal", &cfg, 4.0);
@@ -340,11 +360,11 @@ fn when_replaying_recorded_chunks_expect_them_executed() {
 
 #[test]
 fn when_chunk_drives_into_a_position_limit_expect_all_joints_brake_and_hold() {
-    // shoulder_pan ramps from 2.3 rad through its soft limit (2.8) at 0.6 rad/s while the
-    // elbow moves along.
+    // shoulder_pan ramps from 2.3 rad through its soft limit (2.8) at 1.5 rad/s, faster than
+    // it can stop in the room left, while the elbow moves along.
     let mut cfg = replay_config("limit", |i| {
         let mut q = START.to_vec();
-        q[0] = 2.3 + 0.6 * i as f64 * 0.02;
+        q[0] = 2.3 + (1.5 * i as f64 * 0.02).min(0.9);
         q[2] = 0.6 + 0.3 * i as f64 * 0.02;
         q
     });

@@ -281,6 +281,49 @@ def tokenizer_case(tok, fast):
     print(f"tokenizer: {tok.get_vocab_size()} tokens, {len(cases)} prompts")
 
 
+SIM_START = [0.0, 0.3, 0.6, -0.4, 0.0, 0.0, 0.02]
+
+
+def bundled_model(tok, fast):
+    """models/tiny-pi0: the embedded default's policy. Random weights by lerobot's code, one
+    camera, 7 joints; its stats keep actions within a few centiradians of the sim arm's start
+    pose, so the real model path drives the simulated arm end to end."""
+    import lerobot.policies.pi0.processor_pi0 as proc
+
+    torch.manual_seed(7)
+    inputs = {
+        "observation.images.front": PolicyFeature(type=FeatureType.VISUAL, shape=(3, 224, 224)),
+        "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(ROBOT_DIM,)),
+    }
+    outputs = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(ROBOT_DIM,))}
+    policy = PI0Policy(PI0Config(dtype="float32", device="cpu", input_features=inputs, output_features=outputs))
+    start = torch.tensor(SIM_START)
+    state_std = torch.tensor([0.5] * 6 + [0.01])
+    action_std = torch.tensor([0.001] * 6 + [0.00002])
+
+    def st(mean, std):
+        return {"mean": mean, "std": std, "min": mean - 3 * std, "max": mean + 3 * std,
+                "q01": mean - 2 * std, "q99": mean + 2 * std}
+
+    real_step = proc.TokenizerProcessorStep
+    proc.TokenizerProcessorStep = lambda **kw: real_step(
+        tokenizer=fast, **{k: v for k, v in kw.items() if k != "tokenizer_name"}
+    )
+    pre, post = proc.make_pi0_pre_post_processors(
+        policy.config, dataset_stats={"observation.state": st(start, state_std), "action": st(start, action_std)}
+    )
+    proc.TokenizerProcessorStep = real_step
+    d = ROOT / "models" / "tiny-pi0"
+    d.mkdir(parents=True, exist_ok=True)
+    save_model(policy, str(d / "model.safetensors"))
+    policy.config._save_pretrained(d)
+    (d / "arch.json").write_text(json.dumps(ARCH, indent=2) + "\n")
+    pre.save_pretrained(str(d))
+    post.save_pretrained(str(d))
+    tok.save(str(d / "tokenizer.json"))
+    print(f"bundled model: {d}")
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator().manual_seed(1234)
@@ -303,6 +346,7 @@ def main():
     tokenizer_case(tok, fast)
     end_to_end_case(pi0_f32, "pi0", fast, tok, gen)
     end_to_end_case(pi05_f32, "pi05", fast, tok, gen)
+    bundled_model(tok, fast)
 
     preprocessing_case(gen)
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())

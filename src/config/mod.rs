@@ -100,6 +100,14 @@ pub enum PolicySource {
     Scripted { amplitude: f64, frequency_hz: f64 },
     /// Chunks read from a JSON file, replayed in a loop.
     Replay { file: PathBuf },
+    /// The pi0 / pi0.5 model on the CPU.
+    Pi0 {
+        checkpoint: PathBuf,
+        arch: Option<PathBuf>,
+        tokenizer: Option<PathBuf>,
+        threads: usize,
+        seed: u64,
+    },
 }
 
 /// Which robot joint each policy action index drives.
@@ -137,6 +145,8 @@ pub struct PolicyConfig {
     pub step_period_s: f64,
     /// Extra latency added to every inference (simulates a slower model).
     pub latency_s: f64,
+    /// The task prompt until one arrives from outside.
+    pub prompt: String,
     pub fault: Option<FaultConfig>,
 }
 
@@ -640,10 +650,27 @@ fn policy_config(
                 )
             }
         },
+        "pi0" => match &raw.checkpoint {
+            Some(f) => PolicySource::Pi0 {
+                checkpoint: resolve(f),
+                arch: raw.arch.as_deref().map(resolve),
+                tokenizer: raw.tokenizer.as_deref().map(resolve),
+                threads: if (1..=256).contains(&raw.threads) {
+                    raw.threads
+                } else {
+                    return c.fail(
+                        "policy.threads",
+                        format!("expected 1 to 256, found {}", raw.threads),
+                    );
+                },
+                seed: raw.seed,
+            },
+            None => return c.fail("policy.checkpoint", "required when policy.kind = \"pi0\""),
+        },
         other => {
             return c.fail(
                 "policy.kind",
-                format!("expected \"scripted\" or \"replay\", found \"{other}\""),
+                format!("expected \"scripted\", \"replay\" or \"pi0\", found \"{other}\""),
             )
         }
     };
@@ -687,6 +714,7 @@ fn policy_config(
         chunk_steps,
         step_period_s: c.in_range("policy.step_period_s", raw.step_period_s, 0.001, 1.0)?,
         latency_s: c.non_negative("policy.latency_s", raw.latency_s)?,
+        prompt: raw.prompt.clone(),
         fault,
     })
 }

@@ -136,7 +136,20 @@ pub struct RawPolicy {
     #[serde(default = "default_frequency")]
     pub frequency_hz: f64,
     pub replay_file: Option<PathBuf>,
+    pub checkpoint: Option<PathBuf>,
+    pub arch: Option<PathBuf>,
+    pub tokenizer: Option<PathBuf>,
+    #[serde(default)]
+    pub prompt: String,
+    #[serde(default = "default_threads")]
+    pub threads: usize,
+    #[serde(default)]
+    pub seed: u64,
     pub fault: Option<RawFault>,
+}
+
+fn default_threads() -> usize {
+    1
 }
 
 fn default_chunk_steps() -> usize {

@@ -170,6 +170,8 @@ impl Controller {
         now: MonoTime,
     ) -> Result<Controller, StartRefused> {
         check_start(&limits, &start.position)?;
+        let mut executor = executor;
+        executor.set_limits(&limits.velocity, &limits.acceleration);
         let mut monitor = LimitMonitor::new(limits.clone(), dt);
         monitor.reset_at(&start.position);
         Ok(Controller {

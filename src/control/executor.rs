@@ -21,10 +21,15 @@ pub enum ChunkRejection {
     OutOfOrder,
 }
 
+/// The correction added to a new chunk after a switch. Its position part fades over
+/// `position_window_s` (long enough for every joint's limits), its velocity and acceleration
+/// parts over the configured `motion_window_s`: each quintic basis meets its own boundary
+/// conditions, so the sum starts exactly at the commanded state and is C2 throughout.
 #[derive(Clone, Copy, Debug)]
 struct Blend {
     start: MonoTime,
-    window_s: f64,
+    position_window_s: f64,
+    motion_window_s: f64,
     /// Commanded minus new-chunk position, velocity and acceleration at `start`.
     offset: MotionState,
 }
@@ -34,6 +39,9 @@ pub struct Executor {
     merge: MergeMode,
     blend_window_s: f64,
     min_window_s: f64,
+    /// Per-joint velocity and acceleration limits the blend must stay within (empty: none).
+    velocity_limit: JointVector,
+    acceleration_limit: JointVector,
     active: Option<Box<JointChunk>>,
     blend: Option<Blend>,
     scratch: JointVector,
@@ -41,6 +49,9 @@ pub struct Executor {
 
 /// Finite-difference step for the new chunk's derivatives at the switch time.
 const DERIVATIVE_STEP_S: f64 = 1e-3;
+/// Peak |H0'| and |H0''| of the quintic fade `1 - 10u³ + 15u⁴ - 6u⁵` on u in [0, 1].
+const QUINTIC_PEAK_VELOCITY: f64 = 1.875;
+const QUINTIC_PEAK_ACCELERATION: f64 = 5.774;
 
 impl Executor {
     /// `control_period_s` bounds the shortest transition (used by `latest_only`).
@@ -55,10 +66,39 @@ impl Executor {
             merge,
             blend_window_s,
             min_window_s: 2.0 * control_period_s,
+            velocity_limit: JointVector::zeros(0),
+            acceleration_limit: JointVector::zeros(0),
             active: None,
             blend: None,
             scratch: JointVector::zeros(0),
         }
+    }
+
+    /// Blends are stretched so that the correction alone needs at most half of these limits.
+    pub fn set_limits(&mut self, velocity: &JointVector, acceleration: &JointVector) {
+        self.velocity_limit = *velocity;
+        self.acceleration_limit = *acceleration;
+    }
+
+    /// The shortest window over which fading a position offset keeps its peak velocity
+    /// (1.875 e / W) and acceleration (5.77 e / W²) within half of each joint's limits. Only the
+    /// position fade is stretched: its excursion is bounded by the offset itself, whereas a
+    /// velocity offset faded over a longer window travels further (0.195 e W).
+    fn feasible_window(&self, offset: &JointVector) -> f64 {
+        let mut w: f64 = 0.0;
+        for j in 0..offset.len().min(self.velocity_limit.len()) {
+            let e = offset[j].abs();
+            let (v, a) = (
+                0.5 * self.velocity_limit[j],
+                0.5 * self.acceleration_limit[j],
+            );
+            if v > 0.0 && a > 0.0 {
+                w = w
+                    .max(QUINTIC_PEAK_VELOCITY * e / v)
+                    .max((QUINTIC_PEAK_ACCELERATION * e / a).sqrt());
+            }
+        }
+        w
     }
 
     pub fn has_chunk(&self) -> bool {
@@ -110,26 +150,46 @@ impl Executor {
             _ => self.blend_window_s,
         };
         // The new chunk's position, velocity and acceleration where the commanded state stands.
-        let ts = last_tick.seconds_since(chunk.obs_stamp);
+        // Central differences, or forward ones at the chunk's very start (it is not defined
+        // before its observation: sampling there would clamp and fake a huge acceleration).
+        let ts = last_tick.seconds_since(chunk.obs_stamp).max(0.0);
         let mode = self.interpolation;
-        let mut f0 = JointVector::zeros(0);
-        let mut fm = JointVector::zeros(0);
-        let mut fp = JointVector::zeros(0);
-        sample(&chunk, mode, ts, &mut f0);
-        sample(&chunk, mode, ts - DERIVATIVE_STEP_S, &mut fm);
-        sample(&chunk, mode, ts + DERIVATIVE_STEP_S, &mut fp);
-        let mut offset = *commanded;
         let d = DERIVATIVE_STEP_S;
+        let centre = ts >= d;
+        let mut f0 = JointVector::zeros(0);
+        let mut f1 = JointVector::zeros(0);
+        let mut f2 = JointVector::zeros(0);
+        sample(&chunk, mode, ts, &mut f0);
+        sample(&chunk, mode, if centre { ts - d } else { ts + d }, &mut f1);
+        sample(
+            &chunk,
+            mode,
+            if centre { ts + d } else { ts + 2.0 * d },
+            &mut f2,
+        );
+        let mut offset = *commanded;
         for j in 0..f0.len() {
-            let vel = (fp[j] - fm[j]) / (2.0 * d);
-            let acc = (fp[j] - 2.0 * f0[j] + fm[j]) / (d * d);
+            let (vel, acc) = if centre {
+                (
+                    (f2[j] - f1[j]) / (2.0 * d),
+                    (f2[j] - 2.0 * f0[j] + f1[j]) / (d * d),
+                )
+            } else {
+                (
+                    (-3.0 * f0[j] + 4.0 * f1[j] - f2[j]) / (2.0 * d),
+                    (f0[j] - 2.0 * f1[j] + f2[j]) / (d * d),
+                )
+            };
             offset.position[j] = commanded.position[j] - f0[j];
             offset.velocity[j] = commanded.velocity[j] - vel;
             offset.acceleration[j] = commanded.acceleration[j] - acc;
         }
+        // Never faster than the joints allow: a short window on a slow joint (a gripper) would
+        // otherwise ask the governor for more than it may give.
         self.blend = Some(Blend {
             start: last_tick,
-            window_s,
+            position_window_s: window_s.max(self.feasible_window(&offset.position)),
+            motion_window_s: window_s,
             offset,
         });
         Ok(self.active.replace(chunk))
@@ -166,16 +226,17 @@ impl Executor {
         let t = now.seconds_since(chunk.obs_stamp);
         sample(chunk, self.interpolation, t, &mut self.scratch);
         if let Some(b) = &self.blend {
-            let s = now.seconds_since(b.start);
-            if s >= b.window_s {
+            let s = now.seconds_since(b.start).max(0.0);
+            let (wp, wm) = (b.position_window_s, b.motion_window_s);
+            if s >= wp && s >= wm {
                 self.blend = None;
             } else {
-                let w = b.window_s;
-                let basis = quintic_basis((s / w).max(0.0));
+                let bp = quintic_basis((s / wp).min(1.0));
+                let bm = quintic_basis((s / wm).min(1.0));
                 for j in 0..self.scratch.len() {
-                    self.scratch[j] += basis[0] * b.offset.position[j]
-                        + basis[1] * w * b.offset.velocity[j]
-                        + basis[2] * w * w * b.offset.acceleration[j];
+                    self.scratch[j] += bp[0] * b.offset.position[j]
+                        + bm[1] * wm * b.offset.velocity[j]
+                        + bm[2] * wm * wm * b.offset.acceleration[j];
                 }
             }
         }
@@ -242,6 +303,57 @@ mod tests {
         assert!((p - 0.5).abs() < 0.01, "{p}");
         let p = ex.target(t(0.31)).unwrap()[0];
         assert!(p.abs() < 1e-12, "{p}");
+    }
+
+    #[test]
+    fn when_offset_is_large_for_a_slow_joint_expect_blend_stretched_within_limits() {
+        let mut ex = Executor::new(Interpolation::Quintic, MergeMode::Blend, 0.1, 0.005);
+        ex.set_limits(
+            &JointVector::from_slice(&[0.1]),
+            &JointVector::from_slice(&[0.5]),
+        );
+        let state = MotionState::at_rest(JointVector::from_slice(&[0.016]));
+        ex.accept(linear_chunk(t(0.0), 0.0, 0.0, 50), t(0.1), t(0.095), &state)
+            .unwrap();
+        // Sample the blended target; its velocity and acceleration stay within half the limits.
+        let dt = 0.005;
+        let p: Vec<f64> = (0..200)
+            .map(|k| ex.target(t(0.095 + k as f64 * dt)).map_or(0.0, |v| v[0]))
+            .collect();
+        for k in 2..p.len() {
+            let v = (p[k] - p[k - 1]) / dt;
+            let a = (p[k] - 2.0 * p[k - 1] + p[k - 2]) / (dt * dt);
+            assert!(
+                v.abs() <= 0.05 * 1.01 && a.abs() <= 0.25 * 1.05,
+                "tick {k}: v {v} a {a}"
+            );
+        }
+    }
+
+    #[test]
+    fn when_chunk_starts_at_the_switch_expect_its_derivatives_not_clamped() {
+        // A chunk accelerating uniformly from its first step, switched to exactly at its start:
+        // the blend must see its true velocity and acceleration (no offset to fade).
+        let mut ex = Executor::new(Interpolation::Quintic, MergeMode::Blend, 0.1, 0.005);
+        let mut c = JointChunk::with_capacity(50);
+        c.obs_stamp = t(0.0);
+        c.period_s = 0.02;
+        for i in 0..50 {
+            let x = i as f64 * 0.02;
+            c.positions.push(JointVector::from_slice(&[0.5 * x * x]));
+        }
+        c.update_derivatives();
+        let state = MotionState {
+            position: JointVector::from_slice(&[0.0]),
+            velocity: JointVector::from_slice(&[0.0]),
+            acceleration: JointVector::from_slice(&[1.0]),
+        };
+        ex.accept(Box::new(c), t(0.005), t(0.0), &state).unwrap();
+        for k in 1..40 {
+            let s = k as f64 * 0.005;
+            let p = ex.target(t(s)).unwrap()[0];
+            assert!((p - 0.5 * s * s).abs() < 1e-4, "t={s}: {p}");
+        }
     }
 
     #[test]

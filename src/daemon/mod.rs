@@ -88,7 +88,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
     let io_stop = Arc::new(AtomicBool::new(false));
-    let board = Arc::new(Blackboard::new(cfg.sim.cameras.len(), "pick up the cube"));
+    let board = Arc::new(Blackboard::new(cfg.sim.cameras.len(), &cfg.policy.prompt));
     let start = MonoTime::now();
     let sim =
         SimArm::new(cfg.sim.clone(), &cfg.limits).spawn(board.clone(), io_stop.clone(), start)?;

@@ -60,6 +60,16 @@ pub trait Policy: Send {
 pub enum PolicyBuildError {
     #[error("{file}: {message}")]
     Replay { file: String, message: String },
+    #[error(transparent)]
+    Model(#[from] pi0::pipeline::PipelineError),
+    #[error(
+        "{checkpoint}: the model acts on {model} joints but policy.action_joints lists {config}"
+    )]
+    ActionWidth {
+        checkpoint: String,
+        model: usize,
+        config: usize,
+    },
 }
 
 /// Builds the configured policy (with its fault injector, if any).
@@ -83,6 +93,34 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
             p.action_map.action_dim(),
             p.latency_s,
         )?),
+        PolicySource::Pi0 {
+            checkpoint,
+            arch,
+            tokenizer,
+            threads,
+            seed,
+        } => {
+            let pipeline = pi0::pipeline::Pi0Pipeline::load(&pi0::pipeline::PipelineOptions {
+                checkpoint: checkpoint.clone(),
+                arch: arch.clone(),
+                tokenizer: tokenizer.clone(),
+                threads: *threads,
+            })?;
+            if pipeline.action_dim != p.action_map.action_dim()
+                || pipeline.state_dim != p.action_map.action_dim()
+            {
+                return Err(PolicyBuildError::ActionWidth {
+                    checkpoint: checkpoint.display().to_string(),
+                    model: pipeline.action_dim,
+                    config: p.action_map.action_dim(),
+                });
+            }
+            Box::new(pi0::pipeline::Pi0Policy::new(
+                pipeline,
+                p.step_period_s,
+                *seed,
+            ))
+        }
     };
     if let Some(fault) = &p.fault {
         policy = Box::new(faulty::FaultyPolicy::new(policy, fault.clone()));

@@ -117,7 +117,7 @@ impl Governor {
     }
 
     /// Whether `goal` moves some joint toward its position limit faster than the joint could
-    /// stop before that limit (as ros2_control's joint_limits checks):
+    /// stop before that limit at its deceleration limit (as ros2_control's joint_limits checks):
     /// then all joints brake together, keeping the arm's motion coordinated.
     fn drives_into_limit(&self, goal: &JointVector) -> bool {
         let dt = self.dt;
@@ -127,13 +127,14 @@ impl Governor {
             } else {
                 self.state.position[j]
             };
-            // The velocity the joint would really get (speed-limited), from where it stands.
+            // The goal's own motion, at the speed a joint could follow it, from where the goal
+            // is: a goal heading for the limit faster than it could stop short of it.
             let vmax = self.limits.velocity[j];
             let v = ((goal[j] - prev) / dt).clamp(-vmax, vmax);
-            let p = self.state.position[j];
-            // The planning deceleration, as in the velocity band: the brake comes before any
-            // single joint would start to deviate from the coordinated motion.
-            let a = PLAN_ACCEL_FRACTION * self.limits.acceleration[j];
+            let p = goal[j];
+            // The full deceleration limit: short of that, the velocity band slows the joint
+            // smoothly on its own and it catches up once the target turns back.
+            let a = self.limits.acceleration[j];
             (v > 0.0 && v > braking_velocity(self.limits.upper[j] - p, a, dt))
                 || (v < 0.0 && -v > braking_velocity(p - self.limits.lower[j], a, dt))
         })

@@ -14,12 +14,26 @@ pub fn root() -> &'static Path {
 /// do not starve each other on a 2-core machine.
 pub static SERIAL: Mutex<()> = Mutex::new(());
 
-/// `config/sim.toml` as a TOML table with the URDF path made absolute, to be edited by a test.
-pub fn sim_config() -> toml::Table {
+/// `config/sim.toml` as a TOML table with paths made absolute, to be edited by a test.
+pub fn sim_model_config() -> toml::Table {
     let text = std::fs::read_to_string(root().join("config/sim.toml")).unwrap();
     let mut t: toml::Table = text.parse().unwrap();
     let urdf = root().join("urdf/sim_arm.urdf");
     t["robot"]["urdf"] = toml::Value::String(urdf.display().to_string());
+    let model = root().join("models/tiny-pi0");
+    t["policy"]["checkpoint"] = toml::Value::String(model.display().to_string());
+    t
+}
+
+/// `config/sim.toml` with the scripted policy: a smooth, known motion (swing of 0.4 rad at
+/// 0.2 Hz, 80 ms simulated inference), so scenario timings and motions are predictable.
+pub fn sim_config() -> toml::Table {
+    let mut t = sim_model_config();
+    let p = t["policy"].as_table_mut().unwrap();
+    p.insert("kind".into(), toml::Value::String("scripted".into()));
+    p.insert("amplitude".into(), toml::Value::Float(0.4));
+    p.insert("frequency_hz".into(), toml::Value::Float(0.2));
+    p.insert("latency_s".into(), toml::Value::Float(0.08));
     t
 }
 

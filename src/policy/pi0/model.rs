@@ -149,9 +149,11 @@ impl Arch {
         ck: &Checkpoint,
         overrides: Option<ArchOverrides>,
     ) -> Result<Arch, CheckpointError> {
-        let variant = if ck.contains("time_mlp_in.weight") && !ck.contains("state_proj.weight") {
-            Variant::Pi05
-        } else if ck.config.kind == "pi05" {
+        // pi0.5 has time_mlp_* and no state projection (some exports name pi0's action_time_mlp_*
+        // time_mlp_* too, so state_proj decides).
+        let variant = if (ck.contains("time_mlp_in.weight") && !ck.contains("state_proj.weight"))
+            || ck.config.kind == "pi05"
+        {
             Variant::Pi05
         } else {
             Variant::Pi0

@@ -171,12 +171,19 @@ fn mode_for(
     })
 }
 
-/// The normalizer step of one lerobot processor pipeline JSON: (norm_map, stats, eps).
+/// A normalizer step of a lerobot processor pipeline: feature type -> mode, stats, eps.
+struct NormalizerStep {
+    norm_map: HashMap<String, String>,
+    stats: HashMap<String, Vec<f32>>,
+    eps: f32,
+}
+
+/// The normalizer step of one lerobot processor pipeline JSON.
 fn pipeline_step(
     dir: &Path,
     file: &str,
     registry: &str,
-) -> Result<Option<(HashMap<String, String>, HashMap<String, Vec<f32>>, f32)>, CheckpointError> {
+) -> Result<Option<NormalizerStep>, CheckpointError> {
     let path = dir.join(file);
     if !path.exists() {
         return Ok(None);
@@ -196,7 +203,11 @@ fn pipeline_step(
     let state_file = step["state_file"]
         .as_str()
         .ok_or_else(|| err(&path, format!("{registry} has no state_file")))?;
-    Ok(Some((norm_map, read_stats(&dir.join(state_file))?, eps)))
+    Ok(Some(NormalizerStep {
+        norm_map,
+        stats: read_stats(&dir.join(state_file))?,
+        eps,
+    }))
 }
 
 impl Normalizer {
@@ -206,18 +217,26 @@ impl Normalizer {
     pub fn load(dir: &Path, default_mode: &str) -> Result<Option<Normalizer>, CheckpointError> {
         let pre = pipeline_step(dir, "policy_preprocessor.json", "normalizer_processor")?;
         let post = pipeline_step(dir, "policy_postprocessor.json", "unnormalizer_processor")?;
-        if let (Some((pmap, pstats, peps)), Some((amap, astats, aeps))) = (pre, post) {
+        if let (Some(pre), Some(post)) = (pre, post) {
             let path = dir.join("policy_preprocessor.json");
-            let state_mode = pmap.get("STATE").map(String::as_str).unwrap_or("IDENTITY");
-            let action_mode = amap.get("ACTION").map(String::as_str).unwrap_or("IDENTITY");
+            let state_mode = pre
+                .norm_map
+                .get("STATE")
+                .map(String::as_str)
+                .unwrap_or("IDENTITY");
+            let action_mode = post
+                .norm_map
+                .get("ACTION")
+                .map(String::as_str)
+                .unwrap_or("IDENTITY");
             return Ok(Some(Normalizer {
-                state: mode_for(&path, state_mode, "observation.state", &pstats, peps)?,
+                state: mode_for(&path, state_mode, "observation.state", &pre.stats, pre.eps)?,
                 action: mode_for(
                     &dir.join("policy_postprocessor.json"),
                     action_mode,
                     "action",
-                    &astats,
-                    aeps,
+                    &post.stats,
+                    post.eps,
                 )?,
             }));
         }

@@ -57,7 +57,7 @@ pub fn discretize(x: f32) -> i32 {
 
 /// pi0.5's prompt with the discretized, normalized state.
 pub fn pi05_prompt(task: &str, normalized_state: &[f32]) -> String {
-    let cleaned = task.trim().replace('_', " ").replace('\n', " ");
+    let cleaned = task.trim().replace(['_', '\n'], " ");
     let state: Vec<String> = normalized_state
         .iter()
         .map(|x| discretize(*x).to_string())
