@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
@@ -62,12 +63,60 @@ impl WeightDtype {
     }
 }
 
-/// A decoded tensor: row-major f32 data.
+/// f32 tensor data: a view into the memory-mapped checkpoint when it is stored as aligned
+/// little-endian f32 (no copy in RAM), or decoded from bf16/f16.
+#[derive(Clone)]
+pub enum Weights {
+    Owned(Vec<f32>),
+    Mapped {
+        map: Arc<memmap2::Mmap>,
+        offset: usize,
+        len: usize,
+    },
+}
+
+impl std::ops::Deref for Weights {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        match self {
+            Weights::Owned(v) => v,
+            Weights::Mapped { map, offset, len } => {
+                let bytes = &map[*offset..*offset + len * 4];
+                // SAFETY: alignment and length were checked when the view was made; the map is
+                // read-only and lives as long as this value; f32 has no invalid bit patterns.
+                unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const f32, *len) }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Weights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if matches!(self, Weights::Owned(_)) {
+            "owned"
+        } else {
+            "mapped"
+        };
+        write!(f, "Weights({kind}, {} values)", self.len())
+    }
+}
+
+/// A tensor ready for compute: row-major f32 values and the type it was stored in.
 #[derive(Clone, Debug)]
 pub struct Tensor {
     pub shape: Vec<usize>,
-    pub data: Vec<f32>,
+    pub data: Weights,
     pub dtype: WeightDtype,
+}
+
+/// Where a tensor lies in a mapped file; decoded only when the model takes it.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub shape: Vec<usize>,
+    pub dtype: Dtype,
+    file: usize,
+    offset: usize,
+    bytes: usize,
 }
 
 /// lerobot's `config.json` fields pi0d uses (the rest is ignored).
@@ -170,62 +219,13 @@ pub struct Checkpoint {
     pub config: PolicyConfigJson,
     /// `arch.json` beside the weights, if any.
     pub arch_file: Option<ArchOverrides>,
-    tensors: HashMap<String, Tensor>,
+    maps: Vec<(PathBuf, Arc<memmap2::Mmap>)>,
+    tensors: HashMap<String, Entry>,
 }
 
 /// Strips the prefixes exports differ in, so lookups are by one canonical name.
 fn canonical(name: &str) -> &str {
     name.strip_prefix("model.").unwrap_or(name)
-}
-
-fn decode(
-    path: &Path,
-    name: &str,
-    view: &safetensors::tensor::TensorView<'_>,
-) -> Result<Tensor, CheckpointError> {
-    let bytes = view.data();
-    let (data, dtype): (Vec<f32>, WeightDtype) = match view.dtype() {
-        Dtype::F32 => (
-            bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            WeightDtype::F32,
-        ),
-        Dtype::BF16 => (
-            bytes
-                .chunks_exact(2)
-                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            WeightDtype::Bf16,
-        ),
-        Dtype::F16 => (
-            bytes
-                .chunks_exact(2)
-                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            WeightDtype::F16,
-        ),
-        other => {
-            return Err(CheckpointError::Dtype {
-                path: path.into(),
-                name: name.into(),
-                dtype: format!("{other:?}"),
-            })
-        }
-    };
-    if let Some(index) = data.iter().position(|x| !x.is_finite()) {
-        return Err(CheckpointError::NonFinite {
-            path: path.into(),
-            name: name.into(),
-            index,
-        });
-    }
-    Ok(Tensor {
-        shape: view.shape().to_vec(),
-        data,
-        dtype,
-    })
 }
 
 fn file_err(path: &Path, message: impl std::fmt::Display) -> CheckpointError {
@@ -235,20 +235,32 @@ fn file_err(path: &Path, message: impl std::fmt::Display) -> CheckpointError {
     }
 }
 
-fn load_safetensors(
+/// Maps one safetensors file and records where each tensor lies in it.
+fn index_safetensors(
     path: &Path,
-    into: &mut HashMap<String, Tensor>,
+    maps: &mut Vec<(PathBuf, Arc<memmap2::Mmap>)>,
+    into: &mut HashMap<String, Entry>,
 ) -> Result<(), CheckpointError> {
     let file = std::fs::File::open(path).map_err(|e| file_err(path, e))?;
-    // SAFETY: the file is mapped read-only and not modified while mapped (checkpoints are
-    // immutable inputs); the map is dropped before this function returns.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| file_err(path, e))?;
+    // SAFETY: mapped read-only; checkpoints are immutable inputs that are not modified while
+    // pi0d runs (the usual contract of memory-mapped model files).
+    let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.map_err(|e| file_err(path, e))?);
     let st = SafeTensors::deserialize(&map)
         .map_err(|e| file_err(path, format!("not a safetensors file: {e}")))?;
+    let base = map.as_ptr() as usize;
     for (name, view) in st.iter() {
-        let t = decode(path, name, &view)?;
-        into.insert(canonical(name).to_string(), t);
+        into.insert(
+            canonical(name).to_string(),
+            Entry {
+                shape: view.shape().to_vec(),
+                dtype: view.dtype(),
+                file: maps.len(),
+                offset: view.data().as_ptr() as usize - base,
+                bytes: view.data().len(),
+            },
+        );
     }
+    maps.push((path.to_path_buf(), map.clone()));
     Ok(())
 }
 
@@ -256,6 +268,7 @@ impl Checkpoint {
     /// Loads a checkpoint directory or a bare `.safetensors` file.
     pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
         let mut tensors = HashMap::new();
+        let mut maps = Vec::new();
         let (dir, config) = if path.is_dir() {
             let cfg_path = path.join("config.json");
             let config = if cfg_path.exists() {
@@ -268,7 +281,7 @@ impl Checkpoint {
             let single = path.join("model.safetensors");
             let index = path.join("model.safetensors.index.json");
             if single.exists() {
-                load_safetensors(&single, &mut tensors)?;
+                index_safetensors(&single, &mut maps, &mut tensors)?;
             } else if index.exists() {
                 let text = std::fs::read_to_string(&index).map_err(|e| file_err(&index, e))?;
                 let json: serde_json::Value =
@@ -280,7 +293,7 @@ impl Checkpoint {
                 shards.sort_unstable();
                 shards.dedup();
                 for shard in shards {
-                    load_safetensors(&path.join(shard), &mut tensors)?;
+                    index_safetensors(&path.join(shard), &mut maps, &mut tensors)?;
                 }
             } else {
                 return Err(file_err(
@@ -290,7 +303,7 @@ impl Checkpoint {
             }
             (path.to_path_buf(), config)
         } else {
-            load_safetensors(path, &mut tensors)?;
+            index_safetensors(path, &mut maps, &mut tensors)?;
             (
                 path.parent().unwrap_or(Path::new(".")).to_path_buf(),
                 PolicyConfigJson::default(),
@@ -306,6 +319,7 @@ impl Checkpoint {
             path: path.to_path_buf(),
             config,
             arch_file,
+            maps,
             tensors,
         })
     }
@@ -315,7 +329,7 @@ impl Checkpoint {
     }
 
     /// The first of `names` present (canonical names, without a leading `model.`).
-    pub fn find(&self, names: &[&str]) -> Result<&Tensor, CheckpointError> {
+    pub fn find(&self, names: &[&str]) -> Result<&Entry, CheckpointError> {
         names
             .iter()
             .find_map(|n| self.tensors.get(*n))
@@ -326,18 +340,77 @@ impl Checkpoint {
             })
     }
 
-    /// A tensor that must have `shape`.
+    /// A tensor that must have `shape`, checked to hold only finite values. Aligned f32 data is
+    /// a view into the map; bf16 and f16 are decoded to f32.
     pub fn take(&self, names: &[&str], shape: &[usize]) -> Result<Tensor, CheckpointError> {
-        let t = self.find(names)?;
-        if t.shape != shape {
+        let e = self.find(names)?;
+        let name = names[0];
+        let (file, map) = &self.maps[e.file];
+        if e.shape != shape {
             return Err(CheckpointError::Shape {
-                path: self.path.clone(),
-                name: names[0].to_string(),
+                path: file.clone(),
+                name: name.to_string(),
                 expected: shape.to_vec(),
-                found: t.shape.clone(),
+                found: e.shape.clone(),
             });
         }
-        Ok(t.clone())
+        let bytes = &map[e.offset..e.offset + e.bytes];
+        let (data, dtype) = match e.dtype {
+            Dtype::F32 if cfg!(target_endian = "little") && bytes.as_ptr() as usize % 4 == 0 => (
+                Weights::Mapped {
+                    map: map.clone(),
+                    offset: e.offset,
+                    len: e.bytes / 4,
+                },
+                WeightDtype::F32,
+            ),
+            Dtype::F32 => (
+                Weights::Owned(
+                    bytes
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                        .collect(),
+                ),
+                WeightDtype::F32,
+            ),
+            Dtype::BF16 => (
+                Weights::Owned(
+                    bytes
+                        .chunks_exact(2)
+                        .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                        .collect(),
+                ),
+                WeightDtype::Bf16,
+            ),
+            Dtype::F16 => (
+                Weights::Owned(
+                    bytes
+                        .chunks_exact(2)
+                        .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                        .collect(),
+                ),
+                WeightDtype::F16,
+            ),
+            other => {
+                return Err(CheckpointError::Dtype {
+                    path: file.clone(),
+                    name: name.to_string(),
+                    dtype: format!("{other:?}"),
+                })
+            }
+        };
+        if let Some(index) = data.iter().position(|x| !x.is_finite()) {
+            return Err(CheckpointError::NonFinite {
+                path: file.clone(),
+                name: name.to_string(),
+                index,
+            });
+        }
+        Ok(Tensor {
+            shape: e.shape.clone(),
+            data,
+            dtype,
+        })
     }
 
     /// Number of `prefix.N.` layers present.

@@ -4,7 +4,7 @@
 
 use gemm::Parallelism;
 
-use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, WeightDtype};
+use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, WeightDtype, Weights};
 use super::ops::{attention, gelu_tanh, silu, LayerNorm, Linear, Norm, Rope};
 
 const VISION: &str = "paligemma_with_expert.paligemma.model.vision_tower.vision_model";
@@ -86,7 +86,7 @@ pub struct Pi0Model {
     vision_layers: Vec<SigLipLayer>,
     post_ln: LayerNorm,
     projector: Linear,
-    embed: Vec<f32>,
+    embed: Weights,
     embed_dtype: WeightDtype,
     lm: Gemma,
     expert: Gemma,
@@ -262,7 +262,9 @@ fn load_gemma(
             )?))
         } else {
             Ok(Norm::Rms(
-                ck.take(&[&format!("{name}.weight")], &[width])?.data,
+                ck.take(&[&format!("{name}.weight")], &[width])?
+                    .data
+                    .to_vec(),
             ))
         }
     };
@@ -310,7 +312,8 @@ impl Pi0Model {
                     &[&format!("{VISION}.embeddings.patch_embedding.bias")],
                     &[vw],
                 )?
-                .data,
+                .data
+                .to_vec(),
             ),
             out_dim: vw,
             in_dim: 3 * a.patch * a.patch,
@@ -354,7 +357,8 @@ impl Pi0Model {
                     &[&format!("{VISION}.embeddings.position_embedding.weight")],
                     &[a.tokens_per_image(), vw],
                 )?
-                .data,
+                .data
+                .to_vec(),
             vision_layers,
             post_ln: LayerNorm::load(ck, &format!("{VISION}.post_layernorm"), vw)?,
             projector: Linear::load(ck, &[PROJECTOR], a.width, vw, true)?,

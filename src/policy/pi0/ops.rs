@@ -3,14 +3,14 @@
 
 use gemm::Parallelism;
 
-use super::checkpoint::{Checkpoint, CheckpointError, WeightDtype};
+use super::checkpoint::{Checkpoint, CheckpointError, WeightDtype, Weights};
 
 /// The additive attention mask value openpi and lerobot use for masked positions.
 pub const MASK_VALUE: f32 = -2.381_976_3e38;
 
 /// `y = x W^T + b`, with PyTorch's `[out, in]` weight layout.
 pub struct Linear {
-    pub w: Vec<f32>,
+    pub w: Weights,
     pub b: Option<Vec<f32>>,
     pub out_dim: usize,
     pub in_dim: usize,
@@ -31,7 +31,7 @@ impl Linear {
         let b = if bias {
             let bn: Vec<String> = names.iter().map(|n| format!("{n}.bias")).collect();
             let br: Vec<&str> = bn.iter().map(String::as_str).collect();
-            Some(ck.take(&br, &[out_dim])?.data)
+            Some(ck.take(&br, &[out_dim])?.data.to_vec())
         } else {
             None
         };
@@ -113,8 +113,8 @@ pub struct LayerNorm {
 impl LayerNorm {
     pub fn load(ck: &Checkpoint, name: &str, dim: usize) -> Result<LayerNorm, CheckpointError> {
         Ok(LayerNorm {
-            w: ck.take(&[&format!("{name}.weight")], &[dim])?.data,
-            b: ck.take(&[&format!("{name}.bias")], &[dim])?.data,
+            w: ck.take(&[&format!("{name}.weight")], &[dim])?.data.to_vec(),
+            b: ck.take(&[&format!("{name}.bias")], &[dim])?.data.to_vec(),
             eps: 1e-6,
         })
     }

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""pi0d's CPU inference against lerobot (PyTorch CPU) on the same model, in one run.
+
+    cargo build --release
+    ~/venvs/golden/bin/python tools/bench_pi0.py [--threads 2] [--depth 1] [--repeat 3]
+
+For the tiny test model and a pi0-shaped model (real widths and head sizes: SigLIP 1152 x 4304,
+Gemma 2048 x 16384, expert 1024 x 4096, 8 heads / 1 KV head of 256; depth reduced to --depth so
+it fits the machine and the time), both with 2 cameras and 48 prompt tokens, it prints the
+median time of the prefix, one denoise step and the whole chunk for both, and their ratio
+(pi0d / PyTorch: below 1 is faster); the prefix's matmul throughput as a share of the
+machine's measured GEMM peak (PyTorch f32 matmul of a prefix-MLP shape); and pi0d's peak
+resident memory against the size of the weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_golden as mg  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / "target" / "release" / "pi0d"
+
+
+def shapes(kind: str, depth: int):
+    if kind == "tiny":
+        return None
+    return dict(
+        LM=dict(width=2048, depth=depth, mlp_dim=16384, num_heads=8, num_kv_heads=1, head_dim=256),
+        EXPERT=dict(width=1024, depth=depth, mlp_dim=4096, num_heads=8, num_kv_heads=1, head_dim=256),
+        VISION=dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=depth, num_attention_heads=16),
+        ARCH={"vision_heads": 16, "heads": 8, "kv_heads": 1, "head_dim": 256},
+    )
+
+
+def build(kind: str, depth: int, out: Path):
+    s = shapes(kind, depth)
+    if s:
+        mg.LM.update(s["LM"])
+        mg.EXPERT.update(s["EXPERT"])
+        mg.VISION.update(s["VISION"])
+        mg.ARCH.clear()
+        mg.ARCH.update(s["ARCH"])
+    torch.manual_seed(0)
+    inputs, outputs = mg.features(2)
+    cfg = mg.PI0Config(dtype="float32", device="cpu", input_features=inputs, output_features=outputs)
+    policy = mg.PI0Policy(cfg)
+    policy.eval()
+    out.mkdir(parents=True, exist_ok=True)
+    mg.save_model(policy, str(out / "model.safetensors"))
+    policy.config._save_pretrained(out)
+    (out / "arch.json").write_text(json.dumps(mg.ARCH) + "\n")
+    gen = torch.Generator().manual_seed(5)
+    batch = mg.make_inputs(gen, 2, [], 1, [20], 48, False)
+    save_file({k: v.contiguous() for k, v in batch.items()}, str(out / "inputs.safetensors"))
+    return policy, batch
+
+
+def torch_times(policy, batch, repeat: int):
+    m = policy.model
+    images = [batch["image0"], batch["image1"]]
+    masks = [batch["img_mask0"].bool(), batch["img_mask1"].bool()]
+    toks, tmask = batch["lang_tokens"], batch["lang_masks"].bool()
+
+    def prefix():
+        embs, pad, att = m.embed_prefix(images, masks, toks, tmask)
+        att2 = mg.pi0_mod.make_att_2d_masks(pad, att)
+        pos = torch.cumsum(pad, dim=1) - 1
+        m.paligemma_with_expert.paligemma.model.language_model.config._attn_implementation = "eager"
+        m.paligemma_with_expert.forward(
+            attention_mask=mg.pi0_mod.prepare_attention_masks_4d(att2), position_ids=pos,
+            past_key_values=None, inputs_embeds=[embs, None], use_cache=True,
+        )
+
+    res = {"prefix": [], "total": []}
+    with torch.no_grad():
+        prefix()  # warm-up
+        m.sample_actions(images, masks, toks, tmask, batch["state"], noise=batch["noise"].clone())
+        for _ in range(repeat):
+            t = time.perf_counter()
+            prefix()
+            res["prefix"].append((time.perf_counter() - t) * 1e3)
+            t = time.perf_counter()
+            m.sample_actions(images, masks, toks, tmask, batch["state"], noise=batch["noise"].clone())
+            res["total"].append((time.perf_counter() - t) * 1e3)
+    p, tot = statistics.median(res["prefix"]), statistics.median(res["total"])
+    return {"prefix_ms": p, "step_ms": (tot - p) / 10, "total_ms": tot}
+
+
+def pi0d_times(ck: Path, threads: int, repeat: int):
+    out = ck / "actions.safetensors"
+    # /usr/bin/time reports the child's own peak RSS (ru_maxrss of a fork from this process
+    # would count the Python interpreter's pages before exec).
+    run = subprocess.run(
+        ["/usr/bin/time", "-f", "MAXRSS_KB %M", str(BIN), "infer", "--checkpoint", str(ck),
+         "--inputs", str(ck / "inputs.safetensors"), "--output", str(out),
+         "--repeat", str(repeat + 1), "--threads", str(threads)],
+        capture_output=True, text=True, check=True,
+    )
+    rss_kb = int(run.stderr.split("MAXRSS_KB")[-1].split()[0])
+    lines = [json.loads(line) for line in run.stdout.splitlines()][1:]  # first run is warm-up
+    p = statistics.median(x["prefix_ms"] for x in lines)
+    s = statistics.median(x["steps_ms"] for x in lines)
+    return {"prefix_ms": p, "step_ms": s / 10, "total_ms": p + s, "rss_mb": rss_kb / 1024}
+
+
+def prefix_flops(policy, tokens: int, cameras: int) -> float:
+    """Multiply-adds x 2 of the prefix's matmuls (vision, projector, language model)."""
+    vc = policy.model.paligemma_with_expert.paligemma.config.vision_config
+    tc = policy.model.paligemma_with_expert.paligemma.config.text_config
+    n_img = (224 // 14) ** 2
+    vw, vm = vc.hidden_size, vc.intermediate_size
+    vision = n_img * (3 * 14 * 14 * vw + vc.num_hidden_layers * (4 * vw * vw + 2 * vw * vm + 2 * n_img * vw))
+    projector = n_img * vw * tc.hidden_size
+    n = cameras * n_img + tokens
+    w, m, hd, h = tc.hidden_size, tc.intermediate_size, tc.head_dim, tc.num_attention_heads
+    kv = tc.num_key_value_heads
+    lm = tc.num_hidden_layers * n * (w * h * hd * 2 + 2 * w * kv * hd + 3 * w * m + 2 * n * h * hd)
+    return 2.0 * (cameras * (vision + projector) + lm)
+
+
+def gemm_peak_gflops(threads: int) -> float:
+    a = torch.randn(1024, 2048)
+    b = torch.randn(2048, 16384)
+    torch.matmul(a, b)
+    best = 0.0
+    for _ in range(3):
+        t = time.perf_counter()
+        torch.matmul(a, b)
+        best = max(best, 2 * 1024 * 2048 * 16384 / (time.perf_counter() - t) / 1e9)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--depth", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", choices=["tiny", "pi0"], default=None)
+    args = ap.parse_args()
+    if not BIN.exists():
+        sys.exit(f"{BIN} missing: run `cargo build --release` first")
+    if not Path("/usr/bin/time").exists():
+        sys.exit("/usr/bin/time missing: apt-get install time")
+    torch.set_num_threads(args.threads)
+    peak = gemm_peak_gflops(args.threads)
+    print(f"threads {args.threads}; PyTorch {torch.__version__} f32 GEMM peak (1024x2048x16384): {peak:.0f} GFLOP/s")
+    kinds = [args.only] if args.only else ["tiny", "pi0"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in kinds:
+            ck = Path(tmp) / kind
+            policy, batch = build(kind, args.depth, ck)
+            weights_mb = (ck / "model.safetensors").stat().st_size / 2**20
+            t = torch_times(policy, batch, args.repeat)
+            del policy
+            r = pi0d_times(ck, args.threads, args.repeat)
+            label = "tiny" if kind == "tiny" else f"pi0-shaped, depth {args.depth}"
+            print(f"\n{label}: 2 cameras, 48 tokens, f32, weights {weights_mb:.0f} MiB")
+            print(f"  {'':10} {'PyTorch ms':>12} {'pi0d ms':>10} {'ratio':>7}")
+            for k in ["prefix_ms", "step_ms", "total_ms"]:
+                print(f"  {k[:-3]:10} {t[k]:12.1f} {r[k]:10.1f} {r[k] / t[k]:7.2f}")
+            if kind == "pi0":
+                pol, _ = build(kind, args.depth, Path(tmp) / "flops")
+                gf = prefix_flops(pol, 20, 2) / (r["prefix_ms"] / 1e3) / 1e9
+                print(f"  prefix matmuls: {gf:.0f} GFLOP/s = {100 * gf / peak:.0f} % of the measured peak")
+            print(f"  pi0d peak RSS {r['rss_mb']:.0f} MiB = {r['rss_mb'] / weights_mb:.2f} x the weights")
+
+
+if __name__ == "__main__":
+    main()
