@@ -72,7 +72,17 @@ fn main() -> ExitCode {
         Command::Check { config } => match Config::load(&config) {
             Ok(cfg) => {
                 print_check(&cfg);
-                exit::OK
+                // The policy too: a pi0 checkpoint is loaded and checked tensor by tensor.
+                match pi0d::policy::from_config(&cfg) {
+                    Ok(p) => {
+                        println!("policy: {} loaded", p.name());
+                        exit::OK
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        exit::CONFIG
+                    }
+                }
             }
             Err(e) => {
                 eprintln!("error: {e}");

@@ -236,3 +236,21 @@ fn when_keys_lack_model_prefix_and_embedding_only_in_lm_head_expect_same_actions
     let (_, e) = want.f32("actions", &[Some(1), Some(50), Some(32)]).unwrap();
     assert!(actions.iter().zip(e).all(|(a, b)| (a - b).abs() <= 1e-4));
 }
+
+#[test]
+fn when_check_loads_a_checkpoint_of_another_width_expect_exit_1_naming_both() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["check", "--config"])
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/config/check-pi0-width-mismatch.toml"),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("pi0_float32") && err.contains("7 joints") && err.contains("lists 1"),
+        "{err}"
+    );
+}

@@ -126,6 +126,18 @@ impl Pi0Pipeline {
                 model.arch.state_dim
             )));
         }
+        let arch = &model.arch;
+        tracing::info!(
+            checkpoint = %ck.path.display(),
+            variant = ?arch.variant,
+            vision = format!("{}x{} d{}", arch.vision_width, arch.vision_mlp, arch.vision_layers),
+            language = format!("{}x{} d{}", arch.width, arch.mlp, arch.layers),
+            expert = format!("{}x{}", arch.expert_width, arch.expert_mlp),
+            heads = format!("{}/{}x{}", arch.heads, arch.kv_heads, arch.head_dim),
+            cameras,
+            action_dim,
+            "pi0 model loaded"
+        );
         Ok(Pi0Pipeline {
             model,
             normalizer,
