@@ -6,6 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TERM_COLOR=never
+
+# The interop tests' independent peers (Cyclone DDS, rosbags), pinned, in a project venv.
+echo "== peers venv (.venv)"
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import cyclonedds, rosbags" 2>/dev/null; then
+  python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check -r tests/peers/requirements.txt
+fi
 # One profile for the whole run: tests in dev with optimized dependencies (Cargo.toml).
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

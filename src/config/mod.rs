@@ -182,6 +182,43 @@ pub struct SimConfig {
     pub events: Vec<SimEvent>,
 }
 
+/// What the daemon commands: the simulated arm, or a robot over ROS 2.
+#[derive(Clone, Debug)]
+pub enum Io {
+    Sim,
+    Ros(Box<RosConfig>),
+}
+
+/// The message commands are published as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandType {
+    /// trajectory_msgs/JointTrajectory, one point (joint_trajectory_controller).
+    JointTrajectory,
+    /// std_msgs/Float64MultiArray of positions in robot.joints order (forward_command_controller).
+    Float64MultiArray,
+    /// sensor_msgs/JointState with positions and velocities.
+    JointState,
+}
+
+#[derive(Clone, Debug)]
+pub struct RosConfig {
+    pub domain_id: u16,
+    pub node: String,
+    pub namespace: String,
+    /// Keep DDS traffic on 127.0.0.1 (tests, single-machine setups).
+    pub loopback_only: bool,
+    pub joint_states: String,
+    /// sensor_msgs/Image topics, in the policy's camera order.
+    pub cameras: Vec<String>,
+    pub prompt: String,
+    pub estop: String,
+    pub reset: String,
+    pub command_type: CommandType,
+    pub command_topic: String,
+    pub status_topic: String,
+    pub max_image_bytes: usize,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct RealtimeConfig {
     /// SCHED_FIFO priority for the control thread; 0 keeps the normal scheduler.
@@ -216,7 +253,18 @@ pub struct Config {
     pub safety: SafetyConfig,
     pub policy: PolicyConfig,
     pub sim: SimConfig,
+    pub io: Io,
     pub realtime: RealtimeConfig,
+}
+
+impl Config {
+    /// Camera slots the inputs provide, in order.
+    pub fn camera_count(&self) -> usize {
+        match &self.io {
+            Io::Sim => self.sim.cameras.len(),
+            Io::Ros(r) => r.cameras.len(),
+        }
+    }
 }
 
 /// Field checks that name the file and field; comparisons are written so NaN fails.
@@ -311,12 +359,16 @@ impl Config {
         if let Some(dup) = first_duplicate(names) {
             return c.fail("robot.joints", format!("joint `{dup}` is listed twice"));
         }
-        if raw.robot.io != "sim" {
-            return c.fail(
-                "robot.io",
-                format!("expected \"sim\", found \"{}\"", raw.robot.io),
-            );
-        }
+        let io = match raw.robot.io.as_str() {
+            "sim" => Io::Sim,
+            "ros" => Io::Ros(Box::new(ros_config(&c, raw.ros.as_ref())?)),
+            other => {
+                return c.fail(
+                    "robot.io",
+                    format!("expected \"sim\" or \"ros\", found \"{other}\""),
+                )
+            }
+        };
         let urdf_path = resolve(&raw.robot.urdf);
         let model = urdf::load(&urdf_path)?;
         let limits = joint_limits(&c, &model, names, &raw.limits)?;
@@ -467,9 +519,84 @@ impl Config {
             safety,
             policy,
             sim,
+            io,
             realtime,
         })
     }
+}
+
+fn ros_config(c: &Check, raw: Option<&raw::RawRos>) -> Result<RosConfig, ConfigError> {
+    let Some(r) = raw else {
+        return c.fail("ros", "a [ros] section is required when robot.io = \"ros\"");
+    };
+    let domain_id = match r.domain_id {
+        Some(d) => d,
+        None => match std::env::var("ROS_DOMAIN_ID") {
+            Ok(v) => match v.trim().parse::<u16>() {
+                Ok(d) if d <= 232 => d,
+                _ => {
+                    return c.fail(
+                        "ros.domain_id",
+                        format!("ROS_DOMAIN_ID is \"{v}\", expected 0 to 232"),
+                    )
+                }
+            },
+            Err(_) => 0,
+        },
+    };
+    if domain_id > 232 {
+        return c.fail(
+            "ros.domain_id",
+            format!("expected 0 to 232, found {domain_id}"),
+        );
+    }
+    let topics = [
+        ("ros.joint_states", &r.joint_states),
+        ("ros.prompt", &r.prompt),
+        ("ros.estop", &r.estop),
+        ("ros.reset", &r.reset),
+        ("ros.command_topic", &r.command_topic),
+        ("ros.status_topic", &r.status_topic),
+    ];
+    for (field, t) in topics
+        .iter()
+        .copied()
+        .chain(r.cameras.iter().map(|t| ("ros.cameras", t)))
+    {
+        let ok = t.starts_with('/')
+            && t.len() > 1
+            && !t.contains("//")
+            && t.chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '/');
+        if !ok {
+            return c.fail(field, format!("\"{t}\" is not an absolute ROS topic name"));
+        }
+    }
+    Ok(RosConfig {
+        domain_id,
+        node: r.node.clone(),
+        namespace: r.namespace.clone(),
+        loopback_only: r.loopback_only,
+        joint_states: r.joint_states.clone(),
+        cameras: r.cameras.clone(),
+        prompt: r.prompt.clone(),
+        estop: r.estop.clone(),
+        reset: r.reset.clone(),
+        command_type: match r.command_type.as_str() {
+            "joint_trajectory" => CommandType::JointTrajectory,
+            "float64_multi_array" => CommandType::Float64MultiArray,
+            "joint_state" => CommandType::JointState,
+            other => {
+                return c.fail(
+                    "ros.command_type",
+                    format!("expected \"joint_trajectory\", \"float64_multi_array\" or \"joint_state\", found \"{other}\""),
+                )
+            }
+        },
+        command_topic: r.command_topic.clone(),
+        status_topic: r.status_topic.clone(),
+        max_image_bytes: r.max_image_bytes,
+    })
 }
 
 fn first_duplicate(names: &[String]) -> Option<&str> {

@@ -19,8 +19,70 @@ pub struct RawConfig {
     pub safety: RawSafety,
     pub policy: RawPolicy,
     pub sim: Option<RawSim>,
+    pub ros: Option<RawRos>,
     #[serde(default)]
     pub realtime: RawRealtime,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRos {
+    pub domain_id: Option<u16>,
+    #[serde(default = "default_node")]
+    pub node: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    #[serde(default)]
+    pub loopback_only: bool,
+    #[serde(default = "default_joint_states")]
+    pub joint_states: String,
+    #[serde(default)]
+    pub cameras: Vec<String>,
+    #[serde(default = "default_prompt_topic")]
+    pub prompt: String,
+    #[serde(default = "default_estop_topic")]
+    pub estop: String,
+    #[serde(default = "default_reset_topic")]
+    pub reset: String,
+    #[serde(default = "default_command_type")]
+    pub command_type: String,
+    #[serde(default = "default_command_topic")]
+    pub command_topic: String,
+    #[serde(default = "default_status_topic")]
+    pub status_topic: String,
+    #[serde(default = "default_max_image_bytes")]
+    pub max_image_bytes: usize,
+}
+
+fn default_node() -> String {
+    "pi0d".into()
+}
+fn default_namespace() -> String {
+    "/".into()
+}
+fn default_joint_states() -> String {
+    "/joint_states".into()
+}
+fn default_prompt_topic() -> String {
+    "/pi0d/prompt".into()
+}
+fn default_estop_topic() -> String {
+    "/pi0d/estop".into()
+}
+fn default_reset_topic() -> String {
+    "/pi0d/reset".into()
+}
+fn default_command_type() -> String {
+    "joint_trajectory".into()
+}
+fn default_command_topic() -> String {
+    "/arm_controller/joint_trajectory".into()
+}
+fn default_status_topic() -> String {
+    "/pi0d/status".into()
+}
+fn default_max_image_bytes() -> usize {
+    8 << 20
 }
 
 #[derive(Debug, Deserialize)]

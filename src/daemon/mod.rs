@@ -16,9 +16,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Config;
+use crate::config::Io;
 use crate::control::controller::{ChunkOutcome, JointMeasurement, StartRefused};
 use crate::control::stats::LiveStats;
 use crate::control::Controller;
+use crate::io::ros::{RosError, RosIo};
 use crate::io::sim::SimArm;
 use crate::io::Blackboard;
 use crate::policy::worker::{self, WorkerSetup, WorkerStats};
@@ -51,6 +53,8 @@ pub enum DaemonError {
     Policy(#[from] PolicyBuildError),
     #[error("cannot start thread: {0}")]
     Spawn(#[from] std::io::Error),
+    #[error(transparent)]
+    Ros(#[from] RosError),
 }
 
 impl DaemonError {
@@ -60,6 +64,7 @@ impl DaemonError {
             DaemonError::NoJointState(_) => exit::NO_INPUT,
             DaemonError::Policy(_) => exit::CONFIG,
             DaemonError::Spawn(_) => exit::FAULT,
+            DaemonError::Ros(_) => exit::NO_INPUT,
         }
     }
 }
@@ -71,8 +76,8 @@ pub struct RunOptions {
     pub status: bool,
 }
 
-/// How long start-up waits for the first joint state.
-const FIRST_INPUT_TIMEOUT_S: f64 = 2.0;
+/// How long start-up waits for the first joint state (DDS discovery takes a moment).
+const FIRST_INPUT_TIMEOUT_S: f64 = 10.0;
 /// Supervisor poll period.
 const SUPERVISE_PERIOD: Duration = Duration::from_millis(20);
 
@@ -88,14 +93,24 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
         let _ = signal_hook::flag::register(sig, stop.clone());
     }
     let io_stop = Arc::new(AtomicBool::new(false));
-    let board = Arc::new(Blackboard::new(cfg.sim.cameras.len(), &cfg.policy.prompt));
+    let board = Arc::new(Blackboard::new(cfg.camera_count(), &cfg.policy.prompt));
     let start = MonoTime::now();
-    let sim =
-        SimArm::new(cfg.sim.clone(), &cfg.limits).spawn(board.clone(), io_stop.clone(), start)?;
+    let io_thread = match &cfg.io {
+        Io::Sim => SimArm::new(cfg.sim.clone(), &cfg.limits).spawn(
+            board.clone(),
+            io_stop.clone(),
+            start,
+        )?,
+        Io::Ros(ros) => {
+            let names = cfg.limits.names().map(str::to_string).collect();
+            RosIo::new((**ros).clone(), names, cfg.control.period)
+                .spawn(board.clone(), io_stop.clone())?
+        }
+    };
 
     let result = supervise(&cfg, &opts, &board, &stop, &io_stop, start);
     io_stop.store(true, Ordering::SeqCst);
-    let _ = sim.join();
+    let _ = io_thread.join();
     notify::Notifier::from_env().stopping();
     let summary = result?;
     if let Some(path) = &opts.summary {
@@ -166,7 +181,7 @@ fn supervise(
         let rt_cfg = cfg.realtime.clone();
         let period_ns = cfg.control.period.as_nanos() as u64;
         let stop_timeout_s = cfg.control.stop_timeout_s;
-        let cameras = cfg.sim.cameras.len();
+        let cameras = cfg.camera_count();
         std::thread::Builder::new()
             .name("pi0d-control".into())
             .spawn(move || {

@@ -4,7 +4,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -57,8 +57,11 @@ pub struct WorkerHandle {
 impl WorkerHandle {
     /// Asks for one inference; never blocks.
     pub fn request(&self) {
-        if self.requests.try_send(()).is_ok() {
-            self.in_flight.store(true, Ordering::Release);
+        // Marked before sending: the worker may take the request, finish and clear the flag
+        // before `try_send` even returns; marking afterwards would leave it set forever.
+        self.in_flight.store(true, Ordering::Release);
+        if let Err(TrySendError::Disconnected(())) = self.requests.try_send(()) {
+            self.in_flight.store(false, Ordering::Release);
         }
     }
 

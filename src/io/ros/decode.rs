@@ -1,0 +1,369 @@
+//! Turning ROS messages into pi0d's inputs (and commands into messages). Every malformed input
+//! is refused with a reason naming what was wrong; the caller logs it (rate-limited) and the
+//! watchdogs see the source as stale. Kept apart from the node so it is tested without DDS.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::msgs;
+use crate::control::controller::JointMeasurement;
+use crate::joints::{JointVector, MotionState};
+use crate::policy::{CameraFrame, PixelFormat};
+use crate::time::MonoTime;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum InputError {
+    #[error("{names} names but {positions} positions")]
+    LengthMismatch { names: usize, positions: usize },
+    #[error("joint `{joint}` position is {value}")]
+    NonFinite { joint: String, value: f64 },
+    #[error("stamp {ahead_s:.3} s in the future (clock skew between sender and pi0d?)")]
+    FutureStamp { ahead_s: f64 },
+    #[error("unsupported image encoding `{0}` (rgb8, bgr8, mono8, rgba8, bgra8)")]
+    Encoding(String),
+    #[error("image {width}x{height} {encoding}: step {step} x height {height} = {need} bytes, data has {have}")]
+    ImageSize {
+        width: u32,
+        height: u32,
+        encoding: String,
+        step: u32,
+        need: usize,
+        have: usize,
+    },
+    #[error("image of {bytes} bytes exceeds the cap of {cap}")]
+    TooLarge { bytes: usize, cap: usize },
+}
+
+/// Stamps from ROS (wall clock) to the monotonic clock and back, from one reading of both.
+pub struct ClockMap {
+    /// wall - monotonic, seconds.
+    offset_s: f64,
+}
+
+impl ClockMap {
+    pub fn now() -> ClockMap {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        ClockMap {
+            offset_s: wall - MonoTime::now().as_nanos() as f64 * 1e-9,
+        }
+    }
+
+    pub fn to_mono(&self, t: &msgs::Time) -> MonoTime {
+        MonoTime::ZERO.offset_seconds(t.as_seconds() - self.offset_s)
+    }
+
+    pub fn to_ros(&self, t: MonoTime) -> msgs::Time {
+        msgs::Time::from_seconds(t.as_nanos() as f64 * 1e-9 + self.offset_s)
+    }
+}
+
+/// Stamps further ahead than this are refused.
+const MAX_FUTURE_S: f64 = 0.5;
+
+fn check_stamp(stamp: MonoTime, now: MonoTime) -> Result<(), InputError> {
+    let ahead = stamp.seconds_since(now);
+    if ahead > MAX_FUTURE_S {
+        Err(InputError::FutureStamp { ahead_s: ahead })
+    } else {
+        Ok(())
+    }
+}
+
+/// Matches JointState messages to the robot's joints by name; partial and reordered lists are
+/// merged into the last known positions. A measurement is produced once every joint has been
+/// heard of; unknown joint names are reported once each.
+pub struct JointStateDecoder {
+    index: HashMap<String, usize>,
+    position: JointVector,
+    heard: Vec<bool>,
+    unknown_reported: HashSet<String>,
+}
+
+impl JointStateDecoder {
+    pub fn new(names: &[String]) -> JointStateDecoder {
+        JointStateDecoder {
+            index: names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.clone(), i))
+                .collect(),
+            position: JointVector::zeros(names.len()),
+            heard: vec![false; names.len()],
+            unknown_reported: HashSet::new(),
+        }
+    }
+
+    pub fn decode(
+        &mut self,
+        msg: &msgs::JointState,
+        clock: &ClockMap,
+        now: MonoTime,
+    ) -> Result<Option<JointMeasurement>, InputError> {
+        if msg.name.len() != msg.position.len() {
+            return Err(InputError::LengthMismatch {
+                names: msg.name.len(),
+                positions: msg.position.len(),
+            });
+        }
+        if let Some((n, v)) = msg
+            .name
+            .iter()
+            .zip(&msg.position)
+            .find(|(_, v)| !v.is_finite())
+        {
+            return Err(InputError::NonFinite {
+                joint: n.clone(),
+                value: *v,
+            });
+        }
+        let stamp = clock.to_mono(&msg.header.stamp);
+        check_stamp(stamp, now)?;
+        for (n, v) in msg.name.iter().zip(&msg.position) {
+            match self.index.get(n) {
+                Some(&i) => {
+                    self.position[i] = *v;
+                    self.heard[i] = true;
+                }
+                None => {
+                    if self.unknown_reported.insert(n.clone()) {
+                        tracing::info!(joint = %n, "joint state names a joint pi0d does not command; ignored");
+                    }
+                }
+            }
+        }
+        Ok(self.heard.iter().all(|h| *h).then_some(JointMeasurement {
+            stamp,
+            position: self.position,
+        }))
+    }
+}
+
+/// A sensor_msgs/Image to a camera frame (capture stamp from the header).
+pub fn image(
+    msg: &msgs::Image,
+    clock: &ClockMap,
+    now: MonoTime,
+    cap: usize,
+) -> Result<CameraFrame, InputError> {
+    let (format, bpp, drop_alpha) = match msg.encoding.as_str() {
+        "rgb8" => (PixelFormat::Rgb8, 3, false),
+        "bgr8" => (PixelFormat::Bgr8, 3, false),
+        "mono8" => (PixelFormat::Mono8, 1, false),
+        "rgba8" => (PixelFormat::Rgb8, 4, true),
+        "bgra8" => (PixelFormat::Bgr8, 4, true),
+        other => return Err(InputError::Encoding(other.to_string())),
+    };
+    let need = msg.step as usize * msg.height as usize;
+    if msg.data.len() != need || (msg.step as usize) < msg.width as usize * bpp {
+        return Err(InputError::ImageSize {
+            width: msg.width,
+            height: msg.height,
+            encoding: msg.encoding.clone(),
+            step: msg.step,
+            need,
+            have: msg.data.len(),
+        });
+    }
+    if need > cap {
+        return Err(InputError::TooLarge { bytes: need, cap });
+    }
+    let stamp = clock.to_mono(&msg.header.stamp);
+    check_stamp(stamp, now)?;
+    let out_bpp = if drop_alpha { 3 } else { bpp };
+    let (w, h) = (msg.width as usize, msg.height as usize);
+    let mut data = Vec::with_capacity(w * h * out_bpp);
+    for row in msg.data.chunks_exact(msg.step as usize) {
+        let row = &row[..w * bpp];
+        if drop_alpha {
+            for px in row.chunks_exact(4) {
+                data.extend_from_slice(&px[..3]);
+            }
+        } else {
+            data.extend_from_slice(row);
+        }
+    }
+    Ok(CameraFrame {
+        stamp,
+        width: msg.width,
+        height: msg.height,
+        format,
+        data,
+    })
+}
+
+pub fn trajectory(
+    header: msgs::Header,
+    names: &[String],
+    cmd: &MotionState,
+    period_s: f64,
+) -> msgs::JointTrajectory {
+    msgs::JointTrajectory {
+        header,
+        joint_names: names.to_vec(),
+        points: vec![msgs::JointTrajectoryPoint {
+            positions: cmd.position.as_slice().to_vec(),
+            velocities: cmd.velocity.as_slice().to_vec(),
+            accelerations: cmd.acceleration.as_slice().to_vec(),
+            effort: Vec::new(),
+            time_from_start: msgs::Duration {
+                sec: 0,
+                nanosec: (period_s * 1e9) as u32,
+            },
+        }],
+    }
+}
+
+pub fn multi_array(cmd: &MotionState) -> msgs::Float64MultiArray {
+    msgs::Float64MultiArray {
+        layout: msgs::MultiArrayLayout::default(),
+        data: cmd.position.as_slice().to_vec(),
+    }
+}
+
+pub fn joint_command(
+    header: msgs::Header,
+    names: &[String],
+    cmd: &MotionState,
+) -> msgs::JointState {
+    msgs::JointState {
+        header,
+        name: names.to_vec(),
+        position: cmd.position.as_slice().to_vec(),
+        velocity: cmd.velocity.as_slice().to_vec(),
+        effort: Vec::new(),
+    }
+}
+
+/// One warning per topic and reason per interval, with the count of those suppressed.
+pub struct RateLimitedLog {
+    every: Duration,
+    last: HashMap<String, (Instant, u64)>,
+}
+
+impl RateLimitedLog {
+    pub fn new(every: Duration) -> RateLimitedLog {
+        RateLimitedLog {
+            every,
+            last: HashMap::new(),
+        }
+    }
+
+    pub fn warn(&mut self, topic: &str, reason: &str) {
+        let key = format!("{topic}: {reason}");
+        let now = Instant::now();
+        let entry = self
+            .last
+            .entry(key)
+            .or_insert((now - self.every - Duration::from_millis(1), 0));
+        if now.duration_since(entry.0) >= self.every {
+            tracing::warn!(topic, reason, suppressed = entry.1, "input rejected");
+            *entry = (now, 0);
+        } else {
+            entry.1 += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> Vec<String> {
+        vec!["a".into(), "b".into(), "c".into()]
+    }
+
+    fn js(names: &[&str], pos: &[f64], clock: &ClockMap, at: MonoTime) -> msgs::JointState {
+        msgs::JointState {
+            header: msgs::Header {
+                stamp: clock.to_ros(at),
+                frame_id: String::new(),
+            },
+            name: names.iter().map(|s| s.to_string()).collect(),
+            position: pos.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn when_joint_states_partial_and_reordered_expect_merged_by_name() {
+        let clock = ClockMap::now();
+        let now = MonoTime::now();
+        let mut d = JointStateDecoder::new(&names());
+        assert!(d
+            .decode(&js(&["c", "a"], &[3.0, 1.0], &clock, now), &clock, now)
+            .unwrap()
+            .is_none());
+        let m = d
+            .decode(&js(&["b", "x"], &[2.0, 9.0], &clock, now), &clock, now)
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.position.as_slice(), &[1.0, 2.0, 3.0]);
+        assert!(m.stamp.seconds_since(now).abs() < 1e-6);
+    }
+
+    #[test]
+    fn when_joint_state_malformed_expect_reason() {
+        let clock = ClockMap::now();
+        let now = MonoTime::now();
+        let mut d = JointStateDecoder::new(&names());
+        let e = d
+            .decode(&js(&["a", "b"], &[1.0], &clock, now), &clock, now)
+            .unwrap_err();
+        assert_eq!(
+            e,
+            InputError::LengthMismatch {
+                names: 2,
+                positions: 1
+            }
+        );
+        let e = d
+            .decode(&js(&["a"], &[f64::NAN], &clock, now), &clock, now)
+            .unwrap_err();
+        assert!(e.to_string().contains("`a`"));
+        let e = d
+            .decode(
+                &js(&["a"], &[0.0], &clock, now.offset_seconds(2.0)),
+                &clock,
+                now,
+            )
+            .unwrap_err();
+        assert!(matches!(e, InputError::FutureStamp { .. }), "{e}");
+    }
+
+    #[test]
+    fn when_image_size_does_not_add_up_expect_refused() {
+        let clock = ClockMap::now();
+        let now = MonoTime::now();
+        let img = |enc: &str, w, h, step, len| msgs::Image {
+            header: msgs::Header {
+                stamp: clock.to_ros(now),
+                frame_id: String::new(),
+            },
+            height: h,
+            width: w,
+            encoding: enc.into(),
+            is_bigendian: 0,
+            step,
+            data: vec![7; len],
+        };
+        assert!(image(&img("rgb8", 4, 2, 12, 24), &clock, now, 1 << 20).is_ok());
+        let f = image(&img("rgba8", 4, 2, 16, 32), &clock, now, 1 << 20).unwrap();
+        assert_eq!((f.format, f.data.len()), (PixelFormat::Rgb8, 24));
+        let e = image(&img("rgb8", 4, 2, 12, 20), &clock, now, 1 << 20).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("step 12 x height 2 = 24 bytes, data has 20"),
+            "{e}"
+        );
+        assert!(matches!(
+            image(&img("yuv422", 4, 2, 8, 16), &clock, now, 1 << 20),
+            Err(InputError::Encoding(_))
+        ));
+        assert!(matches!(
+            image(&img("rgb8", 4, 2, 12, 24), &clock, now, 10),
+            Err(InputError::TooLarge { .. })
+        ));
+    }
+}

@@ -1,0 +1,113 @@
+//! ROS 2 message types pi0d exchanges, laid out field by field as their IDL so that CDR
+//! (de)serialization through serde matches what rclcpp / rclpy / Cyclone DDS put on the wire.
+
+use serde::{Deserialize, Serialize};
+
+/// builtin_interfaces/Time
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Time {
+    pub sec: i32,
+    pub nanosec: u32,
+}
+
+impl Time {
+    pub fn from_seconds(s: f64) -> Time {
+        let sec = s.floor();
+        Time {
+            sec: sec as i32,
+            nanosec: ((s - sec) * 1e9).round().min(999_999_999.0) as u32,
+        }
+    }
+
+    pub fn as_seconds(&self) -> f64 {
+        self.sec as f64 + self.nanosec as f64 * 1e-9
+    }
+}
+
+/// builtin_interfaces/Duration
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Duration {
+    pub sec: i32,
+    pub nanosec: u32,
+}
+
+/// std_msgs/Header
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    pub stamp: Time,
+    pub frame_id: String,
+}
+
+/// sensor_msgs/JointState
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JointState {
+    pub header: Header,
+    pub name: Vec<String>,
+    pub position: Vec<f64>,
+    pub velocity: Vec<f64>,
+    pub effort: Vec<f64>,
+}
+
+/// trajectory_msgs/JointTrajectoryPoint
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JointTrajectoryPoint {
+    pub positions: Vec<f64>,
+    pub velocities: Vec<f64>,
+    pub accelerations: Vec<f64>,
+    pub effort: Vec<f64>,
+    pub time_from_start: Duration,
+}
+
+/// trajectory_msgs/JointTrajectory
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JointTrajectory {
+    pub header: Header,
+    pub joint_names: Vec<String>,
+    pub points: Vec<JointTrajectoryPoint>,
+}
+
+/// std_msgs/MultiArrayDimension
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MultiArrayDimension {
+    pub label: String,
+    pub size: u32,
+    pub stride: u32,
+}
+
+/// std_msgs/MultiArrayLayout
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MultiArrayLayout {
+    pub dim: Vec<MultiArrayDimension>,
+    pub data_offset: u32,
+}
+
+/// std_msgs/Float64MultiArray
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Float64MultiArray {
+    pub layout: MultiArrayLayout,
+    pub data: Vec<f64>,
+}
+
+/// sensor_msgs/Image
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Image {
+    pub header: Header,
+    pub height: u32,
+    pub width: u32,
+    pub encoding: String,
+    pub is_bigendian: u8,
+    pub step: u32,
+    pub data: Vec<u8>,
+}
+
+/// std_msgs/String
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StringMsg {
+    pub data: String,
+}
+
+/// std_msgs/Bool
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BoolMsg {
+    pub data: bool,
+}

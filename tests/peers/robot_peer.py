@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""A robot on Eclipse Cyclone DDS for pi0d's interop tests.
+
+It publishes joint states (100 Hz, best effort) that follow the commands it receives (a perfect
+arm), rgb8 camera images (10 Hz), the task prompt, and optionally presses the e-stop; it reads
+pi0d's JointTrajectory commands and writes a JSON report of what it got.
+
+    robot_peer.py --domain D --duration S --report FILE [--estop-at S]
+"""
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from cyclonedds.core import Policy, Qos
+from cyclonedds.domain import DomainParticipant
+from cyclonedds.pub import DataWriter
+from cyclonedds.sub import DataReader
+from cyclonedds.topic import Topic
+from cyclonedds.util import duration
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ros_types import Bool, Header, Image, JointState, JointTrajectory, String, Time  # noqa: E402
+
+JOINTS = ["shoulder_pan", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "wrist_3", "gripper"]
+START = [0.0, 0.3, 0.6, -0.4, 0.0, 0.0, 0.02]
+
+
+def stamp() -> Time:
+    t = time.time()
+    return Time(sec=int(t), nanosec=int((t - int(t)) * 1e9))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--domain", type=int, required=True)
+    ap.add_argument("--duration", type=float, required=True)
+    ap.add_argument("--report", required=True)
+    ap.add_argument("--estop-at", type=float, default=None)
+    args = ap.parse_args()
+
+    dp = DomainParticipant(args.domain)
+    reliable = Qos(Policy.Reliability.Reliable(duration(milliseconds=100)), Policy.History.KeepLast(10))
+    best_effort = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1))
+    js_w = DataWriter(dp, Topic(dp, "rt/joint_states", JointState), qos=best_effort)
+    img_w = DataWriter(dp, Topic(dp, "rt/camera/image_raw", Image), qos=best_effort)
+    prompt_w = DataWriter(dp, Topic(dp, "rt/pi0d/prompt", String), qos=reliable)
+    estop_w = DataWriter(dp, Topic(dp, "rt/pi0d/estop", Bool), qos=reliable)
+    cmd_r = DataReader(dp, Topic(dp, "rt/arm_controller/joint_trajectory", JointTrajectory), qos=reliable)
+    status_r = DataReader(dp, Topic(dp, "rt/pi0d/status", String), qos=reliable)
+
+    position = list(START)
+    commands, names_seen, first, last = 0, None, None, None
+    nonfinite, statuses = 0, 0
+    w, h = 64, 48
+    t0 = time.time()
+    next_js, next_img, prompt_sent, estop_sent = t0, t0, False, False
+    while time.time() - t0 < args.duration:
+        now = time.time()
+        for msg in cmd_r.take(N=100):
+            if not isinstance(msg, JointTrajectory):
+                continue  # instance-state notices (a writer left), not data
+            commands += 1
+            names_seen = list(msg.joint_names)
+            p = list(msg.points[0].positions)
+            if not all(math.isfinite(x) for x in p):
+                nonfinite += 1
+                continue
+            first = first or p
+            last = p
+            position = p  # a perfect arm
+        statuses += sum(isinstance(m, String) for m in status_r.take(N=100))
+        if now >= next_js:
+            next_js += 0.01
+            js_w.write(JointState(header=Header(stamp=stamp()), name=JOINTS, position=position))
+        if now >= next_img:
+            next_img += 0.1
+            shade = int(now * 50) % 256
+            img_w.write(Image(header=Header(stamp=stamp()), height=h, width=w, encoding="rgb8",
+                              step=w * 3, data=[shade] * (w * h * 3)))
+        if not prompt_sent and now - t0 > 1.0:
+            prompt_w.write(String(data="stack the blocks"))
+            prompt_sent = True
+        if args.estop_at is not None and not estop_sent and now - t0 > args.estop_at:
+            estop_w.write(Bool(data=True))
+            estop_sent = True
+        time.sleep(0.002)
+    report = {"commands": commands, "joint_names": names_seen, "first": first, "last": last,
+              "nonfinite": nonfinite, "statuses": statuses}
+    Path(args.report).write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

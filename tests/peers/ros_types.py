@@ -1,0 +1,70 @@
+"""ROS 2 message types as Cyclone DDS IdlStructs, named as rmw_cyclonedds names them."""
+
+from dataclasses import dataclass, field
+
+from cyclonedds.idl import IdlStruct
+from cyclonedds.idl.types import float64, int32, sequence, uint8, uint32
+
+
+@dataclass
+class Time(IdlStruct, typename="builtin_interfaces.msg.dds_.Time_"):
+    sec: int32 = 0
+    nanosec: uint32 = 0
+
+
+@dataclass
+class Duration(IdlStruct, typename="builtin_interfaces.msg.dds_.Duration_"):
+    sec: int32 = 0
+    nanosec: uint32 = 0
+
+
+@dataclass
+class Header(IdlStruct, typename="std_msgs.msg.dds_.Header_"):
+    stamp: Time = field(default_factory=Time)
+    frame_id: str = ""
+
+
+@dataclass
+class JointState(IdlStruct, typename="sensor_msgs.msg.dds_.JointState_"):
+    header: Header = field(default_factory=Header)
+    name: sequence[str] = field(default_factory=list)
+    position: sequence[float64] = field(default_factory=list)
+    velocity: sequence[float64] = field(default_factory=list)
+    effort: sequence[float64] = field(default_factory=list)
+
+
+@dataclass
+class JointTrajectoryPoint(IdlStruct, typename="trajectory_msgs.msg.dds_.JointTrajectoryPoint_"):
+    positions: sequence[float64] = field(default_factory=list)
+    velocities: sequence[float64] = field(default_factory=list)
+    accelerations: sequence[float64] = field(default_factory=list)
+    effort: sequence[float64] = field(default_factory=list)
+    time_from_start: Duration = field(default_factory=Duration)
+
+
+@dataclass
+class JointTrajectory(IdlStruct, typename="trajectory_msgs.msg.dds_.JointTrajectory_"):
+    header: Header = field(default_factory=Header)
+    joint_names: sequence[str] = field(default_factory=list)
+    points: sequence[JointTrajectoryPoint] = field(default_factory=list)
+
+
+@dataclass
+class Image(IdlStruct, typename="sensor_msgs.msg.dds_.Image_"):
+    header: Header = field(default_factory=Header)
+    height: uint32 = 0
+    width: uint32 = 0
+    encoding: str = ""
+    is_bigendian: uint8 = 0
+    step: uint32 = 0
+    data: sequence[uint8] = field(default_factory=list)
+
+
+@dataclass
+class String(IdlStruct, typename="std_msgs.msg.dds_.String_"):
+    data: str = ""
+
+
+@dataclass
+class Bool(IdlStruct, typename="std_msgs.msg.dds_.Bool_"):
+    data: bool = False

@@ -1,0 +1,125 @@
+//! pi0d against an independent ROS 2 peer on loopback: a Python "robot" on Eclipse Cyclone DDS
+//! (the DDS under rmw_cyclonedds) publishes joint states, camera images and a prompt, and
+//! receives pi0d's JointTrajectory commands. Needs the peers' venv (`./tools/test.sh` makes it).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use common::*;
+use toml::Value;
+
+fn peer_python() -> PathBuf {
+    if let Ok(p) = std::env::var("PI0D_PEER_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let p = root().join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} missing: run ./tools/test.sh, which creates the peers' venv",
+        p.display()
+    );
+    p
+}
+
+fn ros_config(domain: u16) -> toml::Table {
+    let mut cfg = sim_config();
+    cfg["robot"]["io"] = Value::String("ros".into());
+    let mut ros = toml::Table::new();
+    ros.insert("domain_id".into(), Value::Integer(domain as i64));
+    ros.insert("loopback_only".into(), Value::Boolean(true));
+    ros.insert(
+        "cameras".into(),
+        Value::Array(vec![Value::String("/camera/image_raw".into())]),
+    );
+    cfg.insert("ros".into(), Value::Table(ros));
+    // The peer stamps with its wall clock and delivers over DDS: allow for discovery hiccups.
+    cfg["safety"]["joint_state_timeout_s"] = Value::Float(0.3);
+    cfg
+}
+
+#[test]
+fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let python = peer_python();
+    let domain = 20 + (std::process::id() % 150) as u16;
+    let dir = scratch_dir("ros-interop");
+    let cfg_path = dir.join("config.toml");
+    std::fs::write(&cfg_path, toml::to_string(&ros_config(domain)).unwrap()).unwrap();
+    let report = dir.join("peer.json");
+    let summary = dir.join("summary.json");
+
+    let mut peer = Command::new(&python)
+        .arg(root().join("tests/peers/robot_peer.py"))
+        .args([
+            "--domain",
+            &domain.to_string(),
+            "--duration",
+            "9",
+            "--report",
+        ])
+        .arg(&report)
+        .env(
+            "CYCLONEDDS_URI",
+            format!(
+                "file://{}",
+                root().join("tests/peers/cyclone_loopback.xml").display()
+            ),
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("peer starts");
+    let run = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["run", "--quiet", "--duration", "5", "--config"])
+        .arg(&cfg_path)
+        .arg("--summary")
+        .arg(&summary)
+        .output()
+        .unwrap();
+    let peer_status = peer.wait().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "pi0d failed:\n{stderr}");
+    assert!(peer_status.success(), "peer failed");
+
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert_eq!(s["limit_violations"], 0);
+    assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(r["commands"].as_u64().unwrap() >= 200, "peer got {r}");
+    assert_eq!(r["nonfinite"], 0);
+    let names: Vec<&str> = r["joint_names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "shoulder_pan",
+            "shoulder_lift",
+            "elbow",
+            "wrist_1",
+            "wrist_2",
+            "wrist_3",
+            "gripper"
+        ]
+    );
+    // The commands moved the (peer's) arm away from where it started.
+    let (first, last) = (
+        r["first"].as_array().unwrap(),
+        r["last"].as_array().unwrap(),
+    );
+    let moved: f64 = first
+        .iter()
+        .zip(last)
+        .map(|(a, b)| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs())
+        .sum();
+    assert!(moved > 0.01, "commands did not move the arm: {r}");
+    // The prompt sent by the peer reached the daemon.
+    assert!(stderr.contains("stack the blocks"), "{stderr}");
+    assert!(r["statuses"].as_u64().unwrap() >= 2, "status topic: {r}");
+}
