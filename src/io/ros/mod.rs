@@ -169,6 +169,9 @@ fn endpoints(node: &mut Node, cfg: &RosConfig) -> Result<Endpoints, RosError> {
     })
 }
 
+/// Samples taken from one reader per poll at most.
+const MAX_TAKES_PER_POLL: usize = 256;
+
 /// The ROS 2 side of the daemon, running on its own thread.
 pub struct RosIo {
     cfg: RosConfig,
@@ -226,17 +229,32 @@ impl RosIo {
         let period_s = self.period.as_secs_f64();
         while !stop.load(Ordering::Relaxed) {
             let now = MonoTime::now();
-            while let Ok(Some((msg, _))) = ep.joint_states.take() {
-                match joints.decode(&msg, &clock, now) {
-                    Ok(Some(m)) => board.joint_state.store(m),
-                    Ok(None) => {}
-                    Err(e) => log.warn(&self.cfg.joint_states, &e.to_string()),
+            // Bounded drains: a reader that kept failing on one sample must not spin forever.
+            for _ in 0..MAX_TAKES_PER_POLL {
+                match ep.joint_states.take() {
+                    Ok(Some((msg, _))) => match joints.decode(&msg, &clock, now) {
+                        Ok(Some(m)) => board.joint_state.store(m),
+                        Ok(None) => {}
+                        Err(e) => log.warn(&self.cfg.joint_states, &e.to_string()),
+                    },
+                    Ok(None) => break,
+                    // A sample that does not decode (malformed CDR) is dropped and reported.
+                    Err(e) => log.warn(
+                        &self.cfg.joint_states,
+                        &format!("undecodable sample: {e:?}"),
+                    ),
                 }
             }
             for (k, cam) in ep.cameras.iter().enumerate() {
                 let mut newest = None;
-                while let Ok(Some((msg, _))) = cam.take() {
-                    newest = Some(msg);
+                for _ in 0..MAX_TAKES_PER_POLL {
+                    match cam.take() {
+                        Ok(Some((msg, _))) => newest = Some(msg),
+                        Ok(None) => break,
+                        Err(e) => {
+                            log.warn(&self.cfg.cameras[k], &format!("undecodable sample: {e:?}"))
+                        }
+                    }
                 }
                 if let Some(msg) = newest {
                     match decode::image(&msg, &clock, now, self.cfg.max_image_bytes) {

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Serializes a fixed set of ROS 2 messages with rosbags (pure-Python CDR, ROS 2 Jazzy type
+store) and prints them as JSON {name: hex}. tests/cdr_rosbags.rs builds the same messages in
+Rust and compares the bytes both ways."""
+
+import json
+
+import numpy as np
+from rosbags.typesys import Stores, get_typestore
+
+ts = get_typestore(Stores.ROS2_JAZZY)
+T = ts.types
+
+
+def header(sec, nanosec, frame):
+    return T["std_msgs/msg/Header"](stamp=T["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec), frame_id=frame)
+
+
+msgs = {
+    "sensor_msgs/msg/JointState": T["sensor_msgs/msg/JointState"](
+        header=header(1700000000, 123456789, "base_link"),
+        name=["shoulder_pan", "elbow", "gripper"],
+        position=np.array([0.5, -1.25, 0.02]),
+        velocity=np.array([0.1, 0.0, -0.3]),
+        effort=np.array([], dtype=np.float64),
+    ),
+    "trajectory_msgs/msg/JointTrajectory": T["trajectory_msgs/msg/JointTrajectory"](
+        header=header(12, 5000, ""),
+        joint_names=["a", "bb"],
+        points=[
+            T["trajectory_msgs/msg/JointTrajectoryPoint"](
+                positions=np.array([1.0, 2.0]),
+                velocities=np.array([0.5, -0.5]),
+                accelerations=np.array([0.0, 0.25]),
+                effort=np.array([], dtype=np.float64),
+                time_from_start=T["builtin_interfaces/msg/Duration"](sec=0, nanosec=5000000),
+            )
+        ],
+    ),
+    "std_msgs/msg/Float64MultiArray": T["std_msgs/msg/Float64MultiArray"](
+        layout=T["std_msgs/msg/MultiArrayLayout"](
+            dim=[T["std_msgs/msg/MultiArrayDimension"](label="joints", size=3, stride=3)], data_offset=0
+        ),
+        data=np.array([0.1, 0.2, 0.3]),
+    ),
+    "sensor_msgs/msg/Image": T["sensor_msgs/msg/Image"](
+        header=header(3, 4, "cam"),
+        height=2, width=3, encoding="rgb8", is_bigendian=0, step=9,
+        data=np.arange(18, dtype=np.uint8),
+    ),
+    "std_msgs/msg/String": T["std_msgs/msg/String"](data="stack the blocks"),
+    "std_msgs/msg/Bool": T["std_msgs/msg/Bool"](data=True),
+}
+print(json.dumps({name: ts.serialize_cdr(m, name).hex() for name, m in msgs.items()}))
