@@ -137,5 +137,22 @@ fn when_messages_serialized_expect_bytes_equal_to_rosbags_both_ways() {
         &theirs,
     );
     both_ways("std_msgs/msg/Bool", &BoolMsg { data: true }, &theirs);
-    assert_eq!(theirs.len(), 6, "every message type pi0d uses is compared");
+    both_ways(
+        "diagnostic_msgs/msg/DiagnosticArray",
+        &DiagnosticArray {
+            header: header(7, 8, ""),
+            status: vec![DiagnosticStatus {
+                level: 1,
+                name: "pi0d: control".into(),
+                message: "holding".into(),
+                hardware_id: "pi0d".into(),
+                values: vec![KeyValue {
+                    key: "ticks".into(),
+                    value: "42".into(),
+                }],
+            }],
+        },
+        &theirs,
+    );
+    assert_eq!(theirs.len(), 7, "every message type pi0d uses is compared");
 }

@@ -122,4 +122,19 @@ fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
     // The prompt sent by the peer reached the daemon.
     assert!(stderr.contains("stack the blocks"), "{stderr}");
     assert!(r["statuses"].as_u64().unwrap() >= 2, "status topic: {r}");
+    // Diagnostics at 1 Hz: state, rates and input ages a ROS user sees in rqt_runtime_monitor.
+    let diags = r["diagnostics"].as_array().unwrap();
+    assert!(diags.len() >= 2, "{r}");
+    let running = diags
+        .iter()
+        .find(|d| d["message"] == "running")
+        .expect("a running diagnostic");
+    assert_eq!(running["level"], 0);
+    let age: f64 = running["values"]["joint state age (s)"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((0.0..0.3).contains(&age), "joint state age {age}");
+    assert!(running["values"]["camera 0 age (s)"].is_string());
 }

@@ -216,6 +216,7 @@ pub struct RosConfig {
     pub command_type: CommandType,
     pub command_topic: String,
     pub status_topic: String,
+    pub diagnostics_topic: String,
     pub max_image_bytes: usize,
 }
 
@@ -557,6 +558,7 @@ fn ros_config(c: &Check, raw: Option<&raw::RawRos>) -> Result<RosConfig, ConfigE
         ("ros.reset", &r.reset),
         ("ros.command_topic", &r.command_topic),
         ("ros.status_topic", &r.status_topic),
+        ("ros.diagnostics_topic", &r.diagnostics_topic),
     ];
     for (field, t) in topics
         .iter()
@@ -595,6 +597,7 @@ fn ros_config(c: &Check, raw: Option<&raw::RawRos>) -> Result<RosConfig, ConfigE
         },
         command_topic: r.command_topic.clone(),
         status_topic: r.status_topic.clone(),
+        diagnostics_topic: r.diagnostics_topic.clone(),
         max_image_bytes: r.max_image_bytes,
     })
 }

@@ -50,6 +50,8 @@ pub struct RawRos {
     pub command_topic: String,
     #[serde(default = "default_status_topic")]
     pub status_topic: String,
+    #[serde(default = "default_diagnostics_topic")]
+    pub diagnostics_topic: String,
     #[serde(default = "default_max_image_bytes")]
     pub max_image_bytes: usize,
 }
@@ -80,6 +82,9 @@ fn default_command_topic() -> String {
 }
 fn default_status_topic() -> String {
     "/pi0d/status".into()
+}
+fn default_diagnostics_topic() -> String {
+    "/diagnostics".into()
 }
 fn default_max_image_bytes() -> usize {
     8 << 20

@@ -3,6 +3,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::safety::Mode;
+
 /// Linear histogram with `bucket_ns` resolution up to `buckets * bucket_ns`; larger samples fall
 /// into an overflow count but still update `max`. Allocates only in `new`.
 #[derive(Clone, Debug)]
@@ -92,6 +94,25 @@ impl LiveStats {
 
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+}
+
+/// Name of a `LiveStats::mode` code.
+pub fn mode_name(code: u64) -> &'static str {
+    ["starting", "running", "holding", "estopped", "stopping"]
+        .get(code as usize)
+        .copied()
+        .unwrap_or("?")
+}
+
+/// The `LiveStats::mode` code of a mode.
+pub fn mode_code(mode: Mode) -> u64 {
+    match mode {
+        Mode::Starting => 0,
+        Mode::Running => 1,
+        Mode::Holding(_) => 2,
+        Mode::EStopped => 3,
+        Mode::Stopping => 4,
     }
 }
 

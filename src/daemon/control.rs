@@ -169,7 +169,7 @@ impl ControlLoop {
         }
         self.ticks += 1;
         LiveStats::set(&live.ticks, self.ticks);
-        LiveStats::set(&live.mode, super::mode_code(report.mode));
+        LiveStats::set(&live.mode, crate::control::stats::mode_code(report.mode));
         LiveStats::set(&live.safety_events, self.ctl.event_counts().iter().sum());
         if report.done {
             StepOutcome::Done

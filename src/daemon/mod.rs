@@ -18,7 +18,7 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::config::Io;
 use crate::control::controller::{ChunkOutcome, JointMeasurement, StartRefused};
-use crate::control::stats::LiveStats;
+use crate::control::stats::{mode_name, LiveStats};
 use crate::control::Controller;
 use crate::io::ros::{RosError, RosIo};
 use crate::io::sim::SimArm;
@@ -95,6 +95,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
     let io_stop = Arc::new(AtomicBool::new(false));
     let board = Arc::new(Blackboard::new(cfg.camera_count(), &cfg.policy.prompt));
     let start = MonoTime::now();
+    let live = Arc::new(LiveStats::default());
     let io_thread = match &cfg.io {
         Io::Sim => SimArm::new(cfg.sim.clone(), &cfg.limits).spawn(
             board.clone(),
@@ -103,12 +104,15 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
         )?,
         Io::Ros(ros) => {
             let names = cfg.limits.names().map(str::to_string).collect();
-            RosIo::new((**ros).clone(), names, cfg.control.period)
-                .spawn(board.clone(), io_stop.clone())?
+            RosIo::new((**ros).clone(), names, cfg.control.period).spawn(
+                board.clone(),
+                live.clone(),
+                io_stop.clone(),
+            )?
         }
     };
 
-    let result = supervise(&cfg, &opts, &board, &stop, &io_stop, start);
+    let result = supervise(&cfg, &opts, &board, &live, &stop, &io_stop, start);
     io_stop.store(true, Ordering::SeqCst);
     let _ = io_thread.join();
     notify::Notifier::from_env().stopping();
@@ -138,10 +142,12 @@ fn wait_first_joint_state(board: &Blackboard) -> Option<JointMeasurement> {
     None
 }
 
+#[allow(clippy::too_many_arguments)]
 fn supervise(
     cfg: &Config,
     opts: &RunOptions,
     board: &Arc<Blackboard>,
+    live: &Arc<LiveStats>,
     stop: &Arc<AtomicBool>,
     io_stop: &Arc<AtomicBool>,
     start: MonoTime,
@@ -171,7 +177,6 @@ fn supervise(
         io_stop.clone(),
     )?;
 
-    let live = Arc::new(LiveStats::default());
     let stop_requested = Arc::new(AtomicBool::new(false));
     let (events_tx, events_rx) = sync_channel::<ControlEvent>(256);
     let control = {
@@ -332,23 +337,6 @@ fn drain_events(
                 );
             }
         }
-    }
-}
-
-fn mode_name(code: u64) -> &'static str {
-    ["starting", "running", "holding", "estopped", "stopping"]
-        .get(code as usize)
-        .copied()
-        .unwrap_or("?")
-}
-
-pub(crate) fn mode_code(mode: Mode) -> u64 {
-    match mode {
-        Mode::Starting => 0,
-        Mode::Running => 1,
-        Mode::Holding(_) => 2,
-        Mode::EStopped => 3,
-        Mode::Stopping => 4,
     }
 }
 

@@ -49,6 +49,13 @@ msgs = {
         data=np.arange(18, dtype=np.uint8),
     ),
     "std_msgs/msg/String": T["std_msgs/msg/String"](data="stack the blocks"),
+    "diagnostic_msgs/msg/DiagnosticArray": T["diagnostic_msgs/msg/DiagnosticArray"](
+        header=header(7, 8, ""),
+        status=[T["diagnostic_msgs/msg/DiagnosticStatus"](
+            level=1, name="pi0d: control", message="holding", hardware_id="pi0d",
+            values=[T["diagnostic_msgs/msg/KeyValue"](key="ticks", value="42")],
+        )],
+    ),
     "std_msgs/msg/Bool": T["std_msgs/msg/Bool"](data=True),
 }
 print(json.dumps({name: ts.serialize_cdr(m, name).hex() for name, m in msgs.items()}))

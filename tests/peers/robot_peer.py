@@ -23,7 +23,9 @@ from cyclonedds.topic import Topic
 from cyclonedds.util import duration
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ros_types import Bool, Header, Image, JointState, JointTrajectory, String, Time  # noqa: E402
+from ros_types import (  # noqa: E402
+    Bool, DiagnosticArray, Header, Image, JointState, JointTrajectory, String, Time,
+)
 
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "wrist_3", "gripper"]
 START = [0.0, 0.3, 0.6, -0.4, 0.0, 0.0, 0.02]
@@ -51,6 +53,8 @@ def main():
     estop_w = DataWriter(dp, Topic(dp, "rt/pi0d/estop", Bool), qos=reliable)
     cmd_r = DataReader(dp, Topic(dp, "rt/arm_controller/joint_trajectory", JointTrajectory), qos=reliable)
     status_r = DataReader(dp, Topic(dp, "rt/pi0d/status", String), qos=reliable)
+    diag_r = DataReader(dp, Topic(dp, "rt/diagnostics", DiagnosticArray), qos=reliable)
+    diagnostics = []
 
     position = list(START)
     commands, names_seen, first, last = 0, None, None, None
@@ -73,6 +77,11 @@ def main():
             last = p
             position = p  # a perfect arm
         statuses += sum(isinstance(m, String) for m in status_r.take(N=100))
+        for d in diag_r.take(N=10):
+            if isinstance(d, DiagnosticArray) and d.status:
+                st = d.status[0]
+                diagnostics.append({"level": int(st.level), "message": st.message,
+                                    "values": {kv.key: kv.value for kv in st.values}})
         if now >= next_js:
             next_js += 0.01
             js_w.write(JointState(header=Header(stamp=stamp()), name=JOINTS, position=position))
@@ -89,7 +98,7 @@ def main():
             estop_sent = True
         time.sleep(0.002)
     report = {"commands": commands, "joint_names": names_seen, "first": first, "last": last,
-              "nonfinite": nonfinite, "statuses": statuses}
+              "nonfinite": nonfinite, "statuses": statuses, "diagnostics": diagnostics}
     Path(args.report).write_text(json.dumps(report))
 
 

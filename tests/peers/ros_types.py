@@ -68,3 +68,24 @@ class String(IdlStruct, typename="std_msgs.msg.dds_.String_"):
 @dataclass
 class Bool(IdlStruct, typename="std_msgs.msg.dds_.Bool_"):
     data: bool = False
+
+
+@dataclass
+class KeyValue(IdlStruct, typename="diagnostic_msgs.msg.dds_.KeyValue_"):
+    key: str = ""
+    value: str = ""
+
+
+@dataclass
+class DiagnosticStatus(IdlStruct, typename="diagnostic_msgs.msg.dds_.DiagnosticStatus_"):
+    level: uint8 = 0
+    name: str = ""
+    message: str = ""
+    hardware_id: str = ""
+    values: sequence[KeyValue] = field(default_factory=list)
+
+
+@dataclass
+class DiagnosticArray(IdlStruct, typename="diagnostic_msgs.msg.dds_.DiagnosticArray_"):
+    header: Header = field(default_factory=Header)
+    status: sequence[DiagnosticStatus] = field(default_factory=list)

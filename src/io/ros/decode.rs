@@ -236,6 +236,76 @@ pub fn joint_command(
     }
 }
 
+/// The daemon's health as one DiagnosticStatus: OK while running, WARN while holding or
+/// starting, ERROR while e-stopped; values carry rates, timing and input ages.
+pub fn diagnostics(
+    stamp: msgs::Time,
+    node: &str,
+    live: &crate::control::stats::LiveStats,
+    rate_hz: f64,
+    joint_state_age_s: f64,
+    camera_ages_s: &[f64],
+) -> msgs::DiagnosticArray {
+    use crate::control::stats::{mode_name, LiveStats};
+    let mode = mode_name(LiveStats::get(&live.mode));
+    let level = match mode {
+        "running" | "stopping" => 0,
+        "estopped" => 2,
+        _ => 1,
+    };
+    let kv = |k: &str, v: String| msgs::KeyValue {
+        key: k.into(),
+        value: v,
+    };
+    let mut values = vec![
+        kv("state", mode.into()),
+        kv("control rate (Hz)", format!("{rate_hz:.1}")),
+        kv("ticks", LiveStats::get(&live.ticks).to_string()),
+        kv("overruns", LiveStats::get(&live.overruns).to_string()),
+        kv(
+            "jitter last (us)",
+            (LiveStats::get(&live.last_jitter_ns) / 1000).to_string(),
+        ),
+        kv(
+            "jitter max (us)",
+            (LiveStats::get(&live.max_jitter_ns) / 1000).to_string(),
+        ),
+        kv(
+            "chunk latency (ms)",
+            format!("{:.1}", LiveStats::get(&live.last_latency_us) as f64 / 1e3),
+        ),
+        kv(
+            "chunks received",
+            LiveStats::get(&live.chunks_received).to_string(),
+        ),
+        kv(
+            "chunks rejected",
+            LiveStats::get(&live.chunks_rejected).to_string(),
+        ),
+        kv(
+            "safety events",
+            LiveStats::get(&live.safety_events).to_string(),
+        ),
+        kv("joint state age (s)", format!("{joint_state_age_s:.3}")),
+    ];
+    for (i, a) in camera_ages_s.iter().enumerate() {
+        values.push(kv(&format!("camera {i} age (s)"), format!("{a:.3}")));
+    }
+    msgs::DiagnosticArray {
+        header: msgs::Header {
+            stamp,
+            frame_id: String::new(),
+        },
+        status: vec![msgs::DiagnosticStatus {
+            level,
+            name: format!("{node}: control"),
+            message: mode.into(),
+            hardware_id: node.into(),
+            values,
+        }],
+    }
+}
+
 /// One warning per topic and reason per interval, with the count of those suppressed.
 pub struct RateLimitedLog {
     every: Duration,

@@ -20,6 +20,7 @@ use ros2_client::{
 
 use super::Blackboard;
 use crate::config::{CommandType, RosConfig};
+use crate::control::stats::LiveStats;
 use crate::time::MonoTime;
 use decode::{ClockMap, JointStateDecoder, RateLimitedLog};
 
@@ -71,6 +72,7 @@ struct Endpoints {
     multi_array: Option<Publisher<msgs::Float64MultiArray>>,
     joint_command: Option<Publisher<msgs::JointState>>,
     status: Publisher<msgs::StringMsg>,
+    diagnostics: Publisher<msgs::DiagnosticArray>,
 }
 
 fn endpoints(node: &mut Node, cfg: &RosConfig) -> Result<Endpoints, RosError> {
@@ -156,6 +158,16 @@ fn endpoints(node: &mut Node, cfg: &RosConfig) -> Result<Endpoints, RosError> {
     let status = node
         .create_publisher(&t, None)
         .map_err(|e| create_err("status publisher", e))?;
+    let t = topic(
+        node,
+        &cfg.diagnostics_topic,
+        "diagnostic_msgs",
+        "DiagnosticArray",
+        &reliable,
+    )?;
+    let diagnostics = node
+        .create_publisher(&t, None)
+        .map_err(|e| create_err("diagnostics publisher", e))?;
     Ok(Endpoints {
         joint_states,
         cameras,
@@ -166,6 +178,7 @@ fn endpoints(node: &mut Node, cfg: &RosConfig) -> Result<Endpoints, RosError> {
         multi_array,
         joint_command,
         status,
+        diagnostics,
     })
 }
 
@@ -192,6 +205,7 @@ impl RosIo {
     pub fn spawn(
         self,
         board: Arc<Blackboard>,
+        live: Arc<LiveStats>,
         stop: Arc<AtomicBool>,
     ) -> Result<JoinHandle<()>, RosError> {
         let context = if self.cfg.loopback_only {
@@ -215,11 +229,18 @@ impl RosIo {
         tracing::info!(domain = self.cfg.domain_id, node = %self.cfg.node, loopback_only = self.cfg.loopback_only, "ROS 2 node up");
         std::thread::Builder::new()
             .name("pi0d-ros".into())
-            .spawn(move || self.run(node, ep, &board, &stop))
+            .spawn(move || self.run(node, ep, &board, &live, &stop))
             .map_err(|e| create_err("ROS thread", e))
     }
 
-    fn run(self, _node: Node, ep: Endpoints, board: &Blackboard, stop: &AtomicBool) {
+    fn run(
+        self,
+        _node: Node,
+        ep: Endpoints,
+        board: &Blackboard,
+        live: &LiveStats,
+        stop: &AtomicBool,
+    ) {
         let mut joints = JointStateDecoder::new(&self.joint_names);
         let mut log = RateLimitedLog::new(Duration::from_secs(5));
         let clock = ClockMap::now();
@@ -314,6 +335,21 @@ impl RosIo {
             }
             if now >= next_status {
                 next_status = now.offset_seconds(1.0);
+                let js_age = now.seconds_since(board.joint_state.load().stamp);
+                let mut stamps = vec![MonoTime::ZERO; board.camera_stamps.len()];
+                board.read_camera_stamps(&mut stamps);
+                let cam_ages: Vec<f64> = stamps.iter().map(|s| now.seconds_since(*s)).collect();
+                let d = decode::diagnostics(
+                    clock.to_ros(now),
+                    &self.cfg.node,
+                    live,
+                    1.0 / period_s,
+                    js_age,
+                    &cam_ages,
+                );
+                if let Err(e) = ep.diagnostics.publish(d) {
+                    log.warn(&self.cfg.diagnostics_topic, &format!("{e:?}"));
+                }
                 let _ = ep.status.publish(msgs::StringMsg {
                     data: format!(
                         "estop={} resets={}",

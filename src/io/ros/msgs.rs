@@ -111,3 +111,27 @@ pub struct StringMsg {
 pub struct BoolMsg {
     pub data: bool,
 }
+
+/// diagnostic_msgs/KeyValue
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KeyValue {
+    pub key: String,
+    pub value: String,
+}
+
+/// diagnostic_msgs/DiagnosticStatus (`level`: 0 OK, 1 WARN, 2 ERROR, 3 STALE)
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DiagnosticStatus {
+    pub level: u8,
+    pub name: String,
+    pub message: String,
+    pub hardware_id: String,
+    pub values: Vec<KeyValue>,
+}
+
+/// diagnostic_msgs/DiagnosticArray
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DiagnosticArray {
+    pub header: Header,
+    pub status: Vec<DiagnosticStatus>,
+}
