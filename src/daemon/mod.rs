@@ -241,7 +241,7 @@ fn supervise(
         }
         if now.seconds_since(last_status) >= cfg.control.status_interval_s {
             last_status = now;
-            status_line.show(&live, &worker_stats, now.seconds_since(run_start));
+            status_line.show(live, &worker_stats, now.seconds_since(run_start));
             notifier.status(&format!(
                 "{} | {} ticks",
                 mode_name(LiveStats::get(&live.mode)),
