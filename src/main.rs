@@ -10,7 +10,13 @@ use pi0d::daemon::{self, exit, RunOptions};
 ///
 /// pi0d is not a safety function: the hardware emergency stop stays in charge.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(
+    version,
+    about,
+    after_help = "ROS 2 launch arguments are accepted after --ros-args: -r __node:=NAME, -r __ns:=/NS, \
+-r FROM:=TO (topics), -p NAME:=VALUE and --params-file FILE, where parameter names are dotted \
+configuration paths (control.rate_hz) and `config` names the configuration file."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -20,8 +26,9 @@ struct Cli {
 enum Command {
     /// Run the daemon.
     Run {
+        /// Configuration file (or the ROS parameter `config` after --ros-args).
         #[arg(long)]
-        config: PathBuf,
+        config: Option<PathBuf>,
         /// Stop cleanly after this many seconds (decelerate to rest, then exit 0).
         #[arg(long)]
         duration: Option<f64>,
@@ -35,7 +42,7 @@ enum Command {
     /// Validate the configuration and URDF, and print what would run.
     Check {
         #[arg(long)]
-        config: PathBuf,
+        config: Option<PathBuf>,
     },
     /// Run the policy model alone on an inputs file (safetensors) and write `actions`.
     Infer {
@@ -67,9 +74,18 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let cli = Cli::parse();
+    // `launch_ros` appends `--ros-args ...`: split them off before clap sees the line.
+    let (args, ros_args) = pi0d::config::ros_args::split(std::env::args().collect());
+    let cli = Cli::parse_from(args);
+    let ros = match pi0d::config::ros_args::parse(&ros_args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(exit::CONFIG as u8);
+        }
+    };
     let code = match cli.command {
-        Command::Check { config } => match Config::load(&config) {
+        Command::Check { config } => match load_config(config, &ros) {
             Ok(cfg) => {
                 print_check(&cfg);
                 // The policy too: a pi0 checkpoint is loaded and checked tensor by tensor.
@@ -115,7 +131,7 @@ fn main() -> ExitCode {
             duration,
             summary,
             quiet,
-        } => match run(config, duration, summary, quiet) {
+        } => match run(config, &ros, duration, summary, quiet) {
             Ok(code) => code,
             Err((code, e)) => {
                 eprintln!("error: {e:#}");
@@ -126,8 +142,24 @@ fn main() -> ExitCode {
     ExitCode::from(code as u8)
 }
 
+/// The configuration file (from `--config`, or the `config` ROS parameter) with the ROS
+/// parameters and remaps applied.
+fn load_config(
+    config: Option<PathBuf>,
+    ros: &pi0d::config::ros_args::RosArgs,
+) -> Result<Config, pi0d::config::ConfigError> {
+    let path = config
+        .or_else(|| pi0d::config::ros_args::config_path(ros))
+        .ok_or_else(|| pi0d::config::ConfigError::Parse {
+            file: PathBuf::from("command line"),
+            message: "give --config FILE, or the ROS parameter `config`".into(),
+        })?;
+    Config::load_with(&path, ros)
+}
+
 fn run(
-    config: PathBuf,
+    config: Option<PathBuf>,
+    ros: &pi0d::config::ros_args::RosArgs,
     duration: Option<f64>,
     summary: Option<PathBuf>,
     quiet: bool,
@@ -140,7 +172,8 @@ fn run(
             ));
         }
     }
-    let cfg = Config::load(&config).map_err(|e| (exit::CONFIG, e.into()))?;
+    let cfg = load_config(config, ros).map_err(|e| (exit::CONFIG, e.into()))?;
+    let config = cfg.file.clone();
     let opts = RunOptions {
         duration_s: duration,
         summary,

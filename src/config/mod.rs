@@ -2,6 +2,7 @@
 //! Every error names the file, the field and what was expected; checks are written so NaN fails.
 
 pub mod raw;
+pub mod ros_args;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -328,10 +329,32 @@ impl Config {
     }
 
     pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        Config::parse_with(file, text, &ros_args::RosArgs::default())
+    }
+
+    /// Loads `file` with `--ros-args` parameters and remaps applied before validation.
+    pub fn load_with(file: &Path, ros: &ros_args::RosArgs) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Io {
+            file: file.to_path_buf(),
+            source,
+        })?;
+        Config::parse_with(file, &text, ros)
+    }
+
+    pub fn parse_with(
+        file: &Path,
+        text: &str,
+        ros: &ros_args::RosArgs,
+    ) -> Result<Config, ConfigError> {
+        let parse_err = |e: &dyn std::fmt::Display| ConfigError::Parse {
             file: file.to_path_buf(),
             message: e.to_string().trim_end().replace('\n', " "),
-        })?;
+        };
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| parse_err(&e))?;
+        ros_args::apply(&mut table, ros)?;
+        let raw: RawConfig = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e| parse_err(&e))?;
         Config::from_raw(file, raw)
     }
 
