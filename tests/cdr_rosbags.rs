@@ -154,5 +154,14 @@ fn when_messages_serialized_expect_bytes_equal_to_rosbags_both_ways() {
         },
         &theirs,
     );
-    assert_eq!(theirs.len(), 7, "every message type pi0d uses is compared");
+    both_ways(
+        "sensor_msgs/msg/CompressedImage",
+        &CompressedImage {
+            header: header(9, 10, "wrist"),
+            format: "jpeg".into(),
+            data: vec![255, 216, 255, 0, 1],
+        },
+        &theirs,
+    );
+    assert_eq!(theirs.len(), 8, "every message type pi0d uses is compared");
 }

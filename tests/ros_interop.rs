@@ -29,9 +29,13 @@ fn ros_config(domain: u16) -> toml::Table {
     let mut ros = toml::Table::new();
     ros.insert("domain_id".into(), Value::Integer(domain as i64));
     ros.insert("loopback_only".into(), Value::Boolean(true));
+    // A raw camera and a JPEG one (image_transport's `/compressed` convention).
     ros.insert(
         "cameras".into(),
-        Value::Array(vec![Value::String("/camera/image_raw".into())]),
+        Value::Array(vec![
+            Value::String("/camera/image_raw".into()),
+            Value::String("/wrist/image_raw/compressed".into()),
+        ]),
     );
     cfg.insert("ros".into(), Value::Table(ros));
     // The peer stamps with its wall clock and delivers over DDS: allow for discovery hiccups.
@@ -136,5 +140,11 @@ fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
         .parse()
         .unwrap();
     assert!((0.0..0.3).contains(&age), "joint state age {age}");
-    assert!(running["values"]["camera 0 age (s)"].is_string());
+    for cam in ["camera 0 age (s)", "camera 1 age (s)"] {
+        let age: f64 = running["values"][cam].as_str().unwrap().parse().unwrap();
+        assert!(
+            (0.0..0.5).contains(&age),
+            "{cam} {age}: frames decoded and fresh"
+        );
+    }
 }

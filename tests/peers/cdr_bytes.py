@@ -48,6 +48,9 @@ msgs = {
         height=2, width=3, encoding="rgb8", is_bigendian=0, step=9,
         data=np.arange(18, dtype=np.uint8),
     ),
+    "sensor_msgs/msg/CompressedImage": T["sensor_msgs/msg/CompressedImage"](
+        header=header(9, 10, "wrist"), format="jpeg", data=np.array([255, 216, 255, 0, 1], dtype=np.uint8),
+    ),
     "std_msgs/msg/String": T["std_msgs/msg/String"](data="stack the blocks"),
     "diagnostic_msgs/msg/DiagnosticArray": T["diagnostic_msgs/msg/DiagnosticArray"](
         header=header(7, 8, ""),

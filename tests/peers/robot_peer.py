@@ -9,6 +9,7 @@ pi0d's JointTrajectory commands and writes a JSON report of what it got.
 """
 
 import argparse
+import io
 import json
 import math
 import sys
@@ -21,10 +22,11 @@ from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 from cyclonedds.util import duration
+from PIL import Image as PILImage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ros_types import (  # noqa: E402
-    Bool, DiagnosticArray, Header, Image, JointState, JointTrajectory, String, Time,
+    Bool, CompressedImage, DiagnosticArray, Header, Image, JointState, JointTrajectory, String, Time,
 )
 
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "wrist_3", "gripper"]
@@ -49,6 +51,7 @@ def main():
     best_effort = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1))
     js_w = DataWriter(dp, Topic(dp, "rt/joint_states", JointState), qos=best_effort)
     img_w = DataWriter(dp, Topic(dp, "rt/camera/image_raw", Image), qos=best_effort)
+    jpeg_w = DataWriter(dp, Topic(dp, "rt/wrist/image_raw/compressed", CompressedImage), qos=best_effort)
     prompt_w = DataWriter(dp, Topic(dp, "rt/pi0d/prompt", String), qos=reliable)
     estop_w = DataWriter(dp, Topic(dp, "rt/pi0d/estop", Bool), qos=reliable)
     cmd_r = DataReader(dp, Topic(dp, "rt/arm_controller/joint_trajectory", JointTrajectory), qos=reliable)
@@ -90,6 +93,9 @@ def main():
             shade = int(now * 50) % 256
             img_w.write(Image(header=Header(stamp=stamp()), height=h, width=w, encoding="rgb8",
                               step=w * 3, data=[shade] * (w * h * 3)))
+            buf = io.BytesIO()
+            PILImage.new("RGB", (160, 120), (shade, 40, 200)).save(buf, format="JPEG", quality=80)
+            jpeg_w.write(CompressedImage(header=Header(stamp=stamp()), format="jpeg", data=list(buf.getvalue())))
         if not prompt_sent and now - t0 > 1.0:
             prompt_w.write(String(data="stack the blocks"))
             prompt_sent = True

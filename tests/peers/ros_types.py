@@ -89,3 +89,10 @@ class DiagnosticStatus(IdlStruct, typename="diagnostic_msgs.msg.dds_.DiagnosticS
 class DiagnosticArray(IdlStruct, typename="diagnostic_msgs.msg.dds_.DiagnosticArray_"):
     header: Header = field(default_factory=Header)
     status: sequence[DiagnosticStatus] = field(default_factory=list)
+
+
+@dataclass
+class CompressedImage(IdlStruct, typename="sensor_msgs.msg.dds_.CompressedImage_"):
+    header: Header = field(default_factory=Header)
+    format: str = ""
+    data: sequence[uint8] = field(default_factory=list)

@@ -32,6 +32,8 @@ pub enum InputError {
     },
     #[error("image of {bytes} bytes exceeds the cap of {cap}")]
     TooLarge { bytes: usize, cap: usize },
+    #[error("compressed image: {0}")]
+    Compressed(String),
 }
 
 /// Stamps from ROS (wall clock) to the monotonic clock and back, from one reading of both.
@@ -190,6 +192,47 @@ pub fn image(
         height: msg.height,
         format,
         data,
+    })
+}
+
+/// A sensor_msgs/CompressedImage (JPEG or PNG, as the data says) to an RGB8 frame. The decoded
+/// size is checked against `cap` before decoding.
+pub fn compressed_image(
+    msg: &msgs::CompressedImage,
+    clock: &ClockMap,
+    now: MonoTime,
+    cap: usize,
+) -> Result<CameraFrame, InputError> {
+    let stamp = clock.to_mono(&msg.header.stamp);
+    check_stamp(stamp, now)?;
+    let reader = image::ImageReader::new(std::io::Cursor::new(&msg.data))
+        .with_guessed_format()
+        .map_err(|e| InputError::Compressed(e.to_string()))?;
+    match reader.format() {
+        Some(image::ImageFormat::Jpeg | image::ImageFormat::Png) => {}
+        other => {
+            return Err(InputError::Compressed(format!(
+                "format `{}` is not JPEG or PNG ({other:?})",
+                msg.format
+            )))
+        }
+    }
+    let (w, h) = reader
+        .into_dimensions()
+        .map_err(|e| InputError::Compressed(e.to_string()))?;
+    let bytes = w as usize * h as usize * 3;
+    if bytes > cap {
+        return Err(InputError::TooLarge { bytes, cap });
+    }
+    let img =
+        image::load_from_memory(&msg.data).map_err(|e| InputError::Compressed(e.to_string()))?;
+    let rgb = img.into_rgb8();
+    Ok(CameraFrame {
+        stamp,
+        width: rgb.width(),
+        height: rgb.height(),
+        format: PixelFormat::Rgb8,
+        data: rgb.into_raw(),
     })
 }
 
@@ -400,6 +443,37 @@ mod tests {
             )
             .unwrap_err();
         assert!(matches!(e, InputError::FutureStamp { .. }), "{e}");
+    }
+
+    #[test]
+    fn when_compressed_png_or_garbage_expect_frame_or_reason() {
+        let clock = ClockMap::now();
+        let now = MonoTime::now();
+        let mut png = Vec::new();
+        let img =
+            image::RgbImage::from_fn(5, 3, |x, y| image::Rgb([x as u8 * 10, y as u8 * 20, 7]));
+        img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+            .unwrap();
+        let msg = |data: Vec<u8>| msgs::CompressedImage {
+            header: msgs::Header {
+                stamp: clock.to_ros(now),
+                frame_id: String::new(),
+            },
+            format: "png".into(),
+            data,
+        };
+        let f = compressed_image(&msg(png.clone()), &clock, now, 1 << 20).unwrap();
+        assert_eq!((f.width, f.height), (5, 3));
+        assert_eq!(&f.data[..3], &[0, 0, 7]);
+        assert_eq!(&f.data[3 * (5 + 4)..3 * (5 + 4) + 3], &[40, 20, 7]);
+        assert!(matches!(
+            compressed_image(&msg(png), &clock, now, 10),
+            Err(InputError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            compressed_image(&msg(vec![1, 2, 3, 4]), &clock, now, 1 << 20),
+            Err(InputError::Compressed(_))
+        ));
     }
 
     #[test]

@@ -62,9 +62,15 @@ fn name(topic: &str) -> Result<Name, RosError> {
     Name::new(&ns, base).map_err(|e| create_err(format!("topic name `{topic}`"), e))
 }
 
+/// A camera topic: raw, or compressed by image_transport's convention (`.../compressed`).
+enum CameraSub {
+    Raw(Subscription<msgs::Image>),
+    Compressed(Subscription<msgs::CompressedImage>),
+}
+
 struct Endpoints {
     joint_states: Subscription<msgs::JointState>,
-    cameras: Vec<Subscription<msgs::Image>>,
+    cameras: Vec<CameraSub>,
     prompt: Subscription<msgs::StringMsg>,
     estop: Subscription<msgs::BoolMsg>,
     reset: Subscription<msgs::BoolMsg>,
@@ -94,11 +100,20 @@ fn endpoints(node: &mut Node, cfg: &RosConfig) -> Result<Endpoints, RosError> {
         .map_err(|e| create_err("joint state subscription", e))?;
     let mut cameras = Vec::new();
     for cam in &cfg.cameras {
-        let t = topic(node, cam, "sensor_msgs", "Image", &sensor)?;
-        cameras.push(
-            node.create_subscription(&t, Some(sensor.clone()))
-                .map_err(|e| create_err(format!("camera `{cam}`"), e))?,
-        );
+        let sub_err = |e| create_err(format!("camera `{cam}`"), e);
+        if cam.ends_with("/compressed") {
+            let t = topic(node, cam, "sensor_msgs", "CompressedImage", &sensor)?;
+            cameras.push(CameraSub::Compressed(
+                node.create_subscription(&t, Some(sensor.clone()))
+                    .map_err(sub_err)?,
+            ));
+        } else {
+            let t = topic(node, cam, "sensor_msgs", "Image", &sensor)?;
+            cameras.push(CameraSub::Raw(
+                node.create_subscription(&t, Some(sensor.clone()))
+                    .map_err(sub_err)?,
+            ));
+        }
     }
     let t = topic(node, &cfg.prompt, "std_msgs", "String", &reliable)?;
     let prompt = node
@@ -180,6 +195,23 @@ fn endpoints(node: &mut Node, cfg: &RosConfig) -> Result<Endpoints, RosError> {
         status,
         diagnostics,
     })
+}
+
+/// The newest sample waiting on `sub` (older ones are dropped); undecodable ones are reported.
+fn newest<M: 'static + serde::de::DeserializeOwned>(
+    sub: &Subscription<M>,
+    topic: &str,
+    log: &mut RateLimitedLog,
+) -> Option<M> {
+    let mut newest = None;
+    for _ in 0..MAX_TAKES_PER_POLL {
+        match sub.take() {
+            Ok(Some((msg, _))) => newest = Some(msg),
+            Ok(None) => break,
+            Err(e) => log.warn(topic, &format!("undecodable sample: {e:?}")),
+        }
+    }
+    newest
 }
 
 /// Samples taken from one reader per poll at most.
@@ -267,21 +299,20 @@ impl RosIo {
                 }
             }
             for (k, cam) in ep.cameras.iter().enumerate() {
-                let mut newest = None;
-                for _ in 0..MAX_TAKES_PER_POLL {
-                    match cam.take() {
-                        Ok(Some((msg, _))) => newest = Some(msg),
-                        Ok(None) => break,
-                        Err(e) => {
-                            log.warn(&self.cfg.cameras[k], &format!("undecodable sample: {e:?}"))
-                        }
+                let topic = &self.cfg.cameras[k];
+                let cap = self.cfg.max_image_bytes;
+                // Only the newest frame matters; older ones are dropped undecoded.
+                let decoded = match cam {
+                    CameraSub::Raw(sub) => {
+                        newest(sub, topic, &mut log).map(|m| decode::image(&m, &clock, now, cap))
                     }
-                }
-                if let Some(msg) = newest {
-                    match decode::image(&msg, &clock, now, self.cfg.max_image_bytes) {
-                        Ok(frame) => board.publish_frame(k, frame),
-                        Err(e) => log.warn(&self.cfg.cameras[k], &e.to_string()),
-                    }
+                    CameraSub::Compressed(sub) => newest(sub, topic, &mut log)
+                        .map(|m| decode::compressed_image(&m, &clock, now, cap)),
+                };
+                match decoded {
+                    Some(Ok(frame)) => board.publish_frame(k, frame),
+                    Some(Err(e)) => log.warn(topic, &e.to_string()),
+                    None => {}
                 }
             }
             while let Ok(Some((msg, _))) = ep.prompt.take() {

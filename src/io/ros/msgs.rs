@@ -100,6 +100,14 @@ pub struct Image {
     pub data: Vec<u8>,
 }
 
+/// sensor_msgs/CompressedImage (`format`: "jpeg", "png", or "rgb8; jpeg compressed bgr8"...)
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompressedImage {
+    pub header: Header,
+    pub format: String,
+    pub data: Vec<u8>,
+}
+
 /// std_msgs/String
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StringMsg {
