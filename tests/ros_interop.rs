@@ -148,3 +148,75 @@ fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
         );
     }
 }
+
+#[test]
+fn when_peer_presses_estop_then_calls_reset_service_expect_latch_and_fresh_resume() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let python = peer_python();
+    let domain = 20 + ((std::process::id() + 77) % 150) as u16;
+    let dir = scratch_dir("ros-estop");
+    let mut cfg = ros_config(domain);
+    cfg["ros"]
+        .as_table_mut()
+        .unwrap()
+        .insert("service_mapping".into(), Value::String("cyclone".into()));
+    let cfg_path = dir.join("config.toml");
+    std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
+    let report = dir.join("peer.json");
+    let summary = dir.join("summary.json");
+    let mut peer = Command::new(&python)
+        .arg(root().join("tests/peers/robot_peer.py"))
+        .args([
+            "--domain",
+            &domain.to_string(),
+            "--duration",
+            "10",
+            "--estop-at",
+            "3",
+            "--reset-at",
+            "4.5",
+            "--report",
+        ])
+        .arg(&report)
+        .env(
+            "CYCLONEDDS_URI",
+            format!(
+                "file://{}",
+                root().join("tests/peers/cyclone_loopback.xml").display()
+            ),
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("peer starts");
+    let run = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["run", "--quiet", "--duration", "7", "--config"])
+        .arg(&cfg_path)
+        .arg("--summary")
+        .arg(&summary)
+        .output()
+        .unwrap();
+    assert!(peer.wait().unwrap().success(), "peer failed");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "pi0d failed:\n{stderr}");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let states: Vec<&str> = s["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["to"].as_str().unwrap())
+        .collect();
+    let i = states
+        .iter()
+        .position(|s| *s == "estopped")
+        .unwrap_or_else(|| panic!("no e-stop: {states:?}\n{stderr}"));
+    assert_eq!(
+        &states[i + 1..i + 3],
+        ["holding(after_reset)", "running"],
+        "{states:?}"
+    );
+    assert_eq!(s["limit_violations"], 0);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["reset_reply"]["success"], true, "{r}");
+}

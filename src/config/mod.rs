@@ -190,6 +190,13 @@ pub enum Io {
     Ros(Box<RosConfig>),
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceMappingKind {
+    Basic,
+    Enhanced,
+    Cyclone,
+}
+
 /// The message commands are published as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommandType {
@@ -214,6 +221,11 @@ pub struct RosConfig {
     pub prompt: String,
     pub estop: String,
     pub reset: String,
+    /// std_srvs/Trigger service that requests a reset.
+    pub reset_service: String,
+    /// How requests and replies are laid on DDS: Fast DDS ("enhanced", the ROS 2 default RMW)
+    /// or Cyclone DDS ("cyclone").
+    pub service_mapping: ServiceMappingKind,
     pub command_type: CommandType,
     pub command_topic: String,
     pub status_topic: String,
@@ -579,6 +591,7 @@ fn ros_config(c: &Check, raw: Option<&raw::RawRos>) -> Result<RosConfig, ConfigE
         ("ros.prompt", &r.prompt),
         ("ros.estop", &r.estop),
         ("ros.reset", &r.reset),
+        ("ros.reset_service", &r.reset_service),
         ("ros.command_topic", &r.command_topic),
         ("ros.status_topic", &r.status_topic),
         ("ros.diagnostics_topic", &r.diagnostics_topic),
@@ -607,6 +620,18 @@ fn ros_config(c: &Check, raw: Option<&raw::RawRos>) -> Result<RosConfig, ConfigE
         prompt: r.prompt.clone(),
         estop: r.estop.clone(),
         reset: r.reset.clone(),
+        reset_service: r.reset_service.clone(),
+        service_mapping: match r.service_mapping.as_str() {
+            "basic" => ServiceMappingKind::Basic,
+            "enhanced" => ServiceMappingKind::Enhanced,
+            "cyclone" => ServiceMappingKind::Cyclone,
+            other => {
+                return c.fail(
+                    "ros.service_mapping",
+                    format!("expected \"enhanced\" (Fast DDS), \"cyclone\" or \"basic\", found \"{other}\""),
+                )
+            }
+        },
         command_type: match r.command_type.as_str() {
             "joint_trajectory" => CommandType::JointTrajectory,
             "float64_multi_array" => CommandType::Float64MultiArray,

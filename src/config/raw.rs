@@ -44,6 +44,10 @@ pub struct RawRos {
     pub estop: String,
     #[serde(default = "default_reset_topic")]
     pub reset: String,
+    #[serde(default = "default_reset_topic")]
+    pub reset_service: String,
+    #[serde(default = "default_service_mapping")]
+    pub service_mapping: String,
     #[serde(default = "default_command_type")]
     pub command_type: String,
     #[serde(default = "default_command_topic")]
@@ -73,6 +77,9 @@ fn default_estop_topic() -> String {
 }
 fn default_reset_topic() -> String {
     "/pi0d/reset".into()
+}
+fn default_service_mapping() -> String {
+    "enhanced".into()
 }
 fn default_command_type() -> String {
     "joint_trajectory".into()

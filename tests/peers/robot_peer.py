@@ -27,6 +27,7 @@ from PIL import Image as PILImage
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ros_types import (  # noqa: E402
     Bool, CompressedImage, DiagnosticArray, Header, Image, JointState, JointTrajectory, String, Time,
+    TriggerRequest, TriggerResponse,
 )
 
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "wrist_3", "gripper"]
@@ -44,6 +45,7 @@ def main():
     ap.add_argument("--duration", type=float, required=True)
     ap.add_argument("--report", required=True)
     ap.add_argument("--estop-at", type=float, default=None)
+    ap.add_argument("--reset-at", type=float, default=None, help="release the e-stop and call the reset service")
     args = ap.parse_args()
 
     dp = DomainParticipant(args.domain)
@@ -57,6 +59,10 @@ def main():
     cmd_r = DataReader(dp, Topic(dp, "rt/arm_controller/joint_trajectory", JointTrajectory), qos=reliable)
     status_r = DataReader(dp, Topic(dp, "rt/pi0d/status", String), qos=reliable)
     diag_r = DataReader(dp, Topic(dp, "rt/diagnostics", DiagnosticArray), qos=reliable)
+    req_w = DataWriter(dp, Topic(dp, "rq/pi0d/resetRequest", TriggerRequest), qos=reliable)
+    rep_r = DataReader(dp, Topic(dp, "rr/pi0d/resetReply", TriggerResponse), qos=reliable)
+    my_guid = [1, 2, 3, 4, 5, 6, 7, 8]
+    reset_sent, reset_reply = False, None
     diagnostics = []
 
     position = list(START)
@@ -102,9 +108,18 @@ def main():
         if args.estop_at is not None and not estop_sent and now - t0 > args.estop_at:
             estop_w.write(Bool(data=True))
             estop_sent = True
+        if args.reset_at is not None and not reset_sent and now - t0 > args.reset_at:
+            estop_w.write(Bool(data=False))
+            time.sleep(0.05)
+            req_w.write(TriggerRequest(guid=my_guid, seq_high=0, seq_low=1))
+            reset_sent = True
+        for rep in rep_r.take(N=10):
+            if isinstance(rep, TriggerResponse) and list(rep.guid) == my_guid and rep.seq_low == 1:
+                reset_reply = {"success": bool(rep.success), "message": rep.message, "at": now - t0}
         time.sleep(0.002)
     report = {"commands": commands, "joint_names": names_seen, "first": first, "last": last,
-              "nonfinite": nonfinite, "statuses": statuses, "diagnostics": diagnostics}
+              "nonfinite": nonfinite, "statuses": statuses, "diagnostics": diagnostics,
+              "reset_reply": reset_reply}
     Path(args.report).write_text(json.dumps(report))
 
 

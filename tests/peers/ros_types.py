@@ -96,3 +96,25 @@ class CompressedImage(IdlStruct, typename="sensor_msgs.msg.dds_.CompressedImage_
     header: Header = field(default_factory=Header)
     format: str = ""
     data: sequence[uint8] = field(default_factory=list)
+
+
+# std_srvs/Trigger as rmw_cyclonedds lays it on DDS: a request header (the client GUID's lower
+# 8 bytes and the sequence number split high/low) precedes the message fields.
+from cyclonedds.idl.types import array  # noqa: E402
+
+
+@dataclass
+class TriggerRequest(IdlStruct, typename="std_srvs.srv.dds_.Trigger_Request_"):
+    guid: array[uint8, 8] = field(default_factory=lambda: [0] * 8)
+    seq_high: int32 = 0
+    seq_low: uint32 = 0
+    structure_needs_at_least_one_member: uint8 = 0
+
+
+@dataclass
+class TriggerResponse(IdlStruct, typename="std_srvs.srv.dds_.Trigger_Response_"):
+    guid: array[uint8, 8] = field(default_factory=lambda: [0] * 8)
+    seq_high: int32 = 0
+    seq_low: uint32 = 0
+    success: bool = False
+    message: str = ""

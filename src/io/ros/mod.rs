@@ -12,14 +12,15 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ros2_client::dds::rustdds::DomainParticipantBuilder;
+use ros2_client::dds::{Server, ServiceMapping};
 use ros2_client::qos::{Durability, History, Reliability, WhenFull};
 use ros2_client::{
     Context, MessageTypeName, Name, Node, NodeName, NodeOptions, Publisher, QosProfile,
-    Subscription,
+    ServiceTypeName, Subscription,
 };
 
 use super::Blackboard;
-use crate::config::{CommandType, RosConfig};
+use crate::config::{CommandType, RosConfig, ServiceMappingKind};
 use crate::control::stats::LiveStats;
 use crate::time::MonoTime;
 use decode::{ClockMap, JointStateDecoder, RateLimitedLog};
@@ -79,6 +80,7 @@ struct Endpoints {
     joint_command: Option<Publisher<msgs::JointState>>,
     status: Publisher<msgs::StringMsg>,
     diagnostics: Publisher<msgs::DiagnosticArray>,
+    reset_service: Server<msgs::TriggerRequest, msgs::TriggerResponse>,
 }
 
 fn endpoints(node: &mut Node, cfg: &RosConfig) -> Result<Endpoints, RosError> {
@@ -183,7 +185,22 @@ fn endpoints(node: &mut Node, cfg: &RosConfig) -> Result<Endpoints, RosError> {
     let diagnostics = node
         .create_publisher(&t, None)
         .map_err(|e| create_err("diagnostics publisher", e))?;
+    let mapping = match cfg.service_mapping {
+        ServiceMappingKind::Basic => ServiceMapping::Basic,
+        ServiceMappingKind::Enhanced => ServiceMapping::Enhanced,
+        ServiceMappingKind::Cyclone => ServiceMapping::Cyclone,
+    };
+    let reset_service = node
+        .create_server::<msgs::TriggerRequest, msgs::TriggerResponse>(
+            mapping,
+            &name(&cfg.reset_service)?,
+            &ServiceTypeName::new("std_srvs", "Trigger"),
+            reliable.clone(),
+            reliable.clone(),
+        )
+        .map_err(|e| create_err("reset service", e))?;
     Ok(Endpoints {
+        reset_service,
         joint_states,
         cameras,
         prompt,
@@ -331,6 +348,30 @@ impl RosIo {
                 if msg.data {
                     tracing::info!("reset requested (topic {})", self.cfg.reset);
                     board.resets.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            for _ in 0..MAX_TAKES_PER_POLL {
+                match ep.reset_service.receive_request() {
+                    Ok(Some((id, _))) => {
+                        let response = if board.estop.load(Ordering::SeqCst) {
+                            msgs::TriggerResponse {
+                                success: false,
+                                message: "e-stop still pressed: release it first".into(),
+                            }
+                        } else {
+                            board.resets.fetch_add(1, Ordering::SeqCst);
+                            tracing::info!("reset requested (service {})", self.cfg.reset_service);
+                            msgs::TriggerResponse {
+                                success: true,
+                                message: "reset requested; motion resumes with a chunk from a fresh observation".into(),
+                            }
+                        };
+                        if let Err(e) = ep.reset_service.send_response(id, response) {
+                            log.warn(&self.cfg.reset_service, &format!("reply failed: {e:?}"));
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => log.warn(&self.cfg.reset_service, &format!("bad request: {e:?}")),
                 }
             }
             if now >= next_publish {

@@ -143,3 +143,20 @@ pub struct DiagnosticArray {
     pub header: Header,
     pub status: Vec<DiagnosticStatus>,
 }
+
+/// std_srvs/Trigger request (an empty message carries rosidl's placeholder byte).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TriggerRequest {
+    pub structure_needs_at_least_one_member: u8,
+}
+
+impl ros2_client::Message for TriggerRequest {}
+
+/// std_srvs/Trigger response
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TriggerResponse {
+    pub success: bool,
+    pub message: String,
+}
+
+impl ros2_client::Message for TriggerResponse {}
