@@ -43,55 +43,80 @@ fn ros_config(domain: u16) -> toml::Table {
     cfg
 }
 
-#[test]
-fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
+/// What one run of pi0d against the Cyclone peer left behind.
+struct Exchange {
+    stderr: String,
+    summary: serde_json::Value,
+    report: serde_json::Value,
+}
+
+/// Runs the peer (`peer_args` added) and pi0d (`pi0d_s` seconds) side by side on `domain`.
+fn exchange(
+    name: &str,
+    cfg: &toml::Table,
+    domain: u16,
+    peer_args: &[&str],
+    pi0d_s: f64,
+) -> Exchange {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let python = peer_python();
-    let domain = 20 + (std::process::id() % 150) as u16;
-    let dir = scratch_dir("ros-interop");
+    let dir = scratch_dir(name);
     let cfg_path = dir.join("config.toml");
-    std::fs::write(&cfg_path, toml::to_string(&ros_config(domain)).unwrap()).unwrap();
+    std::fs::write(&cfg_path, toml::to_string(cfg).unwrap()).unwrap();
     let report = dir.join("peer.json");
     let summary = dir.join("summary.json");
-
+    let cyclone = format!(
+        "file://{}",
+        root().join("tests/peers/cyclone_loopback.xml").display()
+    );
     let mut peer = Command::new(&python)
         .arg(root().join("tests/peers/robot_peer.py"))
-        .args([
-            "--domain",
-            &domain.to_string(),
-            "--duration",
-            "9",
-            "--report",
-        ])
+        .args(["--domain", &domain.to_string(), "--report"])
         .arg(&report)
-        .env(
-            "CYCLONEDDS_URI",
-            format!(
-                "file://{}",
-                root().join("tests/peers/cyclone_loopback.xml").display()
-            ),
-        )
+        .args(peer_args)
+        .env("CYCLONEDDS_URI", cyclone)
         .stdout(Stdio::null())
         .spawn()
         .expect("peer starts");
     let run = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args(["run", "--quiet", "--duration", "5", "--config"])
+        .args([
+            "run",
+            "--quiet",
+            "--duration",
+            &pi0d_s.to_string(),
+            "--config",
+        ])
         .arg(&cfg_path)
         .arg("--summary")
         .arg(&summary)
         .output()
         .unwrap();
-    let peer_status = peer.wait().unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
+    let peer_ok = peer.wait().unwrap().success();
+    let stderr = String::from_utf8_lossy(&run.stderr).to_string();
     assert!(run.status.success(), "pi0d failed:\n{stderr}");
-    assert!(peer_status.success(), "peer failed");
+    assert!(peer_ok, "peer failed");
+    let read =
+        |p: &std::path::Path| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    Exchange {
+        summary: read(&summary),
+        report: read(&report),
+        stderr,
+    }
+}
 
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+#[test]
+fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
+    let domain = 20 + (std::process::id() % 150) as u16;
+    let x = exchange(
+        "ros-interop",
+        &ros_config(domain),
+        domain,
+        &["--duration", "9"],
+        5.0,
+    );
+    let (s, r, stderr) = (&x.summary, &x.report, &x.stderr);
     assert_eq!(s["limit_violations"], 0);
     assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}");
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert!(r["commands"].as_u64().unwrap() >= 200, "peer got {r}");
     assert_eq!(r["nonfinite"], 0);
     let names: Vec<&str> = r["joint_names"]
@@ -151,55 +176,15 @@ fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
 
 #[test]
 fn when_peer_presses_estop_then_calls_reset_service_expect_latch_and_fresh_resume() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let python = peer_python();
     let domain = 20 + ((std::process::id() + 77) % 150) as u16;
-    let dir = scratch_dir("ros-estop");
     let mut cfg = ros_config(domain);
     cfg["ros"]
         .as_table_mut()
         .unwrap()
         .insert("service_mapping".into(), Value::String("cyclone".into()));
-    let cfg_path = dir.join("config.toml");
-    std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
-    let report = dir.join("peer.json");
-    let summary = dir.join("summary.json");
-    let mut peer = Command::new(&python)
-        .arg(root().join("tests/peers/robot_peer.py"))
-        .args([
-            "--domain",
-            &domain.to_string(),
-            "--duration",
-            "10",
-            "--estop-at",
-            "3",
-            "--reset-at",
-            "4.5",
-            "--report",
-        ])
-        .arg(&report)
-        .env(
-            "CYCLONEDDS_URI",
-            format!(
-                "file://{}",
-                root().join("tests/peers/cyclone_loopback.xml").display()
-            ),
-        )
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("peer starts");
-    let run = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args(["run", "--quiet", "--duration", "7", "--config"])
-        .arg(&cfg_path)
-        .arg("--summary")
-        .arg(&summary)
-        .output()
-        .unwrap();
-    assert!(peer.wait().unwrap().success(), "peer failed");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "pi0d failed:\n{stderr}");
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let peer = ["--duration", "10", "--estop-at", "3", "--reset-at", "4.5"];
+    let x = exchange("ros-estop", &cfg, domain, &peer, 7.0);
+    let (s, r, stderr) = (&x.summary, &x.report, &x.stderr);
     let states: Vec<&str> = s["transitions"]
         .as_array()
         .unwrap()
@@ -216,7 +201,5 @@ fn when_peer_presses_estop_then_calls_reset_service_expect_latch_and_fresh_resum
         "{states:?}"
     );
     assert_eq!(s["limit_violations"], 0);
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(r["reset_reply"]["success"], true, "{r}");
 }

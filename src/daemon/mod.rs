@@ -213,10 +213,7 @@ fn supervise(
     let mut last_watchdog = MonoTime::now();
     let mut last_ticks_seen = 0u64;
 
-    let mut transitions = Vec::new();
-    let mut late_rejections: BTreeMap<String, u64> = BTreeMap::new();
-    let mut accepted = 0u64;
-    let mut reset_refused = 0u64;
+    let mut log = EventLog::default();
     let mut last_status = MonoTime::now();
     let mut status_line = StatusLine::new(opts.status);
     let run_start = MonoTime::now();
@@ -224,14 +221,7 @@ fn supervise(
     while !control.is_finished() {
         std::thread::sleep(SUPERVISE_PERIOD);
         let now = MonoTime::now();
-        drain_events(
-            &events_rx,
-            start,
-            &mut transitions,
-            &mut late_rejections,
-            &mut accepted,
-            &mut reset_refused,
-        );
+        log.drain(&events_rx, start);
         let over = opts
             .duration_s
             .is_some_and(|d| now.seconds_since(run_start) >= d);
@@ -271,93 +261,92 @@ fn supervise(
             });
         }
     };
-    drain_events(
-        &events_rx,
-        start,
-        &mut transitions,
-        &mut late_rejections,
-        &mut accepted,
-        &mut reset_refused,
-    );
+    log.drain(&events_rx, start);
     Ok(build_summary(
         cfg,
         &result,
         &worker_stats,
-        transitions,
-        late_rejections,
-        accepted,
-        reset_refused,
+        log,
         MonoTime::now().seconds_since(run_start),
     ))
 }
 
-fn drain_events(
-    rx: &Receiver<ControlEvent>,
-    start: MonoTime,
-    transitions: &mut Vec<TransitionRecord>,
-    late: &mut BTreeMap<String, u64>,
-    accepted: &mut u64,
-    reset_refused: &mut u64,
-) {
-    while let Ok(e) = rx.try_recv() {
-        match e {
-            ControlEvent::Transition(t) => {
-                let t_s = t.at.seconds_since(start);
-                match t.to {
-                    Mode::Holding(_) | Mode::EStopped => {
-                        tracing::warn!(t_s = format!("{t_s:.3}"), from = %t.from, to = %t.to, "state")
+/// What the control thread reported, collected by the supervisor for the log and the summary.
+#[derive(Default)]
+struct EventLog {
+    transitions: Vec<TransitionRecord>,
+    late_rejections: BTreeMap<String, u64>,
+    accepted: u64,
+    reset_refused: u64,
+}
+
+impl EventLog {
+    fn drain(&mut self, rx: &Receiver<ControlEvent>, start: MonoTime) {
+        while let Ok(e) = rx.try_recv() {
+            match e {
+                ControlEvent::Transition(t) => {
+                    let t_s = t.at.seconds_since(start);
+                    match t.to {
+                        Mode::Holding(_) | Mode::EStopped => {
+                            tracing::warn!(t_s = format!("{t_s:.3}"), from = %t.from, to = %t.to, "state")
+                        }
+                        _ => {
+                            tracing::info!(t_s = format!("{t_s:.3}"), from = %t.from, to = %t.to, "state")
+                        }
                     }
-                    _ => {
-                        tracing::info!(t_s = format!("{t_s:.3}"), from = %t.from, to = %t.to, "state")
-                    }
+                    self.transitions.push(TransitionRecord {
+                        t_s,
+                        from: t.from.to_string(),
+                        to: t.to.to_string(),
+                    });
                 }
-                transitions.push(TransitionRecord {
-                    t_s,
-                    from: t.from.to_string(),
-                    to: t.to.to_string(),
-                });
-            }
-            ControlEvent::Chunk(ChunkOutcome::Accepted { .. }) => *accepted += 1,
-            ControlEvent::Chunk(ChunkOutcome::Rejected { reason, seq }) => {
-                let n = late.entry(reason.name().to_string()).or_default();
-                if *n % 20 == 0 {
+                ControlEvent::Chunk(ChunkOutcome::Accepted { .. }) => self.accepted += 1,
+                ControlEvent::Chunk(ChunkOutcome::Rejected { reason, seq }) => {
+                    let n = self
+                        .late_rejections
+                        .entry(reason.name().to_string())
+                        .or_default();
+                    if *n % 20 == 0 {
+                        tracing::warn!(
+                            seq,
+                            reason = reason.name(),
+                            total = *n + 1,
+                            "chunk not executed"
+                        );
+                    }
+                    *n += 1;
+                }
+                ControlEvent::ResetRefused => {
+                    self.reset_refused += 1;
                     tracing::warn!(
-                        seq,
-                        reason = reason.name(),
-                        total = *n + 1,
-                        "chunk not executed"
+                        "reset refused: arm not at rest or outside its limits; still e-stopped"
                     );
                 }
-                *n += 1;
-            }
-            ControlEvent::ResetRefused => {
-                *reset_refused += 1;
-                tracing::warn!(
-                    "reset refused: arm not at rest or outside its limits; still e-stopped"
-                );
             }
         }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn build_summary(
     cfg: &Config,
     r: &ControlResult,
     ws: &WorkerStats,
-    transitions: Vec<TransitionRecord>,
-    late: BTreeMap<String, u64>,
-    accepted: u64,
-    reset_refused: u64,
+    log: EventLog,
     duration_s: f64,
 ) -> Summary {
+    let EventLog {
+        transitions,
+        late_rejections: late,
+        accepted,
+        reset_refused,
+    } = log;
     let us = |ns: u64| ns as f64 / 1e3;
     let ms = |ns: u64| ns as f64 / 1e6;
     let names: Vec<String> = cfg.limits.names().map(str::to_string).collect();
     let per_joint = |v: &crate::joints::JointVector| -> BTreeMap<String, f64> {
         names.iter().cloned().zip(v.iter().copied()).collect()
     };
-    let mut by_reason: BTreeMap<String, u64> = late.clone();
+    let mut by_reason: BTreeMap<String, u64> = late;
     for (k, n) in ws.rejected_by_reason() {
         if n > 0 {
             by_reason.insert(k.to_string(), n);
