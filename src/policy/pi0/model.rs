@@ -12,6 +12,9 @@ const PROJECTOR: &str = "paligemma_with_expert.paligemma.model.multi_modal_proje
 const LM: &str = "paligemma_with_expert.paligemma.model.language_model";
 const LM_HEAD: &str = "paligemma_with_expert.paligemma.lm_head.weight";
 const EXPERT: &str = "paligemma_with_expert.gemma_expert.model";
+/// Rows of the MLP computed at once (bounds its intermediate buffers; large enough that the
+/// matmuls stay efficient).
+const MLP_ROW_BLOCK: usize = 128;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Variant {
@@ -526,12 +529,29 @@ impl Pi0Model {
         let gate = modulation.map(|m| &m.0[2 * width..3 * width]);
         residual(x, &o, gate, width);
         l.post_norm.forward(x, &mut normed, modulation.map(|m| m.1));
-        let mut g = l.gate.apply(&normed, n, self.par);
-        let u = l.up.apply(&normed, n, self.par);
-        g.iter_mut()
-            .zip(&u)
-            .for_each(|(g, u)| *g = gelu_tanh(*g) * u);
-        let d = l.down.apply(&g, n, self.par);
+        // The MLP in blocks of rows: its intermediate (rows x mlp, twice) is the largest
+        // transient buffer of the prefix; rows are independent, so the result is the same.
+        let mlp = l.gate.out_dim;
+        let block = MLP_ROW_BLOCK.min(n).max(1);
+        let mut g = vec![0.0f32; block * mlp];
+        let mut u = vec![0.0f32; block * mlp];
+        let mut d = vec![0.0f32; n * width];
+        for r0 in (0..n).step_by(block) {
+            let rows = block.min(n - r0);
+            let input = &normed[r0 * width..(r0 + rows) * width];
+            l.gate.forward(input, rows, &mut g, self.par);
+            l.up.forward(input, rows, &mut u, self.par);
+            g[..rows * mlp]
+                .iter_mut()
+                .zip(&u[..rows * mlp])
+                .for_each(|(g, u)| *g = gelu_tanh(*g) * u);
+            l.down.forward(
+                &g[..rows * mlp],
+                rows,
+                &mut d[r0 * width..(r0 + rows) * width],
+                self.par,
+            );
+        }
         let gate = modulation.map(|m| &m.1[2 * width..3 * width]);
         residual(x, &d, gate, width);
         (k, v)
