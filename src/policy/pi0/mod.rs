@@ -10,4 +10,4 @@ pub mod preprocess;
 pub mod tensorfile;
 
 pub use checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
-pub use model::{Arch, Pi0Input, Pi0Model, Timing, Variant};
+pub use model::{Arch, Pi0Input, Pi0Model, Timing, Variant, Workspace};

@@ -79,7 +79,6 @@ struct GemmaLayer {
 struct Gemma {
     layers: Vec<GemmaLayer>,
     norm: Norm,
-    width: usize,
 }
 
 pub struct Pi0Model {
@@ -291,7 +290,6 @@ fn load_gemma(
     Ok(Gemma {
         layers,
         norm: norm(&format!("{base}.norm"))?,
-        width,
     })
 }
 
@@ -416,6 +414,7 @@ impl Pi0Model {
         let mut h = vec![0.0f32; n * vw];
         let mut att = vec![0.0f32; n * vw];
         let hd = vw / a.vision_heads;
+        let mut scores = vec![0.0f32; n * n];
         for l in &self.vision_layers {
             l.ln1.forward(&x, &mut h);
             let q = l.q.apply(&h, n, self.par);
@@ -432,6 +431,7 @@ impl Pi0Model {
                 hd,
                 &|_, _| true,
                 &mut att,
+                &mut scores,
                 self.par,
             );
             let o = l.out.apply(&att, n, self.par);
@@ -483,16 +483,30 @@ impl Pi0Model {
         };
         let pad = cache.pad.clone();
         let allowed = |i: usize, j: usize| pad[i] && pad[j];
+        let kvd = self.arch.kv_heads * self.arch.head_dim;
+        let mut scratch = LayerScratch::default();
         for layer in &self.lm.layers {
-            let (k, v) = self.gemma_layer(layer, &mut x, n, &positions, None, None, &allowed);
+            let mut k = vec![0.0f32; n * kvd];
+            let mut v = vec![0.0f32; n * kvd];
+            self.gemma_layer(
+                layer,
+                &mut x,
+                n,
+                &positions,
+                (&mut k, &mut v, 0),
+                None,
+                &allowed,
+                &mut scratch,
+            );
             cache.k.push(k);
             cache.v.push(v);
         }
         cache
     }
 
-    /// One decoder layer in place on `x` (`[n, width]`). Extra keys/values from the cache are
-    /// put in front of this layer's own. Returns this layer's (post-RoPE) keys and values.
+    /// One decoder layer in place on `x` (`[n, width]`). Its keys and values are written into
+    /// `kv` (`(k, v, offset)`) after the first `offset` rows, which already hold the cached
+    /// prefix's; attention runs over all of them.
     #[allow(clippy::too_many_arguments)]
     fn gemma_layer(
         &self,
@@ -500,47 +514,60 @@ impl Pi0Model {
         x: &mut [f32],
         n: usize,
         positions: &[i64],
-        cached: Option<(&[f32], &[f32])>,
+        kv: (&mut [f32], &mut [f32], usize),
         modulation: Option<(&[f32], &[f32])>,
         allowed: &dyn Fn(usize, usize) -> bool,
-    ) -> (Vec<f32>, Vec<f32>) {
+        s: &mut LayerScratch,
+    ) {
         let a = &self.arch;
         let width = x.len() / n;
         let (h, kh, hd) = (a.heads, a.kv_heads, a.head_dim);
-        let mut normed = vec![0.0f32; n * width];
-        l.input_norm
-            .forward(x, &mut normed, modulation.map(|m| m.0));
-        let mut q = l.q.apply(&normed, n, self.par);
-        let mut k = l.k.apply(&normed, n, self.par);
-        let v = l.v.apply(&normed, n, self.par);
-        self.rope.apply(&mut q, positions, h);
-        self.rope.apply(&mut k, positions, kh);
-        let mut att = vec![0.0f32; n * h * hd];
-        match cached {
-            None => attention(&q, &k, &v, n, n, h, kh, hd, allowed, &mut att, self.par),
-            Some((ck, cv)) => {
-                let kk = [ck, &k].concat();
-                let vv = [cv, &v].concat();
-                let t = kk.len() / (kh * hd);
-                attention(&q, &kk, &vv, n, t, h, kh, hd, allowed, &mut att, self.par);
-            }
-        }
-        let o = l.o.apply(&att, n, self.par);
+        let kvd = kh * hd;
+        let (k_all, v_all, offset) = kv;
+        let t = offset + n;
+        let normed = grow(&mut s.normed, n * width);
+        l.input_norm.forward(x, normed, modulation.map(|m| m.0));
+        let q = grow(&mut s.q, n * h * hd);
+        l.q.forward(normed, n, q, self.par);
+        let k = &mut k_all[offset * kvd..t * kvd];
+        l.k.forward(normed, n, k, self.par);
+        l.v.forward(normed, n, &mut v_all[offset * kvd..t * kvd], self.par);
+        self.rope.apply(q, positions, h);
+        self.rope.apply(k, positions, kh);
+        let att = grow(&mut s.att, n * h * hd);
+        let scores = grow(&mut s.scores, n * t);
+        attention(
+            q,
+            &k_all[..t * kvd],
+            &v_all[..t * kvd],
+            n,
+            t,
+            h,
+            kh,
+            hd,
+            allowed,
+            att,
+            scores,
+            self.par,
+        );
+        let o = grow(&mut s.o, n * width);
+        l.o.forward(att, n, o, self.par);
         let gate = modulation.map(|m| &m.0[2 * width..3 * width]);
-        residual(x, &o, gate, width);
-        l.post_norm.forward(x, &mut normed, modulation.map(|m| m.1));
+        residual(x, o, gate, width);
+        let normed = grow(&mut s.normed, n * width);
+        l.post_norm.forward(x, normed, modulation.map(|m| m.1));
         // The MLP in blocks of rows: its intermediate (rows x mlp, twice) is the largest
         // transient buffer of the prefix; rows are independent, so the result is the same.
         let mlp = l.gate.out_dim;
         let block = MLP_ROW_BLOCK.min(n).max(1);
-        let mut g = vec![0.0f32; block * mlp];
-        let mut u = vec![0.0f32; block * mlp];
-        let mut d = vec![0.0f32; n * width];
+        let g = grow(&mut s.g, block * mlp);
+        let u = grow(&mut s.u, block * mlp);
+        let d = grow(&mut s.d, n * width);
         for r0 in (0..n).step_by(block) {
             let rows = block.min(n - r0);
             let input = &normed[r0 * width..(r0 + rows) * width];
-            l.gate.forward(input, rows, &mut g, self.par);
-            l.up.forward(input, rows, &mut u, self.par);
+            l.gate.forward(input, rows, g, self.par);
+            l.up.forward(input, rows, u, self.par);
             g[..rows * mlp]
                 .iter_mut()
                 .zip(&u[..rows * mlp])
@@ -553,15 +580,13 @@ impl Pi0Model {
             );
         }
         let gate = modulation.map(|m| &m.1[2 * width..3 * width]);
-        residual(x, &d, gate, width);
-        (k, v)
+        residual(x, d, gate, width);
     }
 
     /// Sine-cosine embedding of the flow time, computed in f64 from the f32 time, as lerobot.
-    fn time_embedding(&self, t: f32) -> Vec<f32> {
+    fn time_embedding(&self, t: f32, out: &mut [f32]) {
         let d = self.arch.expert_width;
         let half = d / 2;
-        let mut out = vec![0.0f32; d];
         for j in 0..half {
             let fraction = if half > 1 {
                 j as f64 / (half - 1) as f64
@@ -573,44 +598,104 @@ impl Pi0Model {
             out[j] = x.sin() as f32;
             out[half + j] = x.cos() as f32;
         }
-        out
     }
 
-    /// The velocity field at `x_t` (`[chunk, action_dim]`) and time `t`.
-    pub fn denoise_step(&self, cache: &KvCache, state: &[f32], x_t: &[f32], t: f32) -> Vec<f32> {
+    /// Sizes `ws` for the steps from `cache`, and copies each layer's cached keys and values in
+    /// front of the room for the suffix's: done once per observation, not per step.
+    pub fn prepare_steps(&self, cache: &KvCache, ws: &mut Workspace) {
+        let a = &self.arch;
+        let kvd = a.kv_heads * a.head_dim;
+        let n = self.suffix_len();
+        let t = cache.pad.len() + n;
+        ws.kv.resize_with(a.layers, Default::default);
+        for (i, (k, v)) in ws.kv.iter_mut().enumerate() {
+            grow(k, t * kvd)[..cache.k[i].len()].copy_from_slice(&cache.k[i]);
+            grow(v, t * kvd)[..cache.v[i].len()].copy_from_slice(&cache.v[i]);
+        }
+        ws.mods.resize_with(a.layers, Default::default);
+        let valid = cache.pad.iter().filter(|p| **p).count() as i64;
+        ws.positions.clear();
+        ws.positions.extend((0..n as i64).map(|i| valid + i));
+    }
+
+    /// Suffix tokens of a step: pi0's state token and the action tokens, or pi0.5's actions.
+    fn suffix_len(&self) -> usize {
+        self.arch.chunk + usize::from(self.state_proj.is_some())
+    }
+
+    /// The velocity field at `x_t` (`[chunk, action_dim]`) and time `t`, into `velocity`.
+    /// Allocates nothing once `ws` has been prepared for `cache`.
+    pub fn denoise_step(
+        &self,
+        cache: &KvCache,
+        state: &[f32],
+        x_t: &[f32],
+        t: f32,
+        ws: &mut Workspace,
+        velocity: &mut [f32],
+    ) {
         let a = &self.arch;
         let ew = a.expert_width;
         let chunk = a.chunk;
-        let time = self.time_embedding(t);
-        let actions = self.action_in.apply(x_t, chunk, self.par);
-        let (mut x, cond) = match &self.state_proj {
+        let n = self.suffix_len();
+        let par = self.par;
+        let Workspace {
+            x,
+            time,
+            actions,
+            fused,
+            m,
+            cond,
+            cond2,
+            mods,
+            final_mod,
+            out,
+            positions,
+            kv,
+            layer,
+        } = ws;
+        let time = grow(time, ew);
+        self.time_embedding(t, time);
+        let actions = grow(actions, chunk * ew);
+        self.action_in.forward(x_t, chunk, actions, par);
+        let x = grow(x, n * ew);
+        let conditioned = match &self.state_proj {
             Some(sp) => {
                 // pi0: [state token | action tokens fused with time].
-                let mut fused = vec![0.0f32; chunk * 2 * ew];
+                let fused = grow(fused, chunk * 2 * ew);
                 for (i, row) in fused.chunks_exact_mut(2 * ew).enumerate() {
                     row[..ew].copy_from_slice(&actions[i * ew..(i + 1) * ew]);
-                    row[ew..].copy_from_slice(&time);
+                    row[ew..].copy_from_slice(time);
                 }
-                let mut m = self.time_in.apply(&fused, chunk, self.par);
+                let m = grow(m, chunk * ew);
+                self.time_in.forward(fused, chunk, m, par);
                 m.iter_mut().for_each(|v| *v = silu(*v));
-                let m = self.time_out.apply(&m, chunk, self.par);
-                let mut x = sp.apply(&state[..a.state_dim], 1, self.par);
-                x.extend(m);
-                (x, None)
+                sp.forward(&state[..a.state_dim], 1, &mut x[..ew], par);
+                self.time_out.forward(m, chunk, &mut x[ew..], par);
+                false
             }
             None => {
                 // pi0.5: action tokens only; time conditions every expert norm.
-                let mut c = self.time_in.apply(&time, 1, self.par);
+                let c2 = grow(cond2, ew);
+                self.time_in.forward(time, 1, c2, par);
+                c2.iter_mut().for_each(|v| *v = silu(*v));
+                let c = grow(cond, ew);
+                self.time_out.forward(c2, 1, c, par);
                 c.iter_mut().for_each(|v| *v = silu(*v));
-                let mut c = self.time_out.apply(&c, 1, self.par);
-                c.iter_mut().for_each(|v| *v = silu(*v));
-                (actions, Some(c))
+                x.copy_from_slice(actions);
+                for (l, (mi, mp)) in self.expert.layers.iter().zip(mods.iter_mut()) {
+                    if let (Some(di), Some(dp)) = (l.input_norm.dense(), l.post_norm.dense()) {
+                        di.forward(c, 1, grow(mi, 3 * ew), par);
+                        dp.forward(c, 1, grow(mp, 3 * ew), par);
+                    }
+                }
+                if let Some(d) = self.expert.norm.dense() {
+                    d.forward(c, 1, grow(final_mod, 3 * ew), par);
+                }
+                true
             }
         };
-        let n = x.len() / ew;
         let prefix_len = cache.pad.len();
-        let valid = cache.pad.iter().filter(|p| **p).count() as i64;
-        let positions: Vec<i64> = (0..n as i64).map(|i| valid + i).collect();
         // Block attention: the state token sees the prefix and itself; action tokens see all.
         let first_action = n - chunk;
         let pad = &cache.pad;
@@ -622,65 +707,34 @@ impl Pi0Model {
                 i >= first_action || jj < first_action
             }
         };
-        let modulations: Vec<(Vec<f32>, Vec<f32>)> = match &cond {
-            Some(c) => self
-                .expert
-                .layers
-                .iter()
-                .map(|l| {
-                    (
-                        l.input_norm
-                            .dense()
-                            .map(|d| d.apply(c, 1, self.par))
-                            .unwrap_or_default(),
-                        l.post_norm
-                            .dense()
-                            .map(|d| d.apply(c, 1, self.par))
-                            .unwrap_or_default(),
-                    )
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        for (i, layer) in self.expert.layers.iter().enumerate() {
-            let m = modulations
-                .get(i)
-                .map(|(a, b)| (a.as_slice(), b.as_slice()));
-            self.gemma_layer(
-                layer,
-                &mut x,
-                n,
-                &positions,
-                Some((&cache.k[i], &cache.v[i])),
-                m,
-                &allowed,
-            );
+        for (i, l) in self.expert.layers.iter().enumerate() {
+            let m = conditioned.then(|| (&mods[i].0[..3 * ew], &mods[i].1[..3 * ew]));
+            let (k, v) = &mut kv[i];
+            self.gemma_layer(l, x, n, positions, (k, v, prefix_len), m, &allowed, layer);
         }
-        let final_mod = match (&cond, self.expert.norm.dense()) {
-            (Some(c), Some(d)) => Some(d.apply(c, 1, self.par)),
-            _ => None,
-        };
-        let mut out = vec![0.0f32; n * ew];
-        self.expert.norm.forward(&x, &mut out, final_mod.as_deref());
-        let _ = self.expert.width;
+        let out = grow(out, n * ew);
+        self.expert
+            .norm
+            .forward(x, out, conditioned.then(|| &final_mod[..3 * ew]));
         self.action_out
-            .apply(&out[(n - chunk) * ew..], chunk, self.par)
+            .forward(&out[(n - chunk) * ew..], chunk, velocity, par);
     }
 
     /// Full inference for one batch element: `[chunk, action_dim]` actions (normalized space).
     pub fn sample_actions(&self, input: &Pi0Input) -> (Vec<f32>, Timing) {
+        let mut ws = Workspace::default();
+        self.sample_actions_with(input, &mut ws)
+    }
+
+    /// As `sample_actions`, reusing `ws`: the denoising loop allocates nothing.
+    pub fn sample_actions_with(&self, input: &Pi0Input, ws: &mut Workspace) -> (Vec<f32>, Timing) {
         let started = std::time::Instant::now();
         let cache = self.prefix(input);
+        self.prepare_steps(&cache, ws);
         let prefix_ms = started.elapsed().as_secs_f64() * 1e3;
-        let steps = self.arch.steps;
-        let dt = -1.0 / steps as f64;
         let mut x = input.noise.to_vec();
-        for step in 0..steps {
-            let t = (1.0 + step as f64 * dt) as f32;
-            let v = self.denoise_step(&cache, input.state, &x, t);
-            let dtf = dt as f32;
-            x.iter_mut().zip(&v).for_each(|(x, v)| *x += dtf * v);
-        }
+        let mut v = vec![0.0f32; x.len()];
+        self.denoise(&cache, input.state, &mut x, &mut v, ws);
         let total = started.elapsed().as_secs_f64() * 1e3;
         (
             x,
@@ -690,6 +744,65 @@ impl Pi0Model {
             },
         )
     }
+
+    /// The Euler loop: `x` goes from noise to actions. `v` is the velocity buffer.
+    pub fn denoise(
+        &self,
+        cache: &KvCache,
+        state: &[f32],
+        x: &mut [f32],
+        v: &mut [f32],
+        ws: &mut Workspace,
+    ) {
+        let steps = self.arch.steps;
+        let dt = -1.0 / steps as f64;
+        for step in 0..steps {
+            let t = (1.0 + step as f64 * dt) as f32;
+            self.denoise_step(cache, state, x, t, ws, v);
+            let dtf = dt as f32;
+            x.iter_mut().zip(v.iter()).for_each(|(x, v)| *x += dtf * v);
+        }
+    }
+}
+
+/// Scratch of one decoder layer, grown to the largest size seen and then reused.
+#[derive(Default)]
+pub struct LayerScratch {
+    normed: Vec<f32>,
+    q: Vec<f32>,
+    att: Vec<f32>,
+    o: Vec<f32>,
+    g: Vec<f32>,
+    u: Vec<f32>,
+    d: Vec<f32>,
+    scores: Vec<f32>,
+}
+
+/// Everything the denoising steps need, sized once per observation (`prepare_steps`).
+#[derive(Default)]
+pub struct Workspace {
+    x: Vec<f32>,
+    time: Vec<f32>,
+    actions: Vec<f32>,
+    fused: Vec<f32>,
+    m: Vec<f32>,
+    cond: Vec<f32>,
+    cond2: Vec<f32>,
+    mods: Vec<(Vec<f32>, Vec<f32>)>,
+    final_mod: Vec<f32>,
+    out: Vec<f32>,
+    positions: Vec<i64>,
+    /// Per expert layer: the prefix's keys and values, then room for the suffix's.
+    kv: Vec<(Vec<f32>, Vec<f32>)>,
+    layer: LayerScratch,
+}
+
+/// `v[..len]`, growing `v` first if it is shorter (the only allocation, on first use).
+fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    &mut v[..len]
 }
 
 /// `x += y` or, with a gate (pi0.5's adaptive norms), `x += y * gate`.

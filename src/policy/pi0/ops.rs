@@ -5,6 +5,19 @@ use gemm::Parallelism;
 
 use super::checkpoint::{Checkpoint, CheckpointError, WeightDtype, Weights};
 
+thread_local! {
+    /// Depth of GEMM-library calls on this thread. The `gemm` crate allocates its packing
+    /// buffers inside every call; this lets an allocation test tell those apart from pi0d's own.
+    pub static IN_GEMM: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f` (a call into the GEMM library) with `IN_GEMM` raised.
+fn in_gemm(f: impl FnOnce()) {
+    IN_GEMM.with(|d| d.set(d.get() + 1));
+    f();
+    IN_GEMM.with(|d| d.set(d.get() - 1));
+}
+
 /// The additive attention mask value openpi and lerobot use for masked positions.
 pub const MASK_VALUE: f32 = -2.381_976_3e38;
 
@@ -78,7 +91,7 @@ pub fn matmul_bt(
 ) {
     assert!(a.len() >= m * k && b.len() >= n * k && out.len() >= m * n);
     // SAFETY: bounds asserted above; strides describe row-major a, b^T and out.
-    unsafe {
+    in_gemm(|| unsafe {
         gemm::gemm(
             m,
             n,
@@ -100,7 +113,7 @@ pub fn matmul_bt(
             false,
             par,
         );
-    }
+    });
 }
 
 /// SigLIP LayerNorm (biased variance, affine).
@@ -223,7 +236,8 @@ impl Rope {
 
 /// Multi-head attention with grouped KV heads: `q` is `[s, heads*hd]`, `k`/`v` are
 /// `[t, kv_heads*hd]`; `allowed(i, j)` says whether query `i` may see key `j` (others get the
-/// additive mask value, as lerobot does). Softmax in f32. Writes `[s, heads*hd]`.
+/// additive mask value, as lerobot does). Softmax in f32. Writes `[s, heads*hd]`; `scores` is
+/// scratch of at least `s * t`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
@@ -236,16 +250,17 @@ pub fn attention(
     hd: usize,
     allowed: &dyn Fn(usize, usize) -> bool,
     out: &mut [f32],
+    scores: &mut [f32],
     par: Parallelism,
 ) {
     let scale = 1.0 / (hd as f32).sqrt();
     let group = heads / kv_heads;
-    let mut scores = vec![0.0f32; s * t];
+    let scores = &mut scores[..s * t];
     let (qs, ks) = ((heads * hd) as isize, (kv_heads * hd) as isize);
     for h in 0..heads {
         let kh = h / group;
         // SAFETY: strided views inside q/k/v/out, sizes checked by the callers' shapes.
-        unsafe {
+        in_gemm(|| unsafe {
             gemm::gemm(
                 s,
                 t,
@@ -267,7 +282,7 @@ pub fn attention(
                 false,
                 par,
             );
-        }
+        });
         for (i, row) in scores.chunks_exact_mut(t).enumerate() {
             let mut max = f32::NEG_INFINITY;
             for (j, x) in row.iter_mut().enumerate() {
@@ -284,7 +299,8 @@ pub fn attention(
             let inv = 1.0 / sum;
             row.iter_mut().for_each(|x| *x *= inv);
         }
-        unsafe {
+        // SAFETY: as above.
+        in_gemm(|| unsafe {
             gemm::gemm(
                 s,
                 hd,
@@ -306,7 +322,7 @@ pub fn attention(
                 false,
                 par,
             );
-        }
+        });
     }
 }
 
@@ -336,6 +352,7 @@ mod tests {
         let k: Vec<f32> = (0..t * hd).map(|i| i as f32 * 0.1).collect();
         let v: Vec<f32> = (0..t * hd).map(|i| i as f32).collect();
         let mut out = vec![0.0; s * 2 * hd];
+        let mut scores = vec![0.0; s * t];
         attention(
             &q,
             &k,
@@ -347,6 +364,7 @@ mod tests {
             hd,
             &|_, j| j == 1,
             &mut out,
+            &mut scores,
             Parallelism::None,
         );
         for h in 0..2 {

@@ -10,7 +10,7 @@ use rand_distr::{Distribution, StandardNormal};
 use tokenizers::Tokenizer;
 
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
-use super::model::{Pi0Input, Pi0Model, Timing, Variant};
+use super::model::{Pi0Input, Pi0Model, Timing, Variant, Workspace};
 use super::normalize::Normalizer;
 use super::preprocess::frame_to_model_input;
 use crate::control::ActionChunk;
@@ -186,6 +186,18 @@ impl Pi0Pipeline {
         task: &str,
         noise: &[f32],
     ) -> Result<(Vec<Vec<f32>>, Timing), PipelineError> {
+        self.run_with(frames, state, task, noise, &mut Workspace::default())
+    }
+
+    /// As `run`, reusing `ws` across chunks (the denoising loop then allocates nothing).
+    pub fn run_with(
+        &self,
+        frames: &[Option<&CameraFrame>],
+        state: &[f32],
+        task: &str,
+        noise: &[f32],
+        ws: &mut Workspace,
+    ) -> Result<(Vec<Vec<f32>>, Timing), PipelineError> {
         let a = &self.model.arch;
         if state.len() != self.state_dim {
             return Err(PipelineError::Input(format!(
@@ -224,7 +236,7 @@ impl Pi0Pipeline {
             state: &padded,
             noise,
         };
-        let (x, timing) = self.model.sample_actions(&input);
+        let (x, timing) = self.model.sample_actions_with(&input, ws);
         let actions = x
             .chunks_exact(a.action_dim)
             .map(|row| {
@@ -240,6 +252,7 @@ impl Pi0Pipeline {
 /// pi0 as the daemon's policy: samples fresh noise for every chunk.
 pub struct Pi0Policy {
     pipeline: Arc<Pi0Pipeline>,
+    workspace: Workspace,
     rng: rand::rngs::StdRng,
     step_period_s: f64,
 }
@@ -248,6 +261,7 @@ impl Pi0Policy {
     pub fn new(pipeline: Pi0Pipeline, step_period_s: f64, seed: u64) -> Pi0Policy {
         Pi0Policy {
             pipeline: Arc::new(pipeline),
+            workspace: Workspace::default(),
             rng: rand::rngs::StdRng::seed_from_u64(seed),
             step_period_s,
         }
@@ -268,7 +282,7 @@ impl Policy for Pi0Policy {
         let frames: Vec<Option<&CameraFrame>> = obs.images.iter().map(|f| f.as_deref()).collect();
         let state: Vec<f32> = obs.state.iter().map(|x| *x as f32).collect();
         let (actions, _) = p
-            .run(&frames, &state, &obs.prompt, &noise)
+            .run_with(&frames, &state, &obs.prompt, &noise, &mut self.workspace)
             .map_err(|e| PolicyError::Failed(e.to_string()))?;
         Ok(ActionChunk {
             obs_stamp: obs.stamp,
