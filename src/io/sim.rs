@@ -19,8 +19,6 @@ use crate::time::{sleep_until, MonoTime};
 pub struct SimArm {
     cfg: SimConfig,
     velocity_limit: JointVector,
-    lower: JointVector,
-    upper: JointVector,
     position: JointVector,
 }
 
@@ -29,9 +27,6 @@ impl SimArm {
         SimArm {
             position: cfg.initial_position,
             velocity_limit: limits.velocity,
-            // The physical stops are the URDF limits; the sim may sit wherever config put it.
-            lower: JointVector::filled(limits.len(), f64::NEG_INFINITY),
-            upper: JointVector::filled(limits.len(), f64::INFINITY),
             cfg,
         }
     }
@@ -45,7 +40,7 @@ impl SimArm {
         for j in 0..self.position.len() {
             let v = ((command[j] - self.position[j]) / self.cfg.tau_s)
                 .clamp(-self.velocity_limit[j], self.velocity_limit[j]);
-            self.position[j] = (self.position[j] + v * dt).clamp(self.lower[j], self.upper[j]);
+            self.position[j] += v * dt;
         }
     }
 
