@@ -203,3 +203,33 @@ fn when_peer_presses_estop_then_calls_reset_service_expect_latch_and_fresh_resum
     assert_eq!(s["limit_violations"], 0);
     assert_eq!(r["reset_reply"]["success"], true, "{r}");
 }
+
+#[test]
+fn when_sender_clock_lags_by_a_second_expect_skew_reported_and_no_motion() {
+    let domain = 20 + ((std::process::id() + 133) % 150) as u16;
+    let cfg = ros_config(domain);
+    let peer = ["--duration", "7", "--clock-offset", "-1.0"];
+    let x = exchange("ros-skew", &cfg, domain, &peer, 5.0);
+    // Capture stamps a second old: the watchdog never lets the arm move, and the log says why.
+    assert!(
+        x.stderr.contains("clock skew between sender and pi0d"),
+        "{}",
+        x.stderr
+    );
+    assert_eq!(x.summary["chunks_accepted"], 0, "{}", x.summary);
+    let d = x.report["diagnostics"].as_array().unwrap();
+    let with_offset = d
+        .iter()
+        .filter_map(|d| d["values"]["joint state clock offset (s)"].as_str())
+        .map(|v| v.parse::<f64>().unwrap())
+        .collect::<Vec<_>>();
+    assert!(!with_offset.is_empty(), "{}", x.report);
+    assert!(
+        with_offset.iter().all(|o| (0.99..1.2).contains(o)),
+        "{with_offset:?}"
+    );
+    assert!(
+        d.iter().all(|d| d["level"].as_u64().unwrap() >= 1),
+        "never OK while skewed"
+    );
+}

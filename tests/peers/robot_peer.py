@@ -34,8 +34,11 @@ JOINTS = ["shoulder_pan", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "wrist
 START = [0.0, 0.3, 0.6, -0.4, 0.0, 0.0, 0.02]
 
 
+CLOCK_OFFSET = 0.0
+
+
 def stamp() -> Time:
-    t = time.time()
+    t = time.time() + CLOCK_OFFSET
     return Time(sec=int(t), nanosec=int((t - int(t)) * 1e9))
 
 
@@ -46,7 +49,10 @@ def main():
     ap.add_argument("--report", required=True)
     ap.add_argument("--estop-at", type=float, default=None)
     ap.add_argument("--reset-at", type=float, default=None, help="release the e-stop and call the reset service")
+    ap.add_argument("--clock-offset", type=float, default=0.0, help="stamp with a skewed clock (s)")
     args = ap.parse_args()
+    global CLOCK_OFFSET
+    CLOCK_OFFSET = args.clock_offset
 
     dp = DomainParticipant(args.domain)
     reliable = Qos(Policy.Reliability.Reliable(duration(milliseconds=100)), Policy.History.KeepLast(10))

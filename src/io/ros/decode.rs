@@ -61,6 +61,50 @@ impl ClockMap {
     }
 }
 
+/// Estimates a sender's clock offset from pi0d's: the smallest (arrival - stamp) over a window
+/// of samples is the offset plus the shortest transport delay. Far from zero, the sender's clock
+/// (or its stamping) is off, and the watchdogs, which trust capture stamps, will see its data as
+/// stale or from the future.
+pub struct SkewEstimator {
+    window: usize,
+    seen: usize,
+    current_min: f64,
+    /// The last completed window's minimum, seconds.
+    pub offset_s: Option<f64>,
+}
+
+/// Offsets beyond these are reported as clock skew (seconds; negative: sender ahead).
+pub const SKEW_WARN_BEHIND_S: f64 = 0.1;
+pub const SKEW_WARN_AHEAD_S: f64 = -0.02;
+
+impl SkewEstimator {
+    pub fn new(window: usize) -> SkewEstimator {
+        SkewEstimator {
+            window: window.max(1),
+            seen: 0,
+            current_min: f64::INFINITY,
+            offset_s: None,
+        }
+    }
+
+    /// Records one sample; returns the new estimate when a window completes.
+    pub fn observe(&mut self, arrival: MonoTime, stamp: MonoTime) -> Option<f64> {
+        self.current_min = self.current_min.min(arrival.seconds_since(stamp));
+        self.seen += 1;
+        if self.seen < self.window {
+            return None;
+        }
+        self.offset_s = Some(self.current_min);
+        self.seen = 0;
+        self.current_min = f64::INFINITY;
+        self.offset_s
+    }
+
+    pub fn skewed(offset_s: f64) -> bool {
+        !(SKEW_WARN_AHEAD_S..=SKEW_WARN_BEHIND_S).contains(&offset_s)
+    }
+}
+
 /// Stamps further ahead than this are refused.
 const MAX_FUTURE_S: f64 = 0.5;
 
@@ -288,10 +332,11 @@ pub fn diagnostics(
     rate_hz: f64,
     joint_state_age_s: f64,
     camera_ages_s: &[f64],
+    joint_state_clock_offset_s: Option<f64>,
 ) -> msgs::DiagnosticArray {
     use crate::control::stats::{mode_name, LiveStats};
     let mode = mode_name(LiveStats::get(&live.mode));
-    let level = match mode {
+    let mut level = match mode {
         "running" | "stopping" => 0,
         "estopped" => 2,
         _ => 1,
@@ -333,6 +378,12 @@ pub fn diagnostics(
     ];
     for (i, a) in camera_ages_s.iter().enumerate() {
         values.push(kv(&format!("camera {i} age (s)"), format!("{a:.3}")));
+    }
+    if let Some(o) = joint_state_clock_offset_s {
+        values.push(kv("joint state clock offset (s)", format!("{o:.3}")));
+        if SkewEstimator::skewed(o) && level == 0 {
+            level = 1;
+        }
     }
     msgs::DiagnosticArray {
         header: msgs::Header {
@@ -474,6 +525,22 @@ mod tests {
             compressed_image(&msg(vec![1, 2, 3, 4]), &clock, now, 1 << 20),
             Err(InputError::Compressed(_))
         ));
+    }
+
+    #[test]
+    fn when_sender_clock_lags_expect_offset_estimated_and_flagged() {
+        let mut e = SkewEstimator::new(4);
+        let t0 = MonoTime::from_nanos(10_000_000_000);
+        let mut est = None;
+        // Stamps 1.5 s behind arrival, with 1-3 ms of transport delay on top.
+        for (i, delay) in [0.003, 0.001, 0.002, 0.0015].iter().enumerate() {
+            let arrival = t0.offset_seconds(i as f64 * 0.01);
+            est = e.observe(arrival, arrival.offset_seconds(-1.5 - delay));
+        }
+        let o = est.unwrap();
+        assert!((o - 1.501).abs() < 1e-6, "{o}");
+        assert!(SkewEstimator::skewed(o));
+        assert!(!SkewEstimator::skewed(0.004));
     }
 
     #[test]

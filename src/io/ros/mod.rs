@@ -23,7 +23,7 @@ use super::Blackboard;
 use crate::config::{CommandType, RosConfig, ServiceMappingKind};
 use crate::control::stats::LiveStats;
 use crate::time::MonoTime;
-use decode::{ClockMap, JointStateDecoder, RateLimitedLog};
+use decode::{ClockMap, JointStateDecoder, RateLimitedLog, SkewEstimator};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RosError {
@@ -291,6 +291,8 @@ impl RosIo {
         stop: &AtomicBool,
     ) {
         let mut joints = JointStateDecoder::new(&self.joint_names);
+        // One estimate per ~2 s at a 100 Hz joint-state rate.
+        let mut skew = SkewEstimator::new(200);
         let mut log = RateLimitedLog::new(Duration::from_secs(5));
         let clock = ClockMap::now();
         let mut next_publish = MonoTime::now();
@@ -302,11 +304,21 @@ impl RosIo {
             // Bounded drains: a reader that kept failing on one sample must not spin forever.
             for _ in 0..MAX_TAKES_PER_POLL {
                 match ep.joint_states.take() {
-                    Ok(Some((msg, _))) => match joints.decode(&msg, &clock, now) {
-                        Ok(Some(m)) => board.joint_state.store(m),
-                        Ok(None) => {}
-                        Err(e) => log.warn(&self.cfg.joint_states, &e.to_string()),
-                    },
+                    Ok(Some((msg, _))) => {
+                        if let Some(o) = skew.observe(now, clock.to_mono(&msg.header.stamp)) {
+                            if SkewEstimator::skewed(o) {
+                                log.warn(
+                                    &self.cfg.joint_states,
+                                    &format!("stamps are {o:.3} s behind arrival at best: clock skew between sender and pi0d (check NTP/PTP, or use_sim_time)"),
+                                );
+                            }
+                        }
+                        match joints.decode(&msg, &clock, now) {
+                            Ok(Some(m)) => board.joint_state.store(m),
+                            Ok(None) => {}
+                            Err(e) => log.warn(&self.cfg.joint_states, &e.to_string()),
+                        }
+                    }
                     Ok(None) => break,
                     // A sample that does not decode (malformed CDR) is dropped and reported.
                     Err(e) => log.warn(
@@ -418,6 +430,7 @@ impl RosIo {
                     1.0 / period_s,
                     js_age,
                     &cam_ages,
+                    skew.offset_s,
                 );
                 if let Err(e) = ep.diagnostics.publish(d) {
                     log.warn(&self.cfg.diagnostics_topic, &format!("{e:?}"));
