@@ -55,6 +55,13 @@ fn when_pi0_f32_expect_lerobot_actions_within_1e4() {
 }
 
 #[test]
+fn when_pi0_f16_checkpoint_expect_lerobot_actions_within_1e4() {
+    // Every tensor stored as f16; lerobot's reference ran the same f16-rounded weights.
+    let (err, _) = max_error("pi0_f16_2cam", 1);
+    assert!(err <= 1e-4, "max abs error {err}");
+}
+
+#[test]
 fn when_pi0_bf16_expect_lerobot_actions_within_2e2() {
     let (err, _) = max_error("pi0_bf16_2cam", 2);
     assert!(err <= 2e-2, "max abs error {err}");

@@ -324,6 +324,22 @@ def bundled_model(tok, fast):
     print(f"bundled model: {d}")
 
 
+def f16_case(policy, gen: torch.Generator):
+    """An f16-stored checkpoint. lerobot has no f16 mode, so its reference runs the same model
+    with every weight rounded to f16 (computed in f32, as pi0d computes)."""
+    d = OUT / "pi0_float16"
+    d.mkdir(parents=True, exist_ok=True)
+    sd = {k: v.detach().clone().half().contiguous() for k, v in policy.state_dict().items()}
+    save_file(sd, str(d / "model.safetensors"))
+    policy.config._save_pretrained(d)
+    (d / "arch.json").write_text(json.dumps(ARCH, indent=2) + "\n")
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.data = p.data.half().float()
+    policy.config.dtype = "float16"  # the case's checkpoint name
+    run_case(policy, "pi0", "pi0_f16_2cam", make_inputs(gen, 2, [], 1, [25], 48, False))
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator().manual_seed(1234)
@@ -349,6 +365,7 @@ def main():
     bundled_model(tok, fast)
 
     preprocessing_case(gen)
+    f16_case(pi0_f32, gen)
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
     print(f"fixtures: {total / 1e6:.1f} MB under {OUT}")
 
