@@ -2,9 +2,9 @@
 //! control thread while `ControlLoop::step` runs through chunk switches, an e-stop, a reset, a
 //! stale-input hold and the final stop, with the real inference worker on its own thread.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,36 +18,8 @@ use pi0d::io::Blackboard;
 use pi0d::policy::worker::{self, WorkerSetup, WorkerStats};
 use pi0d::time::MonoTime;
 
-struct Counting;
-
-thread_local! {
-    static WATCHED: Cell<bool> = const { Cell::new(false) };
-}
-static EVENTS: AtomicU64 = AtomicU64::new(0);
-
-fn note() {
-    if WATCHED.try_with(|w| w.get()).unwrap_or(false) {
-        EVENTS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note();
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: common::counting_alloc::Counting = common::counting_alloc::Counting;
 
 #[test]
 fn when_control_tick_runs_expect_no_allocation() {
@@ -139,7 +111,7 @@ fn when_control_tick_runs_expect_no_allocation() {
             "stop" => stop_requested.store(true, Ordering::SeqCst),
             _ => {}
         }
-        EVENTS.store(0, Ordering::SeqCst);
+        let mut allocations = 0;
         let seen_before = states.len();
         let mut steps = 0;
         for step in 0..20_000 {
@@ -149,9 +121,13 @@ fn when_control_tick_runs_expect_no_allocation() {
             tick += 1;
             let now = start.offset_seconds(tick as f64 * period_s);
             set_inputs(now, name != "stale");
-            WATCHED.with(|w| w.set(watched));
-            outcome = lp.step(now);
-            WATCHED.with(|w| w.set(false));
+            if watched {
+                let (o, ours, gemm) = common::counting_alloc::watched(|| lp.step(now));
+                outcome = o;
+                allocations += ours + gemm;
+            } else {
+                outcome = lp.step(now);
+            }
             for e in events_rx.try_iter() {
                 match e {
                     ControlEvent::Transition(t) => states.push(t.to.to_string()),
@@ -167,7 +143,7 @@ fn when_control_tick_runs_expect_no_allocation() {
                 break;
             }
         }
-        allocations_per_phase.push((name, EVENTS.load(Ordering::SeqCst)));
+        allocations_per_phase.push((name, allocations));
         eprintln!(
             "phase {name}: {steps} ticks, states so far {:?}",
             &states[seen_before..]

@@ -3,60 +3,15 @@
 //! pi0.5. The `gemm` crate allocates packing buffers inside each of its calls; those are counted
 //! apart (`ops::IN_GEMM`) and reported, not attributed to pi0d.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+mod common;
+
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use pi0d::policy::pi0::infer::Batch;
 use pi0d::policy::pi0::{Checkpoint, Pi0Model, Workspace};
 
-struct Counting;
-
-thread_local! {
-    static WATCHED: Cell<bool> = const { Cell::new(false) };
-}
-static EVENTS: AtomicU64 = AtomicU64::new(0);
-static GEMM_EVENTS: AtomicU64 = AtomicU64::new(0);
-
-fn note() {
-    if WATCHED.try_with(|w| w.get()).unwrap_or(false) {
-        let in_gemm = pi0d::policy::pi0::ops::IN_GEMM
-            .try_with(|d| d.get() > 0)
-            .unwrap_or(false);
-        if in_gemm {
-            GEMM_EVENTS.fetch_add(1, Ordering::Relaxed);
-        } else {
-            EVENTS.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note();
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn watched<R>(f: impl FnOnce() -> R) -> (R, u64) {
-    EVENTS.store(0, Ordering::SeqCst);
-    WATCHED.with(|w| w.set(true));
-    let r = f();
-    WATCHED.with(|w| w.set(false));
-    (r, EVENTS.load(Ordering::SeqCst))
-}
+static ALLOCATOR: common::counting_alloc::Counting = common::counting_alloc::Counting;
 
 fn check(checkpoint: &str, case: &str) {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
@@ -81,15 +36,16 @@ fn check(checkpoint: &str, case: &str) {
         if first {
             model.denoise_step(&cache, input.state, &x, 1.0, &mut ws, &mut v);
         }
-        GEMM_EVENTS.store(0, Ordering::SeqCst);
-        let ((), n) = watched(|| model.denoise(&cache, input.state, &mut x, &mut v, &mut ws));
+        let ((), n, gemm) = common::counting_alloc::watched(|| {
+            model.denoise(&cache, input.state, &mut x, &mut v, &mut ws)
+        });
         assert_eq!(
             n, 0,
             "{checkpoint}: round {round}: {n} allocations or frees by pi0d in the denoising loop"
         );
         eprintln!(
             "{checkpoint}: round {round}: pi0d 0 allocations; the gemm crate {} (its packing buffers)",
-            GEMM_EVENTS.load(Ordering::SeqCst)
+            gemm
         );
         assert!(x.iter().all(|a| a.is_finite()));
     }

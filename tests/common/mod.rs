@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod counting_alloc;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
