@@ -373,10 +373,10 @@ impl Controller {
             report.chunk = Some(outcome);
         }
 
-        // Pick the target.
-        let mut target_ok = false;
+        // Pick the target (sampled once per tick; `JointVector` is Copy, no allocation).
+        let mut target: Option<JointVector> = None;
         if self.mode == Mode::Running {
-            match self.executor.target(now) {
+            match self.executor.target(now).copied() {
                 None => self.hold(HoldReason::ChunkStarved, now, &mut report, recycle),
                 Some(t) if !t.all_finite() => {
                     self.hold(HoldReason::NonFiniteTarget, now, &mut report, recycle)
@@ -389,16 +389,14 @@ impl Controller {
                     if outside {
                         self.hold(HoldReason::Workspace, now, &mut report, recycle);
                     } else {
-                        target_ok = true;
+                        target = Some(t);
                     }
                 }
             }
         }
-        let gov = if target_ok {
-            let t = self.executor.target(now).copied().unwrap_or_default();
-            self.governor.step(Target::Track(&t), &i.measured.position)
-        } else {
-            self.governor.step(Target::Stop, &i.measured.position)
+        let gov = match &target {
+            Some(t) => self.governor.step(Target::Track(t), &i.measured.position),
+            None => self.governor.step(Target::Stop, &i.measured.position),
         };
         if gov.position_clamped {
             self.count(SafetyEvent::PositionClamped);

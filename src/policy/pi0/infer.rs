@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::model::{Pi0Input, Pi0Model, Timing};
+use super::model::{Pi0Input, Pi0Model, Timing, Workspace};
 use super::tensorfile::{write_f32, TensorFile, TensorFileError};
 
 /// Per-run timings, printed as one JSON line each with `--repeat`.
@@ -99,8 +99,9 @@ impl Batch {
 pub fn run_batch(model: &Pi0Model, batch: &Batch) -> (Vec<f32>, RunTiming) {
     let mut actions = Vec::with_capacity(batch.batch * batch.noise_len);
     let mut t = Timing::default();
+    let mut ws = Workspace::default();
     for b in 0..batch.batch {
-        let (a, tb) = model.sample_actions(&batch.element(b));
+        let (a, tb) = model.sample_actions_with(&batch.element(b), &mut ws);
         actions.extend(a);
         t.prefix_ms += tb.prefix_ms;
         t.steps_ms += tb.steps_ms;
