@@ -46,9 +46,10 @@ enum Command {
     },
     /// Run the policy model alone on an inputs file (safetensors) and write `actions`.
     Infer {
-        /// Checkpoint directory (config.json + model.safetensors) or a bare .safetensors file.
-        #[arg(long)]
-        checkpoint: PathBuf,
+        /// Checkpoint directory (config.json + model.safetensors) or a bare .safetensors file
+        /// (the `cpu` backend).
+        #[arg(long, required_if_eq("backend", "cpu"))]
+        checkpoint: Option<PathBuf>,
         /// JSON with head counts shapes cannot tell: {"vision_heads", "heads", "kv_heads", "head_dim"}.
         #[arg(long)]
         arch: Option<PathBuf>,
@@ -62,6 +63,60 @@ enum Command {
         /// Matmul threads (default: all cores).
         #[arg(long)]
         threads: Option<usize>,
+        /// cpu (native Rust) or onnx (exported graphs on ONNX Runtime).
+        #[arg(long, default_value = "cpu", value_parser = ["cpu", "onnx"])]
+        backend: String,
+        /// Directory written by `pi0d export` (the `onnx` backend).
+        #[arg(long, required_if_eq("backend", "onnx"))]
+        model_dir: Option<PathBuf>,
+        /// ONNX Runtime execution provider: cpu, cuda, tensorrt or cann.
+        #[arg(long, default_value = "cpu")]
+        provider: String,
+        /// Device for the cuda, tensorrt and cann providers.
+        #[arg(long, default_value_t = 0)]
+        device_id: i32,
+        /// The ONNX Runtime library (default: ORT_DYLIB_PATH, else libonnxruntime.so).
+        #[arg(long)]
+        onnx_library: Option<PathBuf>,
+    },
+    /// Export the model as static ONNX graphs (prefix -> KV cache, denoise step) plus
+    /// manifest.json, for ONNX Runtime, TensorRT or Ascend's ATC.
+    Export {
+        /// Checkpoint directory (config.json + model.safetensors) or a bare .safetensors file.
+        #[arg(long)]
+        checkpoint: PathBuf,
+        /// JSON with head counts shapes cannot tell: {"vision_heads", "heads", "kv_heads", "head_dim"}.
+        #[arg(long)]
+        arch: Option<PathBuf>,
+        /// Number of cameras the graphs take (shapes are static).
+        #[arg(long)]
+        cameras: usize,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Weight storage and compute type: f32, f16 (norms and softmax stay f32) or bf16
+        /// (bf16 weights, f32 compute).
+        #[arg(long, default_value = "f32")]
+        dtype: String,
+        /// Unroll all denoising steps into one graph (noise -> actions).
+        #[arg(long)]
+        unroll: bool,
+        /// Batch size the graphs take.
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+        /// Prompt tokens (default: the checkpoint's tokenizer length).
+        #[arg(long)]
+        prompt_len: Option<usize>,
+        /// Always write weights as ONNX external data (automatic above 1.9 GB per graph).
+        #[arg(long)]
+        external_data: bool,
+        /// Saturate f16 weights beyond +-65504 (reported) instead of refusing the export.
+        #[arg(long)]
+        clamp_f16: bool,
+        /// Print the ATC commands compiling the graphs for this SoC (e.g. Ascend310P1), and run
+        /// them when `atc` is on the PATH.
+        #[arg(long, value_name = "SOC")]
+        atc: Option<String>,
     },
 }
 
@@ -112,20 +167,80 @@ fn main() -> ExitCode {
             output,
             repeat,
             threads,
-        } => match infer(
-            &checkpoint,
-            arch.as_deref(),
-            &inputs,
-            &output,
-            repeat,
-            threads,
-        ) {
-            Ok(()) => exit::OK,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                exit::CONFIG
+            backend,
+            model_dir,
+            provider,
+            device_id,
+            onnx_library,
+        } => {
+            let result = match (backend.as_str(), checkpoint, model_dir) {
+                ("onnx", _, Some(dir)) => infer_onnx(
+                    &dir,
+                    &inputs,
+                    &output,
+                    repeat,
+                    threads,
+                    &provider,
+                    device_id,
+                    onnx_library,
+                ),
+                (_, Some(ck), _) => infer(&ck, arch.as_deref(), &inputs, &output, repeat, threads),
+                _ => Err(anyhow::anyhow!(
+                    "--checkpoint (cpu) or --model-dir (onnx) is required"
+                )),
+            };
+            match result {
+                Ok(()) => exit::OK,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    exit::CONFIG
+                }
             }
-        },
+        }
+        Command::Export {
+            checkpoint,
+            arch,
+            cameras,
+            out,
+            dtype,
+            unroll,
+            batch,
+            prompt_len,
+            external_data,
+            clamp_f16,
+            atc,
+        } => {
+            let opts = pi0d::policy::export::ExportOptions {
+                checkpoint,
+                arch,
+                out,
+                cameras,
+                batch,
+                prompt_len,
+                dtype: match pi0d::policy::export::pi0::ExportDtype::parse(&dtype) {
+                    Some(d) => d,
+                    None => {
+                        eprintln!("error: --dtype {dtype:?}: expected f32, f16 or bf16");
+                        return ExitCode::from(exit::CONFIG as u8);
+                    }
+                },
+                unroll,
+                external: if external_data {
+                    pi0d::policy::export::ExternalData::Always
+                } else {
+                    pi0d::policy::export::ExternalData::Auto
+                },
+                clamp_f16,
+                progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            };
+            match export(&opts, atc.as_deref()) {
+                Ok(()) => exit::OK,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    exit::CONFIG
+                }
+            }
+        }
         Command::Run {
             config,
             duration,
@@ -230,7 +345,117 @@ fn infer(
         last = Some(actions);
     }
     let actions = last.expect("ran at least once");
-    infer::write_actions(output, &model, &batch, &actions)?;
+    infer::write_actions(output, &batch, &actions)?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn infer_onnx(
+    dir: &std::path::Path,
+    inputs: &std::path::Path,
+    output: &std::path::Path,
+    repeat: usize,
+    threads: Option<usize>,
+    provider: &str,
+    device_id: i32,
+    library: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    use pi0d::policy::graph::manifest::Manifest;
+    use pi0d::policy::graph::provider::{ExecutionProvider, OnnxOptions};
+    use pi0d::policy::pi0::infer::{self, BatchDims};
+    let m = Manifest::load(dir)?;
+    let provider = ExecutionProvider::parse(provider, device_id).ok_or_else(|| {
+        anyhow::anyhow!("--provider {provider:?}: expected cpu, cuda, tensorrt or cann")
+    })?;
+    let opts = OnnxOptions {
+        library,
+        provider,
+        threads: threads.unwrap_or(0),
+    };
+    let batch = infer::Batch::read_for(
+        inputs,
+        &BatchDims {
+            image_size: m.image_size,
+            state_dim: m.state_dim,
+            chunk: m.chunk,
+            action_dim: m.action_dim,
+        },
+    )?;
+    let mut model = pi0d::policy::graph::load_onnx(dir, m, &opts)?;
+    let mut last = None;
+    for _ in 0..repeat.max(1) {
+        let (actions, t) = model.sample(&batch.graph_inputs())?;
+        if repeat > 1 {
+            let timing = infer::RunTiming {
+                prefix_ms: t.prefix_ms,
+                steps_ms: t.steps_ms,
+                total_ms: t.prefix_ms + t.steps_ms,
+            };
+            println!("{}", serde_json::to_string(&timing)?);
+        }
+        last = Some(actions);
+    }
+    let actions = last.expect("ran at least once");
+    infer::write_actions(output, &batch, &actions)?;
+    Ok(())
+}
+
+fn export(opts: &pi0d::policy::export::ExportOptions, soc: Option<&str>) -> anyhow::Result<()> {
+    use pi0d::policy::export::{atc, export};
+    let report = export(opts)?;
+    let m = &report.manifest;
+    for c in &report.clamped {
+        eprintln!(
+            "warning: {}: {} weights beyond float16's range (largest {}) saturated to +-65504",
+            c.tensor, c.count, c.max_abs
+        );
+    }
+    println!(
+        "exported {} ({:?}, {} camera(s), batch {}, {} prompt tokens) to {}",
+        m.variant,
+        m.dtype,
+        m.cameras,
+        m.batch,
+        m.prompt_len,
+        opts.out.display()
+    );
+    for g in [&m.graphs.prefix, &m.graphs.denoise] {
+        println!(
+            "  {}: {} nodes, {:.1} MB of weights{}",
+            g.file,
+            g.nodes,
+            g.weight_bytes as f64 / 1e6,
+            g.external_data
+                .as_ref()
+                .map(|d| format!(" in {d}"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(soc) = soc {
+        if !atc::KNOWN_SOCS.contains(&soc) {
+            eprintln!(
+                "warning: {soc} is not one of {:?}; passing it to ATC as given",
+                atc::KNOWN_SOCS
+            );
+        }
+        let have_atc = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join("atc").is_file()))
+            .unwrap_or(false);
+        for cmd in atc::atc_commands(m, &opts.out, soc) {
+            println!("{}", cmd.join(" "));
+            if have_atc {
+                let status = std::process::Command::new(&cmd[0])
+                    .args(&cmd[1..])
+                    .status()?;
+                anyhow::ensure!(status.success(), "atc failed ({status}) for {}", cmd[1]);
+            }
+        }
+        if !have_atc {
+            println!(
+                "(atc is not on the PATH: run the commands above on a machine with CANN's toolkit)"
+            );
+        }
+    }
     Ok(())
 }
 

@@ -1,7 +1,11 @@
 //! pi0 / pi0.5 against lerobot's own outputs (fixtures made by tools/make_golden.py with
 //! lerobot 0.6.1): tiny models built by lerobot's classes, random weights, fixed noise.
 
+mod common;
+
 use std::path::{Path, PathBuf};
+
+use common::edited_checkpoint;
 
 use pi0d::policy::pi0::infer::{run_batch, Batch};
 use pi0d::policy::pi0::tensorfile::TensorFile;
@@ -113,44 +117,6 @@ fn when_infer_cli_runs_expect_actions_file_and_timing_lines() {
     let want = TensorFile::read(&case.join("expected.safetensors")).unwrap();
     let (_, e) = want.f32("actions", &[Some(1), Some(50), Some(32)]).unwrap();
     assert!(a.iter().zip(e).all(|(x, y)| (x - y).abs() <= 1e-4));
-}
-
-/// Copies the tiny f32 checkpoint with `edit` applied to its tensors, returns the new dir.
-fn edited_checkpoint(
-    name: &str,
-    edit: impl Fn(&mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>),
-) -> PathBuf {
-    let src = fixtures().join("pi0_float32");
-    let dir = std::env::temp_dir().join(format!("pi0d-bad-ck-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
-    std::fs::copy(src.join("arch.json"), dir.join("arch.json")).unwrap();
-    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
-        .iter()
-        .map(|(n, v)| {
-            (
-                n.to_string(),
-                v.dtype(),
-                v.shape().to_vec(),
-                v.data().to_vec(),
-            )
-        })
-        .collect();
-    edit(&mut tensors);
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
-        .iter()
-        .map(|(n, d, s, b)| {
-            (
-                n.clone(),
-                safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
-            )
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
-    dir
 }
 
 fn load_error(dir: &Path) -> String {

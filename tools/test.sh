@@ -19,7 +19,9 @@ fi
 # One profile for the whole run: tests in dev with optimized dependencies (Cargo.toml).
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy (all targets, warnings are errors)"
+echo "== cargo clippy (all targets, default and all features, warnings are errors)"
 cargo clippy --all-targets --locked -- -D warnings
-echo "== cargo test"
-cargo test --locked
+cargo clippy --all-targets --all-features --locked -- -D warnings
+# Every feature that can run here is tested (onnx: ONNX Runtime from the venv's wheel).
+echo "== cargo test (all features)"
+cargo test --all-features --locked

@@ -1,7 +1,9 @@
 //! Policies produce action chunks from observations. Inference always runs on the worker thread
 //! (`worker`), never on the control thread.
 
+pub mod export;
 pub mod faulty;
+pub mod graph;
 pub mod pi0;
 pub mod replay;
 pub mod scripted;

@@ -152,3 +152,41 @@ pub fn assert_safe(run: &Run, config: &toml::Table) {
         );
     }
 }
+
+/// Copies the tiny f32 checkpoint with `edit` applied to its tensors, returns the new dir.
+pub fn edited_checkpoint(
+    name: &str,
+    edit: impl Fn(&mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>),
+) -> PathBuf {
+    let src = root().join("tests/fixtures/pi0_float32");
+    let dir = std::env::temp_dir().join(format!("pi0d-bad-ck-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
+    std::fs::copy(src.join("arch.json"), dir.join("arch.json")).unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.to_string(),
+                v.dtype(),
+                v.shape().to_vec(),
+                v.data().to_vec(),
+            )
+        })
+        .collect();
+    edit(&mut tensors);
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+    dir
+}

@@ -413,6 +413,11 @@ impl Checkpoint {
         })
     }
 
+    /// The mapped weight files and their bytes (for hashing a checkpoint).
+    pub fn files(&self) -> impl Iterator<Item = (&Path, &[u8])> {
+        self.maps.iter().map(|(p, m)| (p.as_path(), &m[..]))
+    }
+
     /// Number of `prefix.N.` layers present.
     pub fn count_layers(&self, prefix: &str) -> usize {
         (0..)

@@ -27,12 +27,37 @@ pub struct Batch {
     noise: Vec<f32>,
     state_dim: usize,
     noise_len: usize,
+    chunk: usize,
+    action_dim: usize,
+}
+
+/// The sizes an inputs file must have (from the model or an exported graph's manifest).
+#[derive(Clone, Copy, Debug)]
+pub struct BatchDims {
+    pub image_size: usize,
+    pub state_dim: usize,
+    pub chunk: usize,
+    pub action_dim: usize,
+}
+
+impl From<&super::model::Arch> for BatchDims {
+    fn from(a: &super::model::Arch) -> Self {
+        BatchDims {
+            image_size: a.image_size,
+            state_dim: a.state_dim,
+            chunk: a.chunk,
+            action_dim: a.action_dim,
+        }
+    }
 }
 
 impl Batch {
     pub fn read(path: &Path, model: &Pi0Model) -> Result<Batch, TensorFileError> {
+        Batch::read_for(path, &BatchDims::from(&model.arch))
+    }
+
+    pub fn read_for(path: &Path, a: &BatchDims) -> Result<Batch, TensorFileError> {
         let f = TensorFile::read(path)?;
-        let a = &model.arch;
         let cameras = (0..)
             .take_while(|i| f.tensors.contains_key(&format!("image{i}")))
             .count();
@@ -75,6 +100,8 @@ impl Batch {
             noise: noise.to_vec(),
             state_dim: a.state_dim,
             noise_len: a.chunk * a.action_dim,
+            chunk: a.chunk,
+            action_dim: a.action_dim,
         })
     }
 
@@ -116,15 +143,27 @@ pub fn run_batch(model: &Pi0Model, batch: &Batch) -> (Vec<f32>, RunTiming) {
     )
 }
 
-pub fn write_actions(
-    path: &Path,
-    model: &Pi0Model,
-    batch: &Batch,
-    actions: &[f32],
-) -> Result<(), TensorFileError> {
-    let a = &model.arch;
+pub fn write_actions(path: &Path, batch: &Batch, actions: &[f32]) -> Result<(), TensorFileError> {
     write_f32(
         path,
-        &[("actions", vec![batch.batch, a.chunk, a.action_dim], actions)],
+        &[(
+            "actions",
+            vec![batch.batch, batch.chunk, batch.action_dim],
+            actions,
+        )],
     )
+}
+
+impl Batch {
+    /// The whole batch as the graph runtimes take it.
+    pub fn graph_inputs(&self) -> crate::policy::graph::GraphInputs<'_> {
+        crate::policy::graph::GraphInputs {
+            images: self.images.iter().map(Vec::as_slice).collect(),
+            image_masks: self.image_masks.clone(),
+            tokens: &self.tokens,
+            token_masks: &self.token_masks,
+            state: &self.state,
+            noise: &self.noise,
+        }
+    }
 }

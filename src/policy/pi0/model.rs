@@ -5,13 +5,14 @@
 use gemm::Parallelism;
 
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, WeightDtype, Weights};
-use super::ops::{attention, gelu_tanh, silu, LayerNorm, Linear, Norm, Rope};
+use super::ops::{attention, gelu_tanh, silu, time_embedding, LayerNorm, Linear, Norm, Rope};
 
-const VISION: &str = "paligemma_with_expert.paligemma.model.vision_tower.vision_model";
-const PROJECTOR: &str = "paligemma_with_expert.paligemma.model.multi_modal_projector.linear";
-const LM: &str = "paligemma_with_expert.paligemma.model.language_model";
-const LM_HEAD: &str = "paligemma_with_expert.paligemma.lm_head.weight";
-const EXPERT: &str = "paligemma_with_expert.gemma_expert.model";
+pub(crate) const VISION: &str = "paligemma_with_expert.paligemma.model.vision_tower.vision_model";
+pub(crate) const PROJECTOR: &str =
+    "paligemma_with_expert.paligemma.model.multi_modal_projector.linear";
+pub(crate) const LM: &str = "paligemma_with_expert.paligemma.model.language_model";
+pub(crate) const LM_HEAD: &str = "paligemma_with_expert.paligemma.lm_head.weight";
+pub(crate) const EXPERT: &str = "paligemma_with_expert.gemma_expert.model";
 /// Rows of the MLP computed at once (bounds its intermediate buffers; large enough that the
 /// matmuls stay efficient).
 const MLP_ROW_BLOCK: usize = 128;
@@ -583,21 +584,8 @@ impl Pi0Model {
         residual(x, d, gate, width);
     }
 
-    /// Sine-cosine embedding of the flow time, computed in f64 from the f32 time, as lerobot.
     fn time_embedding(&self, t: f32, out: &mut [f32]) {
-        let d = self.arch.expert_width;
-        let half = d / 2;
-        for j in 0..half {
-            let fraction = if half > 1 {
-                j as f64 / (half - 1) as f64
-            } else {
-                0.0
-            };
-            let period = self.min_period * (self.max_period / self.min_period).powf(fraction);
-            let x = 1.0 / period * 2.0 * std::f64::consts::PI * t as f64;
-            out[j] = x.sin() as f32;
-            out[half + j] = x.cos() as f32;
-        }
+        time_embedding(t, self.min_period, self.max_period, out);
     }
 
     /// Sizes `ws` for the steps from `cache`, and copies each layer's cached keys and values in

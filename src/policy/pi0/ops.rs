@@ -200,6 +200,23 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
+/// Sine-cosine embedding of the flow time `t` into `out` (`[sin | cos]`, its length the
+/// expert width), computed in f64 from the f32 time and cast to f32, as lerobot does.
+pub fn time_embedding(t: f32, min_period: f64, max_period: f64, out: &mut [f32]) {
+    let half = out.len() / 2;
+    for j in 0..half {
+        let fraction = if half > 1 {
+            j as f64 / (half - 1) as f64
+        } else {
+            0.0
+        };
+        let period = min_period * (max_period / min_period).powf(fraction);
+        let x = 1.0 / period * 2.0 * std::f64::consts::PI * t as f64;
+        out[j] = x.sin() as f32;
+        out[half + j] = x.cos() as f32;
+    }
+}
+
 /// Rotary embedding tables (`rotate_half` convention, base 10000), as transformers computes
 /// them in f32 for integer positions.
 pub struct Rope {
@@ -214,14 +231,19 @@ impl Rope {
         Rope { inv_freq }
     }
 
+    /// `(cos, sin)` of the rotation angle for frequency `i` at `pos` (each used for both halves).
+    pub fn cos_sin(&self, pos: i64, i: usize) -> (f32, f32) {
+        let (sin, cos) = (pos as f32 * self.inv_freq[i]).sin_cos();
+        (cos, sin)
+    }
+
     /// Rotates each `head_dim` slice of `x` (rows of `heads * head_dim`) by its row's position.
     pub fn apply(&self, x: &mut [f32], positions: &[i64], heads: usize) {
         let half = self.inv_freq.len();
         let hd = 2 * half;
         for (row, &pos) in x.chunks_exact_mut(heads * hd).zip(positions) {
             for i in 0..half {
-                let angle = pos as f32 * self.inv_freq[i];
-                let (sin, cos) = angle.sin_cos();
+                let (cos, sin) = self.cos_sin(pos, i);
                 for h in 0..heads {
                     let base = h * hd;
                     let x1 = row[base + i];

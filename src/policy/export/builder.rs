@@ -1,0 +1,276 @@
+//! A small ONNX graph builder: named values, nodes with generated output names, constants shared
+//! by value, and weights whose data is produced only when the graph is written (a multi-GB
+//! checkpoint is never held twice in memory).
+
+use std::collections::HashMap;
+
+use super::proto::{
+    attribute_type, data_type, AttributeProto, NodeProto, TensorProto, ValueInfoProto,
+};
+use super::ExportError;
+
+/// Produces a weight's values (row-major f32) when the graph is written.
+pub type F32Source<'a> = Box<dyn Fn() -> Result<Vec<f32>, ExportError> + 'a>;
+
+pub enum InitData<'a> {
+    /// Already encoded in the initializer's data type (small constants).
+    Bytes(Vec<u8>),
+    /// f32 values converted to the initializer's data type at write time.
+    F32(F32Source<'a>),
+}
+
+pub struct Initializer<'a> {
+    pub name: String,
+    pub dims: Vec<usize>,
+    pub data_type: i32,
+    pub data: InitData<'a>,
+}
+
+impl Initializer<'_> {
+    pub fn numel(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    pub fn byte_len(&self) -> usize {
+        self.numel() * element_size(self.data_type)
+    }
+}
+
+pub fn element_size(t: i32) -> usize {
+    match t {
+        data_type::FLOAT | data_type::INT32 => 4,
+        data_type::INT64 => 8,
+        data_type::FLOAT16 | data_type::BFLOAT16 => 2,
+        _ => 1,
+    }
+}
+
+pub struct GraphBuilder<'a> {
+    pub name: String,
+    pub nodes: Vec<NodeProto>,
+    pub inputs: Vec<ValueInfoProto>,
+    pub outputs: Vec<ValueInfoProto>,
+    pub initializers: Vec<Initializer<'a>>,
+    constants: HashMap<String, String>,
+    /// Casts of initializers, made once however often a weight is used (unrolled steps).
+    casts: HashMap<(String, i32), String>,
+    next: usize,
+}
+
+pub fn attr_int(name: &str, i: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::INT,
+        i,
+        ..Default::default()
+    }
+}
+
+pub fn attr_ints(name: &str, ints: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::INTS,
+        ints: ints.to_vec(),
+        ..Default::default()
+    }
+}
+
+pub fn attr_float(name: &str, f: f32) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::FLOAT,
+        f,
+        ..Default::default()
+    }
+}
+
+impl<'a> GraphBuilder<'a> {
+    pub fn new(name: &str) -> GraphBuilder<'a> {
+        GraphBuilder {
+            name: name.into(),
+            nodes: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            initializers: Vec::new(),
+            constants: HashMap::new(),
+            casts: HashMap::new(),
+            next: 0,
+        }
+    }
+
+    pub fn input(&mut self, name: &str, elem_type: i32, shape: &[usize]) -> String {
+        self.inputs
+            .push(ValueInfoProto::tensor(name, elem_type, shape));
+        name.into()
+    }
+
+    /// Declares `value` a graph output named `name` (through an Identity when names differ).
+    pub fn output(&mut self, value: &str, name: &str, elem_type: i32, shape: &[usize]) {
+        if value != name {
+            self.node("Identity", &[value], &[name], vec![]);
+        }
+        self.outputs
+            .push(ValueInfoProto::tensor(name, elem_type, shape));
+    }
+
+    fn fresh(&mut self, op: &str) -> String {
+        self.next += 1;
+        format!("{}_{}", op.to_ascii_lowercase(), self.next)
+    }
+
+    fn node(&mut self, op: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<AttributeProto>) {
+        let name = format!("n{}_{op}", self.nodes.len());
+        self.nodes.push(NodeProto {
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outputs.iter().map(|s| s.to_string()).collect(),
+            name,
+            op_type: op.into(),
+            attribute: attrs,
+            ..Default::default()
+        });
+    }
+
+    /// A single-output node; returns the output's name.
+    pub fn op(&mut self, op: &str, inputs: &[&str], attrs: Vec<AttributeProto>) -> String {
+        let out = self.fresh(op);
+        self.node(op, inputs, &[&out], attrs);
+        out
+    }
+
+    /// A node with `n` outputs.
+    pub fn op_n(
+        &mut self,
+        op: &str,
+        inputs: &[&str],
+        n: usize,
+        attrs: Vec<AttributeProto>,
+    ) -> Vec<String> {
+        let outs: Vec<String> = (0..n).map(|_| self.fresh(op)).collect();
+        let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+        self.node(op, inputs, &refs, attrs);
+        outs
+    }
+
+    /// A weight initializer; a name already registered is shared (the same checkpoint tensor
+    /// used again, e.g. by every unrolled step), not written twice.
+    pub fn weight(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        data_type: i32,
+        source: F32Source<'a>,
+    ) -> String {
+        if self.initializers.iter().any(|i| i.name == name) {
+            return name.into();
+        }
+        self.initializers.push(Initializer {
+            name: name.into(),
+            dims: dims.to_vec(),
+            data_type,
+            data: InitData::F32(source),
+        });
+        name.into()
+    }
+
+    /// `Cast(initializer, to)`, shared by every use of the initializer.
+    pub fn cast_initializer(&mut self, name: &str, to: i32) -> String {
+        let key = (name.to_string(), to);
+        if let Some(out) = self.casts.get(&key) {
+            return out.clone();
+        }
+        let out = self.op("Cast", &[name], vec![attr_int("to", to as i64)]);
+        self.casts.insert(key, out.clone());
+        out
+    }
+
+    fn constant(&mut self, key: String, dims: &[usize], data_type: i32, bytes: Vec<u8>) -> String {
+        if let Some(name) = self.constants.get(&key) {
+            return name.clone();
+        }
+        let name = format!("const_{}", self.constants.len());
+        self.initializers.push(Initializer {
+            name: name.clone(),
+            dims: dims.to_vec(),
+            data_type,
+            data: InitData::Bytes(bytes),
+        });
+        self.constants.insert(key, name.clone());
+        name
+    }
+
+    /// A 1-D int64 constant (shapes, axes, split sizes).
+    pub fn i64s(&mut self, values: &[i64]) -> String {
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.constant(
+            format!("i64{values:?}"),
+            &[values.len()],
+            data_type::INT64,
+            bytes,
+        )
+    }
+
+    /// A scalar int64 constant (Gather indices that drop the axis).
+    pub fn i64_scalar(&mut self, value: i64) -> String {
+        self.constant(
+            format!("i64s{value}"),
+            &[],
+            data_type::INT64,
+            value.to_le_bytes().to_vec(),
+        )
+    }
+
+    /// A scalar float constant of type `elem_type` (float32 or float16).
+    pub fn scalar(&mut self, value: f32, elem_type: i32) -> String {
+        let bytes = encode_f32(&[value], elem_type);
+        self.constant(
+            format!("f{elem_type}:{:08x}", value.to_bits()),
+            &[],
+            elem_type,
+            bytes,
+        )
+    }
+
+    /// A small float constant tensor (tables computed at export time).
+    pub fn f32_const(
+        &mut self,
+        key: &str,
+        dims: &[usize],
+        values: &[f32],
+        elem_type: i32,
+    ) -> String {
+        self.constant(
+            format!("t{elem_type}:{key}"),
+            dims,
+            elem_type,
+            encode_f32(values, elem_type),
+        )
+    }
+}
+
+/// f32 values encoded as `elem_type` (float32, float16 or bfloat16), little-endian.
+pub fn encode_f32(values: &[f32], elem_type: i32) -> Vec<u8> {
+    match elem_type {
+        data_type::FLOAT16 => values
+            .iter()
+            .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+            .collect(),
+        data_type::BFLOAT16 => values
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+            .collect(),
+        _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    }
+}
+
+impl Initializer<'_> {
+    /// The proto for this initializer with its data inline.
+    pub fn inline_proto(&self, raw_data: Vec<u8>) -> TensorProto {
+        TensorProto {
+            dims: self.dims.iter().map(|&d| d as i64).collect(),
+            data_type: self.data_type,
+            name: self.name.clone(),
+            raw_data,
+            ..Default::default()
+        }
+    }
+}

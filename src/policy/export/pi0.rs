@@ -1,0 +1,930 @@
+//! pi0 / pi0.5 as two static ONNX graphs, built from the checkpoint's tensors:
+//!
+//! - `prefix`: images, prompt tokens, and host-made tables (attention bias, RoPE cos/sin) ->
+//!   the KV cache `[layers, 2, batch, prefix_len, kv_heads*head_dim]`.
+//! - `denoise`: the KV cache, state, `x_t`, the step's time embedding and the suffix tables ->
+//!   `x_{t+dt}` (one Euler step, looped on the host), or with `unroll` all steps -> actions.
+//!
+//! Fusions (portable ONNX, opset 13): one QKV matmul per attention, one gate/up matmul per MLP,
+//! weights pre-transposed to `[in, out]`, RMSNorm's `1 + w` folded, the text embedding pre-scaled
+//! by `sqrt(width)`, pi0's time half of `action_time_mlp_in` applied once per step instead of per
+//! action token, the last language layer reduced to what its KV needs, and everything that
+//! depends only on the pad masks or the fixed step times computed on the host. Norm statistics
+//! and softmax run in f32 whatever the compute type.
+
+use super::builder::{attr_int, attr_ints, F32Source, GraphBuilder};
+use super::proto::data_type;
+use crate::policy::pi0::checkpoint::Checkpoint;
+use crate::policy::pi0::model::{Arch, Variant, EXPERT, LM, LM_HEAD, PROJECTOR, VISION};
+use crate::policy::pi0::ops::RMS_EPS;
+
+/// How weights are stored and activations computed in the exported graphs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportDtype {
+    /// f32 weights and compute.
+    F32,
+    /// f16 weights and compute (Ascend 310-series, TensorRT fp16); norms and softmax in f32.
+    F16,
+    /// bf16 weights, widened to f32 for compute (half the file size of f32).
+    Bf16,
+}
+
+impl ExportDtype {
+    pub fn parse(s: &str) -> Option<ExportDtype> {
+        match s {
+            "f32" | "float32" => Some(ExportDtype::F32),
+            "f16" | "float16" => Some(ExportDtype::F16),
+            "bf16" | "bfloat16" => Some(ExportDtype::Bf16),
+            _ => None,
+        }
+    }
+
+    pub fn storage(self) -> i32 {
+        match self {
+            ExportDtype::F32 => data_type::FLOAT,
+            ExportDtype::F16 => data_type::FLOAT16,
+            ExportDtype::Bf16 => data_type::BFLOAT16,
+        }
+    }
+
+    pub fn compute(self) -> i32 {
+        match self {
+            ExportDtype::F16 => data_type::FLOAT16,
+            _ => data_type::FLOAT,
+        }
+    }
+
+    /// The additive attention-mask value fed in the bias tables: lerobot's for f32 compute, and
+    /// for f16 one that stays finite in f16 even with a score added (a `-inf` row would turn a
+    /// fully masked softmax into NaN on runtimes that compute it in f16).
+    pub fn mask_value(self) -> f32 {
+        match self {
+            ExportDtype::F16 => -30000.0,
+            _ => crate::policy::pi0::ops::MASK_VALUE,
+        }
+    }
+}
+
+/// Static sizes the graphs are built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphSizes {
+    pub batch: usize,
+    pub cameras: usize,
+    pub prompt_len: usize,
+}
+
+impl GraphSizes {
+    pub fn prefix_len(&self, a: &Arch) -> usize {
+        self.cameras * a.tokens_per_image() + self.prompt_len
+    }
+}
+
+pub fn suffix_len(a: &Arch) -> usize {
+    a.chunk + usize::from(a.variant == Variant::Pi0)
+}
+
+/// Graph input and output names (shared with the runtimes through the manifest).
+pub mod names {
+    pub const LANG_TOKENS: &str = "lang_tokens";
+    pub const PREFIX_BIAS: &str = "prefix_bias";
+    pub const PREFIX_COS: &str = "prefix_cos";
+    pub const PREFIX_SIN: &str = "prefix_sin";
+    pub const KV_CACHE: &str = "kv_cache";
+    pub const STATE: &str = "state";
+    pub const X_T: &str = "x_t";
+    pub const TIME_EMB: &str = "time_emb";
+    pub const SUFFIX_BIAS: &str = "suffix_bias";
+    pub const SUFFIX_COS: &str = "suffix_cos";
+    pub const SUFFIX_SIN: &str = "suffix_sin";
+    pub const X_NEXT: &str = "x_next";
+    pub const NOISE: &str = "noise";
+    pub const ACTIONS: &str = "actions";
+
+    pub fn image(i: usize) -> String {
+        format!("image{i}")
+    }
+}
+
+/// Builds the graphs of one checkpoint.
+pub struct Pi0GraphBuilder<'a> {
+    ck: &'a Checkpoint,
+    pub arch: Arch,
+    pub dtype: ExportDtype,
+    pub sizes: GraphSizes,
+}
+
+/// RoPE tables of a graph, reshaped for broadcasting over heads: `[B, S, 1, hd]`.
+struct Rope {
+    cos: String,
+    sin: String,
+    seq: usize,
+}
+
+enum NormKind {
+    /// `(1 + w)` as an f32 initializer.
+    Rms(String),
+    /// pi0.5: `scale`, `shift` (compute type, `[B, 1, W]`).
+    Adaptive(String, String),
+}
+
+impl<'a> Pi0GraphBuilder<'a> {
+    pub fn new(ck: &'a Checkpoint, arch: Arch, dtype: ExportDtype, sizes: GraphSizes) -> Self {
+        Pi0GraphBuilder {
+            ck,
+            arch,
+            dtype,
+            sizes,
+        }
+    }
+
+    fn ct(&self) -> i32 {
+        self.dtype.compute()
+    }
+
+    /// `x` cast to `to` unless it already has that type (`from`).
+    fn cast(g: &mut GraphBuilder<'a>, x: &str, from: i32, to: i32) -> String {
+        if from == to {
+            x.to_string()
+        } else {
+            g.op("Cast", &[x], vec![attr_int("to", to as i64)])
+        }
+    }
+
+    /// A stored weight made available in the compute type.
+    fn stored(
+        &self,
+        g: &mut GraphBuilder<'a>,
+        name: &str,
+        dims: &[usize],
+        src: F32Source<'a>,
+    ) -> String {
+        let w = g.weight(name, dims, self.dtype.storage(), src);
+        if self.dtype.storage() == self.ct() {
+            w
+        } else {
+            g.cast_initializer(&w, self.ct())
+        }
+    }
+
+    /// An f32 initializer (norm parameters), whatever the export type.
+    fn f32_weight(
+        &self,
+        g: &mut GraphBuilder<'a>,
+        name: &str,
+        dims: &[usize],
+        src: F32Source<'a>,
+    ) -> String {
+        g.weight(name, dims, data_type::FLOAT, src)
+    }
+
+    fn tensor_src(&self, name: String, shape: Vec<usize>) -> F32Source<'a> {
+        let ck = self.ck;
+        Box::new(move || Ok(ck.take(&[&name], &shape)?.data.to_vec()))
+    }
+
+    /// `x @ W^T (+ b)` for the checkpoint's Linear `base` (`[out, in]`); weights of several
+    /// Linears sharing the input are concatenated (fused) and the result split back.
+    fn linears(
+        &self,
+        g: &mut GraphBuilder<'a>,
+        x: &str,
+        parts: &[(&str, usize)],
+        inp: usize,
+        bias: bool,
+    ) -> Vec<String> {
+        let ck = self.ck;
+        let total: usize = parts.iter().map(|p| p.1).sum();
+        let owned: Vec<(String, usize)> = parts.iter().map(|(n, o)| (n.to_string(), *o)).collect();
+        let key = if parts.len() == 1 {
+            format!("{}.weight", parts[0].0)
+        } else {
+            format!("{}+{}parts.weight", parts[0].0, parts.len())
+        };
+        let wparts = owned.clone();
+        let w = self.stored(
+            g,
+            &key,
+            &[inp, total],
+            Box::new(move || {
+                let mut out = vec![0.0f32; inp * total];
+                let mut col = 0;
+                for (name, o) in &wparts {
+                    let t = ck.take(&[&format!("{name}.weight")], &[*o, inp])?;
+                    for r in 0..*o {
+                        for i in 0..inp {
+                            out[i * total + col + r] = t.data[r * inp + i];
+                        }
+                    }
+                    col += o;
+                }
+                Ok(out)
+            }),
+        );
+        let mut y = g.op("MatMul", &[x, &w], vec![]);
+        if bias {
+            let bparts = owned.clone();
+            let b = self.stored(
+                g,
+                &key.replace(".weight", ".bias"),
+                &[total],
+                Box::new(move || {
+                    let mut out = Vec::with_capacity(total);
+                    for (name, o) in &bparts {
+                        out.extend_from_slice(&ck.take(&[&format!("{name}.bias")], &[*o])?.data);
+                    }
+                    Ok(out)
+                }),
+            );
+            y = g.op("Add", &[&y, &b], vec![]);
+        }
+        if parts.len() == 1 {
+            return vec![y];
+        }
+        let sizes: Vec<i64> = parts.iter().map(|p| p.1 as i64).collect();
+        let split = g.i64s(&sizes);
+        g.op_n(
+            "Split",
+            &[&y, &split],
+            parts.len(),
+            vec![attr_int("axis", -1)],
+        )
+    }
+
+    fn linear(
+        &self,
+        g: &mut GraphBuilder<'a>,
+        x: &str,
+        base: &str,
+        out: usize,
+        inp: usize,
+        bias: bool,
+    ) -> String {
+        self.linears(g, x, &[(base, out)], inp, bias).remove(0)
+    }
+
+    fn reshape(g: &mut GraphBuilder<'a>, x: &str, shape: &[usize]) -> String {
+        let s: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        let s = g.i64s(&s);
+        g.op("Reshape", &[x, &s], vec![])
+    }
+
+    fn transpose_op(g: &mut GraphBuilder<'a>, x: &str, perm: &[i64]) -> String {
+        g.op("Transpose", &[x], vec![attr_ints("perm", perm)])
+    }
+
+    fn gelu_tanh(&self, g: &mut GraphBuilder<'a>, x: &str) -> String {
+        let ct = self.ct();
+        let c = g.scalar(0.797_884_6, ct);
+        let k = g.scalar(0.044_715, ct);
+        let half = g.scalar(0.5, ct);
+        let one = g.scalar(1.0, ct);
+        let x2 = g.op("Mul", &[x, x], vec![]);
+        let x3 = g.op("Mul", &[&x2, x], vec![]);
+        let kx3 = g.op("Mul", &[&x3, &k], vec![]);
+        let inner = g.op("Add", &[x, &kx3], vec![]);
+        let inner = g.op("Mul", &[&inner, &c], vec![]);
+        let t = g.op("Tanh", &[&inner], vec![]);
+        let t1 = g.op("Add", &[&t, &one], vec![]);
+        let hx = g.op("Mul", &[x, &half], vec![]);
+        g.op("Mul", &[&hx, &t1], vec![])
+    }
+
+    fn silu(g: &mut GraphBuilder<'a>, x: &str) -> String {
+        let s = g.op("Sigmoid", &[x], vec![]);
+        g.op("Mul", &[x, &s], vec![])
+    }
+
+    /// Gemma RMSNorm (statistics in f32), or pi0.5's adaptive form.
+    fn rms_norm(&self, g: &mut GraphBuilder<'a>, x: &str, kind: &NormKind) -> String {
+        let ct = self.ct();
+        let x32 = Self::cast(g, x, ct, data_type::FLOAT);
+        let sq = g.op("Mul", &[&x32, &x32], vec![]);
+        let var = g.op(
+            "ReduceMean",
+            &[&sq],
+            vec![attr_ints("axes", &[-1]), attr_int("keepdims", 1)],
+        );
+        let eps = g.scalar(RMS_EPS, data_type::FLOAT);
+        let var = g.op("Add", &[&var, &eps], vec![]);
+        let den = g.op("Sqrt", &[&var], vec![]);
+        let n = g.op("Div", &[&x32, &den], vec![]);
+        match kind {
+            NormKind::Rms(w1) => {
+                let y = g.op("Mul", &[&n, w1], vec![]);
+                Self::cast(g, &y, data_type::FLOAT, ct)
+            }
+            NormKind::Adaptive(scale, shift) => {
+                let n = Self::cast(g, &n, data_type::FLOAT, ct);
+                let one = g.scalar(1.0, ct);
+                let s1 = g.op("Add", &[scale, &one], vec![]);
+                let y = g.op("Mul", &[&n, &s1], vec![]);
+                g.op("Add", &[&y, shift], vec![])
+            }
+        }
+    }
+
+    /// `1 + w` of an RMSNorm weight, as an f32 initializer.
+    fn rms_weight(&self, g: &mut GraphBuilder<'a>, base: &str, width: usize) -> NormKind {
+        let ck = self.ck;
+        let name = format!("{base}.weight");
+        let n2 = name.clone();
+        NormKind::Rms(self.f32_weight(
+            g,
+            &format!("{base}.one_plus_weight"),
+            &[width],
+            Box::new(move || {
+                Ok(ck
+                    .take(&[&n2], &[width])?
+                    .data
+                    .iter()
+                    .map(|w| 1.0 + w)
+                    .collect())
+            }),
+        ))
+    }
+
+    /// SigLIP's LayerNorm (eps 1e-6), in f32.
+    fn layer_norm(&self, g: &mut GraphBuilder<'a>, x: &str, base: &str, width: usize) -> String {
+        let ct = self.ct();
+        let w = self.f32_weight(
+            g,
+            &format!("{base}.weight"),
+            &[width],
+            self.tensor_src(format!("{base}.weight"), vec![width]),
+        );
+        let b = self.f32_weight(
+            g,
+            &format!("{base}.bias"),
+            &[width],
+            self.tensor_src(format!("{base}.bias"), vec![width]),
+        );
+        let x32 = Self::cast(g, x, ct, data_type::FLOAT);
+        let axes = vec![attr_ints("axes", &[-1]), attr_int("keepdims", 1)];
+        let mean = g.op("ReduceMean", &[&x32], axes.clone());
+        let d = g.op("Sub", &[&x32, &mean], vec![]);
+        let d2 = g.op("Mul", &[&d, &d], vec![]);
+        let var = g.op("ReduceMean", &[&d2], axes);
+        let eps = g.scalar(1e-6, data_type::FLOAT);
+        let var = g.op("Add", &[&var, &eps], vec![]);
+        let den = g.op("Sqrt", &[&var], vec![]);
+        let n = g.op("Div", &[&d, &den], vec![]);
+        let y = g.op("Mul", &[&n, &w], vec![]);
+        let y = g.op("Add", &[&y, &b], vec![]);
+        Self::cast(g, &y, data_type::FLOAT, ct)
+    }
+
+    /// Grouped-query attention: `q` `[X, S, heads*hd]`, `k`/`v` `[X, T, kv*hd]`, optional f32
+    /// additive `bias` `[X, 1, 1, S, T]`; softmax in f32. Returns `[X, S, heads*hd]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        g: &mut GraphBuilder<'a>,
+        q: &str,
+        k: &str,
+        v: &str,
+        (x, s, t): (usize, usize, usize),
+        (heads, kv, hd): (usize, usize, usize),
+        bias: Option<&str>,
+    ) -> String {
+        let ct = self.ct();
+        let group = heads / kv;
+        let scale = g.scalar((hd as f32).powf(-0.5), ct);
+        let q = g.op("Mul", &[q, &scale], vec![]);
+        let q = Self::reshape(g, &q, &[x, s, kv, group, hd]);
+        let q = Self::transpose_op(g, &q, &[0, 2, 3, 1, 4]);
+        let k = Self::reshape(g, k, &[x, t, kv, 1, hd]);
+        let k = Self::transpose_op(g, &k, &[0, 2, 3, 4, 1]);
+        let v = Self::reshape(g, v, &[x, t, kv, 1, hd]);
+        let v = Self::transpose_op(g, &v, &[0, 2, 3, 1, 4]);
+        let scores = g.op("MatMul", &[&q, &k], vec![]);
+        let mut s32 = Self::cast(g, &scores, ct, data_type::FLOAT);
+        if let Some(b) = bias {
+            s32 = g.op("Add", &[&s32, b], vec![]);
+        }
+        let p = g.op("Softmax", &[&s32], vec![attr_int("axis", -1)]);
+        let p = Self::cast(g, &p, data_type::FLOAT, ct);
+        let o = g.op("MatMul", &[&p, &v], vec![]);
+        let o = Self::transpose_op(g, &o, &[0, 3, 1, 2, 4]);
+        Self::reshape(g, &o, &[x, s, heads * hd])
+    }
+
+    /// RoPE tables from `[B, S, hd]` f32 inputs.
+    fn rope_tables(&self, g: &mut GraphBuilder<'a>, cos: &str, sin: &str, seq: usize) -> Rope {
+        let (b, hd, ct) = (self.sizes.batch, self.arch.head_dim, self.ct());
+        let mut t = |x: &str| {
+            let x = Self::cast(g, x, data_type::FLOAT, ct);
+            Self::reshape(g, &x, &[b, seq, 1, hd])
+        };
+        Rope {
+            cos: t(cos),
+            sin: t(sin),
+            seq,
+        }
+    }
+
+    /// `rotate_half` RoPE on `[B, S, heads*hd]`.
+    fn rope(&self, g: &mut GraphBuilder<'a>, x: &str, heads: usize, r: &Rope) -> String {
+        let (b, hd) = (self.sizes.batch, self.arch.head_dim);
+        let x4 = Self::reshape(g, x, &[b, r.seq, heads, hd]);
+        let split = g.i64s(&[hd as i64 / 2, hd as i64 / 2]);
+        let halves = g.op_n("Split", &[&x4, &split], 2, vec![attr_int("axis", -1)]);
+        let neg = g.op("Neg", &[&halves[1]], vec![]);
+        let rot = g.op("Concat", &[&neg, &halves[0]], vec![attr_int("axis", -1)]);
+        let a = g.op("Mul", &[&x4, &r.cos], vec![]);
+        let c = g.op("Mul", &[&rot, &r.sin], vec![]);
+        let y = g.op("Add", &[&a, &c], vec![]);
+        Self::reshape(g, &y, &[b, r.seq, heads * hd])
+    }
+
+    /// One Gemma decoder layer on `x` `[B, S, width]`. Returns `(x, k, v)` with this layer's
+    /// post-RoPE keys and values `[B, S, kv*hd]`. `cached` prepends the prefix's K/V;
+    /// `kv_only` stops once K/V are known (the last prefix layer).
+    #[allow(clippy::too_many_arguments)]
+    fn gemma_layer(
+        &self,
+        g: &mut GraphBuilder<'a>,
+        base: &str,
+        x: &str,
+        (width, mlp): (usize, usize),
+        rope: &Rope,
+        bias: &str,
+        cached: Option<(&str, &str, usize)>,
+        modulation: Option<&[String; 6]>,
+        kv_only: bool,
+    ) -> (String, String, String) {
+        let a = &self.arch;
+        let (h, kh, hd) = (a.heads, a.kv_heads, a.head_dim);
+        let (b, s) = (self.sizes.batch, rope.seq);
+        let in_norm = match modulation {
+            Some(m) => NormKind::Adaptive(m[0].clone(), m[1].clone()),
+            None => self.rms_weight(g, &format!("{base}.input_layernorm"), width),
+        };
+        let hn = self.rms_norm(g, x, &in_norm);
+        let qkv = self.linears(
+            g,
+            &hn,
+            &[
+                (&format!("{base}.self_attn.q_proj"), h * hd),
+                (&format!("{base}.self_attn.k_proj"), kh * hd),
+                (&format!("{base}.self_attn.v_proj"), kh * hd),
+            ],
+            width,
+            false,
+        );
+        let q = self.rope(g, &qkv[0], h, rope);
+        let k = self.rope(g, &qkv[1], kh, rope);
+        let v = qkv[2].clone();
+        if kv_only {
+            return (x.to_string(), k, v);
+        }
+        let (kk, vv, t) = match cached {
+            Some((kp, vp, p)) => (
+                g.op("Concat", &[kp, &k], vec![attr_int("axis", 1)]),
+                g.op("Concat", &[vp, &v], vec![attr_int("axis", 1)]),
+                p + s,
+            ),
+            None => (k.clone(), v.clone(), s),
+        };
+        let att = self.attention(g, &q, &kk, &vv, (b, s, t), (h, kh, hd), Some(bias));
+        let o = self.linear(
+            g,
+            &att,
+            &format!("{base}.self_attn.o_proj"),
+            width,
+            h * hd,
+            false,
+        );
+        let o = match modulation {
+            Some(m) => g.op("Mul", &[&o, &m[2]], vec![]),
+            None => o,
+        };
+        let x = g.op("Add", &[x, &o], vec![]);
+        let post_norm = match modulation {
+            Some(m) => NormKind::Adaptive(m[3].clone(), m[4].clone()),
+            None => self.rms_weight(g, &format!("{base}.post_attention_layernorm"), width),
+        };
+        let hn = self.rms_norm(g, &x, &post_norm);
+        let gu = self.linears(
+            g,
+            &hn,
+            &[
+                (&format!("{base}.mlp.gate_proj"), mlp),
+                (&format!("{base}.mlp.up_proj"), mlp),
+            ],
+            width,
+            false,
+        );
+        let act = self.gelu_tanh(g, &gu[0]);
+        let m = g.op("Mul", &[&act, &gu[1]], vec![]);
+        let d = self.linear(g, &m, &format!("{base}.mlp.down_proj"), width, mlp, false);
+        let d = match modulation {
+            Some(m) => g.op("Mul", &[&d, &m[5]], vec![]),
+            None => d,
+        };
+        (g.op("Add", &[&x, &d], vec![]), k, v)
+    }
+
+    /// The prefix graph: images, tokens and tables -> KV cache.
+    pub fn prefix_graph(&self) -> GraphBuilder<'a> {
+        let a = &self.arch;
+        let GraphSizes {
+            batch: b,
+            cameras,
+            prompt_len,
+        } = self.sizes;
+        let ct = self.ct();
+        let p = self.sizes.prefix_len(a);
+        let (vw, side, patch) = (a.vision_width, a.image_size / a.patch, a.patch);
+        let n = side * side;
+        let kvd = a.kv_heads * a.head_dim;
+        let mut g = GraphBuilder::new("pi0_prefix");
+        let images: Vec<String> = (0..cameras)
+            .map(|i| {
+                g.input(
+                    &names::image(i),
+                    data_type::FLOAT,
+                    &[b, 3, a.image_size, a.image_size],
+                )
+            })
+            .collect();
+        let tokens = g.input(names::LANG_TOKENS, data_type::INT64, &[b, prompt_len]);
+        let bias = g.input(names::PREFIX_BIAS, data_type::FLOAT, &[b, 1, 1, p, p]);
+        let cos = g.input(names::PREFIX_COS, data_type::FLOAT, &[b, p, a.head_dim]);
+        let sin = g.input(names::PREFIX_SIN, data_type::FLOAT, &[b, p, a.head_dim]);
+
+        // SigLIP over all cameras at once: [cameras*B, 3, S, S], camera-major.
+        let refs: Vec<&str> = images.iter().map(String::as_str).collect();
+        let all = if cameras > 1 {
+            g.op("Concat", &refs, vec![attr_int("axis", 0)])
+        } else {
+            images[0].clone()
+        };
+        let all = Self::cast(&mut g, &all, data_type::FLOAT, ct);
+        let pe = format!("{VISION}.embeddings.patch_embedding");
+        let w = self.stored(
+            &mut g,
+            &format!("{pe}.weight"),
+            &[vw, 3, patch, patch],
+            self.tensor_src(format!("{pe}.weight"), vec![vw, 3, patch, patch]),
+        );
+        let pb = self.stored(
+            &mut g,
+            &format!("{pe}.bias"),
+            &[vw],
+            self.tensor_src(format!("{pe}.bias"), vec![vw]),
+        );
+        let conv = g.op(
+            "Conv",
+            &[&all, &w, &pb],
+            vec![
+                attr_ints("kernel_shape", &[patch as i64, patch as i64]),
+                attr_ints("strides", &[patch as i64, patch as i64]),
+            ],
+        );
+        let xb = cameras * b;
+        let x = Self::reshape(&mut g, &conv, &[xb, vw, n]);
+        let x = Self::transpose_op(&mut g, &x, &[0, 2, 1]);
+        let pos_name = format!("{VISION}.embeddings.position_embedding.weight");
+        let pos = self.stored(
+            &mut g,
+            &pos_name,
+            &[n, vw],
+            self.tensor_src(pos_name.clone(), vec![n, vw]),
+        );
+        let mut x = g.op("Add", &[&x, &pos], vec![]);
+        let vh = a.vision_heads;
+        for i in 0..a.vision_layers {
+            let base = format!("{VISION}.encoder.layers.{i}");
+            let h = self.layer_norm(&mut g, &x, &format!("{base}.layer_norm1"), vw);
+            let qkv = self.linears(
+                &mut g,
+                &h,
+                &[
+                    (&format!("{base}.self_attn.q_proj"), vw),
+                    (&format!("{base}.self_attn.k_proj"), vw),
+                    (&format!("{base}.self_attn.v_proj"), vw),
+                ],
+                vw,
+                true,
+            );
+            let att = self.attention(
+                &mut g,
+                &qkv[0],
+                &qkv[1],
+                &qkv[2],
+                (xb, n, n),
+                (vh, vh, vw / vh),
+                None,
+            );
+            let o = self.linear(
+                &mut g,
+                &att,
+                &format!("{base}.self_attn.out_proj"),
+                vw,
+                vw,
+                true,
+            );
+            x = g.op("Add", &[&x, &o], vec![]);
+            let h = self.layer_norm(&mut g, &x, &format!("{base}.layer_norm2"), vw);
+            let m = self.linear(
+                &mut g,
+                &h,
+                &format!("{base}.mlp.fc1"),
+                a.vision_mlp,
+                vw,
+                true,
+            );
+            let m = self.gelu_tanh(&mut g, &m);
+            let o = self.linear(
+                &mut g,
+                &m,
+                &format!("{base}.mlp.fc2"),
+                vw,
+                a.vision_mlp,
+                true,
+            );
+            x = g.op("Add", &[&x, &o], vec![]);
+        }
+        let h = self.layer_norm(&mut g, &x, &format!("{VISION}.post_layernorm"), vw);
+        let img = self.linear(&mut g, &h, PROJECTOR, a.width, vw, true);
+        let img = Self::reshape(&mut g, &img, &[cameras, b, n, a.width]);
+        let img = Self::transpose_op(&mut g, &img, &[1, 0, 2, 3]);
+        let img = Self::reshape(&mut g, &img, &[b, cameras * n, a.width]);
+
+        // Text: the embedding pre-scaled by sqrt(width), rounded in its stored type as PyTorch
+        // computes the product.
+        let ck = self.ck;
+        let (vocab, width) = (a.vocab, a.width);
+        let embed = self.stored(
+            &mut g,
+            "embed_tokens.scaled",
+            &[vocab, width],
+            Box::new(move || {
+                let names = [format!("{LM}.embed_tokens.weight"), LM_HEAD.to_string()];
+                let t = ck.take(&[&names[0], &names[1]], &[vocab, width])?;
+                let scale = t.dtype.round((width as f64).sqrt() as f32);
+                Ok(t.data.iter().map(|e| t.dtype.round(e * scale)).collect())
+            }),
+        );
+        let text = g.op("Gather", &[&embed, &tokens], vec![attr_int("axis", 0)]);
+        let mut x = g.op("Concat", &[&img, &text], vec![attr_int("axis", 1)]);
+
+        let rope = self.rope_tables(&mut g, &cos, &sin, p);
+        let mut kv = Vec::new();
+        for i in 0..a.layers {
+            let base = format!("{LM}.layers.{i}");
+            let last = i + 1 == a.layers;
+            let (nx, k, v) = self.gemma_layer(
+                &mut g,
+                &base,
+                &x,
+                (a.width, a.mlp),
+                &rope,
+                &bias,
+                None,
+                None,
+                last,
+            );
+            x = nx;
+            kv.push(Self::reshape(&mut g, &k, &[1, b, p, kvd]));
+            kv.push(Self::reshape(&mut g, &v, &[1, b, p, kvd]));
+        }
+        let refs: Vec<&str> = kv.iter().map(String::as_str).collect();
+        let kv = g.op("Concat", &refs, vec![attr_int("axis", 0)]);
+        let kv = Self::reshape(&mut g, &kv, &[a.layers, 2, b, p, kvd]);
+        g.output(&kv, names::KV_CACHE, ct, &[a.layers, 2, b, p, kvd]);
+        g
+    }
+
+    /// The denoise graph: one Euler step, or all of them with `unroll`.
+    pub fn denoise_graph(&self, unroll: bool) -> GraphBuilder<'a> {
+        let a = &self.arch;
+        let b = self.sizes.batch;
+        let ct = self.ct();
+        let p = self.sizes.prefix_len(a);
+        let n = suffix_len(a);
+        let kvd = a.kv_heads * a.head_dim;
+        let ew = a.expert_width;
+        let mut g = GraphBuilder::new(if unroll {
+            "pi0_denoise_unrolled"
+        } else {
+            "pi0_denoise_step"
+        });
+        let kv = g.input(names::KV_CACHE, ct, &[a.layers, 2, b, p, kvd]);
+        let state = (a.variant == Variant::Pi0)
+            .then(|| g.input(names::STATE, data_type::FLOAT, &[b, a.state_dim]));
+        let x_in = g.input(
+            if unroll { names::NOISE } else { names::X_T },
+            data_type::FLOAT,
+            &[b, a.chunk, a.action_dim],
+        );
+        let time = if unroll {
+            g.input(names::TIME_EMB, data_type::FLOAT, &[a.steps, b, ew])
+        } else {
+            g.input(names::TIME_EMB, data_type::FLOAT, &[b, ew])
+        };
+        let bias = g.input(names::SUFFIX_BIAS, data_type::FLOAT, &[b, 1, 1, n, p + n]);
+        let cos = g.input(names::SUFFIX_COS, data_type::FLOAT, &[b, n, a.head_dim]);
+        let sin = g.input(names::SUFFIX_SIN, data_type::FLOAT, &[b, n, a.head_dim]);
+        let rope = self.rope_tables(&mut g, &cos, &sin, n);
+
+        // Per layer: the prefix's K and V, [B, P, kvd] (taken once, shared by every step).
+        let mut cached = Vec::new();
+        for i in 0..a.layers {
+            let li = g.i64_scalar(i as i64);
+            let layer = g.op("Gather", &[&kv, &li], vec![attr_int("axis", 0)]);
+            let zero = g.i64_scalar(0);
+            let one = g.i64_scalar(1);
+            let k = g.op("Gather", &[&layer, &zero], vec![attr_int("axis", 0)]);
+            let v = g.op("Gather", &[&layer, &one], vec![attr_int("axis", 0)]);
+            cached.push((k, v));
+        }
+        // pi0's state token does not depend on the step.
+        let state_token = state.map(|s| {
+            let s = Self::cast(&mut g, &s, data_type::FLOAT, ct);
+            let s = Self::reshape(&mut g, &s, &[b, 1, a.state_dim]);
+            self.linear(&mut g, &s, "state_proj", ew, a.state_dim, true)
+        });
+
+        let dt = -1.0 / a.steps as f32;
+        let mut x = x_in;
+        let steps = if unroll { a.steps } else { 1 };
+        for step in 0..steps {
+            let t = if unroll {
+                let k = g.i64_scalar(step as i64);
+                g.op("Gather", &[&time, &k], vec![attr_int("axis", 0)])
+            } else {
+                time.clone()
+            };
+            x = self.step(
+                &mut g,
+                &x,
+                &t,
+                state_token.as_deref(),
+                &cached,
+                &bias,
+                &rope,
+                dt,
+            );
+        }
+        let out = if unroll {
+            names::ACTIONS
+        } else {
+            names::X_NEXT
+        };
+        g.output(&x, out, data_type::FLOAT, &[b, a.chunk, a.action_dim]);
+        g
+    }
+
+    /// One Euler step: `x_t` (f32) -> `x_t + dt * v(x_t, t)` (f32).
+    #[allow(clippy::too_many_arguments)]
+    fn step(
+        &self,
+        g: &mut GraphBuilder<'a>,
+        x_t: &str,
+        time: &str,
+        state_token: Option<&str>,
+        cached: &[(String, String)],
+        bias: &str,
+        rope: &Rope,
+        dt: f32,
+    ) -> String {
+        let a = &self.arch;
+        let (b, ew, ct) = (self.sizes.batch, a.expert_width, self.ct());
+        let p = self.sizes.prefix_len(a);
+        let n = suffix_len(a);
+        let xc = Self::cast(g, x_t, data_type::FLOAT, ct);
+        let actions = self.linear(g, &xc, "action_in_proj", ew, a.action_dim, true);
+        let t = Self::cast(g, time, data_type::FLOAT, ct);
+        let t = Self::reshape(g, &t, &[b, 1, ew]);
+        let mut mods: Vec<Option<[String; 6]>> = vec![None; a.layers];
+        let mut final_norm = None;
+        let x = match state_token {
+            Some(st) => {
+                // pi0: action_time_mlp_in(concat[actions, time]) as two matmuls; the time half
+                // once per step, broadcast over the action tokens.
+                let tin = self.time_in_name();
+                let (wa, wt, bias_t) = self.split_time_in(g, &tin);
+                let ap = g.op("MatMul", &[&actions, &wa], vec![]);
+                let tp = g.op("MatMul", &[&t, &wt], vec![]);
+                let tp = g.op("Add", &[&tp, &bias_t], vec![]);
+                let m = g.op("Add", &[&ap, &tp], vec![]);
+                let m = Self::silu(g, &m);
+                let tout = self.time_out_name();
+                let tokens = self.linear(g, &m, &tout, ew, ew, true);
+                g.op("Concat", &[st, &tokens], vec![attr_int("axis", 1)])
+            }
+            None => {
+                // pi0.5: the time conditions every expert norm.
+                let c = self.linear(g, &t, "time_mlp_in", ew, ew, true);
+                let c = Self::silu(g, &c);
+                let c = self.linear(g, &c, "time_mlp_out", ew, ew, true);
+                let c = Self::silu(g, &c);
+                let modulation = |g: &mut GraphBuilder<'a>, base: &str| {
+                    let parts =
+                        self.linears(g, &c, &[(&format!("{base}.dense"), 3 * ew)], ew, true);
+                    let split = g.i64s(&[ew as i64, ew as i64, ew as i64]);
+                    g.op_n("Split", &[&parts[0], &split], 3, vec![attr_int("axis", -1)])
+                };
+                for (i, m) in mods.iter_mut().enumerate() {
+                    let base = format!("{EXPERT}.layers.{i}");
+                    let inp = modulation(g, &format!("{base}.input_layernorm"));
+                    let post = modulation(g, &format!("{base}.post_attention_layernorm"));
+                    *m = Some([
+                        inp[0].clone(),
+                        inp[1].clone(),
+                        inp[2].clone(),
+                        post[0].clone(),
+                        post[1].clone(),
+                        post[2].clone(),
+                    ]);
+                }
+                let f = modulation(g, &format!("{EXPERT}.norm"));
+                final_norm = Some(NormKind::Adaptive(f[0].clone(), f[1].clone()));
+                actions
+            }
+        };
+        let mut x = x;
+        for (i, (kp, vp)) in cached.iter().enumerate() {
+            let base = format!("{EXPERT}.layers.{i}");
+            let (nx, _, _) = self.gemma_layer(
+                g,
+                &base,
+                &x,
+                (ew, a.expert_mlp),
+                rope,
+                bias,
+                Some((kp, vp, p)),
+                mods[i].as_ref(),
+                false,
+            );
+            x = nx;
+        }
+        let norm = final_norm.unwrap_or_else(|| self.rms_weight(g, &format!("{EXPERT}.norm"), ew));
+        let x = self.rms_norm(g, &x, &norm);
+        let x = if n > a.chunk {
+            let starts = g.i64s(&[(n - a.chunk) as i64]);
+            let ends = g.i64s(&[n as i64]);
+            let axes = g.i64s(&[1]);
+            g.op("Slice", &[&x, &starts, &ends, &axes], vec![])
+        } else {
+            x
+        };
+        let v = self.linear(g, &x, "action_out_proj", a.action_dim, ew, true);
+        let v = Self::cast(g, &v, ct, data_type::FLOAT);
+        let dt = g.scalar(dt, data_type::FLOAT);
+        let dv = g.op("Mul", &[&v, &dt], vec![]);
+        g.op("Add", &[x_t, &dv], vec![])
+    }
+
+    fn time_in_name(&self) -> String {
+        if self.ck.contains("action_time_mlp_in.weight") {
+            "action_time_mlp_in".into()
+        } else {
+            "time_mlp_in".into()
+        }
+    }
+
+    fn time_out_name(&self) -> String {
+        if self.ck.contains("action_time_mlp_out.weight") {
+            "action_time_mlp_out".into()
+        } else {
+            "time_mlp_out".into()
+        }
+    }
+
+    /// pi0's `action_time_mlp_in` (`[ew, 2ew]`) split into its action and time halves
+    /// (`[ew, ew]` each, transposed) and its bias.
+    fn split_time_in(&self, g: &mut GraphBuilder<'a>, base: &str) -> (String, String, String) {
+        let ew = self.arch.expert_width;
+        let ck = self.ck;
+        let half = |g: &mut GraphBuilder<'a>, which: usize| {
+            let name = format!("{base}.weight");
+            self.stored(
+                g,
+                &format!("{base}.weight.{}", ["action", "time"][which]),
+                &[ew, ew],
+                Box::new(move || {
+                    let t = ck.take(&[&name], &[ew, 2 * ew])?;
+                    let mut out = vec![0.0f32; ew * ew];
+                    for o in 0..ew {
+                        for i in 0..ew {
+                            out[i * ew + o] = t.data[o * 2 * ew + which * ew + i];
+                        }
+                    }
+                    Ok(out)
+                }),
+            )
+        };
+        let wa = half(g, 0);
+        let wt = half(g, 1);
+        let b = self.stored(
+            g,
+            &format!("{base}.bias"),
+            &[ew],
+            self.tensor_src(format!("{base}.bias"), vec![ew]),
+        );
+        (wa, wt, b)
+    }
+}

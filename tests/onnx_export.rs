@@ -1,0 +1,497 @@
+//! `pi0d export` graphs run on the real ONNX Runtime (the `onnxruntime` wheel's library from the
+//! test venv, loaded by the `ort` crate) against lerobot's golden actions, and checked by the
+//! `onnx` package's checker.
+
+#![cfg(feature = "onnx")]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{edited_checkpoint, root, scratch_dir};
+use pi0d::policy::export::atc::{unsupported_ops, ATC_OPS};
+use pi0d::policy::export::pi0::ExportDtype;
+use pi0d::policy::export::{export, read_model, ExportError, ExportOptions, ExternalData};
+use pi0d::policy::graph::manifest::Manifest;
+use pi0d::policy::graph::provider::OnnxOptions;
+use pi0d::policy::graph::{load_onnx, GraphError};
+use pi0d::policy::pi0::infer::{Batch, BatchDims};
+use pi0d::policy::pi0::tensorfile::TensorFile;
+
+/// The ONNX Runtime library of the venv `tools/test.sh` makes (or ORT_DYLIB_PATH).
+fn ort_library() -> PathBuf {
+    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
+        return p.into();
+    }
+    let lib = root().join(".venv/lib");
+    let found = std::fs::read_dir(&lib).ok().and_then(|dirs| {
+        dirs.flatten().find_map(|py| {
+            let capi = py.path().join("site-packages/onnxruntime/capi");
+            std::fs::read_dir(capi).ok()?.flatten().find_map(|f| {
+                let name = f.file_name().to_string_lossy().into_owned();
+                name.starts_with("libonnxruntime.so.").then(|| f.path())
+            })
+        })
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "no libonnxruntime.so.* under {}: run ./tools/test.sh (it installs the pinned onnxruntime wheel)",
+            lib.display()
+        )
+    })
+}
+
+fn python() -> PathBuf {
+    root().join(".venv/bin/python")
+}
+
+fn case_dir(case: &str) -> PathBuf {
+    root().join("tests/fixtures/cases").join(case)
+}
+
+fn case_checkpoint(case: &str) -> PathBuf {
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(case_dir(case).join("case.json")).unwrap())
+            .unwrap();
+    root()
+        .join("tests/fixtures")
+        .join(json["checkpoint"].as_str().unwrap())
+}
+
+/// Export options with the static sizes of a golden case's inputs.
+fn options_for(case: &str, out: &Path, dtype: ExportDtype, unroll: bool) -> ExportOptions {
+    let inputs = TensorFile::read(&case_dir(case).join("inputs.safetensors")).unwrap();
+    let cameras = (0..)
+        .take_while(|i| inputs.tensors.contains_key(&format!("image{i}")))
+        .count();
+    let (shape, _) = inputs.i64("lang_tokens", &[None, None]).unwrap();
+    ExportOptions {
+        checkpoint: case_checkpoint(case),
+        arch: None,
+        out: out.to_path_buf(),
+        cameras,
+        batch: shape[0],
+        prompt_len: Some(shape[1]),
+        dtype,
+        unroll,
+        external: ExternalData::Auto,
+        clamp_f16: false,
+        progress: false,
+    }
+}
+
+/// Runs the exported graphs in `dir` on a case's inputs.
+fn run_graphs(dir: &Path, case: &str) -> Vec<f32> {
+    let m = Manifest::load(dir).unwrap();
+    let batch = Batch::read_for(
+        &case_dir(case).join("inputs.safetensors"),
+        &BatchDims {
+            image_size: m.image_size,
+            state_dim: m.state_dim,
+            chunk: m.chunk,
+            action_dim: m.action_dim,
+        },
+    )
+    .unwrap();
+    let opts = OnnxOptions {
+        library: Some(ort_library()),
+        threads: 2,
+        ..Default::default()
+    };
+    let mut model = load_onnx(dir, m, &opts).unwrap();
+    model.sample(&batch.graph_inputs()).unwrap().0
+}
+
+fn expected(case: &str) -> Vec<f32> {
+    let f = TensorFile::read(&case_dir(case).join("expected.safetensors")).unwrap();
+    let (_, v) = f.f32("actions", &[None, None, None]).unwrap();
+    assert!(
+        v.iter().any(|x| x.abs() > 0.5),
+        "{case}: reference too close to zero to tell anything"
+    );
+    v.to_vec()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(
+            0.0f32,
+            |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
+        )
+}
+
+/// Exports `case` as given and returns the max error against lerobot's actions.
+fn export_and_compare(case: &str, dtype: ExportDtype, unroll: bool) -> (f32, PathBuf) {
+    let tag = format!("{case}-{dtype:?}-{unroll}");
+    let dir = scratch_dir(&format!("onnx-{tag}"));
+    let report = export(&options_for(case, &dir, dtype, unroll)).unwrap();
+    assert!(report.clamped.is_empty());
+    let err = max_diff(&run_graphs(&dir, case), &expected(case));
+    eprintln!("{tag}: max abs error {err:.3e}");
+    (err, dir)
+}
+
+/// `onnx.checker.check_model(full_check=True)` on every graph of an export.
+fn onnx_check(dir: &Path) {
+    let m = Manifest::load(dir).unwrap();
+    for g in [&m.graphs.prefix, &m.graphs.denoise] {
+        let path = dir.join(&g.file);
+        let out = Command::new(python())
+            .args([
+                "-c",
+                "import sys, onnx; onnx.checker.check_model(sys.argv[1], full_check=True); m = onnx.load(sys.argv[1]); print(m.opset_import[0].version, len(m.graph.node))",
+            ])
+            .arg(&path)
+            .output()
+            .expect("the test venv's python (./tools/test.sh makes it)");
+        assert!(
+            out.status.success(),
+            "onnx.checker rejected {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            stdout.trim(),
+            format!("13 {}", g.nodes),
+            "{}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn when_pi0_f32_graphs_run_on_onnxruntime_expect_lerobot_actions_within_1e4() {
+    for case in [
+        "pi0_f32_1cam_short",
+        "pi0_f32_2cam_batch2",
+        "pi0_f32_3cam_masked",
+    ] {
+        let (err, dir) = export_and_compare(case, ExportDtype::F32, false);
+        assert!(err <= 1e-4, "{case}: max abs error {err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn when_pi05_f32_graphs_run_expect_lerobot_actions_within_1e4() {
+    for case in ["pi05_f32_1cam", "pi05_f32_2cam_batch2"] {
+        let (err, dir) = export_and_compare(case, ExportDtype::F32, false);
+        assert!(err <= 1e-4, "{case}: max abs error {err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn when_f16_graphs_run_expect_lerobot_f32_actions_within_3e2() {
+    for case in ["pi0_f32_2cam_batch2", "pi05_f32_1cam"] {
+        let (err, dir) = export_and_compare(case, ExportDtype::F16, false);
+        assert!(err <= 3e-2, "{case}: f16 max abs error {err}");
+        // f16 is really in use: the weights take half the bytes of the f32 export.
+        let m = Manifest::load(&dir).unwrap();
+        assert_eq!(m.mask_value, -30000.0);
+        let model = read_model(&dir.join(&m.graphs.denoise.file)).unwrap();
+        let graph = model.graph.unwrap();
+        assert!(graph
+            .initializer
+            .iter()
+            .any(|t| t.name.ends_with("q_proj+3parts.weight") && t.data_type == 10));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn when_bf16_checkpoint_exported_expect_lerobot_bf16_actions_within_2e2() {
+    // lerobot computed this reference in bf16; the graphs store bf16 and compute in f32.
+    let (err, dir) = export_and_compare("pi0_bf16_2cam", ExportDtype::Bf16, false);
+    assert!(err <= 2e-2, "bf16 max abs error {err}");
+    let _ = std::fs::remove_dir_all(dir);
+    let (err, dir) = export_and_compare("pi0_bf16_2cam", ExportDtype::F32, false);
+    assert!(
+        err <= 2e-2,
+        "bf16 checkpoint, f32 graphs: max abs error {err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn when_steps_unrolled_expect_same_actions_as_the_loop() {
+    for case in ["pi0_f32_2cam_batch2", "pi05_f32_1cam"] {
+        let (err_unrolled, unrolled) = export_and_compare(case, ExportDtype::F32, true);
+        assert!(
+            err_unrolled <= 1e-4,
+            "{case}: unrolled error {err_unrolled}"
+        );
+        let looped = scratch_dir(&format!("onnx-loop-{case}"));
+        export(&options_for(case, &looped, ExportDtype::F32, false)).unwrap();
+        let a = run_graphs(&unrolled, case);
+        let b = run_graphs(&looped, case);
+        assert!(max_diff(&a, &b) <= 1e-5, "{case}: {}", max_diff(&a, &b));
+        let m = Manifest::load(&unrolled).unwrap();
+        assert!(m.unrolled);
+        assert_eq!(m.graphs.denoise.file, "denoise_unrolled.onnx");
+        // The unrolled graph has every step's nodes, and only one copy of the weights.
+        let step = Manifest::load(&looped).unwrap();
+        assert!(m.graphs.denoise.nodes > 9 * step.graphs.denoise.nodes);
+        assert_eq!(
+            m.graphs.denoise.weight_bytes,
+            step.graphs.denoise.weight_bytes
+        );
+        let _ = std::fs::remove_dir_all(unrolled);
+        let _ = std::fs::remove_dir_all(looped);
+    }
+}
+
+#[test]
+fn when_weights_external_expect_data_file_and_same_actions() {
+    let case = "pi0_f32_1cam_short";
+    let dir = scratch_dir("onnx-external");
+    let mut opts = options_for(case, &dir, ExportDtype::F32, false);
+    opts.external = ExternalData::Always;
+    let m = export(&opts).unwrap().manifest;
+    let data = m
+        .graphs
+        .prefix
+        .external_data
+        .clone()
+        .expect("external data");
+    let data_len = std::fs::metadata(dir.join(&data)).unwrap().len();
+    assert!(data_len >= m.graphs.prefix.weight_bytes / 2);
+    // The .onnx holds the structure only.
+    let onnx_len = std::fs::metadata(dir.join(&m.graphs.prefix.file))
+        .unwrap()
+        .len();
+    assert!(onnx_len < data_len, "{onnx_len} vs {data_len}");
+    let err = max_diff(&run_graphs(&dir, case), &expected(case));
+    assert!(err <= 1e-4, "{err}");
+    onnx_check(&dir);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn when_graphs_checked_expect_onnx_checker_passes_and_only_atc_operators() {
+    let variants = [
+        ("pi0_f32_3cam_masked", ExportDtype::F32, false),
+        ("pi05_f32_1cam", ExportDtype::F16, true),
+        ("pi0_bf16_2cam", ExportDtype::Bf16, false),
+    ];
+    for (case, dtype, unroll) in variants {
+        let dir = scratch_dir(&format!("onnx-check-{case}"));
+        let m = export(&options_for(case, &dir, dtype, unroll))
+            .unwrap()
+            .manifest;
+        onnx_check(&dir);
+        for g in [&m.graphs.prefix, &m.graphs.denoise] {
+            let model = read_model(&dir.join(&g.file)).unwrap();
+            assert_eq!(unsupported_ops(&model), vec![], "{}", g.file);
+            assert_eq!(model.graph.as_ref().unwrap().node.len(), g.nodes);
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    // The check itself finds operators off the list.
+    let dir = scratch_dir("onnx-check-ops");
+    let m = export(&options_for(
+        "pi0_f32_1cam_short",
+        &dir,
+        ExportDtype::F32,
+        false,
+    ))
+    .unwrap()
+    .manifest;
+    let mut model = read_model(&dir.join(&m.graphs.prefix.file)).unwrap();
+    let graph = model.graph.as_mut().unwrap();
+    graph.node[0].op_type = "LayerNormalization".into();
+    graph.node[1].domain = "com.microsoft".into();
+    let bad = unsupported_ops(&model);
+    assert_eq!(bad.len(), 2, "{bad:?}");
+    assert!(!ATC_OPS.contains(&"LayerNormalization"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn when_f16_weight_overflows_expect_refusal_naming_it_or_clamp_report() {
+    let ck = edited_checkpoint("f16-overflow", |t| {
+        let (_, _, _, bytes) = t
+            .iter_mut()
+            .find(|(n, ..)| n.ends_with("action_out_proj.weight"))
+            .unwrap();
+        bytes[..4].copy_from_slice(&1.0e6f32.to_le_bytes());
+    });
+    let dir = scratch_dir("onnx-f16-overflow");
+    let mut opts = options_for("pi0_f32_1cam_short", &dir, ExportDtype::F16, false);
+    opts.checkpoint = ck.clone();
+    let err = match export(&opts) {
+        Err(e) => e,
+        Ok(_) => panic!("an f16 export of a 1e6 weight must be refused"),
+    };
+    assert!(
+        matches!(err, ExportError::F16Overflow { count: 1, .. }),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("action_out_proj.weight") && msg.contains("1000000"),
+        "{msg}"
+    );
+    opts.clamp_f16 = true;
+    let report = export(&opts).unwrap();
+    assert_eq!(report.clamped.len(), 1);
+    assert!(report.clamped[0].tensor.contains("action_out_proj.weight"));
+    // f32 export of the same checkpoint is fine.
+    opts.clamp_f16 = false;
+    opts.dtype = ExportDtype::F32;
+    assert!(export(&opts).unwrap().clamped.is_empty());
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(ck);
+}
+
+#[test]
+fn when_runtime_library_or_manifest_is_wrong_expect_clear_errors() {
+    let dir = scratch_dir("onnx-errors");
+    export(&options_for(
+        "pi0_f32_1cam_short",
+        &dir,
+        ExportDtype::F32,
+        false,
+    ))
+    .unwrap();
+    let m = Manifest::load(&dir).unwrap();
+    let opts = OnnxOptions {
+        library: Some("/nonexistent/libonnxruntime.so.1.22.1".into()),
+        ..Default::default()
+    };
+    let err = match load_onnx(&dir, m.clone(), &opts) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("loaded a missing library"),
+    };
+    assert!(
+        err.contains("cannot load the ONNX Runtime library /nonexistent/"),
+        "{err}"
+    );
+    // Inputs not matching the exported static shapes are refused before any run.
+    let opts = OnnxOptions {
+        library: Some(ort_library()),
+        ..Default::default()
+    };
+    let mut model = load_onnx(&dir, m, &opts).unwrap();
+    let batch = Batch::read_for(
+        &case_dir("pi0_f32_2cam_batch2").join("inputs.safetensors"),
+        &BatchDims {
+            image_size: 224,
+            state_dim: 32,
+            chunk: 50,
+            action_dim: 32,
+        },
+    )
+    .unwrap();
+    match model.sample(&batch.graph_inputs()) {
+        Err(GraphError::Input { message, .. }) => {
+            assert!(message.contains("exported for 1"), "{message}")
+        }
+        other => panic!("expected an input error, got {:?}", other.map(|_| ())),
+    }
+    // A manifest that does not add up is refused, naming the file.
+    let path = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("\"prefix_len\": 304", "\"prefix_len\": 305"),
+    )
+    .unwrap();
+    let err = Manifest::load(&dir).unwrap_err().to_string();
+    assert!(
+        err.contains("manifest.json") && err.contains("inconsistent sizes"),
+        "{err}"
+    );
+    std::fs::write(&path, text.replace("pi0d-graphs/1", "pi0d-graphs/9")).unwrap();
+    let err = Manifest::load(&dir).unwrap_err().to_string();
+    assert!(err.contains("pi0d-graphs/9"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn when_cli_exports_and_infers_expect_lerobot_actions_and_atc_commands() {
+    let dir = scratch_dir("onnx-cli");
+    let bin = env!("CARGO_BIN_EXE_pi0d");
+    let case = "pi0_f32_3cam_masked";
+    let out = Command::new(bin)
+        .args([
+            "export",
+            "--cameras",
+            "3",
+            "--atc",
+            "Ascend310P1",
+            "--checkpoint",
+        ])
+        .arg(case_checkpoint(case))
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(
+            "atc --model={}/prefix.onnx --framework=5 --output={}/prefix --soc_version=Ascend310P1",
+            dir.display(),
+            dir.display()
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("denoise_step.onnx"), "{stdout}");
+    let actions = dir.join("actions.safetensors");
+    let out = Command::new(bin)
+        .args(["infer", "--backend", "onnx", "--repeat", "2", "--model-dir"])
+        .arg(&dir)
+        .arg("--onnx-library")
+        .arg(ort_library())
+        .arg("--inputs")
+        .arg(case_dir(case).join("inputs.safetensors"))
+        .arg("--output")
+        .arg(&actions)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let timings: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(timings.len(), 2);
+    assert!(timings
+        .iter()
+        .all(|t| t["total_ms"].as_f64().unwrap() > 0.0));
+    let f = TensorFile::read(&actions).unwrap();
+    let (_, got) = f.f32("actions", &[Some(1), Some(50), Some(32)]).unwrap();
+    let err = max_diff(got, &expected(case));
+    assert!(err <= 1e-4, "{err}");
+    // A bad dtype is refused with the accepted values.
+    let out = Command::new(bin)
+        .args([
+            "export",
+            "--cameras",
+            "1",
+            "--dtype",
+            "int8",
+            "--checkpoint",
+        ])
+        .arg(case_checkpoint(case))
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected f32, f16 or bf16"));
+    let _ = std::fs::remove_dir_all(dir);
+}
