@@ -9,7 +9,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{edited_checkpoint, root, scratch_dir};
+use common::{
+    assert_safe, edited_checkpoint, ort_library, root, run_daemon, scratch_dir, sim_model_config,
+};
 use pi0d::policy::export::atc::{unsupported_ops, ATC_OPS};
 use pi0d::policy::export::pi0::ExportDtype;
 use pi0d::policy::export::{export, read_model, ExportError, ExportOptions, ExternalData};
@@ -18,29 +20,6 @@ use pi0d::policy::graph::provider::OnnxOptions;
 use pi0d::policy::graph::{load_onnx, GraphError};
 use pi0d::policy::pi0::infer::{Batch, BatchDims};
 use pi0d::policy::pi0::tensorfile::TensorFile;
-
-/// The ONNX Runtime library of the venv `tools/test.sh` makes (or ORT_DYLIB_PATH).
-fn ort_library() -> PathBuf {
-    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
-        return p.into();
-    }
-    let lib = root().join(".venv/lib");
-    let found = std::fs::read_dir(&lib).ok().and_then(|dirs| {
-        dirs.flatten().find_map(|py| {
-            let capi = py.path().join("site-packages/onnxruntime/capi");
-            std::fs::read_dir(capi).ok()?.flatten().find_map(|f| {
-                let name = f.file_name().to_string_lossy().into_owned();
-                name.starts_with("libonnxruntime.so.").then(|| f.path())
-            })
-        })
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "no libonnxruntime.so.* under {}: run ./tools/test.sh (it installs the pinned onnxruntime wheel)",
-            lib.display()
-        )
-    })
-}
 
 fn python() -> PathBuf {
     root().join(".venv/bin/python")
@@ -494,4 +473,52 @@ fn when_cli_exports_and_infers_expect_lerobot_actions_and_atc_commands() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected f32, f16 or bf16"));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn when_daemon_runs_the_sim_on_onnx_graphs_expect_chunks_and_safe_motion() {
+    // The embedded default's model, exported, then driving the simulated arm.
+    let graphs = scratch_dir("onnx-daemon-graphs");
+    export(&ExportOptions {
+        checkpoint: root().join("models/tiny-pi0"),
+        arch: None,
+        out: graphs.clone(),
+        cameras: 1,
+        batch: 1,
+        prompt_len: None,
+        dtype: ExportDtype::F32,
+        unroll: false,
+        external: ExternalData::Auto,
+        clamp_f16: false,
+        progress: false,
+    })
+    .unwrap();
+    let mut cfg = sim_model_config();
+    let policy = cfg["policy"].as_table_mut().unwrap();
+    policy.insert("backend".into(), toml::Value::String("onnx".into()));
+    let mut onnx = toml::Table::new();
+    onnx.insert(
+        "model_dir".into(),
+        toml::Value::String(graphs.display().to_string()),
+    );
+    onnx.insert(
+        "library".into(),
+        toml::Value::String(ort_library().display().to_string()),
+    );
+    onnx.insert("threads".into(), toml::Value::Integer(1));
+    policy.insert("onnx".into(), toml::Value::Table(onnx));
+    let run = run_daemon("onnx-backend", &cfg, 4.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    let s = run.summary();
+    assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}");
+    assert_eq!(s["chunks_rejected"], 0, "{s}");
+    assert!(
+        run.stderr.contains("backend=\"onnx\"") || run.stderr.contains("backend=onnx"),
+        "{}",
+        run.stderr
+    );
+    let v = s["max_abs_velocity"]["elbow"].as_f64().unwrap();
+    assert!(v > 0.0 && v < 1.0, "elbow velocity {v}");
+    let _ = std::fs::remove_dir_all(graphs);
 }

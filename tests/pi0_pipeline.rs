@@ -2,9 +2,11 @@
 //! frame preprocessing, prompt tokenization, state normalization (and pi0.5's discretized-state
 //! prompt), and the whole raw-observation-to-actions path for pi0 and pi0.5.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
-use pi0d::policy::pi0::pipeline::{Pi0Pipeline, PipelineOptions};
+use pi0d::policy::pi0::pipeline::{BackendOptions, Pi0Pipeline, PipelineOptions};
 use pi0d::policy::pi0::preprocess::{frame_to_model_input, resize_with_pad};
 use pi0d::policy::pi0::tensorfile::{TensorFile, Values};
 use pi0d::policy::{CameraFrame, PixelFormat};
@@ -87,11 +89,16 @@ fn when_frame_is_bgr_or_mono_expect_same_as_rgb_equivalent() {
 }
 
 fn pipeline(checkpoint: &str) -> Pi0Pipeline {
+    pipeline_on(checkpoint, BackendOptions::Cpu)
+}
+
+fn pipeline_on(checkpoint: &str, backend: BackendOptions) -> Pi0Pipeline {
     Pi0Pipeline::load(&PipelineOptions {
         checkpoint: fixtures().join(checkpoint),
         arch: None,
         tokenizer: None,
         threads: 2,
+        backend,
     })
     .unwrap()
 }
@@ -126,10 +133,15 @@ fn when_prompt_tokenized_expect_ids_identical_to_python_tokenizer() {
 }
 
 fn end_to_end(kind: &str) {
+    end_to_end_on(kind, |_| BackendOptions::Cpu);
+}
+
+fn end_to_end_on(kind: &str, backend: impl Fn(&Path) -> BackendOptions) {
     let dir = fixtures().join("cases").join(format!("{kind}_end_to_end"));
     let case: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
-    let p = pipeline(case["checkpoint"].as_str().unwrap());
+    let checkpoint = case["checkpoint"].as_str().unwrap();
+    let mut p = pipeline_on(checkpoint, backend(&fixtures().join(checkpoint)));
     let raw = TensorFile::read(&dir.join("raw.safetensors")).unwrap();
     let frames: Vec<CameraFrame> = (0..2)
         .map(|i| {
@@ -177,13 +189,49 @@ fn when_raw_observation_expect_pi05_actions_as_lerobot_pipeline() {
     end_to_end("pi05");
 }
 
+/// The same raw observations through graphs `pi0d export` wrote, on ONNX Runtime.
+#[cfg(feature = "onnx")]
+#[test]
+fn when_raw_observation_through_onnx_graphs_expect_lerobot_pipeline_actions() {
+    use pi0d::policy::export::{export, pi0::ExportDtype, ExportOptions, ExternalData};
+    use pi0d::policy::graph::provider::OnnxOptions;
+    for kind in ["pi0", "pi05"] {
+        let out = common::scratch_dir(&format!("pipeline-onnx-{kind}"));
+        end_to_end_on(kind, |checkpoint| {
+            export(&ExportOptions {
+                checkpoint: checkpoint.to_path_buf(),
+                arch: None,
+                out: out.clone(),
+                cameras: 2,
+                batch: 1,
+                prompt_len: None,
+                dtype: ExportDtype::F32,
+                unroll: false,
+                external: ExternalData::Auto,
+                clamp_f16: false,
+                progress: false,
+            })
+            .unwrap();
+            BackendOptions::Onnx {
+                model_dir: out.clone(),
+                options: OnnxOptions {
+                    library: Some(common::ort_library()),
+                    ..Default::default()
+                },
+            }
+        });
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
+
 #[test]
 fn when_bundled_model_sees_the_sim_start_pose_expect_actions_near_it() {
-    let p = Pi0Pipeline::load(&PipelineOptions {
+    let mut p = Pi0Pipeline::load(&PipelineOptions {
         checkpoint: Path::new(env!("CARGO_MANIFEST_DIR")).join("models/tiny-pi0"),
         arch: None,
         tokenizer: None,
         threads: 1,
+        backend: BackendOptions::Cpu,
     })
     .unwrap();
     assert_eq!((p.state_dim, p.action_dim, p.cameras), (7, 7, 1));

@@ -4,6 +4,8 @@
 pub mod raw;
 pub mod ros_args;
 
+use crate::policy::graph::provider::{ExecutionProvider, OnnxOptions, CANN_PRECISION_MODES};
+use crate::policy::pi0::pipeline::BackendOptions;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -101,13 +103,14 @@ pub enum PolicySource {
     Scripted { amplitude: f64, frequency_hz: f64 },
     /// Chunks read from a JSON file, replayed in a loop.
     Replay { file: PathBuf },
-    /// The pi0 / pi0.5 model on the CPU.
+    /// The pi0 / pi0.5 model, on the CPU or as exported graphs.
     Pi0 {
         checkpoint: PathBuf,
         arch: Option<PathBuf>,
         tokenizer: Option<PathBuf>,
         threads: usize,
         seed: u64,
+        backend: BackendOptions,
     },
 }
 
@@ -842,6 +845,7 @@ fn policy_config(
                     );
                 },
                 seed: raw.seed,
+                backend: backend_options(c, raw, &resolve)?,
             },
             None => return c.fail("policy.checkpoint", "required when policy.kind = \"pi0\""),
         },
@@ -985,4 +989,81 @@ fn sim_config(
         cameras,
         events,
     })
+}
+
+/// `policy.backend` and `[policy.onnx]`.
+fn backend_options(
+    c: &Check,
+    raw: &raw::RawPolicy,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<BackendOptions, ConfigError> {
+    match (raw.backend.as_str(), &raw.onnx) {
+        ("cpu", _) => Ok(BackendOptions::Cpu),
+        ("onnx", None) => c.fail(
+            "policy.onnx",
+            "required when policy.backend = \"onnx\" (at least model_dir)",
+        ),
+        ("onnx", Some(o)) => {
+            let Some(dir) = &o.model_dir else {
+                return c.fail(
+                    "policy.onnx.model_dir",
+                    "required: the directory `pi0d export` wrote",
+                );
+            };
+            if o.device_id < 0 {
+                return c.fail(
+                    "policy.onnx.device_id",
+                    format!("expected 0 or more, found {}", o.device_id),
+                );
+            }
+            if !(0..=256).contains(&o.threads) {
+                return c.fail(
+                    "policy.onnx.threads",
+                    format!("expected 0 (runtime default) to 256, found {}", o.threads),
+                );
+            }
+            let provider = match o.provider.as_str() {
+                "cpu" => ExecutionProvider::Cpu,
+                "cuda" => ExecutionProvider::Cuda {
+                    device_id: o.device_id,
+                },
+                "tensorrt" => ExecutionProvider::TensorRt {
+                    device_id: o.device_id,
+                    fp16: o.tensorrt_fp16,
+                    engine_cache: o.tensorrt_cache.as_deref().map(resolve),
+                },
+                "cann" => ExecutionProvider::Cann {
+                    device_id: o.device_id,
+                    graph: o.cann_graph,
+                    precision_mode: match &o.precision_mode {
+                        Some(m) if !CANN_PRECISION_MODES.contains(&m.as_str()) => {
+                            return c.fail(
+                                "policy.onnx.precision_mode",
+                                format!("expected one of {CANN_PRECISION_MODES:?}, found \"{m}\""),
+                            )
+                        }
+                        m => m.clone(),
+                    },
+                },
+                other => return c.fail(
+                    "policy.onnx.provider",
+                    format!(
+                        "expected \"cpu\", \"cuda\", \"tensorrt\" or \"cann\", found \"{other}\""
+                    ),
+                ),
+            };
+            Ok(BackendOptions::Onnx {
+                model_dir: resolve(dir),
+                options: OnnxOptions {
+                    library: o.library.as_deref().map(resolve),
+                    provider,
+                    threads: o.threads,
+                },
+            })
+        }
+        (other, _) => c.fail(
+            "policy.backend",
+            format!("expected \"cpu\" or \"onnx\", found \"{other}\""),
+        ),
+    }
 }

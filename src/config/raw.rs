@@ -219,7 +219,42 @@ pub struct RawPolicy {
     pub threads: usize,
     #[serde(default)]
     pub seed: u64,
+    /// "cpu" or "onnx".
+    #[serde(default = "default_backend")]
+    pub backend: String,
+    pub onnx: Option<RawOnnx>,
     pub fault: Option<RawFault>,
+}
+
+fn default_backend() -> String {
+    "cpu".into()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_provider() -> String {
+    "cpu".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOnnx {
+    pub model_dir: Option<PathBuf>,
+    #[serde(default = "default_provider")]
+    pub provider: String,
+    #[serde(default)]
+    pub device_id: i32,
+    pub library: Option<PathBuf>,
+    #[serde(default)]
+    pub threads: usize,
+    #[serde(default = "default_true")]
+    pub cann_graph: bool,
+    pub precision_mode: Option<String>,
+    #[serde(default)]
+    pub tensorrt_fp16: bool,
+    pub tensorrt_cache: Option<PathBuf>,
 }
 
 fn default_threads() -> usize {

@@ -101,12 +101,14 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
             tokenizer,
             threads,
             seed,
+            backend,
         } => {
             let pipeline = pi0::pipeline::Pi0Pipeline::load(&pi0::pipeline::PipelineOptions {
                 checkpoint: checkpoint.clone(),
                 arch: arch.clone(),
                 tokenizer: tokenizer.clone(),
                 threads: *threads,
+                backend: backend.clone(),
             })?;
             if pipeline.action_dim != p.action_map.action_dim()
                 || pipeline.state_dim != p.action_map.action_dim()

@@ -190,3 +190,26 @@ pub fn edited_checkpoint(
     safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
     dir
 }
+
+/// The ONNX Runtime library of the venv `tools/test.sh` makes (or ORT_DYLIB_PATH).
+pub fn ort_library() -> PathBuf {
+    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
+        return p.into();
+    }
+    let lib = root().join(".venv/lib");
+    let found = std::fs::read_dir(&lib).ok().and_then(|dirs| {
+        dirs.flatten().find_map(|py| {
+            let capi = py.path().join("site-packages/onnxruntime/capi");
+            std::fs::read_dir(capi).ok()?.flatten().find_map(|f| {
+                let name = f.file_name().to_string_lossy().into_owned();
+                name.starts_with("libonnxruntime.so.").then(|| f.path())
+            })
+        })
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "no libonnxruntime.so.* under {}: run ./tools/test.sh (it installs the pinned onnxruntime wheel)",
+            lib.display()
+        )
+    })
+}

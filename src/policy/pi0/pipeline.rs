@@ -3,17 +3,19 @@
 //! tokenization from a local `tokenizer.json`, the model, action slicing and unnormalization.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 use tokenizers::Tokenizer;
 
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
-use super::model::{Pi0Input, Pi0Model, Timing, Variant, Workspace};
+use super::model::{Arch, Pi0Input, Pi0Model, Timing, Variant, Workspace};
 use super::normalize::Normalizer;
 use super::preprocess::frame_to_model_input;
 use crate::control::ActionChunk;
+use crate::policy::graph::manifest::Manifest;
+use crate::policy::graph::provider::OnnxOptions;
+use crate::policy::graph::{GraphError, GraphInputs, GraphModel, GraphRuntime};
 use crate::policy::{CameraFrame, Observation, Policy, PolicyError};
 
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +26,8 @@ pub enum PipelineError {
     Tokenizer { path: PathBuf, message: String },
     #[error("{0}")]
     Input(String),
+    #[error(transparent)]
+    Graph(#[from] GraphError),
 }
 
 pub struct PipelineOptions {
@@ -32,10 +36,43 @@ pub struct PipelineOptions {
     /// Defaults to `tokenizer.json` in the checkpoint directory.
     pub tokenizer: Option<PathBuf>,
     pub threads: usize,
+    pub backend: BackendOptions,
+}
+
+/// Where the model runs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BackendOptions {
+    /// pi0d's own CPU implementation, from the checkpoint's weights.
+    Cpu,
+    /// Graphs written by `pi0d export` (`model_dir`) on ONNX Runtime.
+    Onnx {
+        model_dir: PathBuf,
+        options: OnnxOptions,
+    },
+}
+
+/// The model stage of the pipeline.
+pub enum Backend {
+    Cpu {
+        model: Box<Pi0Model>,
+        workspace: Box<Workspace>,
+    },
+    Graph(Box<GraphModel<Box<dyn GraphRuntime>>>),
+}
+
+impl Backend {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Cpu { .. } => "cpu",
+            Backend::Graph(_) => "onnx",
+        }
+    }
 }
 
 pub struct Pi0Pipeline {
-    pub model: Pi0Model,
+    /// The model's sizes (read from the checkpoint whatever the backend).
+    pub arch: Arch,
+    pub backend: Backend,
     normalizer: Normalizer,
     tokenizer: Tokenizer,
     max_tokens: usize,
@@ -65,11 +102,50 @@ pub fn pi05_prompt(task: &str, normalized_state: &[f32]) -> String {
     format!("Task: {cleaned}, State: {};\nAction: ", state.join(" "))
 }
 
+/// Graphs exported from a different model than the checkpoint would compute garbage.
+fn check_manifest(m: &Manifest, a: &Arch, dir: &Path) -> Result<(), PipelineError> {
+    let variant = if a.variant == Variant::Pi05 {
+        "pi05"
+    } else {
+        "pi0"
+    };
+    let mismatch = [
+        ("variant", m.variant != variant),
+        ("batch (must be 1)", m.batch != 1),
+        ("chunk", m.chunk != a.chunk),
+        ("action_dim", m.action_dim != a.action_dim),
+        ("state_dim", m.state_dim != a.state_dim),
+        ("layers", m.layers != a.layers),
+        ("expert_width", m.expert_width != a.expert_width),
+        ("image_size", m.image_size != a.image_size),
+    ];
+    match mismatch.iter().find(|(_, bad)| *bad) {
+        Some((field, _)) => Err(PipelineError::Input(format!(
+            "{}: `{field}` does not match the checkpoint (exported from another model? re-run pi0d export)",
+            dir.join(crate::policy::graph::manifest::FILE).display()
+        ))),
+        None => Ok(()),
+    }
+}
+
 impl Pi0Pipeline {
     pub fn load(opts: &PipelineOptions) -> Result<Pi0Pipeline, PipelineError> {
         let overrides = opts.arch.as_deref().map(ArchOverrides::load).transpose()?;
         let ck = Checkpoint::load(&opts.checkpoint)?;
-        let model = Pi0Model::load(&ck, overrides, opts.threads)?;
+        let arch = Arch::from_checkpoint(&ck, overrides)?;
+        let backend = match &opts.backend {
+            BackendOptions::Cpu => Backend::Cpu {
+                model: Box::new(Pi0Model::load(&ck, overrides, opts.threads)?),
+                workspace: Box::default(),
+            },
+            BackendOptions::Onnx { model_dir, options } => {
+                let manifest = Manifest::load(model_dir).map_err(GraphError::from)?;
+                check_manifest(&manifest, &arch, model_dir)?;
+                Backend::Graph(Box::new(crate::policy::graph::load_onnx(
+                    model_dir, manifest, options,
+                )?))
+            }
+        };
         let dir = if opts.checkpoint.is_dir() {
             opts.checkpoint.clone()
         } else {
@@ -78,7 +154,7 @@ impl Pi0Pipeline {
                 .unwrap_or(Path::new("."))
                 .to_path_buf()
         };
-        let default_mode = if model.arch.variant == Variant::Pi05 {
+        let default_mode = if arch.variant == Variant::Pi05 {
             "QUANTILES"
         } else {
             "MEAN_STD"
@@ -102,32 +178,39 @@ impl Pi0Pipeline {
                 map.get(key).and_then(|f| f.shape.first().copied())
             };
         let cfg = &ck.config;
-        let action_dim =
-            feature_dim(&cfg.output_features, "action").unwrap_or(model.arch.action_dim);
+        let action_dim = feature_dim(&cfg.output_features, "action").unwrap_or(arch.action_dim);
         let state_dim = feature_dim(&cfg.input_features, "observation.state").unwrap_or(action_dim);
-        let cameras = cfg
-            .input_features
-            .values()
-            .filter(|f| f.kind == "VISUAL")
-            .count()
-            .max(1);
-        let max_tokens =
-            cfg.tokenizer_max_length
-                .unwrap_or(if model.arch.variant == Variant::Pi05 {
-                    200
-                } else {
-                    48
-                });
-        if action_dim > model.arch.action_dim || state_dim > model.arch.state_dim {
+        let cameras = match &backend {
+            // Exported graphs have a fixed camera count.
+            Backend::Graph(g) => g.manifest.cameras,
+            Backend::Cpu { .. } => cfg
+                .input_features
+                .values()
+                .filter(|f| f.kind == "VISUAL")
+                .count()
+                .max(1),
+        };
+        let max_tokens = match &backend {
+            Backend::Graph(g) => g.manifest.prompt_len,
+            Backend::Cpu { .. } => {
+                cfg.tokenizer_max_length
+                    .unwrap_or(if arch.variant == Variant::Pi05 {
+                        200
+                    } else {
+                        48
+                    })
+            }
+        };
+        if action_dim > arch.action_dim || state_dim > arch.state_dim {
             return Err(PipelineError::Input(format!(
                 "{}: robot action/state width {action_dim}/{state_dim} exceeds the model's {}/{}",
                 ck.path.display(),
-                model.arch.action_dim,
-                model.arch.state_dim
+                arch.action_dim,
+                arch.state_dim
             )));
         }
-        let arch = &model.arch;
         tracing::info!(
+            backend = backend.name(),
             checkpoint = %ck.path.display(),
             variant = ?arch.variant,
             vision = format!("{}x{} d{}", arch.vision_width, arch.vision_mlp, arch.vision_layers),
@@ -139,7 +222,8 @@ impl Pi0Pipeline {
             "pi0 model loaded"
         );
         Ok(Pi0Pipeline {
-            model,
+            arch,
+            backend,
             normalizer,
             tokenizer,
             max_tokens,
@@ -165,7 +249,7 @@ impl Pi0Pipeline {
 
     /// The prompt the model sees for `task` and the normalized state.
     pub fn prompt(&self, task: &str, normalized_state: &[f32]) -> String {
-        match self.model.arch.variant {
+        match self.arch.variant {
             Variant::Pi0 => format!("{task}\n"),
             Variant::Pi05 => pi05_prompt(task, normalized_state),
         }
@@ -179,26 +263,16 @@ impl Pi0Pipeline {
     }
 
     /// Raw observation to unnormalized actions `[chunk][action_dim]`, with the given noise.
+    /// The CPU backend reuses its workspace across calls (the denoising loop then allocates
+    /// nothing).
     pub fn run(
-        &self,
+        &mut self,
         frames: &[Option<&CameraFrame>],
         state: &[f32],
         task: &str,
         noise: &[f32],
     ) -> Result<(Vec<Vec<f32>>, Timing), PipelineError> {
-        self.run_with(frames, state, task, noise, &mut Workspace::default())
-    }
-
-    /// As `run`, reusing `ws` across chunks (the denoising loop then allocates nothing).
-    pub fn run_with(
-        &self,
-        frames: &[Option<&CameraFrame>],
-        state: &[f32],
-        task: &str,
-        noise: &[f32],
-        ws: &mut Workspace,
-    ) -> Result<(Vec<Vec<f32>>, Timing), PipelineError> {
-        let a = &self.model.arch;
+        let a = &self.arch;
         if state.len() != self.state_dim {
             return Err(PipelineError::Input(format!(
                 "state has {} values, the checkpoint expects {}",
@@ -236,7 +310,26 @@ impl Pi0Pipeline {
             state: &padded,
             noise,
         };
-        let (x, timing) = self.model.sample_actions_with(&input, ws);
+        let (x, timing) = match &mut self.backend {
+            Backend::Cpu { model, workspace } => model.sample_actions_with(&input, workspace),
+            Backend::Graph(g) => {
+                let (x, t) = g.sample(&GraphInputs {
+                    images: input.images.clone(),
+                    image_masks: input.image_masks.iter().map(|m| vec![*m]).collect(),
+                    tokens: input.tokens,
+                    token_masks: input.token_masks,
+                    state: input.state,
+                    noise: input.noise,
+                })?;
+                (
+                    x,
+                    Timing {
+                        prefix_ms: t.prefix_ms,
+                        steps_ms: t.steps_ms,
+                    },
+                )
+            }
+        };
         let actions = x
             .chunks_exact(a.action_dim)
             .map(|row| {
@@ -251,8 +344,7 @@ impl Pi0Pipeline {
 
 /// pi0 as the daemon's policy: samples fresh noise for every chunk.
 pub struct Pi0Policy {
-    pipeline: Arc<Pi0Pipeline>,
-    workspace: Workspace,
+    pipeline: Pi0Pipeline,
     rng: rand::rngs::StdRng,
     step_period_s: f64,
 }
@@ -260,8 +352,7 @@ pub struct Pi0Policy {
 impl Pi0Policy {
     pub fn new(pipeline: Pi0Pipeline, step_period_s: f64, seed: u64) -> Pi0Policy {
         Pi0Policy {
-            pipeline: Arc::new(pipeline),
-            workspace: Workspace::default(),
+            pipeline,
             rng: rand::rngs::StdRng::seed_from_u64(seed),
             step_period_s,
         }
@@ -274,15 +365,15 @@ impl Policy for Pi0Policy {
     }
 
     fn infer(&mut self, obs: &Observation) -> Result<ActionChunk, PolicyError> {
-        let p = &self.pipeline;
-        let a = &p.model.arch;
+        let p = &mut self.pipeline;
+        let a = &p.arch;
         let noise: Vec<f32> = (0..a.chunk * a.action_dim)
             .map(|_| StandardNormal.sample(&mut self.rng))
             .collect();
         let frames: Vec<Option<&CameraFrame>> = obs.images.iter().map(|f| f.as_deref()).collect();
         let state: Vec<f32> = obs.state.iter().map(|x| *x as f32).collect();
         let (actions, _) = p
-            .run_with(&frames, &state, &obs.prompt, &noise, &mut self.workspace)
+            .run(&frames, &state, &obs.prompt, &noise)
             .map_err(|e| PolicyError::Failed(e.to_string()))?;
         Ok(ActionChunk {
             obs_stamp: obs.stamp,
