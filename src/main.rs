@@ -63,21 +63,25 @@ enum Command {
         /// Matmul threads (default: all cores).
         #[arg(long)]
         threads: Option<usize>,
-        /// cpu (native Rust) or onnx (exported graphs on ONNX Runtime).
-        #[arg(long, default_value = "cpu", value_parser = ["cpu", "onnx"])]
+        /// cpu (native Rust), onnx (exported graphs on ONNX Runtime) or acl (the graphs
+        /// compiled by ATC, on an Ascend NPU).
+        #[arg(long, default_value = "cpu", value_parser = ["cpu", "onnx", "acl"])]
         backend: String,
-        /// Directory written by `pi0d export` (the `onnx` backend).
-        #[arg(long, required_if_eq("backend", "onnx"))]
+        /// Directory written by `pi0d export` (the `onnx` and `acl` backends).
+        #[arg(long, required_if_eq_any([("backend", "onnx"), ("backend", "acl")]))]
         model_dir: Option<PathBuf>,
         /// ONNX Runtime execution provider: cpu, cuda, tensorrt or cann.
         #[arg(long, default_value = "cpu")]
         provider: String,
-        /// Device for the cuda, tensorrt and cann providers.
+        /// Device for the cuda, tensorrt and cann providers and the acl backend.
         #[arg(long, default_value_t = 0)]
         device_id: i32,
         /// The ONNX Runtime library (default: ORT_DYLIB_PATH, else libonnxruntime.so).
         #[arg(long)]
         onnx_library: Option<PathBuf>,
+        /// AscendCL's libascendcl.so (default: $ASCEND_HOME_PATH/lib64, CANN's install paths).
+        #[arg(long)]
+        acl_library: Option<PathBuf>,
     },
     /// Export the model as static ONNX graphs (prefix -> KV cache, denoise step) plus
     /// manifest.json, for ONNX Runtime, TensorRT or Ascend's ATC.
@@ -172,18 +176,24 @@ fn main() -> ExitCode {
             provider,
             device_id,
             onnx_library,
+            acl_library,
         } => {
-            let result = match (backend.as_str(), checkpoint, model_dir) {
-                ("onnx", _, Some(dir)) => infer_onnx(
-                    &dir,
-                    &inputs,
-                    &output,
-                    repeat,
-                    threads,
-                    &provider,
+            let runtime = match backend.as_str() {
+                "acl" => GraphBackend::Acl(pi0d::policy::graph::acl::AclOptions {
+                    library: acl_library,
                     device_id,
-                    onnx_library,
-                ),
+                }),
+                _ => GraphBackend::Onnx {
+                    provider,
+                    device_id,
+                    library: onnx_library,
+                    threads,
+                },
+            };
+            let result = match (backend.as_str(), checkpoint, model_dir) {
+                ("onnx" | "acl", _, Some(dir)) => {
+                    infer_graphs(&dir, &inputs, &output, repeat, &runtime)
+                }
                 (_, Some(ck), _) => infer(&ck, arch.as_deref(), &inputs, &output, repeat, threads),
                 _ => Err(anyhow::anyhow!(
                     "--checkpoint (cpu) or --model-dir (onnx) is required"
@@ -349,29 +359,28 @@ fn infer(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn infer_onnx(
+/// The runtime `pi0d infer` runs exported graphs on.
+enum GraphBackend {
+    Onnx {
+        provider: String,
+        device_id: i32,
+        library: Option<PathBuf>,
+        threads: Option<usize>,
+    },
+    Acl(pi0d::policy::graph::acl::AclOptions),
+}
+
+fn infer_graphs(
     dir: &std::path::Path,
     inputs: &std::path::Path,
     output: &std::path::Path,
     repeat: usize,
-    threads: Option<usize>,
-    provider: &str,
-    device_id: i32,
-    library: Option<PathBuf>,
+    backend: &GraphBackend,
 ) -> anyhow::Result<()> {
     use pi0d::policy::graph::manifest::Manifest;
     use pi0d::policy::graph::provider::{ExecutionProvider, OnnxOptions};
     use pi0d::policy::pi0::infer::{self, BatchDims};
     let m = Manifest::load(dir)?;
-    let provider = ExecutionProvider::parse(provider, device_id).ok_or_else(|| {
-        anyhow::anyhow!("--provider {provider:?}: expected cpu, cuda, tensorrt or cann")
-    })?;
-    let opts = OnnxOptions {
-        library,
-        provider,
-        threads: threads.unwrap_or(0),
-    };
     let batch = infer::Batch::read_for(
         inputs,
         &BatchDims {
@@ -381,7 +390,25 @@ fn infer_onnx(
             action_dim: m.action_dim,
         },
     )?;
-    let mut model = pi0d::policy::graph::load_onnx(dir, m, &opts)?;
+    let mut model = match backend {
+        GraphBackend::Onnx {
+            provider,
+            device_id,
+            library,
+            threads,
+        } => {
+            let provider = ExecutionProvider::parse(provider, *device_id).ok_or_else(|| {
+                anyhow::anyhow!("--provider {provider:?}: expected cpu, cuda, tensorrt or cann")
+            })?;
+            let opts = OnnxOptions {
+                library: library.clone(),
+                provider,
+                threads: threads.unwrap_or(0),
+            };
+            pi0d::policy::graph::load_onnx(dir, m, &opts)?
+        }
+        GraphBackend::Acl(opts) => pi0d::policy::graph::load_acl(dir, m, opts)?,
+    };
     let mut last = None;
     for _ in 0..repeat.max(1) {
         let (actions, t) = model.sample(&batch.graph_inputs())?;

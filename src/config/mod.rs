@@ -4,6 +4,7 @@
 pub mod raw;
 pub mod ros_args;
 
+use crate::policy::graph::acl::AclOptions;
 use crate::policy::graph::provider::{ExecutionProvider, OnnxOptions, CANN_PRECISION_MODES};
 use crate::policy::pi0::pipeline::BackendOptions;
 use std::collections::BTreeMap;
@@ -1045,12 +1046,14 @@ fn backend_options(
                         m => m.clone(),
                     },
                 },
-                other => return c.fail(
-                    "policy.onnx.provider",
-                    format!(
+                other => {
+                    return c.fail(
+                        "policy.onnx.provider",
+                        format!(
                         "expected \"cpu\", \"cuda\", \"tensorrt\" or \"cann\", found \"{other}\""
                     ),
-                ),
+                    )
+                }
             };
             Ok(BackendOptions::Onnx {
                 model_dir: resolve(dir),
@@ -1061,9 +1064,36 @@ fn backend_options(
                 },
             })
         }
+        ("acl", _) => {
+            let Some(a) = &raw.acl else {
+                return c.fail(
+                    "policy.acl",
+                    "required when policy.backend = \"acl\" (at least model_dir)",
+                );
+            };
+            let Some(dir) = &a.model_dir else {
+                return c.fail(
+                    "policy.acl.model_dir",
+                    "required: the directory `pi0d export` wrote, with the .om files ATC made",
+                );
+            };
+            if a.device_id < 0 {
+                return c.fail(
+                    "policy.acl.device_id",
+                    format!("expected 0 or more, found {}", a.device_id),
+                );
+            }
+            Ok(BackendOptions::Acl {
+                model_dir: resolve(dir),
+                options: AclOptions {
+                    library: a.library.as_deref().map(resolve),
+                    device_id: a.device_id,
+                },
+            })
+        }
         (other, _) => c.fail(
             "policy.backend",
-            format!("expected \"cpu\" or \"onnx\", found \"{other}\""),
+            format!("expected \"cpu\", \"onnx\" or \"acl\", found \"{other}\""),
         ),
     }
 }

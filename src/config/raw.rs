@@ -223,6 +223,7 @@ pub struct RawPolicy {
     #[serde(default = "default_backend")]
     pub backend: String,
     pub onnx: Option<RawOnnx>,
+    pub acl: Option<RawAcl>,
     pub fault: Option<RawFault>,
 }
 
@@ -236,6 +237,15 @@ fn default_true() -> bool {
 
 fn default_provider() -> String {
     "cpu".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAcl {
+    pub model_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub device_id: i32,
+    pub library: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]

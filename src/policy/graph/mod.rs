@@ -3,6 +3,7 @@
 //! denoise graph once per step (or once, unrolled); a runtime only moves tensors in and out of
 //! its device and keeps the KV cache there between the two graphs.
 
+pub mod acl;
 pub mod manifest;
 #[cfg(feature = "onnx")]
 pub mod onnx;
@@ -34,9 +35,9 @@ pub trait GraphRuntime: Send {
         tables: &PrefixTables,
     ) -> Result<(), GraphError>;
 
-    /// Runs the denoise graph on the cached KV: one step (`time` `[B, ew]`, `x` becomes
-    /// `x_{t+dt}`) or, unrolled, all steps (`time` `[steps, B, ew]`, `x` goes from noise to
-    /// actions).
+    /// Runs every denoising step on the cached KV: `x` goes from noise to actions; `time` holds
+    /// each step's embedding (`[steps, B, ew]`). A looped graph runs once per step, an unrolled
+    /// one once.
     fn run_denoise(
         &mut self,
         state: Option<&[f32]>,
@@ -85,6 +86,16 @@ pub fn load_onnx(
             "this pi0d was built without the `onnx` feature (cargo build --features onnx)".into(),
         ))
     }
+}
+
+/// The exported graphs in `dir`, compiled by ATC (`.om`), on an Ascend NPU through AscendCL.
+pub fn load_acl(
+    dir: &std::path::Path,
+    manifest: Manifest,
+    opts: &acl::AclOptions,
+) -> Result<GraphModel<Box<dyn GraphRuntime>>, GraphError> {
+    let rt = acl::AclRuntime::load(dir, &manifest, opts)?;
+    Ok(GraphModel::new(manifest, Box::new(rt)))
 }
 
 /// One batch of model inputs (preprocessed, as `pi0d infer` reads them).
@@ -174,15 +185,8 @@ impl<R: GraphRuntime> GraphModel<R> {
         let prefix_ms = started.elapsed().as_secs_f64() * 1e3;
         let state = (!self.manifest.is_pi05()).then_some(inputs.state);
         let mut x = inputs.noise.to_vec();
-        if self.manifest.unrolled {
-            self.runtime
-                .run_denoise(state, &mut x, &self.time, &suffix)?;
-        } else {
-            let per_step = self.manifest.batch * self.manifest.expert_width;
-            for step in self.time.chunks_exact(per_step) {
-                self.runtime.run_denoise(state, &mut x, step, &suffix)?;
-            }
-        }
+        self.runtime
+            .run_denoise(state, &mut x, &self.time, &suffix)?;
         let total = started.elapsed().as_secs_f64() * 1e3;
         Ok((
             x,

@@ -196,6 +196,8 @@ pub struct OnnxRuntime {
     suffix_sin: HostInput<f32>,
     /// The prefix's output, kept on the provider's device between runs.
     kv: Option<DynValue>,
+    /// Graph runs per denoising: one when unrolled, else one per step.
+    runs: usize,
     /// The provider (its memory info is made per run: `MemoryInfo` is not `Send`).
     provider: ExecutionProvider,
     out_name: &'static str,
@@ -275,6 +277,7 @@ impl OnnxRuntime {
             prefix_binding,
             denoise_binding,
             kv: None,
+            runs: if m.unrolled { 1 } else { m.steps },
             out_name,
         })
     }
@@ -330,30 +333,36 @@ impl GraphRuntime for OnnxRuntime {
         if let (Some(input), Some(s)) = (self.state.as_mut(), state) {
             input.bind(bind, s)?;
         }
-        self.x.bind(bind, x)?;
-        self.time.bind(bind, time)?;
         self.suffix_bias.bind(bind, &t.bias)?;
         self.suffix_cos.bind(bind, &t.cos)?;
         self.suffix_sin.bind(bind, &t.sin)?;
-        let out = self
-            .denoise
-            .run_binding(bind)
-            .map_err(rt("running the denoise graph"))?;
-        let v = out
-            .get(self.out_name)
-            .ok_or_else(|| GraphError::Runtime(format!("no `{}` output", self.out_name)))?;
-        let (_, data) = v
-            .try_extract_tensor::<f32>()
-            .map_err(rt("reading the output"))?;
-        if data.len() != x.len() {
-            return Err(GraphError::Runtime(format!(
-                "`{}` has {} values, expected {}",
-                self.out_name,
-                data.len(),
-                x.len()
-            )));
+        let per_run = time.len() / self.runs;
+        for run in 0..self.runs {
+            self.x.bind(&mut self.denoise_binding, x)?;
+            self.time.bind(
+                &mut self.denoise_binding,
+                &time[run * per_run..(run + 1) * per_run],
+            )?;
+            let out = self
+                .denoise
+                .run_binding(&self.denoise_binding)
+                .map_err(rt("running the denoise graph"))?;
+            let v = out
+                .get(self.out_name)
+                .ok_or_else(|| GraphError::Runtime(format!("no `{}` output", self.out_name)))?;
+            let (_, data) = v
+                .try_extract_tensor::<f32>()
+                .map_err(rt("reading the output"))?;
+            if data.len() != x.len() {
+                return Err(GraphError::Runtime(format!(
+                    "`{}` has {} values, expected {}",
+                    self.out_name,
+                    data.len(),
+                    x.len()
+                )));
+            }
+            x.copy_from_slice(data);
         }
-        x.copy_from_slice(data);
         Ok(())
     }
 }

@@ -13,6 +13,7 @@ use super::model::{Arch, Pi0Input, Pi0Model, Timing, Variant, Workspace};
 use super::normalize::Normalizer;
 use super::preprocess::frame_to_model_input;
 use crate::control::ActionChunk;
+use crate::policy::graph::acl::AclOptions;
 use crate::policy::graph::manifest::Manifest;
 use crate::policy::graph::provider::OnnxOptions;
 use crate::policy::graph::{GraphError, GraphInputs, GraphModel, GraphRuntime};
@@ -49,6 +50,11 @@ pub enum BackendOptions {
         model_dir: PathBuf,
         options: OnnxOptions,
     },
+    /// The same graphs compiled by ATC (`.om`) on an Ascend NPU through AscendCL.
+    Acl {
+        model_dir: PathBuf,
+        options: AclOptions,
+    },
 }
 
 /// The model stage of the pipeline.
@@ -57,14 +63,15 @@ pub enum Backend {
         model: Box<Pi0Model>,
         workspace: Box<Workspace>,
     },
-    Graph(Box<GraphModel<Box<dyn GraphRuntime>>>),
+    /// Exported graphs on a graph runtime (its name, the model).
+    Graph(&'static str, Box<GraphModel<Box<dyn GraphRuntime>>>),
 }
 
 impl Backend {
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Cpu { .. } => "cpu",
-            Backend::Graph(_) => "onnx",
+            Backend::Graph(name, _) => name,
         }
     }
 }
@@ -141,9 +148,22 @@ impl Pi0Pipeline {
             BackendOptions::Onnx { model_dir, options } => {
                 let manifest = Manifest::load(model_dir).map_err(GraphError::from)?;
                 check_manifest(&manifest, &arch, model_dir)?;
-                Backend::Graph(Box::new(crate::policy::graph::load_onnx(
-                    model_dir, manifest, options,
-                )?))
+                Backend::Graph(
+                    "onnx",
+                    Box::new(crate::policy::graph::load_onnx(
+                        model_dir, manifest, options,
+                    )?),
+                )
+            }
+            BackendOptions::Acl { model_dir, options } => {
+                let manifest = Manifest::load(model_dir).map_err(GraphError::from)?;
+                check_manifest(&manifest, &arch, model_dir)?;
+                Backend::Graph(
+                    "acl",
+                    Box::new(crate::policy::graph::load_acl(
+                        model_dir, manifest, options,
+                    )?),
+                )
             }
         };
         let dir = if opts.checkpoint.is_dir() {
@@ -182,7 +202,7 @@ impl Pi0Pipeline {
         let state_dim = feature_dim(&cfg.input_features, "observation.state").unwrap_or(action_dim);
         let cameras = match &backend {
             // Exported graphs have a fixed camera count.
-            Backend::Graph(g) => g.manifest.cameras,
+            Backend::Graph(_, g) => g.manifest.cameras,
             Backend::Cpu { .. } => cfg
                 .input_features
                 .values()
@@ -191,7 +211,7 @@ impl Pi0Pipeline {
                 .max(1),
         };
         let max_tokens = match &backend {
-            Backend::Graph(g) => g.manifest.prompt_len,
+            Backend::Graph(_, g) => g.manifest.prompt_len,
             Backend::Cpu { .. } => {
                 cfg.tokenizer_max_length
                     .unwrap_or(if arch.variant == Variant::Pi05 {
@@ -312,7 +332,7 @@ impl Pi0Pipeline {
         };
         let (x, timing) = match &mut self.backend {
             Backend::Cpu { model, workspace } => model.sample_actions_with(&input, workspace),
-            Backend::Graph(g) => {
+            Backend::Graph(_, g) => {
                 let (x, t) = g.sample(&GraphInputs {
                     images: input.images.clone(),
                     image_masks: input.image_masks.iter().map(|m| vec![*m]).collect(),

@@ -1,0 +1,549 @@
+//! The `acl` graph runtime: the exported graphs compiled by ATC into offline models (`.om`),
+//! run through AscendCL on an Ascend NPU (Atlas 300I / 200I / 800 boards).
+//!
+//! Everything AscendCL touches lives on one dedicated thread that owns the context and stream
+//! (AscendCL contexts are per thread). Device buffers and the models' datasets are made once at
+//! load (`plan`); per observation the host uploads the inputs, the prefix and all denoising steps
+//! are queued on the stream back to back (the KV cache and `x` never leave the device), and one
+//! synchronization later the actions are read back.
+
+pub mod error;
+pub mod ffi;
+pub mod plan;
+
+use std::ffi::{c_void, CStr, CString};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use super::manifest::Manifest;
+use super::tables::{PrefixTables, SuffixTables};
+use super::{GraphError, GraphRuntime};
+use ffi::{AclApi, Handle};
+use plan::{BufferPlan, Execution, HostSource, ModelIo};
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AclOptions {
+    /// `libascendcl.so`; default: `$ASCEND_HOME_PATH/lib64`, CANN's install paths, the loader's.
+    pub library: Option<PathBuf>,
+    pub device_id: i32,
+}
+
+/// The offline model ATC writes for an exported graph (`prefix.onnx` -> `prefix.om`).
+pub fn om_file(onnx_file: &str) -> String {
+    format!("{}.om", onnx_file.trim_end_matches(".onnx"))
+}
+
+/// A plain-data slice as bytes.
+fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: T is f32 or i64 here (no padding, every byte initialized); the length covers
+    // exactly the slice's memory.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+enum Request {
+    Prefix {
+        images: Vec<Vec<f32>>,
+        tokens: Vec<i64>,
+        tables: PrefixTables,
+    },
+    Denoise {
+        state: Option<Vec<f32>>,
+        x: Vec<f32>,
+        time: Vec<f32>,
+        tables: SuffixTables,
+    },
+}
+
+type Reply = Result<Vec<f32>, GraphError>;
+
+pub struct AclRuntime {
+    requests: Option<mpsc::Sender<(Request, mpsc::Sender<Reply>)>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl AclRuntime {
+    /// Starts the AscendCL thread and loads `prefix.om` and the denoise `.om` from `dir`.
+    pub fn load(dir: &Path, m: &Manifest, opts: &AclOptions) -> Result<AclRuntime, GraphError> {
+        let plan = plan::plan(m).map_err(GraphError::Runtime)?;
+        let (tx, rx) = mpsc::channel::<(Request, mpsc::Sender<Reply>)>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), GraphError>>();
+        let (dir, m, opts) = (dir.to_path_buf(), m.clone(), opts.clone());
+        let thread = std::thread::Builder::new()
+            .name("pi0d-acl".into())
+            .spawn(move || {
+                let mut device = match Device::open(&dir, &m, &opts, plan) {
+                    Ok(d) => {
+                        let _ = ready_tx.send(Ok(()));
+                        d
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                for (request, reply) in rx {
+                    let _ = reply.send(device.serve(request));
+                }
+            })
+            .map_err(|e| GraphError::Runtime(format!("cannot start the AscendCL thread: {e}")))?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(AclRuntime {
+                requests: Some(tx),
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(GraphError::Runtime(
+                    "the AscendCL thread died while loading".into(),
+                ))
+            }
+        }
+    }
+
+    fn call(&self, request: Request) -> Reply {
+        let (tx, rx) = mpsc::channel();
+        self.requests
+            .as_ref()
+            .and_then(|r| r.send((request, tx)).ok())
+            .ok_or_else(|| GraphError::Runtime("the AscendCL thread is gone".into()))?;
+        rx.recv()
+            .map_err(|_| GraphError::Runtime("the AscendCL thread died during a run".into()))?
+    }
+}
+
+impl Drop for AclRuntime {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop; it then releases the device.
+        self.requests.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl GraphRuntime for AclRuntime {
+    fn run_prefix(
+        &mut self,
+        images: &[&[f32]],
+        tokens: &[i64],
+        tables: &PrefixTables,
+    ) -> Result<(), GraphError> {
+        self.call(Request::Prefix {
+            images: images.iter().map(|i| i.to_vec()).collect(),
+            tokens: tokens.to_vec(),
+            tables: tables.clone(),
+        })
+        .map(|_| ())
+    }
+
+    fn run_denoise(
+        &mut self,
+        state: Option<&[f32]>,
+        x: &mut [f32],
+        time: &[f32],
+        tables: &SuffixTables,
+    ) -> Result<(), GraphError> {
+        let out = self.call(Request::Denoise {
+            state: state.map(<[f32]>::to_vec),
+            x: x.to_vec(),
+            time: time.to_vec(),
+            tables: tables.clone(),
+        })?;
+        if out.len() != x.len() {
+            return Err(GraphError::Runtime(format!(
+                "the NPU returned {} action values, expected {}",
+                out.len(),
+                x.len()
+            )));
+        }
+        x.copy_from_slice(&out);
+        Ok(())
+    }
+}
+
+struct Model {
+    id: u32,
+    desc: *mut c_void,
+}
+
+/// A model execution's datasets and the data buffers inside them.
+struct Datasets {
+    input: *mut c_void,
+    output: *mut c_void,
+    buffers: Vec<*mut c_void>,
+}
+
+/// AscendCL state, owned by the AscendCL thread only.
+struct Device {
+    api: AclApi,
+    device_id: i32,
+    context: Handle,
+    stream: Handle,
+    models: Vec<Model>,
+    memory: Vec<*mut c_void>,
+    prefix: Option<Datasets>,
+    denoise: Vec<Datasets>,
+    plan: BufferPlan,
+}
+
+impl Device {
+    fn check(&self, call: &str, code: ffi::AclError) -> Result<(), GraphError> {
+        if code == 0 {
+            return Ok(());
+        }
+        // SAFETY: aclGetRecentErrMsg returns null or a NUL-terminated string owned by
+        // AscendCL, valid until the next AscendCL call on this thread; it is copied at once.
+        let recent = unsafe {
+            let p = (self.api.aclGetRecentErrMsg)();
+            (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+        };
+        Err(GraphError::Runtime(error::message(
+            call,
+            code,
+            recent.as_deref(),
+        )))
+    }
+
+    fn open(
+        dir: &Path,
+        m: &Manifest,
+        opts: &AclOptions,
+        plan: BufferPlan,
+    ) -> Result<Device, GraphError> {
+        let api = ffi::load(opts.library.as_deref()).map_err(GraphError::Runtime)?;
+        let mut d = Device {
+            api,
+            device_id: opts.device_id,
+            context: std::ptr::null_mut(),
+            stream: std::ptr::null_mut(),
+            models: Vec::new(),
+            memory: Vec::new(),
+            prefix: None,
+            denoise: Vec::new(),
+            plan,
+        };
+        // SAFETY (this block and the calls below): AscendCL functions called with the argument
+        // types they are documented with (`ffi`), out-pointers to live locals, and handles this
+        // thread created and has not released.
+        unsafe {
+            let code = (d.api.aclInit)(std::ptr::null());
+            // 100002: already initialized in this process (a second runtime): fine.
+            if code != 100002 {
+                d.check("aclInit", code)?;
+            }
+            d.check("aclrtSetDevice", (d.api.aclrtSetDevice)(d.device_id))?;
+            let mut ctx = std::ptr::null_mut();
+            d.check(
+                "aclrtCreateContext",
+                (d.api.aclrtCreateContext)(&mut ctx, d.device_id),
+            )?;
+            d.context = ctx;
+            let mut stream = std::ptr::null_mut();
+            d.check("aclrtCreateStream", (d.api.aclrtCreateStream)(&mut stream))?;
+            d.stream = stream;
+        }
+        for (graph, entry) in [("prefix", &m.graphs.prefix), ("denoise", &m.graphs.denoise)] {
+            let path = dir.join(om_file(&entry.file));
+            let model = d.load_model(&path)?;
+            let io = d.model_io(&model);
+            d.models.push(model);
+            let exec = if graph == "prefix" {
+                &d.plan.prefix
+            } else {
+                &d.plan.denoise[0]
+            };
+            plan::check_model(&path.display().to_string(), &io, exec, &entry.inputs)
+                .map_err(GraphError::Runtime)?;
+        }
+        for b in d.plan.buffers.clone() {
+            let mut ptr = std::ptr::null_mut();
+            // SAFETY: as above.
+            let code = unsafe {
+                (d.api.aclrtMalloc)(&mut ptr, b.bytes.max(1), ffi::ACL_MEM_MALLOC_HUGE_FIRST)
+            };
+            d.check(
+                &format!("aclrtMalloc({} bytes for {})", b.bytes, b.name),
+                code,
+            )?;
+            d.memory.push(ptr);
+        }
+        let prefix = d.plan.prefix.clone();
+        d.prefix = Some(d.datasets(&prefix)?);
+        for e in d.plan.denoise.clone() {
+            let ds = d.datasets(&e)?;
+            d.denoise.push(ds);
+        }
+        tracing::info!(
+            device = d.device_id,
+            library = %d.api.path.display(),
+            buffers = d.plan.buffers.len(),
+            device_mb = d.plan.buffers.iter().map(|b| b.bytes).sum::<usize>() as f64 / 1e6,
+            "AscendCL models loaded"
+        );
+        Ok(d)
+    }
+
+    fn load_model(&self, path: &Path) -> Result<Model, GraphError> {
+        if !path.is_file() {
+            return Err(GraphError::Runtime(format!(
+                "{} not found: compile the graphs with the ATC commands `pi0d export --atc SOC` prints",
+                path.display()
+            )));
+        }
+        let c_path = CString::new(path.display().to_string())
+            .map_err(|_| GraphError::Runtime(format!("{}: NUL in path", path.display())))?;
+        let mut id = 0u32;
+        // SAFETY: as in `open`.
+        unsafe {
+            self.check(
+                &format!("aclmdlLoadFromFile({})", path.display()),
+                (self.api.aclmdlLoadFromFile)(c_path.as_ptr(), &mut id),
+            )?;
+            let desc = (self.api.aclmdlCreateDesc)();
+            if desc.is_null() {
+                return Err(GraphError::Runtime("aclmdlCreateDesc returned null".into()));
+            }
+            self.check("aclmdlGetDesc", (self.api.aclmdlGetDesc)(desc, id))?;
+            Ok(Model { id, desc })
+        }
+    }
+
+    fn model_io(&self, model: &Model) -> ModelIo {
+        let name = |p: *const std::ffi::c_char| {
+            // SAFETY: null or a NUL-terminated name owned by the model description.
+            (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        };
+        // SAFETY: `desc` describes a loaded model; indices are below the reported counts.
+        unsafe {
+            let a = &self.api;
+            let n_in = (a.aclmdlGetNumInputs)(model.desc);
+            let n_out = (a.aclmdlGetNumOutputs)(model.desc);
+            ModelIo {
+                inputs: (0..n_in)
+                    .map(|i| {
+                        (
+                            name((a.aclmdlGetInputNameByIndex)(model.desc, i)),
+                            (a.aclmdlGetInputSizeByIndex)(model.desc, i),
+                        )
+                    })
+                    .collect(),
+                outputs: (0..n_out)
+                    .map(|i| {
+                        (
+                            name((a.aclmdlGetOutputNameByIndex)(model.desc, i)),
+                            (a.aclmdlGetOutputSizeByIndex)(model.desc, i),
+                        )
+                    })
+                    .collect(),
+            }
+        }
+    }
+
+    /// Input and output datasets over the planned device buffers of one execution.
+    fn datasets(&self, e: &Execution) -> Result<Datasets, GraphError> {
+        // SAFETY: as in `open`; every slot lies inside its allocation (the plan sized them).
+        unsafe {
+            let mut ds = Datasets {
+                input: (self.api.aclmdlCreateDataset)(),
+                output: (self.api.aclmdlCreateDataset)(),
+                buffers: Vec::new(),
+            };
+            if ds.input.is_null() || ds.output.is_null() {
+                return Err(GraphError::Runtime(
+                    "aclmdlCreateDataset returned null".into(),
+                ));
+            }
+            for (set, slots) in [(ds.input, &e.inputs), (ds.output, &e.outputs)] {
+                for s in slots {
+                    let ptr = (self.memory[s.buffer] as *mut u8).add(s.offset) as *mut c_void;
+                    let buf = (self.api.aclCreateDataBuffer)(ptr, s.bytes);
+                    if buf.is_null() {
+                        return Err(GraphError::Runtime(
+                            "aclCreateDataBuffer returned null".into(),
+                        ));
+                    }
+                    ds.buffers.push(buf);
+                    self.check(
+                        "aclmdlAddDatasetBuffer",
+                        (self.api.aclmdlAddDatasetBuffer)(set, buf),
+                    )?;
+                }
+            }
+            Ok(ds)
+        }
+    }
+
+    fn upload(&self, buffer: usize, data: &[u8], what: &str) -> Result<(), GraphError> {
+        let bytes = self.plan.buffers[buffer].bytes;
+        if data.len() != bytes {
+            return Err(GraphError::Input {
+                name: what.into(),
+                message: format!("{} bytes, the model takes {bytes}", data.len()),
+            });
+        }
+        // SAFETY: as in `open`; the destination holds `bytes`, the source `data.len()` equal.
+        let code = unsafe {
+            (self.api.aclrtMemcpy)(
+                self.memory[buffer],
+                bytes,
+                data.as_ptr() as *const c_void,
+                bytes,
+                ffi::ACL_MEMCPY_HOST_TO_DEVICE,
+            )
+        };
+        self.check(&format!("aclrtMemcpy({what} to the device)"), code)
+    }
+
+    fn execute(&self, model: usize, ds: &Datasets) -> Result<(), GraphError> {
+        // SAFETY: as in `open`.
+        let code = unsafe {
+            (self.api.aclmdlExecuteAsync)(self.models[model].id, ds.input, ds.output, self.stream)
+        };
+        self.check("aclmdlExecuteAsync", code)
+    }
+
+    fn serve(&mut self, request: Request) -> Reply {
+        // SAFETY: the context was created by this thread.
+        self.check("aclrtSetCurrentContext", unsafe {
+            (self.api.aclrtSetCurrentContext)(self.context)
+        })?;
+        let uploads = self.plan.uploads.clone();
+        match request {
+            Request::Prefix {
+                images,
+                tokens,
+                tables,
+            } => {
+                for (source, buffer) in uploads {
+                    let data: &[u8] = match source {
+                        HostSource::Image(i) => {
+                            as_bytes(images.get(i).map(Vec::as_slice).unwrap_or(&[]))
+                        }
+                        HostSource::Tokens => as_bytes(&tokens),
+                        HostSource::PrefixBias => as_bytes(&tables.bias),
+                        HostSource::PrefixCos => as_bytes(&tables.cos),
+                        HostSource::PrefixSin => as_bytes(&tables.sin),
+                        _ => continue,
+                    };
+                    self.upload(buffer, data, &format!("{source:?}"))?;
+                }
+                let prefix = self.prefix.as_ref().expect("made at load");
+                self.execute(0, prefix)?;
+                // SAFETY: as in `open`.
+                self.check("aclrtSynchronizeStream", unsafe {
+                    (self.api.aclrtSynchronizeStream)(self.stream)
+                })?;
+                Ok(Vec::new())
+            }
+            Request::Denoise {
+                state,
+                x,
+                time,
+                tables,
+            } => {
+                for (source, buffer) in uploads {
+                    let data: &[u8] = match source {
+                        HostSource::State => as_bytes(state.as_deref().unwrap_or(&[])),
+                        HostSource::Noise => as_bytes(&x),
+                        HostSource::Time => as_bytes(&time),
+                        HostSource::SuffixBias => as_bytes(&tables.bias),
+                        HostSource::SuffixCos => as_bytes(&tables.cos),
+                        HostSource::SuffixSin => as_bytes(&tables.sin),
+                        _ => continue,
+                    };
+                    self.upload(buffer, data, &format!("{source:?}"))?;
+                }
+                // All steps queued back to back; one synchronization at the end.
+                for ds in &self.denoise {
+                    self.execute(1, ds)?;
+                }
+                // SAFETY: as in `open`.
+                self.check("aclrtSynchronizeStream", unsafe {
+                    (self.api.aclrtSynchronizeStream)(self.stream)
+                })?;
+                let r = self.plan.result;
+                let mut out = vec![0.0f32; r.bytes / 4];
+                // SAFETY: as in `open`; `out` holds `r.bytes`.
+                let code = unsafe {
+                    (self.api.aclrtMemcpy)(
+                        out.as_mut_ptr() as *mut c_void,
+                        r.bytes,
+                        (self.memory[r.buffer] as *const u8).add(r.offset) as *const c_void,
+                        r.bytes,
+                        ffi::ACL_MEMCPY_DEVICE_TO_HOST,
+                    )
+                };
+                self.check("aclrtMemcpy(actions to the host)", code)?;
+                Ok(out)
+            }
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // Release in reverse order of creation; errors here can only be logged.
+        // SAFETY: every handle was created by this thread and is released once.
+        unsafe {
+            let a = &self.api;
+            for ds in self.prefix.take().into_iter().chain(self.denoise.drain(..)) {
+                for b in ds.buffers {
+                    (a.aclDestroyDataBuffer)(b);
+                }
+                (a.aclmdlDestroyDataset)(ds.input);
+                (a.aclmdlDestroyDataset)(ds.output);
+            }
+            for p in self.memory.drain(..) {
+                (a.aclrtFree)(p);
+            }
+            for m in self.models.drain(..) {
+                (a.aclmdlUnload)(m.id);
+                (a.aclmdlDestroyDesc)(m.desc);
+            }
+            if !self.stream.is_null() {
+                (a.aclrtDestroyStream)(self.stream);
+            }
+            if !self.context.is_null() {
+                (a.aclrtDestroyContext)(self.context);
+            }
+            let code = (a.aclrtResetDevice)(self.device_id);
+            if code != 0 {
+                tracing::warn!("{}", error::message("aclrtResetDevice", code, None));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn om_files_are_named_as_atc_writes_them() {
+        assert_eq!(om_file("prefix.onnx"), "prefix.om");
+        assert_eq!(om_file("denoise_unrolled.onnx"), "denoise_unrolled.om");
+    }
+
+    #[test]
+    fn without_cann_loading_fails_with_the_library_named() {
+        let m = plan::tests::manifest(1, false, "float32");
+        let opts = AclOptions {
+            library: Some("/opt/none/libascendcl.so".into()),
+            device_id: 0,
+        };
+        let err = match AclRuntime::load(Path::new("/tmp"), &m, &opts) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("AscendCL loaded from nowhere"),
+        };
+        assert!(
+            err.contains("cannot load AscendCL (libascendcl.so)"),
+            "{err}"
+        );
+        assert!(err.contains("/opt/none/libascendcl.so"), "{err}");
+    }
+}
