@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """pi0d's CPU inference against lerobot (PyTorch CPU) on the same model, in one run.
 
-    cargo build --release
+    cargo build --release --features onnx
     ~/venvs/golden/bin/python tools/bench_pi0.py [--threads 2] [--depth 1] [--repeat 3]
 
 For the tiny test model and a pi0-shaped model (real widths and head sizes: SigLIP 1152 x 4304,
@@ -11,6 +11,10 @@ median time of the prefix, one denoise step and the whole chunk for both, and th
 (pi0d / PyTorch: below 1 is faster); the prefix's matmul throughput as a share of the
 machine's measured GEMM peak (PyTorch f32 matmul of a prefix-MLP shape); and pi0d's peak
 resident memory against the size of the weights.
+
+The same model is also exported with `pi0d export` and run as graphs on ONNX Runtime's CPU
+provider (`pi0d infer --backend onnx`, the library from the test venv's onnxruntime wheel or
+--onnx-library), printed beside: native CPU against onnx-CPU in the same run.
 """
 
 from __future__ import annotations
@@ -116,8 +120,34 @@ def pi0d_times(ck: Path, threads: int, repeat: int):
     return {"prefix_ms": p, "step_ms": s / 10, "total_ms": p + s, "rss_mb": rss_kb / 1024}
 
 
+def onnx_library() -> Path | None:
+    for lib in sorted((ROOT / ".venv" / "lib").glob("python3*/site-packages/onnxruntime/capi/libonnxruntime.so.*")):
+        return lib
+    return None
+
+
+def onnx_times(ck: Path, threads: int, repeat: int, library: Path):
+    graphs = ck / "graphs"
+    subprocess.run(
+        [str(BIN), "export", "--checkpoint", str(ck), "--cameras", "2", "--prompt-len", "48",
+         "--out", str(graphs)],
+        capture_output=True, text=True, check=True,
+    )
+    run = subprocess.run(
+        [str(BIN), "infer", "--backend", "onnx", "--model-dir", str(graphs),
+         "--onnx-library", str(library), "--inputs", str(ck / "inputs.safetensors"),
+         "--output", str(ck / "onnx-actions.safetensors"), "--repeat", str(repeat + 1),
+         "--threads", str(threads)],
+        capture_output=True, text=True, check=True,
+    )
+    lines = [json.loads(line) for line in run.stdout.splitlines()][1:]
+    p = statistics.median(x["prefix_ms"] for x in lines)
+    s = statistics.median(x["steps_ms"] for x in lines)
+    return {"prefix_ms": p, "step_ms": s / 10, "total_ms": p + s}
+
+
 def prefix_flops(policy, tokens: int, cameras: int) -> float:
-    """Multiply-adds x 2 of the prefix's matmuls (vision, projector, language model)."""
+    """Multiply-adds x 2 of the matmuls pi0d's prefix runs (vision, projector, language model)."""
     vc = policy.model.paligemma_with_expert.paligemma.config.vision_config
     tc = policy.model.paligemma_with_expert.paligemma.config.text_config
     n_img = (224 // 14) ** 2
@@ -127,7 +157,9 @@ def prefix_flops(policy, tokens: int, cameras: int) -> float:
     n = cameras * n_img + tokens
     w, m, hd, h = tc.hidden_size, tc.intermediate_size, tc.head_dim, tc.num_attention_heads
     kv = tc.num_key_value_heads
-    lm = tc.num_hidden_layers * n * (w * h * hd * 2 + 2 * w * kv * hd + 3 * w * m + 2 * n * h * hd)
+    full = n * (w * h * hd * 2 + 2 * w * kv * hd + 3 * w * m + 2 * n * h * hd)
+    # pi0d computes only the keys and values of the last layer (its output is unused).
+    lm = (tc.num_hidden_layers - 1) * full + n * 2 * w * kv * hd
     return 2.0 * (cameras * (vision + projector) + lm)
 
 
@@ -149,7 +181,11 @@ def main():
     ap.add_argument("--depth", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", choices=["tiny", "pi0"], default=None)
+    ap.add_argument("--onnx-library", type=Path, default=None)
     args = ap.parse_args()
+    library = args.onnx_library or onnx_library()
+    if library is None:
+        sys.exit("no libonnxruntime: run ./tools/test.sh once (it makes .venv) or pass --onnx-library")
     if not BIN.exists():
         sys.exit(f"{BIN} missing: run `cargo build --release` first")
     if not Path("/usr/bin/time").exists():
@@ -166,11 +202,12 @@ def main():
             t = torch_times(policy, batch, args.repeat)
             del policy
             r = pi0d_times(ck, args.threads, args.repeat)
+            o = onnx_times(ck, args.threads, args.repeat, library)
             label = "tiny" if kind == "tiny" else f"pi0-shaped, depth {args.depth}"
             print(f"\n{label}: 2 cameras, 48 tokens, f32, weights {weights_mb:.0f} MiB")
-            print(f"  {'':10} {'PyTorch ms':>12} {'pi0d ms':>10} {'ratio':>7}")
+            print(f"  {'':10} {'PyTorch ms':>12} {'pi0d ms':>10} {'ratio':>7} {'ORT-CPU ms':>11} {'pi0d/ORT':>9}")
             for k in ["prefix_ms", "step_ms", "total_ms"]:
-                print(f"  {k[:-3]:10} {t[k]:12.1f} {r[k]:10.1f} {r[k] / t[k]:7.2f}")
+                print(f"  {k[:-3]:10} {t[k]:12.1f} {r[k]:10.1f} {r[k] / t[k]:7.2f} {o[k]:11.1f} {r[k] / o[k]:9.2f}")
             if kind == "pi0":
                 pol, _ = build(kind, args.depth, Path(tmp) / "flops")
                 gf = prefix_flops(pol, 20, 2) / (r["prefix_ms"] / 1e3) / 1e9

@@ -486,9 +486,18 @@ impl Pi0Model {
         let allowed = |i: usize, j: usize| pad[i] && pad[j];
         let kvd = self.arch.kv_heads * self.arch.head_dim;
         let mut scratch = LayerScratch::default();
-        for layer in &self.lm.layers {
+        let last = self.lm.layers.len() - 1;
+        for (i, layer) in self.lm.layers.iter().enumerate() {
             let mut k = vec![0.0f32; n * kvd];
             let mut v = vec![0.0f32; n * kvd];
+            if i == last {
+                // Only the last layer's keys and values are used (its output never is): the
+                // rest of it, MLP included, is skipped. lerobot computes and drops it.
+                self.kv_only(layer, &x, n, &positions, (&mut k, &mut v), &mut scratch);
+                cache.k.push(k);
+                cache.v.push(v);
+                break;
+            }
             self.gemma_layer(
                 layer,
                 &mut x,
@@ -503,6 +512,24 @@ impl Pi0Model {
             cache.v.push(v);
         }
         cache
+    }
+
+    /// A decoder layer's post-RoPE keys and values of `x` (`[n, width]`), nothing else.
+    fn kv_only(
+        &self,
+        l: &GemmaLayer,
+        x: &[f32],
+        n: usize,
+        positions: &[i64],
+        (k, v): (&mut [f32], &mut [f32]),
+        s: &mut LayerScratch,
+    ) {
+        let width = x.len() / n;
+        let normed = grow(&mut s.normed, n * width);
+        l.input_norm.forward(x, normed, None);
+        l.k.forward(normed, n, k, self.par);
+        l.v.forward(normed, n, v, self.par);
+        self.rope.apply(k, positions, self.arch.kv_heads);
     }
 
     /// One decoder layer in place on `x` (`[n, width]`). Its keys and values are written into
