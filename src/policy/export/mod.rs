@@ -4,6 +4,7 @@
 
 pub mod atc;
 pub mod builder;
+pub mod cost;
 pub mod pi0;
 pub mod proto;
 pub mod write;
