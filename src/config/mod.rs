@@ -194,6 +194,15 @@ pub enum Io {
     Ros(Box<RosConfig>),
 }
 
+/// The ROS 2 middleware pi0d speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Middleware {
+    /// DDS (RTPS), interoperating with Fast DDS and Cyclone DDS nodes.
+    Dds,
+    /// Zenoh with rmw_zenoh's key expressions, attachments and liveliness tokens.
+    Zenoh,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServiceMappingKind {
     Basic,
@@ -235,6 +244,12 @@ pub struct RosConfig {
     pub status_topic: String,
     pub diagnostics_topic: String,
     pub max_image_bytes: usize,
+    pub middleware: Middleware,
+    /// Zenoh session configuration (JSON5), as rmw_zenoh's ZENOH_SESSION_CONFIG_URI.
+    pub zenoh_config: Option<PathBuf>,
+    /// Zenoh endpoints to connect to (e.g. the router `tcp/localhost:7447`) and listen on.
+    pub zenoh_connect: Vec<String>,
+    pub zenoh_listen: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -401,7 +416,7 @@ impl Config {
         }
         let io = match raw.robot.io.as_str() {
             "sim" => Io::Sim,
-            "ros" => Io::Ros(Box::new(ros_config(&c, raw.ros.as_ref())?)),
+            "ros" => Io::Ros(Box::new(ros_config(&c, raw.ros.as_ref(), &resolve)?)),
             other => {
                 return c.fail(
                     "robot.io",
@@ -565,7 +580,11 @@ impl Config {
     }
 }
 
-fn ros_config(c: &Check, raw: Option<&raw::RawRos>) -> Result<RosConfig, ConfigError> {
+fn ros_config(
+    c: &Check,
+    raw: Option<&raw::RawRos>,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<RosConfig, ConfigError> {
     let Some(r) = raw else {
         return c.fail("ros", "a [ros] section is required when robot.io = \"ros\"");
     };
@@ -651,7 +670,41 @@ fn ros_config(c: &Check, raw: Option<&raw::RawRos>) -> Result<RosConfig, ConfigE
         status_topic: r.status_topic.clone(),
         diagnostics_topic: r.diagnostics_topic.clone(),
         max_image_bytes: r.max_image_bytes,
+        middleware: match r.middleware.as_str() {
+            "dds" => Middleware::Dds,
+            "zenoh" if cfg!(feature = "zenoh") => Middleware::Zenoh,
+            "zenoh" => {
+                return c.fail(
+                    "ros.middleware",
+                    "\"zenoh\" needs pi0d built with the `zenoh` feature (cargo build --features zenoh)",
+                )
+            }
+            other => {
+                return c.fail(
+                    "ros.middleware",
+                    format!("expected \"dds\" or \"zenoh\", found \"{other}\""),
+                )
+            }
+        },
+        zenoh_config: r.zenoh_config.as_ref().map(|p| resolve(p)),
+        zenoh_connect: zenoh_endpoints(c, "ros.zenoh_connect", &r.zenoh_connect)?,
+        zenoh_listen: zenoh_endpoints(c, "ros.zenoh_listen", &r.zenoh_listen)?,
     })
+}
+
+/// Zenoh locators: `<protocol>/<address>`, e.g. `tcp/127.0.0.1:7447`.
+fn zenoh_endpoints(c: &Check, field: &str, list: &[String]) -> Result<Vec<String>, ConfigError> {
+    for e in list {
+        let ok = matches!(e.split_once('/'), Some((proto, addr))
+            if ["tcp", "udp", "tls", "quic", "unixsock-stream", "ws"].contains(&proto) && !addr.is_empty());
+        if !ok {
+            return c.fail(
+                field,
+                format!("\"{e}\" is not a Zenoh locator such as \"tcp/127.0.0.1:7447\""),
+            );
+        }
+    }
+    Ok(list.to_vec())
 }
 
 fn first_duplicate(names: &[String]) -> Option<&str> {

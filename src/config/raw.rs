@@ -58,6 +58,18 @@ pub struct RawRos {
     pub diagnostics_topic: String,
     #[serde(default = "default_max_image_bytes")]
     pub max_image_bytes: usize,
+    /// "dds" or "zenoh".
+    #[serde(default = "default_middleware")]
+    pub middleware: String,
+    pub zenoh_config: Option<PathBuf>,
+    #[serde(default)]
+    pub zenoh_connect: Vec<String>,
+    #[serde(default)]
+    pub zenoh_listen: Vec<String>,
+}
+
+fn default_middleware() -> String {
+    "dds".into()
 }
 
 fn default_node() -> String {

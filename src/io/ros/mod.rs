@@ -1,10 +1,13 @@
-//! ROS 2 over DDS (ros2-client on RustDDS): joint states, cameras, prompt, e-stop and reset in;
+//! ROS 2 over DDS (ros2-client on RustDDS) or Zenoh (ros2-client's rmw_zenoh-compatible
+//! backend, feature `zenoh`): joint states, cameras, prompt, e-stop and reset in;
 //! joint commands and status out. One thread owns the node: it drains the subscriptions into the
 //! blackboard and publishes the newest command at the control rate, so the control loop never
 //! waits on the middleware.
 
 pub mod decode;
 pub mod msgs;
+pub mod transport;
+pub mod type_hash;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,15 +15,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ros2_client::dds::rustdds::DomainParticipantBuilder;
-use ros2_client::dds::{Server, ServiceMapping};
+use ros2_client::dds::ServiceMapping;
 use ros2_client::qos::{Durability, History, Reliability, WhenFull};
-use ros2_client::{
-    Context, MessageTypeName, Name, Node, NodeName, NodeOptions, Publisher, QosProfile,
-    ServiceTypeName, Subscription,
-};
+use ros2_client::{MessageTypeName, Name, NodeName, NodeOptions, QosProfile, ServiceTypeName};
+use transport::{Middleware, Put, Serve, Take};
 
 use super::Blackboard;
-use crate::config::{CommandType, RosConfig, ServiceMappingKind};
+use crate::config::{CommandType, Middleware as MiddlewareKind, RosConfig, ServiceMappingKind};
 use crate::control::stats::LiveStats;
 use crate::time::MonoTime;
 use decode::{ClockMap, JointStateDecoder, RateLimitedLog, SkewEstimator};
@@ -65,170 +66,154 @@ fn name(topic: &str) -> Result<Name, RosError> {
 
 /// A camera topic: raw, or compressed by image_transport's convention (`.../compressed`).
 enum CameraSub {
-    Raw(Subscription<msgs::Image>),
-    Compressed(Subscription<msgs::CompressedImage>),
+    Raw(Box<dyn Take<msgs::Image>>),
+    Compressed(Box<dyn Take<msgs::CompressedImage>>),
+}
+
+/// The command publisher of the configured type.
+enum CommandPub {
+    Trajectory(Box<dyn Put<msgs::JointTrajectory>>),
+    MultiArray(Box<dyn Put<msgs::Float64MultiArray>>),
+    JointState(Box<dyn Put<msgs::JointState>>),
 }
 
 struct Endpoints {
-    joint_states: Subscription<msgs::JointState>,
+    joint_states: Box<dyn Take<msgs::JointState>>,
     cameras: Vec<CameraSub>,
-    prompt: Subscription<msgs::StringMsg>,
-    estop: Subscription<msgs::BoolMsg>,
-    reset: Subscription<msgs::BoolMsg>,
-    trajectory: Option<Publisher<msgs::JointTrajectory>>,
-    multi_array: Option<Publisher<msgs::Float64MultiArray>>,
-    joint_command: Option<Publisher<msgs::JointState>>,
-    status: Publisher<msgs::StringMsg>,
-    diagnostics: Publisher<msgs::DiagnosticArray>,
-    reset_service: Server<msgs::TriggerRequest, msgs::TriggerResponse>,
+    prompt: Box<dyn Take<msgs::StringMsg>>,
+    estop: Box<dyn Take<msgs::BoolMsg>>,
+    reset: Box<dyn Take<msgs::BoolMsg>>,
+    command: CommandPub,
+    status: Box<dyn Put<msgs::StringMsg>>,
+    diagnostics: Box<dyn Put<msgs::DiagnosticArray>>,
+    reset_service: Box<dyn Serve<msgs::TriggerRequest, msgs::TriggerResponse>>,
 }
 
-fn endpoints(node: &mut Node, cfg: &RosConfig) -> Result<Endpoints, RosError> {
-    let topic = |node: &mut Node, t: &str, pkg: &str, ty: &str, qos: &QosProfile| {
-        node.create_topic(&name(t)?, MessageTypeName::new(pkg, ty), qos)
-            .map_err(|e| create_err(format!("topic `{t}`"), e))
-    };
+fn endpoints(mw: &mut impl Middleware, cfg: &RosConfig) -> Result<Endpoints, RosError> {
     let sensor = qos_sensor();
     let reliable = qos_reliable();
-    let t = topic(
-        node,
-        &cfg.joint_states,
-        "sensor_msgs",
-        "JointState",
+    let ty = MessageTypeName::new;
+    let joint_states = mw.subscribe(
+        &name(&cfg.joint_states)?,
+        ty("sensor_msgs", "JointState"),
         &sensor,
     )?;
-    let joint_states = node
-        .create_subscription(&t, Some(sensor.clone()))
-        .map_err(|e| create_err("joint state subscription", e))?;
     let mut cameras = Vec::new();
     for cam in &cfg.cameras {
-        let sub_err = |e| create_err(format!("camera `{cam}`"), e);
-        if cam.ends_with("/compressed") {
-            let t = topic(node, cam, "sensor_msgs", "CompressedImage", &sensor)?;
-            cameras.push(CameraSub::Compressed(
-                node.create_subscription(&t, Some(sensor.clone()))
-                    .map_err(sub_err)?,
-            ));
+        cameras.push(if cam.ends_with("/compressed") {
+            CameraSub::Compressed(mw.subscribe(
+                &name(cam)?,
+                ty("sensor_msgs", "CompressedImage"),
+                &sensor,
+            )?)
         } else {
-            let t = topic(node, cam, "sensor_msgs", "Image", &sensor)?;
-            cameras.push(CameraSub::Raw(
-                node.create_subscription(&t, Some(sensor.clone()))
-                    .map_err(sub_err)?,
-            ));
-        }
+            CameraSub::Raw(mw.subscribe(&name(cam)?, ty("sensor_msgs", "Image"), &sensor)?)
+        });
     }
-    let t = topic(node, &cfg.prompt, "std_msgs", "String", &reliable)?;
-    let prompt = node
-        .create_subscription(&t, Some(reliable.clone()))
-        .map_err(|e| create_err("prompt subscription", e))?;
-    let t = topic(node, &cfg.estop, "std_msgs", "Bool", &reliable)?;
-    let estop = node
-        .create_subscription(&t, Some(reliable.clone()))
-        .map_err(|e| create_err("e-stop subscription", e))?;
-    let t = topic(node, &cfg.reset, "std_msgs", "Bool", &reliable)?;
-    let reset = node
-        .create_subscription(&t, Some(reliable.clone()))
-        .map_err(|e| create_err("reset subscription", e))?;
-    let (mut trajectory, mut multi_array, mut joint_command) = (None, None, None);
-    match cfg.command_type {
-        CommandType::JointTrajectory => {
-            let t = topic(
-                node,
-                &cfg.command_topic,
-                "trajectory_msgs",
-                "JointTrajectory",
-                &reliable,
-            )?;
-            trajectory = Some(
-                node.create_publisher(&t, None)
-                    .map_err(|e| create_err("command publisher", e))?,
-            );
-        }
-        CommandType::Float64MultiArray => {
-            let t = topic(
-                node,
-                &cfg.command_topic,
-                "std_msgs",
-                "Float64MultiArray",
-                &reliable,
-            )?;
-            multi_array = Some(
-                node.create_publisher(&t, None)
-                    .map_err(|e| create_err("command publisher", e))?,
-            );
-        }
-        CommandType::JointState => {
-            let t = topic(
-                node,
-                &cfg.command_topic,
-                "sensor_msgs",
-                "JointState",
-                &reliable,
-            )?;
-            joint_command = Some(
-                node.create_publisher(&t, None)
-                    .map_err(|e| create_err("command publisher", e))?,
-            );
-        }
-    }
-    let t = topic(node, &cfg.status_topic, "std_msgs", "String", &reliable)?;
-    let status = node
-        .create_publisher(&t, None)
-        .map_err(|e| create_err("status publisher", e))?;
-    let t = topic(
-        node,
-        &cfg.diagnostics_topic,
-        "diagnostic_msgs",
-        "DiagnosticArray",
+    let prompt = mw.subscribe(&name(&cfg.prompt)?, ty("std_msgs", "String"), &reliable)?;
+    let estop = mw.subscribe(&name(&cfg.estop)?, ty("std_msgs", "Bool"), &reliable)?;
+    let reset = mw.subscribe(&name(&cfg.reset)?, ty("std_msgs", "Bool"), &reliable)?;
+    let topic = name(&cfg.command_topic)?;
+    let command = match cfg.command_type {
+        CommandType::JointTrajectory => CommandPub::Trajectory(mw.advertise(
+            &topic,
+            ty("trajectory_msgs", "JointTrajectory"),
+            &reliable,
+        )?),
+        CommandType::Float64MultiArray => CommandPub::MultiArray(mw.advertise(
+            &topic,
+            ty("std_msgs", "Float64MultiArray"),
+            &reliable,
+        )?),
+        CommandType::JointState => CommandPub::JointState(mw.advertise(
+            &topic,
+            ty("sensor_msgs", "JointState"),
+            &reliable,
+        )?),
+    };
+    let status = mw.advertise(
+        &name(&cfg.status_topic)?,
+        ty("std_msgs", "String"),
         &reliable,
     )?;
-    let diagnostics = node
-        .create_publisher(&t, None)
-        .map_err(|e| create_err("diagnostics publisher", e))?;
-    let mapping = match cfg.service_mapping {
-        ServiceMappingKind::Basic => ServiceMapping::Basic,
-        ServiceMappingKind::Enhanced => ServiceMapping::Enhanced,
-        ServiceMappingKind::Cyclone => ServiceMapping::Cyclone,
-    };
-    let reset_service = node
-        .create_server::<msgs::TriggerRequest, msgs::TriggerResponse>(
-            mapping,
-            &name(&cfg.reset_service)?,
-            &ServiceTypeName::new("std_srvs", "Trigger"),
-            reliable.clone(),
-            reliable.clone(),
-        )
-        .map_err(|e| create_err("reset service", e))?;
+    let diagnostics = mw.advertise(
+        &name(&cfg.diagnostics_topic)?,
+        ty("diagnostic_msgs", "DiagnosticArray"),
+        &reliable,
+    )?;
+    let reset_service = mw.serve(
+        &name(&cfg.reset_service)?,
+        ServiceTypeName::new("std_srvs", "Trigger"),
+        &reliable,
+    )?;
     Ok(Endpoints {
-        reset_service,
         joint_states,
         cameras,
         prompt,
         estop,
         reset,
-        trajectory,
-        multi_array,
-        joint_command,
+        command,
         status,
         diagnostics,
+        reset_service,
     })
 }
 
 /// The newest sample waiting on `sub` (older ones are dropped); undecodable ones are reported.
-fn newest<M: 'static + serde::de::DeserializeOwned>(
-    sub: &Subscription<M>,
-    topic: &str,
-    log: &mut RateLimitedLog,
-) -> Option<M> {
+fn newest<M>(sub: &dyn Take<M>, topic: &str, log: &mut RateLimitedLog) -> Option<M> {
     let mut newest = None;
     for _ in 0..MAX_TAKES_PER_POLL {
-        match sub.take() {
-            Ok(Some((msg, _))) => newest = Some(msg),
+        match sub.take_next() {
+            Ok(Some(msg)) => newest = Some(msg),
             Ok(None) => break,
-            Err(e) => log.warn(topic, &format!("undecodable sample: {e:?}")),
+            Err(e) => log.warn(topic, &format!("undecodable sample: {e}")),
         }
     }
     newest
+}
+
+/// The Zenoh session configuration from `ros.zenoh_*`, or `None` for rmw_zenoh's defaults.
+#[cfg(feature = "zenoh")]
+fn zenoh_config(cfg: &RosConfig) -> Result<Option<zenoh::Config>, RosError> {
+    let bad = |what: &str, e: &dyn std::fmt::Display| RosError::Create {
+        what: format!("Zenoh configuration ({what})"),
+        message: e.to_string(),
+    };
+    let mut config = match &cfg.zenoh_config {
+        Some(path) => {
+            zenoh::Config::from_file(path).map_err(|e| bad(&path.display().to_string(), &e))?
+        }
+        None if cfg.zenoh_connect.is_empty()
+            && cfg.zenoh_listen.is_empty()
+            && !cfg.loopback_only =>
+        {
+            return Ok(None)
+        }
+        None => zenoh::Config::default(),
+    };
+    let json = |v: &[String]| serde_json::to_string(v).unwrap_or_default();
+    if !cfg.zenoh_connect.is_empty() {
+        config
+            .insert_json5("connect/endpoints", &json(&cfg.zenoh_connect))
+            .map_err(|e| bad("ros.zenoh_connect", &e))?;
+    }
+    if !cfg.zenoh_listen.is_empty() {
+        config
+            .insert_json5("listen/endpoints", &json(&cfg.zenoh_listen))
+            .map_err(|e| bad("ros.zenoh_listen", &e))?;
+    }
+    if cfg.loopback_only {
+        // No multicast discovery off the machine; peers are reached through the endpoints.
+        config
+            .insert_json5("scouting/multicast/enabled", "false")
+            .map_err(|e| bad("ros.loopback_only", &e))?;
+        if cfg.zenoh_listen.is_empty() {
+            config
+                .insert_json5("listen/endpoints", r#"["tcp/127.0.0.1:0"]"#)
+                .map_err(|e| bad("ros.loopback_only", &e))?;
+        }
+    }
+    Ok(Some(config))
 }
 
 /// Samples taken from one reader per poll at most.
@@ -257,34 +242,90 @@ impl RosIo {
         live: Arc<LiveStats>,
         stop: Arc<AtomicBool>,
     ) -> Result<JoinHandle<()>, RosError> {
-        let context = if self.cfg.loopback_only {
-            let dp = DomainParticipantBuilder::new(self.cfg.domain_id)
-                .with_only_networks(vec![std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)])
-                .build()
-                .map_err(|e| create_err("DDS participant", e))?;
-            Context::from_domain_participant(dp).map_err(|e| create_err("ROS 2 context", e))?
-        } else {
-            let dp = DomainParticipantBuilder::new(self.cfg.domain_id)
-                .build()
-                .map_err(|e| create_err("DDS participant", e))?;
-            Context::from_domain_participant(dp).map_err(|e| create_err("ROS 2 context", e))?
-        };
         let node_name = NodeName::new(&self.cfg.namespace, &self.cfg.node)
             .map_err(|e| create_err("node name", e))?;
-        let mut node = context
-            .new_node(node_name, NodeOptions::new().enable_rosout(false))
-            .map_err(|e| create_err("node", e))?;
-        let ep = endpoints(&mut node, &self.cfg)?;
-        tracing::info!(domain = self.cfg.domain_id, node = %self.cfg.node, loopback_only = self.cfg.loopback_only, "ROS 2 node up");
+        let options = NodeOptions::new().enable_rosout(false);
+        // The middleware (and its node) lives as long as the thread.
+        let (ep, keep): (Endpoints, Box<dyn Send>) = match self.cfg.middleware {
+            MiddlewareKind::Dds => {
+                let mut builder = DomainParticipantBuilder::new(self.cfg.domain_id);
+                if self.cfg.loopback_only {
+                    builder = builder.with_only_networks(vec![std::net::IpAddr::V4(
+                        std::net::Ipv4Addr::LOCALHOST,
+                    )]);
+                }
+                let dp = builder
+                    .build()
+                    .map_err(|e| create_err("DDS participant", e))?;
+                let context = ros2_client::dds::Context::from_domain_participant(dp)
+                    .map_err(|e| create_err("ROS 2 context", e))?;
+                let node = context
+                    .new_node(node_name, options)
+                    .map_err(|e| create_err("node", e))?;
+                let mut mw = transport::dds::Dds {
+                    node,
+                    mapping: match self.cfg.service_mapping {
+                        ServiceMappingKind::Basic => ServiceMapping::Basic,
+                        ServiceMappingKind::Enhanced => ServiceMapping::Enhanced,
+                        ServiceMappingKind::Cyclone => ServiceMapping::Cyclone,
+                    },
+                };
+                (endpoints(&mut mw, &self.cfg)?, Box::new(mw))
+            }
+            MiddlewareKind::Zenoh => self.zenoh(node_name, options)?,
+        };
+        tracing::info!(
+            middleware = ?self.cfg.middleware,
+            domain = self.cfg.domain_id,
+            node = %self.cfg.node,
+            loopback_only = self.cfg.loopback_only,
+            "ROS 2 node up"
+        );
         std::thread::Builder::new()
             .name("pi0d-ros".into())
-            .spawn(move || self.run(node, ep, &board, &live, &stop))
+            .spawn(move || self.run(keep, ep, &board, &live, &stop))
             .map_err(|e| create_err("ROS thread", e))
+    }
+
+    #[cfg(feature = "zenoh")]
+    fn zenoh(
+        &self,
+        node_name: NodeName,
+        options: NodeOptions,
+    ) -> Result<(Endpoints, Box<dyn Send>), RosError> {
+        let mut opts = ros2_client::zenoh::ContextOptions::new().domain_id(self.cfg.domain_id);
+        // Without settings, the session is configured as rmw_zenoh's is: from
+        // ZENOH_SESSION_CONFIG_URI / ZENOH_CONFIG_OVERRIDE, else a peer that connects to the
+        // router on localhost:7447.
+        if let Some(config) = zenoh_config(&self.cfg)? {
+            opts = opts.zenoh_config(config);
+        }
+        let context = ros2_client::zenoh::Context::with_options(opts)
+            .map_err(|e| create_err("Zenoh session", e))?;
+        let node = context
+            .new_node(node_name, options)
+            .map_err(|e| create_err("node", e))?;
+        let mut mw = transport::zenoh::Zenoh { node };
+        Ok((endpoints(&mut mw, &self.cfg)?, Box::new((mw, context))))
+    }
+
+    #[cfg(not(feature = "zenoh"))]
+    fn zenoh(
+        &self,
+        _node_name: NodeName,
+        _options: NodeOptions,
+    ) -> Result<(Endpoints, Box<dyn Send>), RosError> {
+        Err(RosError::Create {
+            what: "Zenoh session".into(),
+            message:
+                "this pi0d was built without the `zenoh` feature (cargo build --features zenoh)"
+                    .into(),
+        })
     }
 
     fn run(
         self,
-        _node: Node,
+        _middleware: Box<dyn Send>,
         ep: Endpoints,
         board: &Blackboard,
         live: &LiveStats,
@@ -303,8 +344,8 @@ impl RosIo {
             let now = MonoTime::now();
             // Bounded drains: a reader that kept failing on one sample must not spin forever.
             for _ in 0..MAX_TAKES_PER_POLL {
-                match ep.joint_states.take() {
-                    Ok(Some((msg, _))) => {
+                match ep.joint_states.take_next() {
+                    Ok(Some(msg)) => {
                         if let Some(o) = skew.observe(now, clock.to_mono(&msg.header.stamp)) {
                             if SkewEstimator::skewed(o) {
                                 log.warn(
@@ -321,10 +362,7 @@ impl RosIo {
                     }
                     Ok(None) => break,
                     // A sample that does not decode (malformed CDR) is dropped and reported.
-                    Err(e) => log.warn(
-                        &self.cfg.joint_states,
-                        &format!("undecodable sample: {e:?}"),
-                    ),
+                    Err(e) => log.warn(&self.cfg.joint_states, &format!("undecodable sample: {e}")),
                 }
             }
             for (k, cam) in ep.cameras.iter().enumerate() {
@@ -332,10 +370,9 @@ impl RosIo {
                 let cap = self.cfg.max_image_bytes;
                 // Only the newest frame matters; older ones are dropped undecoded.
                 let decoded = match cam {
-                    CameraSub::Raw(sub) => {
-                        newest(sub, topic, &mut log).map(|m| decode::image(&m, &clock, now, cap))
-                    }
-                    CameraSub::Compressed(sub) => newest(sub, topic, &mut log)
+                    CameraSub::Raw(sub) => newest(sub.as_ref(), topic, &mut log)
+                        .map(|m| decode::image(&m, &clock, now, cap)),
+                    CameraSub::Compressed(sub) => newest(sub.as_ref(), topic, &mut log)
                         .map(|m| decode::compressed_image(&m, &clock, now, cap)),
                 };
                 match decoded {
@@ -344,27 +381,27 @@ impl RosIo {
                     None => {}
                 }
             }
-            while let Ok(Some((msg, _))) = ep.prompt.take() {
+            while let Ok(Some(msg)) = ep.prompt.take_next() {
                 if let Ok(mut p) = board.prompt.lock() {
                     tracing::info!(prompt = %msg.data, "task prompt");
                     *p = msg.data;
                 }
             }
-            while let Ok(Some((msg, _))) = ep.estop.take() {
+            while let Ok(Some(msg)) = ep.estop.take_next() {
                 if msg.data {
                     tracing::warn!("e-stop pressed (topic {})", self.cfg.estop);
                 }
                 board.estop.store(msg.data, Ordering::SeqCst);
             }
-            while let Ok(Some((msg, _))) = ep.reset.take() {
+            while let Ok(Some(msg)) = ep.reset.take_next() {
                 if msg.data {
                     tracing::info!("reset requested (topic {})", self.cfg.reset);
                     board.resets.fetch_add(1, Ordering::SeqCst);
                 }
             }
             for _ in 0..MAX_TAKES_PER_POLL {
-                match ep.reset_service.receive_request() {
-                    Ok(Some((id, _))) => {
+                match ep.reset_service.next_request() {
+                    Ok(Some(id)) => {
                         let response = if board.estop.load(Ordering::SeqCst) {
                             msgs::TriggerResponse {
                                 success: false,
@@ -378,12 +415,12 @@ impl RosIo {
                                 message: "reset requested; motion resumes with a chunk from a fresh observation".into(),
                             }
                         };
-                        if let Err(e) = ep.reset_service.send_response(id, response) {
-                            log.warn(&self.cfg.reset_service, &format!("reply failed: {e:?}"));
+                        if let Err(e) = ep.reset_service.reply(id, response) {
+                            log.warn(&self.cfg.reset_service, &format!("reply failed: {e}"));
                         }
                     }
                     Ok(None) => break,
-                    Err(e) => log.warn(&self.cfg.reset_service, &format!("bad request: {e:?}")),
+                    Err(e) => log.warn(&self.cfg.reset_service, &format!("bad request: {e}")),
                 }
             }
             if now >= next_publish {
@@ -395,22 +432,17 @@ impl RosIo {
                         stamp: clock.to_ros(stamp),
                         frame_id: String::new(),
                     };
-                    let result = if let Some(p) = &ep.trajectory {
-                        p.publish(decode::trajectory(
+                    let result = match &ep.command {
+                        CommandPub::Trajectory(p) => p.put(decode::trajectory(
                             header,
                             &self.joint_names,
                             &cmd,
                             period_s,
-                        ))
-                        .map_err(|e| format!("{e:?}"))
-                    } else if let Some(p) = &ep.multi_array {
-                        p.publish(decode::multi_array(&cmd))
-                            .map_err(|e| format!("{e:?}"))
-                    } else if let Some(p) = &ep.joint_command {
-                        p.publish(decode::joint_command(header, &self.joint_names, &cmd))
-                            .map_err(|e| format!("{e:?}"))
-                    } else {
-                        Ok(())
+                        )),
+                        CommandPub::MultiArray(p) => p.put(decode::multi_array(&cmd)),
+                        CommandPub::JointState(p) => {
+                            p.put(decode::joint_command(header, &self.joint_names, &cmd))
+                        }
                     };
                     if let Err(e) = result {
                         log.warn(&self.cfg.command_topic, &e);
@@ -432,10 +464,10 @@ impl RosIo {
                     &cam_ages,
                     skew.offset_s,
                 );
-                if let Err(e) = ep.diagnostics.publish(d) {
-                    log.warn(&self.cfg.diagnostics_topic, &format!("{e:?}"));
+                if let Err(e) = ep.diagnostics.put(d) {
+                    log.warn(&self.cfg.diagnostics_topic, &e);
                 }
-                let _ = ep.status.publish(msgs::StringMsg {
+                let _ = ep.status.put(msgs::StringMsg {
                     data: format!(
                         "estop={} resets={}",
                         board.estop.load(Ordering::Relaxed),

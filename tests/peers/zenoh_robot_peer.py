@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""A robot speaking ROS 2 over Zenoh as rmw_zenoh does, for pi0d's interop tests.
+
+Written against the eclipse-zenoh Python package and rosbags (CDR), not ros2-client: key
+expressions `<domain>/<topic>/<dds type>/<type hash>`, CDR payloads with their encapsulation
+header, and the 33-byte attachment (sequence number, source timestamp, GID) on every sample.
+It listens on a loopback TCP endpoint (no multicast), publishes joint states (100 Hz) that
+follow the commands it receives (a perfect arm), raw and JPEG camera images (10 Hz) and the
+prompt, optionally presses the e-stop and calls the reset service, reads pi0d's
+JointTrajectory commands and writes a JSON report.
+
+    zenoh_robot_peer.py --listen tcp/127.0.0.1:PORT --domain D --duration S --report FILE
+        [--estop-at S] [--reset-at S]
+"""
+
+import argparse
+import io
+import json
+import math
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+
+import sys
+
+import numpy as np
+import zenoh
+from PIL import Image as PILImage
+from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+TS = get_typestore(Stores.ROS2_JAZZY)
+# std_srvs is not in rosbags' store: Trigger's request and response from their definitions.
+TS.register(get_types_from_msg("uint8 structure_needs_at_least_one_member", "std_srvs/msg/Trigger_Request"))
+TS.register(get_types_from_msg("bool success\nstring message", "std_srvs/msg/Trigger_Response"))
+T = TS.types
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import ros_type_hashes  # noqa: E402  (REP-2016 hashes from the message definitions)
+
+JOINTS = ["shoulder_pan", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "wrist_3", "gripper"]
+START = [0.0, 0.3, 0.6, -0.4, 0.0, 0.0, 0.02]
+# A sender names the type's real REP-2016 hash, as rmw_zenoh does.
+HASHES = {}
+
+
+def type_hash(ros_type):
+    if ros_type not in HASHES:
+        HASHES[ros_type] = ros_type_hashes.message_hash(ros_type)
+    return HASHES[ros_type]
+
+
+def dds_type(ros_type: str) -> str:
+    pkg, kind, name = ros_type.split("/")
+    return f"{pkg}::{kind}::dds_::{name}_"
+
+
+def stamp():
+    t = time.time()
+    return T["builtin_interfaces/msg/Time"](sec=int(t), nanosec=int((t - int(t)) * 1e9))
+
+
+def header():
+    return T["std_msgs/msg/Header"](stamp=stamp(), frame_id="")
+
+
+class Sender:
+    """One rmw_zenoh-style publisher: concrete key, CDR payload, attachment."""
+
+    def __init__(self, session, domain, topic, ros_type):
+        self.key = f"{domain}/{topic.strip('/')}/{dds_type(ros_type)}/{type_hash(ros_type)}"
+        self.ros_type = ros_type
+        self.pub = session.declare_publisher(self.key)
+        self.seq = 0
+        self.gid = os.urandom(16)
+
+    def send(self, msg):
+        self.seq += 1
+        attachment = struct.pack("<qq", self.seq, time.time_ns()) + bytes([16]) + self.gid
+        self.pub.put(bytes(TS.serialize_cdr(msg, self.ros_type)), attachment=attachment)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--listen", required=True)
+    ap.add_argument("--domain", type=int, default=0)
+    ap.add_argument("--duration", type=float, required=True)
+    ap.add_argument("--report", required=True)
+    ap.add_argument("--estop-at", type=float, default=None)
+    ap.add_argument("--reset-at", type=float, default=None)
+    ap.add_argument("--liveliness-at", type=float, default=3.0, help="when to list liveliness tokens (s)")
+    args = ap.parse_args()
+
+    conf = zenoh.Config()
+    conf.insert_json5("mode", '"peer"')
+    conf.insert_json5("listen/endpoints", json.dumps([args.listen]))
+    conf.insert_json5("scouting/multicast/enabled", "false")
+    session = zenoh.open(conf)
+    d = args.domain
+
+    lock = threading.Lock()
+    state = {"position": list(START), "commands": 0, "names": None, "first": None, "last": None,
+             "nonfinite": 0, "attachments": set(), "seqs": [], "keys": set(), "undecodable": 0,
+             "statuses": 0, "status_keys": set(), "diagnostics": []}
+
+    def on_command(sample):
+        with lock:
+            state["keys"].add(str(sample.key_expr))
+            att = sample.attachment.to_bytes() if sample.attachment is not None else b""
+            state["attachments"].add(len(att))
+            if len(att) == 33:
+                state["seqs"].append(struct.unpack("<q", att[:8])[0])
+            try:
+                msg = TS.deserialize_cdr(sample.payload.to_bytes(), "trajectory_msgs/msg/JointTrajectory")
+            except Exception:  # noqa: BLE001 - counted and reported
+                state["undecodable"] += 1
+                return
+            state["commands"] += 1
+            state["names"] = list(msg.joint_names)
+            p = [float(x) for x in msg.points[0].positions]
+            if not all(math.isfinite(x) for x in p):
+                state["nonfinite"] += 1
+                return
+            state["first"] = state["first"] or p
+            state["last"] = p
+            state["position"] = p  # a perfect arm
+
+    def on_status(sample):
+        with lock:
+            state["statuses"] += 1
+            state["status_keys"].add(str(sample.key_expr))
+
+    def on_diagnostics(sample):
+        msg = TS.deserialize_cdr(sample.payload.to_bytes(), "diagnostic_msgs/msg/DiagnosticArray")
+        with lock:
+            for st in msg.status:
+                state["diagnostics"].append({"level": int(st.level), "message": st.message,
+                                             "values": {kv.key: kv.value for kv in st.values}})
+
+    subs = [
+        session.declare_subscriber(f"{d}/arm_controller/joint_trajectory/{dds_type('trajectory_msgs/msg/JointTrajectory')}/*", on_command),
+        session.declare_subscriber(f"{d}/pi0d/status/{dds_type('std_msgs/msg/String')}/*", on_status),
+        session.declare_subscriber(f"{d}/diagnostics/{dds_type('diagnostic_msgs/msg/DiagnosticArray')}/*", on_diagnostics),
+    ]
+    js = Sender(session, d, "/joint_states", "sensor_msgs/msg/JointState")
+    raw = Sender(session, d, "/camera/image_raw", "sensor_msgs/msg/Image")
+    jpeg = Sender(session, d, "/wrist/image_raw/compressed", "sensor_msgs/msg/CompressedImage")
+    prompt = Sender(session, d, "/pi0d/prompt", "std_msgs/msg/String")
+    estop = Sender(session, d, "/pi0d/estop", "std_msgs/msg/Bool")
+
+    w, h = 64, 48
+    t0 = time.time()
+    next_js, next_img = t0, t0
+    prompt_sent = estop_sent = reset_sent = False
+    reset_reply = None
+    tokens = None
+    while time.time() - t0 < args.duration:
+        now = time.time()
+        if tokens is None and now - t0 > args.liveliness_at:
+            # Discovery as rmw_zenoh sees it: liveliness tokens of pi0d's node and entities.
+            tokens = [str(r.ok.key_expr) for r in session.liveliness().get(f"@ros2_lv/{d}/**", timeout=1.0)
+                      if r.ok is not None]
+        if now >= next_js:
+            next_js += 0.01
+            with lock:
+                pos = list(state["position"])
+            js.send(T["sensor_msgs/msg/JointState"](
+                header=header(), name=JOINTS, position=np.array(pos), velocity=np.array([], dtype=np.float64),
+                effort=np.array([], dtype=np.float64)))
+        if now >= next_img:
+            next_img += 0.1
+            shade = int(now * 50) % 256
+            raw.send(T["sensor_msgs/msg/Image"](
+                header=header(), height=h, width=w, encoding="rgb8", is_bigendian=0, step=w * 3,
+                data=np.full(w * h * 3, shade, dtype=np.uint8)))
+            buf = io.BytesIO()
+            PILImage.new("RGB", (160, 120), (shade, 40, 200)).save(buf, format="JPEG", quality=80)
+            jpeg.send(T["sensor_msgs/msg/CompressedImage"](
+                header=header(), format="jpeg", data=np.frombuffer(buf.getvalue(), dtype=np.uint8)))
+        if not prompt_sent and now - t0 > 1.0:
+            prompt.send(T["std_msgs/msg/String"](data="stack the blocks"))
+            prompt_sent = True
+        if args.estop_at is not None and not estop_sent and now - t0 > args.estop_at:
+            estop.send(T["std_msgs/msg/Bool"](data=True))
+            estop_sent = True
+        if args.reset_at is not None and not reset_sent and now - t0 > args.reset_at:
+            estop.send(T["std_msgs/msg/Bool"](data=False))
+            time.sleep(0.05)
+            # A service call is a query on the service's key with the request as payload.
+            request = bytes(TS.serialize_cdr(T["std_srvs/msg/Trigger_Request"](structure_needs_at_least_one_member=0),
+                                             "std_srvs/msg/Trigger_Request"))
+            attachment = struct.pack("<qq", 1, time.time_ns()) + bytes([16]) + os.urandom(16)
+            for reply in session.get(f"{d}/pi0d/reset/{dds_type('std_srvs/srv/Trigger')}/*", payload=request,
+                                     attachment=attachment, timeout=5.0):
+                if reply.ok is not None:
+                    resp = TS.deserialize_cdr(reply.ok.payload.to_bytes(), "std_srvs/msg/Trigger_Response")
+                    reset_reply = {"success": bool(resp.success), "message": resp.message, "at": time.time() - t0}
+            reset_sent = True
+        time.sleep(0.002)
+
+    for s in subs:
+        s.undeclare()
+    with lock:
+        report = {"commands": state["commands"], "joint_names": state["names"], "first": state["first"],
+                  "last": state["last"], "nonfinite": state["nonfinite"], "undecodable": state["undecodable"],
+                  "attachment_lengths": sorted(state["attachments"]),
+                  "seq_increasing": all(b > a for a, b in zip(state["seqs"], state["seqs"][1:])),
+                  "keys": sorted(state["keys"]), "statuses": state["statuses"],
+                  "status_keys": sorted(state["status_keys"]), "sent_hashes": HASHES,
+                  "diagnostics": state["diagnostics"][-3:], "reset_reply": reset_reply,
+                  "liveliness": tokens}
+    session.close()
+    Path(args.report).write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

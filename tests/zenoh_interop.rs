@@ -1,0 +1,220 @@
+//! pi0d over Zenoh against an independent peer written with the `eclipse-zenoh` Python package
+//! and rosbags' CDR, speaking rmw_zenoh's wire format (key expressions with the domain, DDS type
+//! name and type hash; CDR payloads; 33-byte attachments; liveliness tokens), on loopback TCP.
+
+#![cfg(feature = "zenoh")]
+
+mod common;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use toml::Value;
+
+fn peer_python() -> PathBuf {
+    let p = root().join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} missing: run ./tools/test.sh, which creates the peers' venv",
+        p.display()
+    );
+    p
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn zenoh_config(domain: u16, port: u16) -> toml::Table {
+    let mut cfg = sim_config();
+    cfg["robot"]["io"] = Value::String("ros".into());
+    let mut ros = toml::Table::new();
+    ros.insert("middleware".into(), Value::String("zenoh".into()));
+    ros.insert("domain_id".into(), Value::Integer(domain as i64));
+    ros.insert("loopback_only".into(), Value::Boolean(true));
+    ros.insert(
+        "zenoh_connect".into(),
+        Value::Array(vec![Value::String(format!("tcp/127.0.0.1:{port}"))]),
+    );
+    ros.insert(
+        "cameras".into(),
+        Value::Array(vec![
+            Value::String("/camera/image_raw".into()),
+            Value::String("/wrist/image_raw/compressed".into()),
+        ]),
+    );
+    cfg.insert("ros".into(), Value::Table(ros));
+    cfg["safety"]["joint_state_timeout_s"] = Value::Float(0.3);
+    cfg
+}
+
+struct Exchange {
+    stderr: String,
+    summary: serde_json::Value,
+    report: serde_json::Value,
+}
+
+fn exchange(name: &str, domain: u16, peer_args: &[&str], pi0d_s: f64) -> Exchange {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir(name);
+    let port = free_port();
+    let cfg = zenoh_config(domain, port);
+    let cfg_path = dir.join("config.toml");
+    std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
+    let report = dir.join("peer.json");
+    let summary = dir.join("summary.json");
+    let mut peer = Command::new(peer_python())
+        .arg(root().join("tests/peers/zenoh_robot_peer.py"))
+        .args(["--listen", &format!("tcp/127.0.0.1:{port}")])
+        .args(["--domain", &domain.to_string(), "--report"])
+        .arg(&report)
+        .args(peer_args)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("peer starts");
+    // pi0d connects to the peer's endpoint: wait until it listens.
+    let started = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the Zenoh peer never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args([
+            "run",
+            "--quiet",
+            "--duration",
+            &pi0d_s.to_string(),
+            "--config",
+        ])
+        .arg(&cfg_path)
+        .arg("--summary")
+        .arg(&summary)
+        .output()
+        .unwrap();
+    let peer_ok = peer.wait().unwrap().success();
+    let stderr = String::from_utf8_lossy(&run.stderr).to_string();
+    assert!(run.status.success(), "pi0d failed:\n{stderr}");
+    assert!(peer_ok, "peer failed");
+    let read =
+        |p: &std::path::Path| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    Exchange {
+        summary: read(&summary),
+        report: read(&report),
+        stderr,
+    }
+}
+
+#[test]
+fn when_zenoh_robot_publishes_expect_commands_back_in_rmw_zenoh_format() {
+    let domain = 30 + (std::process::id() % 150) as u16;
+    let x = exchange("zenoh-interop", domain, &["--duration", "8"], 5.0);
+    let (s, r, stderr) = (&x.summary, &x.report, &x.stderr);
+    assert_eq!(s["limit_violations"], 0);
+    assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}\n{stderr}");
+    assert!(r["commands"].as_u64().unwrap() >= 200, "peer got {r}");
+    assert_eq!(r["nonfinite"], 0);
+    assert_eq!(r["undecodable"], 0);
+    assert_eq!(r["joint_names"][6], "gripper", "{r}");
+    let moved: f64 = r["first"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(r["last"].as_array().unwrap())
+        .map(|(a, b)| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs())
+        .sum();
+    assert!(moved > 0.01, "commands did not move the arm: {r}");
+    // rmw_zenoh's wire format: the key carries domain, topic, DDS type and a RIHS01 hash; every
+    // sample an attachment of sequence number, timestamp and GID, numbered upwards.
+    let key = r["keys"][0].as_str().unwrap();
+    assert!(
+        key.starts_with(&format!(
+            "{domain}/arm_controller/joint_trajectory/trajectory_msgs::msg::dds_::JointTrajectory_/RIHS01_"
+        )),
+        "{key}"
+    );
+    assert_eq!(r["attachment_lengths"], serde_json::json!([33]), "{r}");
+    // Type hashes: the peer sent its inputs with the real REP-2016 hashes (rmw_zenoh's keys),
+    // the same as pi0d's table; pi0d's String publications carry the real hash too.
+    for (ty, hash) in pi0d::io::ros::type_hash::TYPE_HASHES {
+        if let Some(sent) = r["sent_hashes"].get(*ty) {
+            assert_eq!(sent, *hash, "{ty}");
+        }
+    }
+    assert!(r["sent_hashes"].as_object().unwrap().len() >= 5, "{r}");
+    let status_key = r["status_keys"][0].as_str().unwrap();
+    assert_eq!(
+        status_key,
+        format!(
+            "{domain}/pi0d/status/std_msgs::msg::dds_::String_/{}",
+            pi0d::io::ros::type_hash::type_hash("std_msgs/msg/String").unwrap()
+        )
+    );
+    assert_eq!(r["seq_increasing"], true);
+    // Discovery: pi0d's node and its command publisher announce themselves as rmw_zenoh nodes do.
+    let tokens: Vec<&str> = r["liveliness"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        tokens
+            .iter()
+            .any(|t| t.contains("/NN/") && t.ends_with("/pi0d")),
+        "{tokens:?}"
+    );
+    assert!(
+        tokens.iter().any(|t| t.contains("/MP/")
+            && t.contains(
+                "%arm_controller%joint_trajectory/trajectory_msgs::msg::dds_::JointTrajectory_/"
+            )),
+        "{tokens:?}"
+    );
+    // Inputs reached the daemon: the prompt, both cameras (fresh in the diagnostics).
+    assert!(stderr.contains("stack the blocks"), "{stderr}");
+    assert!(r["statuses"].as_u64().unwrap() >= 2, "{r}");
+    let diags = r["diagnostics"].as_array().unwrap();
+    let running = diags
+        .iter()
+        .find(|d| d["message"] == "running")
+        .unwrap_or_else(|| panic!("no running diagnostic: {r}"));
+    for cam in ["camera 0 age (s)", "camera 1 age (s)"] {
+        let age: f64 = running["values"][cam].as_str().unwrap().parse().unwrap();
+        assert!((0.0..0.5).contains(&age), "{cam} {age}");
+    }
+}
+
+#[test]
+fn when_zenoh_peer_presses_estop_then_calls_reset_service_expect_latch_and_resume() {
+    let domain = 30 + ((std::process::id() + 77) % 150) as u16;
+    let peer = ["--duration", "9", "--estop-at", "2.5", "--reset-at", "4"];
+    let x = exchange("zenoh-estop", domain, &peer, 6.5);
+    let (s, r, stderr) = (&x.summary, &x.report, &x.stderr);
+    let states: Vec<&str> = s["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["to"].as_str().unwrap())
+        .collect();
+    let i = states
+        .iter()
+        .position(|s| *s == "estopped")
+        .unwrap_or_else(|| panic!("no e-stop: {states:?}\n{stderr}"));
+    assert_eq!(
+        &states[i + 1..i + 3],
+        ["holding(after_reset)", "running"],
+        "{states:?}"
+    );
+    assert_eq!(s["limit_violations"], 0);
+    assert_eq!(r["reset_reply"]["success"], true, "{r}");
+}
