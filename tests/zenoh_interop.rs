@@ -192,6 +192,22 @@ fn when_zenoh_robot_publishes_expect_commands_back_in_rmw_zenoh_format() {
         let age: f64 = running["values"][cam].as_str().unwrap().parse().unwrap();
         assert!((0.0..0.5).contains(&age), "{cam} {age}");
     }
+    // Observation latency (capture stamp to decoded frame) per camera, and command latency
+    // (control tick to the peer), both measured and plausible on loopback.
+    for cam in ["camera 0 latency p50 (ms)", "camera 1 latency p99 (ms)"] {
+        let ms: f64 = running["values"][cam]
+            .as_str()
+            .unwrap_or_else(|| panic!("{cam} missing: {running}"))
+            .parse()
+            .unwrap();
+        assert!((0.0..300.0).contains(&ms), "{cam} {ms}");
+    }
+    let cmd = &r["command_latency_ms"];
+    assert!(cmd["n"].as_u64().unwrap() >= 100, "{cmd}");
+    assert!(
+        (0.0..300.0).contains(&cmd["p50"].as_f64().unwrap()),
+        "{cmd}"
+    );
 }
 
 #[test]

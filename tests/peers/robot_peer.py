@@ -42,6 +42,14 @@ def stamp() -> Time:
     return Time(sec=int(t), nanosec=int((t - int(t)) * 1e9))
 
 
+def percentiles(seconds):
+    if not seconds:
+        return None
+    s = sorted(seconds)
+    at = lambda q: s[round((len(s) - 1) * q)] * 1e3  # noqa: E731
+    return {"p50": at(0.5), "p99": at(0.99), "max": s[-1] * 1e3, "n": len(s)}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--domain", type=int, required=True)
@@ -50,6 +58,8 @@ def main():
     ap.add_argument("--estop-at", type=float, default=None)
     ap.add_argument("--reset-at", type=float, default=None, help="release the e-stop and call the reset service")
     ap.add_argument("--clock-offset", type=float, default=0.0, help="stamp with a skewed clock (s)")
+    ap.add_argument("--image-size", default="64x48", help="camera frames WxH (the JPEG one too)")
+    ap.add_argument("--fps", type=float, default=10.0, help="camera rate")
     args = ap.parse_args()
     global CLOCK_OFFSET
     CLOCK_OFFSET = args.clock_offset
@@ -74,7 +84,10 @@ def main():
     position = list(START)
     commands, names_seen, first, last = 0, None, None, None
     nonfinite, statuses = 0, 0
-    w, h = 64, 48
+    w, h = (int(x) for x in args.image_size.split("x"))
+    jw, jh = (160, 120) if args.image_size == "64x48" else (w, h)
+    raw_data = [128] * (w * h * 3)  # made once: building a large list per frame is slow in Python
+    command_latency = []
     t0 = time.time()
     next_js, next_img, prompt_sent, estop_sent = t0, t0, False, False
     while time.time() - t0 < args.duration:
@@ -83,6 +96,8 @@ def main():
             if not isinstance(msg, JointTrajectory):
                 continue  # instance-state notices (a writer left), not data
             commands += 1
+            st = msg.header.stamp
+            command_latency.append(time.time() - (st.sec + st.nanosec * 1e-9))
             names_seen = list(msg.joint_names)
             p = list(msg.points[0].positions)
             if not all(math.isfinite(x) for x in p):
@@ -101,13 +116,15 @@ def main():
             next_js += 0.01
             js_w.write(JointState(header=Header(stamp=stamp()), name=JOINTS, position=position))
         if now >= next_img:
-            next_img += 0.1
+            next_img += 1.0 / args.fps
             shade = int(now * 50) % 256
-            img_w.write(Image(header=Header(stamp=stamp()), height=h, width=w, encoding="rgb8",
-                              step=w * 3, data=[shade] * (w * h * 3)))
             buf = io.BytesIO()
-            PILImage.new("RGB", (160, 120), (shade, 40, 200)).save(buf, format="JPEG", quality=80)
-            jpeg_w.write(CompressedImage(header=Header(stamp=stamp()), format="jpeg", data=list(buf.getvalue())))
+            PILImage.new("RGB", (jw, jh), (shade, 40, 200)).save(buf, format="JPEG", quality=80)
+            jpeg = list(buf.getvalue())
+            # Stamped just before each write: pi0d's camera latency is transport + decoding.
+            img_w.write(Image(header=Header(stamp=stamp()), height=h, width=w, encoding="rgb8",
+                              step=w * 3, data=raw_data))
+            jpeg_w.write(CompressedImage(header=Header(stamp=stamp()), format="jpeg", data=jpeg))
         if not prompt_sent and now - t0 > 1.0:
             prompt_w.write(String(data="stack the blocks"))
             prompt_sent = True
@@ -125,7 +142,7 @@ def main():
         time.sleep(0.002)
     report = {"commands": commands, "joint_names": names_seen, "first": first, "last": last,
               "nonfinite": nonfinite, "statuses": statuses, "diagnostics": diagnostics,
-              "reset_reply": reset_reply}
+              "reset_reply": reset_reply, "command_latency_ms": percentiles(command_latency)}
     Path(args.report).write_text(json.dumps(report))
 
 

@@ -80,6 +80,14 @@ class Sender:
         self.pub.put(bytes(TS.serialize_cdr(msg, self.ros_type)), attachment=attachment)
 
 
+def percentiles(seconds):
+    if not seconds:
+        return None
+    s = sorted(seconds)
+    return {"p50": s[round((len(s) - 1) * 0.5)] * 1e3, "p99": s[round((len(s) - 1) * 0.99)] * 1e3,
+            "max": s[-1] * 1e3, "n": len(s)}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--listen", required=True)
@@ -88,6 +96,8 @@ def main():
     ap.add_argument("--report", required=True)
     ap.add_argument("--estop-at", type=float, default=None)
     ap.add_argument("--reset-at", type=float, default=None)
+    ap.add_argument("--image-size", default="64x48", help="camera frames WxH (the JPEG one too)")
+    ap.add_argument("--fps", type=float, default=10.0, help="camera rate")
     ap.add_argument("--liveliness-at", type=float, default=3.0, help="when to list liveliness tokens (s)")
     args = ap.parse_args()
 
@@ -101,7 +111,7 @@ def main():
     lock = threading.Lock()
     state = {"position": list(START), "commands": 0, "names": None, "first": None, "last": None,
              "nonfinite": 0, "attachments": set(), "seqs": [], "keys": set(), "undecodable": 0,
-             "statuses": 0, "status_keys": set(), "diagnostics": []}
+             "statuses": 0, "status_keys": set(), "diagnostics": [], "latency": []}
 
     def on_command(sample):
         with lock:
@@ -115,6 +125,8 @@ def main():
             except Exception:  # noqa: BLE001 - counted and reported
                 state["undecodable"] += 1
                 return
+            st = msg.header.stamp
+            state["latency"].append(time.time() - (st.sec + st.nanosec * 1e-9))
             state["commands"] += 1
             state["names"] = list(msg.joint_names)
             p = [float(x) for x in msg.points[0].positions]
@@ -148,7 +160,8 @@ def main():
     prompt = Sender(session, d, "/pi0d/prompt", "std_msgs/msg/String")
     estop = Sender(session, d, "/pi0d/estop", "std_msgs/msg/Bool")
 
-    w, h = 64, 48
+    w, h = (int(x) for x in args.image_size.split("x"))
+    jw, jh = (160, 120) if args.image_size == "64x48" else (w, h)
     t0 = time.time()
     next_js, next_img = t0, t0
     prompt_sent = estop_sent = reset_sent = False
@@ -168,13 +181,14 @@ def main():
                 header=header(), name=JOINTS, position=np.array(pos), velocity=np.array([], dtype=np.float64),
                 effort=np.array([], dtype=np.float64)))
         if now >= next_img:
-            next_img += 0.1
+            next_img += 1.0 / args.fps
             shade = int(now * 50) % 256
+            buf = io.BytesIO()
+            PILImage.new("RGB", (jw, jh), (shade, 40, 200)).save(buf, format="JPEG", quality=80)
+            # Stamped just before each send: pi0d's camera latency is transport + decoding.
             raw.send(T["sensor_msgs/msg/Image"](
                 header=header(), height=h, width=w, encoding="rgb8", is_bigendian=0, step=w * 3,
                 data=np.full(w * h * 3, shade, dtype=np.uint8)))
-            buf = io.BytesIO()
-            PILImage.new("RGB", (160, 120), (shade, 40, 200)).save(buf, format="JPEG", quality=80)
             jpeg.send(T["sensor_msgs/msg/CompressedImage"](
                 header=header(), format="jpeg", data=np.frombuffer(buf.getvalue(), dtype=np.uint8)))
         if not prompt_sent and now - t0 > 1.0:
@@ -208,7 +222,7 @@ def main():
                   "keys": sorted(state["keys"]), "statuses": state["statuses"],
                   "status_keys": sorted(state["status_keys"]), "sent_hashes": HASHES,
                   "diagnostics": state["diagnostics"][-3:], "reset_reply": reset_reply,
-                  "liveliness": tokens}
+                  "liveliness": tokens, "command_latency_ms": percentiles(state["latency"])}
     session.close()
     Path(args.report).write_text(json.dumps(report))
 

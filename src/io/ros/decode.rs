@@ -61,6 +61,49 @@ impl ClockMap {
     }
 }
 
+/// The last latencies of one input (seconds), summarized once a second for the diagnostics.
+/// Its buffer is sized once; recording allocates nothing.
+pub struct LatencyWindow {
+    samples: std::collections::VecDeque<f64>,
+    sorted: Vec<f64>,
+}
+
+/// Samples a latency window keeps (a few seconds of a 30 Hz camera).
+const LATENCY_WINDOW: usize = 256;
+
+impl Default for LatencyWindow {
+    fn default() -> Self {
+        LatencyWindow {
+            samples: std::collections::VecDeque::with_capacity(LATENCY_WINDOW),
+            sorted: Vec::with_capacity(LATENCY_WINDOW),
+        }
+    }
+}
+
+impl LatencyWindow {
+    pub fn record(&mut self, seconds: f64) {
+        if !seconds.is_finite() {
+            return;
+        }
+        if self.samples.len() == LATENCY_WINDOW {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(seconds);
+    }
+
+    /// `(p50, p99, max)` in milliseconds, once there is a sample.
+    pub fn summary_ms(&mut self) -> Option<(f64, f64, f64)> {
+        if self.samples.is_empty() {
+            return None;
+        }
+        self.sorted.clear();
+        self.sorted.extend(self.samples.iter().copied());
+        self.sorted.sort_by(f64::total_cmp);
+        let at = |q: f64| self.sorted[((self.sorted.len() - 1) as f64 * q).round() as usize] * 1e3;
+        Some((at(0.5), at(0.99), at(1.0)))
+    }
+}
+
 /// Estimates a sender's clock offset from pi0d's: the smallest (arrival - stamp) over a window
 /// of samples is the offset plus the shortest transport delay. Far from zero, the sender's clock
 /// (or its stamping) is off, and the watchdogs, which trust capture stamps, will see its data as
@@ -332,6 +375,7 @@ pub fn diagnostics(
     rate_hz: f64,
     joint_state_age_s: f64,
     camera_ages_s: &[f64],
+    camera_latency_ms: &[Option<(f64, f64, f64)>],
     joint_state_clock_offset_s: Option<f64>,
 ) -> msgs::DiagnosticArray {
     use crate::control::stats::{mode_name, LiveStats};
@@ -378,6 +422,23 @@ pub fn diagnostics(
     ];
     for (i, a) in camera_ages_s.iter().enumerate() {
         values.push(kv(&format!("camera {i} age (s)"), format!("{a:.3}")));
+    }
+    // Capture stamp to decoded frame ready: transport, deserialization and decoding.
+    for (i, l) in camera_latency_ms.iter().enumerate() {
+        if let Some((p50, p99, max)) = l {
+            values.push(kv(
+                &format!("camera {i} latency p50 (ms)"),
+                format!("{p50:.2}"),
+            ));
+            values.push(kv(
+                &format!("camera {i} latency p99 (ms)"),
+                format!("{p99:.2}"),
+            ));
+            values.push(kv(
+                &format!("camera {i} latency max (ms)"),
+                format!("{max:.2}"),
+            ));
+        }
     }
     if let Some(o) = joint_state_clock_offset_s {
         values.push(kv("joint state clock offset (s)", format!("{o:.3}")));
@@ -432,6 +493,23 @@ impl RateLimitedLog {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn latency_window_summarizes_the_last_samples() {
+        let mut w = super::LatencyWindow::default();
+        assert_eq!(w.summary_ms(), None);
+        for i in 0..1000 {
+            w.record(i as f64 * 1e-3);
+        }
+        w.record(f64::NAN);
+        // Only the last 256 (744..=999 ms) count.
+        let (p50, p99, max) = w.summary_ms().unwrap();
+        assert!(
+            (p50 - 872.0).abs() < 0.5 && (p99 - 996.0).abs() < 0.5,
+            "{p50} {p99}"
+        );
+        assert!((max - 999.0).abs() < 1e-9);
+    }
+
     use super::*;
 
     fn names() -> Vec<String> {

@@ -24,7 +24,7 @@ use super::Blackboard;
 use crate::config::{CommandType, Middleware as MiddlewareKind, RosConfig, ServiceMappingKind};
 use crate::control::stats::LiveStats;
 use crate::time::MonoTime;
-use decode::{ClockMap, JointStateDecoder, RateLimitedLog, SkewEstimator};
+use decode::{ClockMap, JointStateDecoder, LatencyWindow, RateLimitedLog, SkewEstimator};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RosError {
@@ -340,6 +340,13 @@ impl RosIo {
         let mut last_sent = MonoTime::ZERO;
         let mut next_status = MonoTime::now();
         let period_s = self.period.as_secs_f64();
+        let mut latency: Vec<LatencyWindow> = self
+            .cfg
+            .cameras
+            .iter()
+            .map(|_| LatencyWindow::default())
+            .collect();
+        let mut latency_ms = vec![None; self.cfg.cameras.len()];
         while !stop.load(Ordering::Relaxed) {
             let now = MonoTime::now();
             // Bounded drains: a reader that kept failing on one sample must not spin forever.
@@ -376,7 +383,10 @@ impl RosIo {
                         .map(|m| decode::compressed_image(&m, &clock, now, cap)),
                 };
                 match decoded {
-                    Some(Ok(frame)) => board.publish_frame(k, frame),
+                    Some(Ok(frame)) => {
+                        latency[k].record(MonoTime::now().seconds_since(frame.stamp));
+                        board.publish_frame(k, frame)
+                    }
                     Some(Err(e)) => log.warn(topic, &e.to_string()),
                     None => {}
                 }
@@ -455,6 +465,9 @@ impl RosIo {
                 let mut stamps = vec![MonoTime::ZERO; board.camera_stamps.len()];
                 board.read_camera_stamps(&mut stamps);
                 let cam_ages: Vec<f64> = stamps.iter().map(|s| now.seconds_since(*s)).collect();
+                for (l, w) in latency_ms.iter_mut().zip(&mut latency) {
+                    *l = w.summary_ms();
+                }
                 let d = decode::diagnostics(
                     clock.to_ros(now),
                     &self.cfg.node,
@@ -462,6 +475,7 @@ impl RosIo {
                     1.0 / period_s,
                     js_age,
                     &cam_ages,
+                    &latency_ms,
                     skew.offset_s,
                 );
                 if let Err(e) = ep.diagnostics.put(d) {
