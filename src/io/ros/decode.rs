@@ -366,6 +366,15 @@ pub fn joint_command(
     }
 }
 
+/// How the inputs look from the ROS thread, for the diagnostics.
+pub struct InputHealth<'a> {
+    pub joint_state_age_s: f64,
+    pub camera_ages_s: &'a [f64],
+    /// Per camera: capture-to-decoded latency `(p50, p99, max)` in ms, once frames arrived.
+    pub camera_latency_ms: &'a [Option<(f64, f64, f64)>],
+    pub joint_state_clock_offset_s: Option<f64>,
+}
+
 /// The daemon's health as one DiagnosticStatus: OK while running, WARN while holding or
 /// starting, ERROR while e-stopped; values carry rates, timing and input ages.
 pub fn diagnostics(
@@ -373,11 +382,14 @@ pub fn diagnostics(
     node: &str,
     live: &crate::control::stats::LiveStats,
     rate_hz: f64,
-    joint_state_age_s: f64,
-    camera_ages_s: &[f64],
-    camera_latency_ms: &[Option<(f64, f64, f64)>],
-    joint_state_clock_offset_s: Option<f64>,
+    inputs: &InputHealth,
 ) -> msgs::DiagnosticArray {
+    let InputHealth {
+        joint_state_age_s,
+        camera_ages_s,
+        camera_latency_ms,
+        joint_state_clock_offset_s,
+    } = *inputs;
     use crate::control::stats::{mode_name, LiveStats};
     let mode = mode_name(LiveStats::get(&live.mode));
     let mut level = match mode {

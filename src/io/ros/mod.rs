@@ -473,10 +473,12 @@ impl RosIo {
                     &self.cfg.node,
                     live,
                     1.0 / period_s,
-                    js_age,
-                    &cam_ages,
-                    &latency_ms,
-                    skew.offset_s,
+                    &decode::InputHealth {
+                        joint_state_age_s: js_age,
+                        camera_ages_s: &cam_ages,
+                        camera_latency_ms: &latency_ms,
+                        joint_state_clock_offset_s: skew.offset_s,
+                    },
                 );
                 if let Err(e) = ep.diagnostics.put(d) {
                     log.warn(&self.cfg.diagnostics_topic, &e);
