@@ -336,7 +336,6 @@ impl RosIo {
         let mut skew = SkewEstimator::new(200);
         let mut log = RateLimitedLog::new(Duration::from_secs(5));
         let clock = ClockMap::now();
-        let mut next_publish = MonoTime::now();
         let mut last_sent = MonoTime::ZERO;
         let mut next_status = MonoTime::now();
         let period_s = self.period.as_secs_f64();
@@ -349,6 +348,31 @@ impl RosIo {
         let mut latency_ms = vec![None; self.cfg.cameras.len()];
         while !stop.load(Ordering::Relaxed) {
             let now = MonoTime::now();
+            // A new command goes out as soon as the control loop has made it (polled every
+            // half millisecond), before the inputs are drained and decoded.
+            let (stamp, cmd) = board.command.load();
+            if stamp != last_sent && cmd.position.len() == self.joint_names.len() {
+                last_sent = stamp;
+                let header = msgs::Header {
+                    stamp: clock.to_ros(stamp),
+                    frame_id: String::new(),
+                };
+                let result = match &ep.command {
+                    CommandPub::Trajectory(p) => p.put(decode::trajectory(
+                        header,
+                        &self.joint_names,
+                        &cmd,
+                        period_s,
+                    )),
+                    CommandPub::MultiArray(p) => p.put(decode::multi_array(&cmd)),
+                    CommandPub::JointState(p) => {
+                        p.put(decode::joint_command(header, &self.joint_names, &cmd))
+                    }
+                };
+                if let Err(e) = result {
+                    log.warn(&self.cfg.command_topic, &e);
+                }
+            }
             // Bounded drains: a reader that kept failing on one sample must not spin forever.
             for _ in 0..MAX_TAKES_PER_POLL {
                 match ep.joint_states.take_next() {
@@ -431,32 +455,6 @@ impl RosIo {
                     }
                     Ok(None) => break,
                     Err(e) => log.warn(&self.cfg.reset_service, &format!("bad request: {e}")),
-                }
-            }
-            if now >= next_publish {
-                next_publish = next_publish.offset_seconds(period_s).max(now);
-                let (stamp, cmd) = board.command.load();
-                if stamp != last_sent && cmd.position.len() == self.joint_names.len() {
-                    last_sent = stamp;
-                    let header = msgs::Header {
-                        stamp: clock.to_ros(stamp),
-                        frame_id: String::new(),
-                    };
-                    let result = match &ep.command {
-                        CommandPub::Trajectory(p) => p.put(decode::trajectory(
-                            header,
-                            &self.joint_names,
-                            &cmd,
-                            period_s,
-                        )),
-                        CommandPub::MultiArray(p) => p.put(decode::multi_array(&cmd)),
-                        CommandPub::JointState(p) => {
-                            p.put(decode::joint_command(header, &self.joint_names, &cmd))
-                        }
-                    };
-                    if let Err(e) = result {
-                        log.warn(&self.cfg.command_topic, &e);
-                    }
                 }
             }
             if now >= next_status {
