@@ -135,12 +135,15 @@ fn when_zenoh_robot_publishes_expect_commands_back_in_rmw_zenoh_format() {
     assert!(moved > 0.01, "commands did not move the arm: {r}");
     // rmw_zenoh's wire format: the key carries domain, topic, DDS type and a RIHS01 hash; every
     // sample an attachment of sequence number, timestamp and GID, numbered upwards.
+    let hash = |t: &str| pi0d::io::ros::type_hash::type_hash(t).unwrap();
     let key = r["keys"][0].as_str().unwrap();
-    assert!(
-        key.starts_with(&format!(
-            "{domain}/arm_controller/joint_trajectory/trajectory_msgs::msg::dds_::JointTrajectory_/RIHS01_"
-        )),
-        "{key}"
+    assert_eq!(
+        key,
+        format!(
+            "{domain}/arm_controller/joint_trajectory/trajectory_msgs::msg::dds_::JointTrajectory_/{}",
+            hash("trajectory_msgs/msg/JointTrajectory")
+        ),
+        "the real REP-2016 hash, as an rmw_zenoh subscriber expects it"
     );
     assert_eq!(r["attachment_lengths"], serde_json::json!([33]), "{r}");
     // Type hashes: the peer sent its inputs with the real REP-2016 hashes (rmw_zenoh's keys),
@@ -173,13 +176,31 @@ fn when_zenoh_robot_publishes_expect_commands_back_in_rmw_zenoh_format() {
             .any(|t| t.contains("/NN/") && t.ends_with("/pi0d")),
         "{tokens:?}"
     );
+    let command_token = tokens
+        .iter()
+        .find(|t| t.contains("/MP/") && t.contains("%arm_controller%joint_trajectory/"))
+        .unwrap_or_else(|| panic!("no command publisher token: {tokens:?}"));
     assert!(
-        tokens.iter().any(|t| t.contains("/MP/")
-            && t.contains(
-                "%arm_controller%joint_trajectory/trajectory_msgs::msg::dds_::JointTrajectory_/"
-            )),
-        "{tokens:?}"
+        command_token.contains(&format!(
+            "/pi0d/%arm_controller%joint_trajectory/trajectory_msgs::msg::dds_::JointTrajectory_/{}/",
+            hash("trajectory_msgs/msg/JointTrajectory")
+        )),
+        "{command_token}"
     );
+    // Same node (session and node id) and QoS encoding as the node's own subscriptions, which
+    // ros2-client declares (the prompt: reliable, keep last 10, like the command publisher).
+    let prompt_token = tokens
+        .iter()
+        .find(|t| t.contains("/MS/") && t.contains("%pi0d%prompt/"))
+        .unwrap_or_else(|| panic!("no prompt subscription token: {tokens:?}"));
+    let parts = |t: &str| t.split('/').map(String::from).collect::<Vec<_>>();
+    let (c, p) = (parts(command_token), parts(prompt_token));
+    assert_eq!(
+        c[..4],
+        p[..4],
+        "session and node: {command_token} vs {prompt_token}"
+    );
+    assert_eq!(c.last(), p.last(), "QoS: {command_token} vs {prompt_token}");
     // Inputs reached the daemon: the prompt, both cameras (fresh in the diagnostics).
     assert!(stderr.contains("stack the blocks"), "{stderr}");
     assert!(r["statuses"].as_u64().unwrap() >= 2, "{r}");

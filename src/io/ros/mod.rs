@@ -305,7 +305,13 @@ impl RosIo {
         let node = context
             .new_node(node_name, options)
             .map_err(|e| create_err("node", e))?;
-        let mut mw = transport::zenoh::Zenoh { node };
+        let mut mw = transport::zenoh::Zenoh {
+            node,
+            context: context.clone(),
+            node_name: NodeName::new(&self.cfg.namespace, &self.cfg.node)
+                .map_err(|e| create_err("node name", e))?,
+            next_entity: 1 << 20,
+        };
         Ok((endpoints(&mut mw, &self.cfg)?, Box::new((mw, context))))
     }
 

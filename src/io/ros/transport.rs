@@ -178,6 +178,111 @@ pub mod zenoh {
 
     pub struct Zenoh {
         pub node: Node,
+        pub context: ros2_client::zenoh::Context,
+        pub node_name: ros2_client::NodeName,
+        /// Entity ids for pi0d's own publishers, far above the node's own counter.
+        pub next_entity: u64,
+    }
+
+    /// CDR little-endian encapsulation header, as rmw_zenoh prefixes every payload.
+    const CDR_LE: [u8; 4] = [0x00, 0x01, 0x00, 0x00];
+
+    /// A publisher whose key and liveliness token carry the type's real REP-2016 hash, so
+    /// rmw_zenoh subscribers (which match the hash exactly) receive it. ros2-client's own
+    /// publishers put a placeholder there for types it does not know.
+    struct HashedPublisher {
+        publisher: ::zenoh::pubsub::Publisher<'static>,
+        gid: [u8; 16],
+        seq: std::sync::atomic::AtomicI64,
+        _token: ::zenoh::liveliness::LivelinessToken,
+    }
+
+    impl<M: Msg> Put<M> for HashedPublisher {
+        fn put(&self, msg: M) -> Result<(), String> {
+            use ::zenoh::Wait;
+            let mut payload = CDR_LE.to_vec();
+            payload.extend(
+                cdr_encoding::to_vec::<M, byteorder::LittleEndian>(&msg)
+                    .map_err(|e| format!("CDR: {e}"))?,
+            );
+            let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as i64);
+            // rmw_zenoh's attachment: sequence number, source timestamp, GID (length-prefixed).
+            let mut attachment = Vec::with_capacity(33);
+            attachment.extend(seq.to_le_bytes());
+            attachment.extend(now.to_le_bytes());
+            attachment.push(16);
+            attachment.extend(self.gid);
+            self.publisher
+                .put(payload)
+                .attachment(attachment)
+                .wait()
+                .map_err(|e| e.to_string())
+        }
+    }
+
+    /// rmw_zenoh's compact QoS of a reliable, volatile, keep-last-`depth` publisher.
+    pub fn reliable_qos_code(depth: usize) -> String {
+        format!("::,{depth}:,:,:,,")
+    }
+
+    /// `/a/b` -> `%a%b`, empty -> `%` (rmw_zenoh's name mangling in liveliness tokens).
+    pub fn mangle(name: &str) -> String {
+        if name.is_empty() {
+            "%".into()
+        } else {
+            name.replace('/', "%")
+        }
+    }
+
+    impl Zenoh {
+        fn hashed_publisher(
+            &mut self,
+            topic: &Name,
+            ty: &MessageTypeName,
+            hash: &str,
+        ) -> Result<HashedPublisher, RosError> {
+            use ::zenoh::Wait;
+            let session = self.context.session().clone();
+            let domain = self.context.domain_id();
+            let fqn = topic.to_string();
+            let dds_type = ty.dds_msg_type();
+            let key = format!("{domain}/{}/{dds_type}/{hash}", fqn.trim_matches('/'));
+            let publisher = session
+                .declare_publisher(key)
+                .wait()
+                .map_err(|e| create_err(format!("publisher `{topic}`"), e))?;
+            self.next_entity += 1;
+            // The node is the context's first (id 0): its own token says so.
+            let token_key = format!(
+                "@ros2_lv/{domain}/{zid}/0/{eid}/MP/%/{ns}/{node}/{name}/{dds_type}/{hash}/{qos}",
+                zid = session.zid(),
+                eid = self.next_entity,
+                ns = mangle(self.node_name.namespace()),
+                node = mangle(self.node_name.base_name()),
+                name = mangle(&fqn),
+                qos = reliable_qos_code(10),
+            );
+            let token = session
+                .liveliness()
+                .declare_token(token_key)
+                .wait()
+                .map_err(|e| create_err(format!("liveliness of `{topic}`"), e))?;
+            let mut gid = [0u8; 16];
+            let digest = {
+                use sha2::Digest;
+                sha2::Sha256::digest(format!("{}/{}", session.zid(), self.next_entity))
+            };
+            gid.copy_from_slice(&digest[..16]);
+            Ok(HashedPublisher {
+                publisher,
+                gid,
+                seq: std::sync::atomic::AtomicI64::new(0),
+                _token: token,
+            })
+        }
     }
 
     impl Middleware for Zenoh {
@@ -201,6 +306,10 @@ pub mod zenoh {
             ty: MessageTypeName,
             qos: &QosProfile,
         ) -> Result<Box<dyn Put<M>>, RosError> {
+            let ros_type = format!("{}/msg/{}", ty.package_name(), ty.type_name());
+            if let Some(hash) = crate::io::ros::type_hash::type_hash(&ros_type) {
+                return Ok(Box::new(self.hashed_publisher(topic, &ty, hash)?));
+            }
             let t = self.node.create_topic(topic, ty, qos);
             let p = self
                 .node
