@@ -248,4 +248,21 @@ fn when_sender_clock_lags_by_a_second_expect_skew_reported_and_no_motion() {
         d.iter().all(|d| d["level"].as_u64().unwrap() >= 1),
         "never OK while skewed"
     );
+    // The cameras' sender is estimated on its own, from the frames' stamps.
+    assert!(
+        x.stderr
+            .contains("clock skew between the camera's sender and pi0d"),
+        "{}",
+        x.stderr
+    );
+    let camera_offsets: Vec<f64> = d
+        .iter()
+        .filter_map(|d| d["values"]["camera 1 clock offset (s)"].as_str())
+        .map(|v| v.parse::<f64>().unwrap())
+        .collect();
+    assert!(!camera_offsets.is_empty(), "{}", x.report);
+    assert!(
+        camera_offsets.iter().all(|o| (0.99..1.2).contains(o)),
+        "{camera_offsets:?}"
+    );
 }

@@ -194,6 +194,28 @@ pub enum Io {
     Ros(Box<RosConfig>),
 }
 
+/// Reliability and keep-last depth of a topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopicQos {
+    pub reliable: bool,
+    pub depth: usize,
+}
+
+/// QoS per kind of topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RosQos {
+    /// Joint states in (default best effort, keep last 1, as drivers publish them).
+    pub joint_states: TopicQos,
+    /// Camera frames in (default best effort, keep last 1).
+    pub cameras: TopicQos,
+    /// Prompt, e-stop and reset in, and the reset service (default reliable, 10).
+    pub inputs: TopicQos,
+    /// Joint commands out (default reliable, 10).
+    pub commands: TopicQos,
+    /// Status and diagnostics out (default reliable, 10).
+    pub status: TopicQos,
+}
+
 /// The ROS 2 middleware pi0d speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Middleware {
@@ -250,6 +272,7 @@ pub struct RosConfig {
     /// Zenoh endpoints to connect to (e.g. the router `tcp/localhost:7447`) and listen on.
     pub zenoh_connect: Vec<String>,
     pub zenoh_listen: Vec<String>,
+    pub qos: RosQos,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -689,7 +712,46 @@ fn ros_config(
         zenoh_config: r.zenoh_config.as_ref().map(|p| resolve(p)),
         zenoh_connect: zenoh_endpoints(c, "ros.zenoh_connect", &r.zenoh_connect)?,
         zenoh_listen: zenoh_endpoints(c, "ros.zenoh_listen", &r.zenoh_listen)?,
+        qos: RosQos {
+            joint_states: topic_qos(c, "joint_states", r.qos.joint_states.as_ref(), false, 1)?,
+            cameras: topic_qos(c, "cameras", r.qos.cameras.as_ref(), false, 1)?,
+            inputs: topic_qos(c, "inputs", r.qos.inputs.as_ref(), true, 10)?,
+            commands: topic_qos(c, "commands", r.qos.commands.as_ref(), true, 10)?,
+            status: topic_qos(c, "status", r.qos.status.as_ref(), true, 10)?,
+        },
     })
+}
+
+/// `[ros.qos.<kind>]` over its defaults.
+fn topic_qos(
+    c: &Check,
+    kind: &str,
+    raw: Option<&raw::RawQos>,
+    reliable: bool,
+    depth: usize,
+) -> Result<TopicQos, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(TopicQos { reliable, depth });
+    };
+    let reliable = match raw.reliability.as_deref() {
+        None => reliable,
+        Some("reliable") => true,
+        Some("best_effort") => false,
+        Some(other) => {
+            return c.fail(
+                &format!("ros.qos.{kind}.reliability"),
+                format!("expected \"reliable\" or \"best_effort\", found \"{other}\""),
+            )
+        }
+    };
+    let depth = raw.depth.unwrap_or(depth);
+    if !(1..=1000).contains(&depth) {
+        return c.fail(
+            &format!("ros.qos.{kind}.depth"),
+            format!("expected 1 to 1000, found {depth}"),
+        );
+    }
+    Ok(TopicQos { reliable, depth })
 }
 
 /// Zenoh locators: `<protocol>/<address>`, e.g. `tcp/127.0.0.1:7447`.

@@ -66,6 +66,26 @@ pub struct RawRos {
     pub zenoh_connect: Vec<String>,
     #[serde(default)]
     pub zenoh_listen: Vec<String>,
+    #[serde(default)]
+    pub qos: RawQosSet,
+}
+
+/// `[ros.qos]`: QoS per kind of topic.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawQosSet {
+    pub joint_states: Option<RawQos>,
+    pub cameras: Option<RawQos>,
+    pub inputs: Option<RawQos>,
+    pub commands: Option<RawQos>,
+    pub status: Option<RawQos>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawQos {
+    pub reliability: Option<String>,
+    pub depth: Option<usize>,
 }
 
 fn default_middleware() -> String {

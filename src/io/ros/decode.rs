@@ -373,6 +373,8 @@ pub struct InputHealth<'a> {
     /// Per camera: capture-to-decoded latency `(p50, p99, max)` in ms, once frames arrived.
     pub camera_latency_ms: &'a [Option<(f64, f64, f64)>],
     pub joint_state_clock_offset_s: Option<f64>,
+    /// Per camera: its sender's clock offset estimate, as for the joint states.
+    pub camera_clock_offsets_s: &'a [Option<f64>],
 }
 
 /// The daemon's health as one DiagnosticStatus: OK while running, WARN while holding or
@@ -389,6 +391,7 @@ pub fn diagnostics(
         camera_ages_s,
         camera_latency_ms,
         joint_state_clock_offset_s,
+        camera_clock_offsets_s,
     } = *inputs;
     use crate::control::stats::{mode_name, LiveStats};
     let mode = mode_name(LiveStats::get(&live.mode));
@@ -456,6 +459,17 @@ pub fn diagnostics(
         values.push(kv("joint state clock offset (s)", format!("{o:.3}")));
         if SkewEstimator::skewed(o) && level == 0 {
             level = 1;
+        }
+    }
+    for (i, o) in camera_clock_offsets_s.iter().enumerate() {
+        if let Some(o) = o {
+            values.push(kv(
+                &format!("camera {i} clock offset (s)"),
+                format!("{o:.3}"),
+            ));
+            if SkewEstimator::skewed(*o) && level == 0 {
+                level = 1;
+            }
         }
     }
     msgs::DiagnosticArray {

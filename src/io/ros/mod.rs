@@ -21,7 +21,9 @@ use ros2_client::{MessageTypeName, Name, NodeName, NodeOptions, QosProfile, Serv
 use transport::{Middleware, Put, Serve, Take};
 
 use super::Blackboard;
-use crate::config::{CommandType, Middleware as MiddlewareKind, RosConfig, ServiceMappingKind};
+use crate::config::{
+    CommandType, Middleware as MiddlewareKind, RosConfig, ServiceMappingKind, TopicQos,
+};
 use crate::control::stats::LiveStats;
 use crate::time::MonoTime;
 use decode::{ClockMap, JointStateDecoder, LatencyWindow, RateLimitedLog, SkewEstimator};
@@ -39,20 +41,17 @@ fn create_err(what: impl Into<String>, e: impl std::fmt::Debug) -> RosError {
     }
 }
 
-fn qos_reliable() -> QosProfile {
-    QosProfile::publisher_default()
-        .reliability(Reliability::Reliable {
+/// The ros2-client profile of a configured topic QoS (volatile, keep last `depth`).
+fn profile(q: TopicQos) -> QosProfile {
+    let base = if q.reliable {
+        QosProfile::publisher_default().reliability(Reliability::Reliable {
             when_full: WhenFull::DEFAULT,
         })
-        .durability(Durability::Volatile)
-        .history(History::KeepLast { depth: 10 })
-}
-
-fn qos_sensor() -> QosProfile {
-    QosProfile::subscription_default()
-        .reliability(Reliability::BestEffort)
-        .durability(Durability::Volatile)
-        .history(History::KeepLast { depth: 1 })
+    } else {
+        QosProfile::subscription_default().reliability(Reliability::BestEffort)
+    };
+    base.durability(Durability::Volatile)
+        .history(History::KeepLast { depth: q.depth })
 }
 
 fn name(topic: &str) -> Result<Name, RosError> {
@@ -90,13 +89,18 @@ struct Endpoints {
 }
 
 fn endpoints(mw: &mut impl Middleware, cfg: &RosConfig) -> Result<Endpoints, RosError> {
-    let sensor = qos_sensor();
-    let reliable = qos_reliable();
+    let q = &cfg.qos;
+    let (camera_qos, inputs, commands, status_qos) = (
+        profile(q.cameras),
+        profile(q.inputs),
+        profile(q.commands),
+        profile(q.status),
+    );
     let ty = MessageTypeName::new;
     let joint_states = mw.subscribe(
         &name(&cfg.joint_states)?,
         ty("sensor_msgs", "JointState"),
-        &sensor,
+        &profile(q.joint_states),
     )?;
     let mut cameras = Vec::new();
     for cam in &cfg.cameras {
@@ -104,47 +108,47 @@ fn endpoints(mw: &mut impl Middleware, cfg: &RosConfig) -> Result<Endpoints, Ros
             CameraSub::Compressed(mw.subscribe(
                 &name(cam)?,
                 ty("sensor_msgs", "CompressedImage"),
-                &sensor,
+                &camera_qos,
             )?)
         } else {
-            CameraSub::Raw(mw.subscribe(&name(cam)?, ty("sensor_msgs", "Image"), &sensor)?)
+            CameraSub::Raw(mw.subscribe(&name(cam)?, ty("sensor_msgs", "Image"), &camera_qos)?)
         });
     }
-    let prompt = mw.subscribe(&name(&cfg.prompt)?, ty("std_msgs", "String"), &reliable)?;
-    let estop = mw.subscribe(&name(&cfg.estop)?, ty("std_msgs", "Bool"), &reliable)?;
-    let reset = mw.subscribe(&name(&cfg.reset)?, ty("std_msgs", "Bool"), &reliable)?;
+    let prompt = mw.subscribe(&name(&cfg.prompt)?, ty("std_msgs", "String"), &inputs)?;
+    let estop = mw.subscribe(&name(&cfg.estop)?, ty("std_msgs", "Bool"), &inputs)?;
+    let reset = mw.subscribe(&name(&cfg.reset)?, ty("std_msgs", "Bool"), &inputs)?;
     let topic = name(&cfg.command_topic)?;
     let command = match cfg.command_type {
         CommandType::JointTrajectory => CommandPub::Trajectory(mw.advertise(
             &topic,
             ty("trajectory_msgs", "JointTrajectory"),
-            &reliable,
+            &commands,
         )?),
         CommandType::Float64MultiArray => CommandPub::MultiArray(mw.advertise(
             &topic,
             ty("std_msgs", "Float64MultiArray"),
-            &reliable,
+            &commands,
         )?),
         CommandType::JointState => CommandPub::JointState(mw.advertise(
             &topic,
             ty("sensor_msgs", "JointState"),
-            &reliable,
+            &commands,
         )?),
     };
     let status = mw.advertise(
         &name(&cfg.status_topic)?,
         ty("std_msgs", "String"),
-        &reliable,
+        &status_qos,
     )?;
     let diagnostics = mw.advertise(
         &name(&cfg.diagnostics_topic)?,
         ty("diagnostic_msgs", "DiagnosticArray"),
-        &reliable,
+        &status_qos,
     )?;
     let reset_service = mw.serve(
         &name(&cfg.reset_service)?,
         ServiceTypeName::new("std_srvs", "Trigger"),
-        &reliable,
+        &inputs,
     )?;
     Ok(Endpoints {
         joint_states,
@@ -352,6 +356,13 @@ impl RosIo {
             .map(|_| LatencyWindow::default())
             .collect();
         let mut latency_ms = vec![None; self.cfg.cameras.len()];
+        // Per camera: its sender's clock against ours (a few seconds of frames per estimate).
+        let mut camera_skew: Vec<SkewEstimator> = self
+            .cfg
+            .cameras
+            .iter()
+            .map(|_| SkewEstimator::new(30))
+            .collect();
         while !stop.load(Ordering::Relaxed) {
             let now = MonoTime::now();
             // A new command goes out as soon as the control loop has made it (polled every
@@ -415,6 +426,14 @@ impl RosIo {
                 match decoded {
                     Some(Ok(frame)) => {
                         latency[k].record(MonoTime::now().seconds_since(frame.stamp));
+                        if let Some(o) = camera_skew[k].observe(now, frame.stamp) {
+                            if SkewEstimator::skewed(o) {
+                                log.warn(
+                                    topic,
+                                    &format!("stamps are {o:.3} s behind arrival at best: clock skew between the camera's sender and pi0d (check NTP/PTP)"),
+                                );
+                            }
+                        }
                         board.publish_frame(k, frame)
                     }
                     Some(Err(e)) => log.warn(topic, &e.to_string()),
@@ -472,6 +491,8 @@ impl RosIo {
                 for (l, w) in latency_ms.iter_mut().zip(&mut latency) {
                     *l = w.summary_ms();
                 }
+                let camera_offsets: Vec<Option<f64>> =
+                    camera_skew.iter().map(|s| s.offset_s).collect();
                 let d = decode::diagnostics(
                     clock.to_ros(now),
                     &self.cfg.node,
@@ -482,6 +503,7 @@ impl RosIo {
                         camera_ages_s: &cam_ages,
                         camera_latency_ms: &latency_ms,
                         joint_state_clock_offset_s: skew.offset_s,
+                        camera_clock_offsets_s: &camera_offsets,
                     },
                 );
                 if let Err(e) = ep.diagnostics.put(d) {

@@ -223,9 +223,20 @@ pub mod zenoh {
         }
     }
 
-    /// rmw_zenoh's compact QoS of a reliable, volatile, keep-last-`depth` publisher.
-    pub fn reliable_qos_code(depth: usize) -> String {
-        format!("::,{depth}:,:,:,,")
+    /// rmw_zenoh's compact QoS string of a volatile keep-last publisher without deadline,
+    /// lifespan or liveliness settings (the profiles pi0d uses): reliability (empty when
+    /// reliable, the default; `2` for best effort), then the history depth.
+    pub fn qos_code(q: &QosProfile) -> String {
+        use ros2_client::qos::{History, Reliability};
+        let rel = match q.reliability {
+            Reliability::Reliable { .. } => "",
+            Reliability::BestEffort => "2",
+        };
+        let (hist, depth) = match q.history {
+            History::KeepLast { depth } => ("", depth),
+            History::KeepAll => ("2", 0),
+        };
+        format!("{rel}::{hist},{depth}:,:,:,,")
     }
 
     /// `/a/b` -> `%a%b`, empty -> `%` (rmw_zenoh's name mangling in liveliness tokens).
@@ -243,6 +254,7 @@ pub mod zenoh {
             topic: &Name,
             ty: &MessageTypeName,
             hash: &str,
+            qos: &QosProfile,
         ) -> Result<HashedPublisher, RosError> {
             use ::zenoh::Wait;
             let session = self.context.session().clone();
@@ -263,7 +275,7 @@ pub mod zenoh {
                 ns = mangle(self.node_name.namespace()),
                 node = mangle(self.node_name.base_name()),
                 name = mangle(&fqn),
-                qos = reliable_qos_code(10),
+                qos = qos_code(qos),
             );
             let token = session
                 .liveliness()
@@ -308,7 +320,7 @@ pub mod zenoh {
         ) -> Result<Box<dyn Put<M>>, RosError> {
             let ros_type = format!("{}/msg/{}", ty.package_name(), ty.type_name());
             if let Some(hash) = crate::io::ros::type_hash::type_hash(&ros_type) {
-                return Ok(Box::new(self.hashed_publisher(topic, &ty, hash)?));
+                return Ok(Box::new(self.hashed_publisher(topic, &ty, hash, qos)?));
             }
             let t = self.node.create_topic(topic, ty, qos);
             let p = self
