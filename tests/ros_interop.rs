@@ -4,24 +4,10 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use common::*;
 use toml::Value;
-
-fn peer_python() -> PathBuf {
-    if let Ok(p) = std::env::var("PI0D_PEER_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let p = root().join(".venv/bin/python");
-    assert!(
-        p.exists(),
-        "{} missing: run ./tools/test.sh, which creates the peers' venv",
-        p.display()
-    );
-    p
-}
 
 fn ros_config(domain: u16) -> toml::Table {
     let mut cfg = sim_config();
@@ -43,13 +29,6 @@ fn ros_config(domain: u16) -> toml::Table {
     cfg
 }
 
-/// What one run of pi0d against the Cyclone peer left behind.
-struct Exchange {
-    stderr: String,
-    summary: serde_json::Value,
-    report: serde_json::Value,
-}
-
 /// Runs the peer (`peer_args` added) and pi0d (`pi0d_s` seconds) side by side on `domain`.
 fn exchange(
     name: &str,
@@ -61,15 +40,12 @@ fn exchange(
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let python = peer_python();
     let dir = scratch_dir(name);
-    let cfg_path = dir.join("config.toml");
-    std::fs::write(&cfg_path, toml::to_string(cfg).unwrap()).unwrap();
     let report = dir.join("peer.json");
-    let summary = dir.join("summary.json");
     let cyclone = format!(
         "file://{}",
         root().join("tests/peers/cyclone_loopback.xml").display()
     );
-    let mut peer = Command::new(&python)
+    let peer = Command::new(&python)
         .arg(root().join("tests/peers/robot_peer.py"))
         .args(["--domain", &domain.to_string(), "--report"])
         .arg(&report)
@@ -78,30 +54,7 @@ fn exchange(
         .stdout(Stdio::null())
         .spawn()
         .expect("peer starts");
-    let run = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args([
-            "run",
-            "--quiet",
-            "--duration",
-            &pi0d_s.to_string(),
-            "--config",
-        ])
-        .arg(&cfg_path)
-        .arg("--summary")
-        .arg(&summary)
-        .output()
-        .unwrap();
-    let peer_ok = peer.wait().unwrap().success();
-    let stderr = String::from_utf8_lossy(&run.stderr).to_string();
-    assert!(run.status.success(), "pi0d failed:\n{stderr}");
-    assert!(peer_ok, "peer failed");
-    let read =
-        |p: &std::path::Path| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-    Exchange {
-        summary: read(&summary),
-        report: read(&report),
-        stderr,
-    }
+    run_beside_peer(&dir, cfg, peer, pi0d_s)
 }
 
 #[test]
@@ -174,20 +127,7 @@ fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
     }
     // Observation latency (capture stamp to decoded frame) per camera, and command latency
     // (control tick to the peer), both measured and plausible on loopback.
-    for cam in ["camera 0 latency p50 (ms)", "camera 1 latency p99 (ms)"] {
-        let ms: f64 = running["values"][cam]
-            .as_str()
-            .unwrap_or_else(|| panic!("{cam} missing: {running}"))
-            .parse()
-            .unwrap();
-        assert!((0.0..300.0).contains(&ms), "{cam} {ms}");
-    }
-    let cmd = &r["command_latency_ms"];
-    assert!(cmd["n"].as_u64().unwrap() >= 100, "{cmd}");
-    assert!(
-        (0.0..300.0).contains(&cmd["p50"].as_f64().unwrap()),
-        "{cmd}"
-    );
+    assert_latencies(running, r);
 }
 
 #[test]

@@ -7,22 +7,11 @@
 mod common;
 
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use toml::Value;
-
-fn peer_python() -> PathBuf {
-    let p = root().join(".venv/bin/python");
-    assert!(
-        p.exists(),
-        "{} missing: run ./tools/test.sh, which creates the peers' venv",
-        p.display()
-    );
-    p
-}
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -55,22 +44,13 @@ fn zenoh_config(domain: u16, port: u16) -> toml::Table {
     cfg
 }
 
-struct Exchange {
-    stderr: String,
-    summary: serde_json::Value,
-    report: serde_json::Value,
-}
-
 fn exchange(name: &str, domain: u16, peer_args: &[&str], pi0d_s: f64) -> Exchange {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir(name);
     let port = free_port();
     let cfg = zenoh_config(domain, port);
-    let cfg_path = dir.join("config.toml");
-    std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
     let report = dir.join("peer.json");
-    let summary = dir.join("summary.json");
-    let mut peer = Command::new(peer_python())
+    let peer = Command::new(peer_python())
         .arg(root().join("tests/peers/zenoh_robot_peer.py"))
         .args(["--listen", &format!("tcp/127.0.0.1:{port}")])
         .args(["--domain", &domain.to_string(), "--report"])
@@ -88,30 +68,7 @@ fn exchange(name: &str, domain: u16, peer_args: &[&str], pi0d_s: f64) -> Exchang
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let run = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args([
-            "run",
-            "--quiet",
-            "--duration",
-            &pi0d_s.to_string(),
-            "--config",
-        ])
-        .arg(&cfg_path)
-        .arg("--summary")
-        .arg(&summary)
-        .output()
-        .unwrap();
-    let peer_ok = peer.wait().unwrap().success();
-    let stderr = String::from_utf8_lossy(&run.stderr).to_string();
-    assert!(run.status.success(), "pi0d failed:\n{stderr}");
-    assert!(peer_ok, "peer failed");
-    let read =
-        |p: &std::path::Path| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-    Exchange {
-        summary: read(&summary),
-        report: read(&report),
-        stderr,
-    }
+    run_beside_peer(&dir, &cfg, peer, pi0d_s)
 }
 
 #[test]
@@ -215,20 +172,7 @@ fn when_zenoh_robot_publishes_expect_commands_back_in_rmw_zenoh_format() {
     }
     // Observation latency (capture stamp to decoded frame) per camera, and command latency
     // (control tick to the peer), both measured and plausible on loopback.
-    for cam in ["camera 0 latency p50 (ms)", "camera 1 latency p99 (ms)"] {
-        let ms: f64 = running["values"][cam]
-            .as_str()
-            .unwrap_or_else(|| panic!("{cam} missing: {running}"))
-            .parse()
-            .unwrap();
-        assert!((0.0..300.0).contains(&ms), "{cam} {ms}");
-    }
-    let cmd = &r["command_latency_ms"];
-    assert!(cmd["n"].as_u64().unwrap() >= 100, "{cmd}");
-    assert!(
-        (0.0..300.0).contains(&cmd["p50"].as_f64().unwrap()),
-        "{cmd}"
-    );
+    assert_latencies(running, r);
 }
 
 #[test]

@@ -213,3 +213,79 @@ pub fn ort_library() -> PathBuf {
         )
     })
 }
+
+/// The peers' Python (the venv `tools/test.sh` makes), or `PI0D_PEER_PYTHON`.
+pub fn peer_python() -> PathBuf {
+    if let Ok(p) = std::env::var("PI0D_PEER_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let p = root().join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} missing: run ./tools/test.sh, which creates the peers' venv",
+        p.display()
+    );
+    p
+}
+
+/// What one run of pi0d beside an interop peer left behind.
+pub struct Exchange {
+    pub stderr: String,
+    pub summary: serde_json::Value,
+    pub report: serde_json::Value,
+}
+
+/// Runs pi0d on `cfg` for `pi0d_s` seconds beside the running `peer`, which writes its JSON
+/// report to `dir/peer.json`; both must succeed.
+pub fn run_beside_peer(
+    dir: &Path,
+    cfg: &toml::Table,
+    mut peer: std::process::Child,
+    pi0d_s: f64,
+) -> Exchange {
+    let cfg_path = dir.join("config.toml");
+    std::fs::write(&cfg_path, toml::to_string(cfg).unwrap()).unwrap();
+    let summary = dir.join("summary.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args([
+            "run",
+            "--quiet",
+            "--duration",
+            &pi0d_s.to_string(),
+            "--config",
+        ])
+        .arg(&cfg_path)
+        .arg("--summary")
+        .arg(&summary)
+        .output()
+        .unwrap();
+    let peer_ok = peer.wait().unwrap().success();
+    let stderr = String::from_utf8_lossy(&run.stderr).to_string();
+    assert!(run.status.success(), "pi0d failed:\n{stderr}");
+    assert!(peer_ok, "peer failed");
+    let read = |p: &Path| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    Exchange {
+        summary: read(&summary),
+        report: read(&dir.join("peer.json")),
+        stderr,
+    }
+}
+
+/// The observation latency pi0d reports in a diagnostic's values and the command latency the
+/// peer measured are present and plausible on loopback.
+pub fn assert_latencies(running: &serde_json::Value, report: &serde_json::Value) {
+    for cam in ["camera 0 latency p50 (ms)", "camera 1 latency p99 (ms)"] {
+        let ms: f64 = running["values"][cam]
+            .as_str()
+            .unwrap_or_else(|| panic!("{cam} missing: {running}"))
+            .parse()
+            .unwrap();
+        assert!((0.0..300.0).contains(&ms), "{cam} {ms}");
+    }
+    let cmd = &report["command_latency_ms"];
+    assert!(cmd["n"].as_u64().unwrap() >= 100, "{cmd}");
+    assert!(
+        (0.0..300.0).contains(&cmd["p50"].as_f64().unwrap()),
+        "{cmd}"
+    );
+}
