@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{root, run_daemon, scratch_dir, sim_model_config};
+use common::{root, run_daemon, scratch_dir, sim_model_config, with_backend};
 
 #[test]
 fn when_cann_is_missing_expect_infer_and_daemon_to_name_the_library() {
@@ -52,18 +52,17 @@ fn when_cann_is_missing_expect_infer_and_daemon_to_name_the_library() {
 
     // The daemon refuses to start on it: no motion from a policy it cannot run.
     let mut cfg = sim_model_config();
-    let policy = cfg["policy"].as_table_mut().unwrap();
-    policy.insert("backend".into(), toml::Value::String("acl".into()));
-    let mut acl = toml::Table::new();
-    acl.insert(
-        "model_dir".into(),
-        toml::Value::String(dir.display().to_string()),
+    with_backend(
+        &mut cfg,
+        "acl",
+        &[
+            ("model_dir", toml::Value::String(dir.display().to_string())),
+            (
+                "library",
+                toml::Value::String("/opt/no-cann/libascendcl.so".into()),
+            ),
+        ],
     );
-    acl.insert(
-        "library".into(),
-        toml::Value::String("/opt/no-cann/libascendcl.so".into()),
-    );
-    policy.insert("acl".into(), toml::Value::Table(acl));
     let run = run_daemon("acl-missing", &cfg, 2.0);
     assert_ne!(run.code(), 0, "{}", run.stderr);
     assert!(

@@ -11,6 +11,7 @@ use std::process::Command;
 
 use common::{
     assert_safe, edited_checkpoint, ort_library, root, run_daemon, scratch_dir, sim_model_config,
+    with_backend,
 };
 use pi0d::policy::export::atc::{unsupported_ops, ATC_OPS};
 use pi0d::policy::export::pi0::ExportDtype;
@@ -494,19 +495,21 @@ fn when_daemon_runs_the_sim_on_onnx_graphs_expect_chunks_and_safe_motion() {
     })
     .unwrap();
     let mut cfg = sim_model_config();
-    let policy = cfg["policy"].as_table_mut().unwrap();
-    policy.insert("backend".into(), toml::Value::String("onnx".into()));
-    let mut onnx = toml::Table::new();
-    onnx.insert(
-        "model_dir".into(),
-        toml::Value::String(graphs.display().to_string()),
+    with_backend(
+        &mut cfg,
+        "onnx",
+        &[
+            (
+                "model_dir",
+                toml::Value::String(graphs.display().to_string()),
+            ),
+            (
+                "library",
+                toml::Value::String(ort_library().display().to_string()),
+            ),
+            ("threads", toml::Value::Integer(1)),
+        ],
     );
-    onnx.insert(
-        "library".into(),
-        toml::Value::String(ort_library().display().to_string()),
-    );
-    onnx.insert("threads".into(), toml::Value::Integer(1));
-    policy.insert("onnx".into(), toml::Value::Table(onnx));
     let run = run_daemon("onnx-backend", &cfg, 4.0);
     assert_eq!(run.code(), 0, "{}", run.stderr);
     assert_safe(&run, &cfg);

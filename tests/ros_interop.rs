@@ -140,24 +140,7 @@ fn when_peer_presses_estop_then_calls_reset_service_expect_latch_and_fresh_resum
         .insert("service_mapping".into(), Value::String("cyclone".into()));
     let peer = ["--duration", "10", "--estop-at", "3", "--reset-at", "4.5"];
     let x = exchange("ros-estop", &cfg, domain, &peer, 7.0);
-    let (s, r, stderr) = (&x.summary, &x.report, &x.stderr);
-    let states: Vec<&str> = s["transitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["to"].as_str().unwrap())
-        .collect();
-    let i = states
-        .iter()
-        .position(|s| *s == "estopped")
-        .unwrap_or_else(|| panic!("no e-stop: {states:?}\n{stderr}"));
-    assert_eq!(
-        &states[i + 1..i + 3],
-        ["holding(after_reset)", "running"],
-        "{states:?}"
-    );
-    assert_eq!(s["limit_violations"], 0);
-    assert_eq!(r["reset_reply"]["success"], true, "{r}");
+    assert_estop_latched_then_reset(&x);
 }
 
 #[test]

@@ -180,22 +180,5 @@ fn when_zenoh_peer_presses_estop_then_calls_reset_service_expect_latch_and_resum
     let domain = 30 + ((std::process::id() + 77) % 150) as u16;
     let peer = ["--duration", "9", "--estop-at", "2.5", "--reset-at", "4"];
     let x = exchange("zenoh-estop", domain, &peer, 6.5);
-    let (s, r, stderr) = (&x.summary, &x.report, &x.stderr);
-    let states: Vec<&str> = s["transitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["to"].as_str().unwrap())
-        .collect();
-    let i = states
-        .iter()
-        .position(|s| *s == "estopped")
-        .unwrap_or_else(|| panic!("no e-stop: {states:?}\n{stderr}"));
-    assert_eq!(
-        &states[i + 1..i + 3],
-        ["holding(after_reset)", "running"],
-        "{states:?}"
-    );
-    assert_eq!(s["limit_violations"], 0);
-    assert_eq!(r["reset_reply"]["success"], true, "{r}");
+    assert_estop_latched_then_reset(&x);
 }

@@ -289,3 +289,37 @@ pub fn assert_latencies(running: &serde_json::Value, report: &serde_json::Value)
         "{cmd}"
     );
 }
+
+/// The peer pressed the e-stop, released it and called the reset service: pi0d latched, then
+/// held after the reset and resumed running, the reset reply said so, no limit was crossed.
+pub fn assert_estop_latched_then_reset(x: &Exchange) {
+    let (s, r, stderr) = (&x.summary, &x.report, &x.stderr);
+    let states: Vec<&str> = s["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["to"].as_str().unwrap())
+        .collect();
+    let i = states
+        .iter()
+        .position(|s| *s == "estopped")
+        .unwrap_or_else(|| panic!("no e-stop: {states:?}\n{stderr}"));
+    assert_eq!(
+        &states[i + 1..i + 3],
+        ["holding(after_reset)", "running"],
+        "{states:?}"
+    );
+    assert_eq!(s["limit_violations"], 0);
+    assert_eq!(r["reset_reply"]["success"], true, "{r}");
+}
+
+/// `cfg` with `policy.backend = backend` and its `[policy.<backend>]` table.
+pub fn with_backend(cfg: &mut toml::Table, backend: &str, settings: &[(&str, toml::Value)]) {
+    let policy = cfg["policy"].as_table_mut().unwrap();
+    policy.insert("backend".into(), toml::Value::String(backend.into()));
+    let table = settings
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    policy.insert(backend.into(), toml::Value::Table(table));
+}
