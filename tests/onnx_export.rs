@@ -47,17 +47,11 @@ fn options_for(case: &str, out: &Path, dtype: ExportDtype, unroll: bool) -> Expo
         .count();
     let (shape, _) = inputs.i64("lang_tokens", &[None, None]).unwrap();
     ExportOptions {
-        checkpoint: case_checkpoint(case),
-        arch: None,
-        out: out.to_path_buf(),
-        cameras,
         batch: shape[0],
         prompt_len: Some(shape[1]),
         dtype,
         unroll,
-        external: ExternalData::Auto,
-        clamp_f16: false,
-        progress: false,
+        ..ExportOptions::new(case_checkpoint(case), out.to_path_buf(), cameras)
     }
 }
 
@@ -480,19 +474,11 @@ fn when_cli_exports_and_infers_expect_lerobot_actions_and_atc_commands() {
 fn when_daemon_runs_the_sim_on_onnx_graphs_expect_chunks_and_safe_motion() {
     // The embedded default's model, exported, then driving the simulated arm.
     let graphs = scratch_dir("onnx-daemon-graphs");
-    export(&ExportOptions {
-        checkpoint: root().join("models/tiny-pi0"),
-        arch: None,
-        out: graphs.clone(),
-        cameras: 1,
-        batch: 1,
-        prompt_len: None,
-        dtype: ExportDtype::F32,
-        unroll: false,
-        external: ExternalData::Auto,
-        clamp_f16: false,
-        progress: false,
-    })
+    export(&ExportOptions::new(
+        root().join("models/tiny-pi0"),
+        graphs.clone(),
+        1,
+    ))
     .unwrap();
     let mut cfg = sim_model_config();
     with_backend(

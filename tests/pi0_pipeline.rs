@@ -193,24 +193,16 @@ fn when_raw_observation_expect_pi05_actions_as_lerobot_pipeline() {
 #[cfg(feature = "onnx")]
 #[test]
 fn when_raw_observation_through_onnx_graphs_expect_lerobot_pipeline_actions() {
-    use pi0d::policy::export::{export, pi0::ExportDtype, ExportOptions, ExternalData};
+    use pi0d::policy::export::{export, ExportOptions};
     use pi0d::policy::graph::provider::OnnxOptions;
     for kind in ["pi0", "pi05"] {
         let out = common::scratch_dir(&format!("pipeline-onnx-{kind}"));
         end_to_end_on(kind, |checkpoint| {
-            export(&ExportOptions {
-                checkpoint: checkpoint.to_path_buf(),
-                arch: None,
-                out: out.clone(),
-                cameras: 2,
-                batch: 1,
-                prompt_len: None,
-                dtype: ExportDtype::F32,
-                unroll: false,
-                external: ExternalData::Auto,
-                clamp_f16: false,
-                progress: false,
-            })
+            export(&ExportOptions::new(
+                checkpoint.to_path_buf(),
+                out.clone(),
+                2,
+            ))
             .unwrap();
             BackendOptions::Onnx {
                 model_dir: out.clone(),

@@ -56,6 +56,26 @@ pub struct ExportOptions {
     pub progress: bool,
 }
 
+impl ExportOptions {
+    /// f32 graphs for batch 1 and the checkpoint's prompt length, steps looped, weights inline
+    /// unless too large, no progress bar.
+    pub fn new(checkpoint: PathBuf, out: PathBuf, cameras: usize) -> ExportOptions {
+        ExportOptions {
+            checkpoint,
+            arch: None,
+            out,
+            cameras,
+            batch: 1,
+            prompt_len: None,
+            dtype: ExportDtype::F32,
+            unroll: false,
+            external: ExternalData::Auto,
+            clamp_f16: false,
+            progress: false,
+        }
+    }
+}
+
 /// What an export wrote.
 pub struct ExportReport {
     pub manifest: Manifest,
