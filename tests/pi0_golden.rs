@@ -42,6 +42,7 @@ fn max_error(case: &str, threads: usize) -> (f32, Variant) {
         .fold(0.0f32, f32::max);
     // Not trivially equal: the chunk moves far from its noise.
     assert!(want.iter().any(|x| x.abs() > 0.5));
+    eprintln!("{case}: max abs error against lerobot {err:.1e}");
     (err, model.arch.variant)
 }
 
@@ -166,6 +167,24 @@ fn when_weight_not_finite_expect_checkpoint_refused() {
     let e = load_error(&dir);
     assert!(
         e.contains("state_proj.weight") && e.contains("non-finite") && e.contains("index 2"),
+        "{e}"
+    );
+}
+
+#[test]
+fn when_text_embedding_not_finite_expect_checkpoint_refused() {
+    // The embedding is read a row at a time from the map, never decoded whole: still checked.
+    let dir = edited_checkpoint("nan-embed", |t| {
+        let x = t
+            .iter_mut()
+            .find(|(n, ..)| n.ends_with("embed_tokens.weight"))
+            .unwrap();
+        let last = x.3.len() - 4;
+        x.3[last..].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    });
+    let e = load_error(&dir);
+    assert!(
+        e.contains("embed_tokens.weight") && e.contains("non-finite"),
         "{e}"
     );
 }

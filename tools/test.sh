@@ -20,8 +20,8 @@ fi
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy (all targets, default and all features, warnings are errors)"
-cargo clippy --all-targets --locked -- -D warnings
-cargo clippy --all-targets --all-features --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 # Every feature that can run here is tested (onnx: ONNX Runtime from the venv's wheel).
 echo "== cargo test (all features)"
-cargo test --all-features --locked
+cargo test --workspace --all-features --locked

@@ -306,7 +306,7 @@ impl EventLog {
                         .late_rejections
                         .entry(reason.name().to_string())
                         .or_default();
-                    if *n % 20 == 0 {
+                    if (*n).is_multiple_of(20) {
                         tracing::warn!(
                             seq,
                             reason = reason.name(),

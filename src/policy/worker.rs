@@ -163,7 +163,7 @@ fn infer_one(
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             let n = stats.policy_errors.fetch_add(1, Ordering::Relaxed);
-            if n % LOG_EVERY == 0 {
+            if n.is_multiple_of(LOG_EVERY) {
                 tracing::warn!(seq, error = %e, total = n + 1, "policy error: no chunk");
             }
             return None;
@@ -175,7 +175,7 @@ fn infer_one(
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            if n % LOG_EVERY == 0 {
+            if n.is_multiple_of(LOG_EVERY) {
                 tracing::error!(seq, panic = %msg, total = n + 1, "policy panicked: no chunk");
             }
             return None;
@@ -184,7 +184,7 @@ fn infer_one(
     stats.produced.fetch_add(1, Ordering::Relaxed);
     if chunk.action_dim != setup.map.action_dim() || chunk.steps() < 2 {
         let n = stats.rejected_shape.fetch_add(1, Ordering::Relaxed);
-        if n % LOG_EVERY == 0 {
+        if n.is_multiple_of(LOG_EVERY) {
             tracing::warn!(
                 seq,
                 action_dim = chunk.action_dim,

@@ -1,25 +1,26 @@
-//! A global allocator (register it with `#[global_allocator]` in a test) that counts the
-//! allocations, reallocations and frees made on a watched thread, split into those made inside
-//! GEMM-library calls (`pi0d::policy::pi0::ops::IN_GEMM`) and all others.
+//! A global allocator (register it with `#[global_allocator]` in a test) that counts
+//! allocations, reallocations and frees while a closure runs: those of the calling thread only
+//! (`watched`: other threads may work meanwhile), or of every thread in the process
+//! (`watched_everywhere`: worker pools included; a test using it holds `exclusive()` for its
+//! whole run, so tests running side by side in the binary do not count each other).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 pub struct Counting;
 
 thread_local! {
-    static WATCHED: Cell<bool> = const { Cell::new(false) };
+    static THIS_THREAD: Cell<bool> = const { Cell::new(false) };
 }
-static OURS: AtomicU64 = AtomicU64::new(0);
-static GEMM: AtomicU64 = AtomicU64::new(0);
+static EVERY_THREAD: AtomicBool = AtomicBool::new(false);
+static COUNT: AtomicU64 = AtomicU64::new(0);
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn note() {
-    if WATCHED.try_with(|w| w.get()).unwrap_or(false) {
-        let in_gemm = pi0d::policy::pi0::ops::IN_GEMM
-            .try_with(|d| d.get() > 0)
-            .unwrap_or(false);
-        if in_gemm { &GEMM } else { &OURS }.fetch_add(1, Ordering::Relaxed);
+    if EVERY_THREAD.load(Ordering::Relaxed) || THIS_THREAD.try_with(|w| w.get()).unwrap_or(false) {
+        COUNT.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -38,12 +39,28 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
-/// Runs `f` with this thread watched: (its result, allocations by pi0d's code, by the GEMM library).
-pub fn watched<R>(f: impl FnOnce() -> R) -> (R, u64, u64) {
-    OURS.store(0, Ordering::SeqCst);
-    GEMM.store(0, Ordering::SeqCst);
-    WATCHED.with(|w| w.set(true));
+/// Held by a test for its whole run so that no other test of the binary runs meanwhile.
+#[allow(dead_code)]
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f`; returns its result and the allocations this thread made meanwhile.
+pub fn watched<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    COUNT.store(0, Ordering::SeqCst);
+    THIS_THREAD.with(|w| w.set(true));
     let r = f();
-    WATCHED.with(|w| w.set(false));
-    (r, OURS.load(Ordering::SeqCst), GEMM.load(Ordering::SeqCst))
+    THIS_THREAD.with(|w| w.set(false));
+    (r, COUNT.load(Ordering::SeqCst))
+}
+
+/// Runs `f`; returns its result and the allocations any thread made meanwhile. Hold
+/// `exclusive()` around the test.
+#[allow(dead_code)] // not every test binary that includes this module uses both
+pub fn watched_everywhere<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    COUNT.store(0, Ordering::SeqCst);
+    EVERY_THREAD.store(true, Ordering::SeqCst);
+    let r = f();
+    EVERY_THREAD.store(false, Ordering::SeqCst);
+    (r, COUNT.load(Ordering::SeqCst))
 }

@@ -122,7 +122,7 @@ impl Manifest {
             || m.batch == 0
             || m.cameras == 0
             || m.steps == 0
-            || m.head_dim % 2 != 0
+            || !m.head_dim.is_multiple_of(2)
         {
             return Err(err(format!(
                 "inconsistent sizes: prefix_len {} for {} cameras x {} tokens + {} prompt tokens, suffix_len {} for chunk {}",

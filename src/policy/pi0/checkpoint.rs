@@ -90,6 +90,21 @@ impl std::ops::Deref for Weights {
     }
 }
 
+impl Weights {
+    /// Hands the checkpoint pages of a mapped tensor back to the kernel once a copy (decoded or
+    /// packed) has replaced them, so they stop counting as resident memory. Nothing is lost: the
+    /// map is read-only, and a later read faults the pages in again from the file.
+    pub fn release(&self) {
+        if let Weights::Mapped { map, offset, len } = self {
+            // SAFETY: MADV_DONTNEED on a read-only file mapping only drops clean page-cache
+            // references; the contents seen through the map do not change.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, *offset, len * 4)
+            };
+        }
+    }
+}
+
 impl std::fmt::Debug for Weights {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = if matches!(self, Weights::Owned(_)) {
@@ -107,6 +122,57 @@ pub struct Tensor {
     pub shape: Vec<usize>,
     pub data: Weights,
     pub dtype: WeightDtype,
+}
+
+/// Little-endian `dtype` values in `bytes`, as f32.
+fn decode(bytes: &[u8], dtype: WeightDtype) -> impl Iterator<Item = f32> + '_ {
+    let width = match dtype {
+        WeightDtype::F32 => 4,
+        WeightDtype::Bf16 | WeightDtype::F16 => 2,
+    };
+    bytes.chunks_exact(width).map(move |b| match dtype {
+        WeightDtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        WeightDtype::Bf16 => bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+        WeightDtype::F16 => f16::from_le_bytes([b[0], b[1]]).to_f32(),
+    })
+}
+
+/// A row-major table in a mapped checkpoint file, decoded a row at a time
+/// (`Checkpoint::take_rows`).
+#[derive(Clone)]
+pub struct MappedRows {
+    map: Arc<memmap2::Mmap>,
+    offset: usize,
+    pub rows: usize,
+    pub width: usize,
+    /// The type the table is stored in.
+    pub dtype: WeightDtype,
+}
+
+impl MappedRows {
+    /// Row `i` as f32 into `out` (`width` values). Panics if `i >= rows`.
+    pub fn row(&self, i: usize, out: &mut [f32]) {
+        assert!(i < self.rows, "row {i} of a {}-row table", self.rows);
+        let size = match self.dtype {
+            WeightDtype::F32 => 4,
+            WeightDtype::Bf16 | WeightDtype::F16 => 2,
+        };
+        let start = self.offset + i * self.width * size;
+        let bytes = &self.map[start..start + self.width * size];
+        for (o, v) in out.iter_mut().zip(decode(bytes, self.dtype)) {
+            *o = v;
+        }
+    }
+}
+
+impl std::fmt::Debug for MappedRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "MappedRows({}x{}, {:?})",
+            self.rows, self.width, self.dtype
+        )
+    }
 }
 
 /// Where a tensor lies in a mapped file; decoded only when the model takes it.
@@ -340,9 +406,12 @@ impl Checkpoint {
             })
     }
 
-    /// A tensor that must have `shape`, checked to hold only finite values. Aligned f32 data is
-    /// a view into the map; bf16 and f16 are decoded to f32.
-    pub fn take(&self, names: &[&str], shape: &[usize]) -> Result<Tensor, CheckpointError> {
+    /// The entry of the first of `names` found, checked to have `shape` and a float type.
+    fn checked(
+        &self,
+        names: &[&str],
+        shape: &[usize],
+    ) -> Result<(&Entry, WeightDtype, &PathBuf, &Arc<memmap2::Mmap>), CheckpointError> {
         let e = self.find(names)?;
         let name = names[0];
         let (file, map) = &self.maps[e.file];
@@ -354,43 +423,10 @@ impl Checkpoint {
                 found: e.shape.clone(),
             });
         }
-        let bytes = &map[e.offset..e.offset + e.bytes];
-        let (data, dtype) = match e.dtype {
-            Dtype::F32 if cfg!(target_endian = "little") && bytes.as_ptr() as usize % 4 == 0 => (
-                Weights::Mapped {
-                    map: map.clone(),
-                    offset: e.offset,
-                    len: e.bytes / 4,
-                },
-                WeightDtype::F32,
-            ),
-            Dtype::F32 => (
-                Weights::Owned(
-                    bytes
-                        .chunks_exact(4)
-                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                        .collect(),
-                ),
-                WeightDtype::F32,
-            ),
-            Dtype::BF16 => (
-                Weights::Owned(
-                    bytes
-                        .chunks_exact(2)
-                        .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                        .collect(),
-                ),
-                WeightDtype::Bf16,
-            ),
-            Dtype::F16 => (
-                Weights::Owned(
-                    bytes
-                        .chunks_exact(2)
-                        .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                        .collect(),
-                ),
-                WeightDtype::F16,
-            ),
+        let dtype = match e.dtype {
+            Dtype::F32 => WeightDtype::F32,
+            Dtype::BF16 => WeightDtype::Bf16,
+            Dtype::F16 => WeightDtype::F16,
             other => {
                 return Err(CheckpointError::Dtype {
                     path: file.clone(),
@@ -399,16 +435,67 @@ impl Checkpoint {
                 })
             }
         };
+        Ok((e, dtype, file, map))
+    }
+
+    /// A tensor that must have `shape`, checked to hold only finite values. Aligned f32 data is
+    /// a view into the map; bf16 and f16 are decoded to f32.
+    pub fn take(&self, names: &[&str], shape: &[usize]) -> Result<Tensor, CheckpointError> {
+        let (e, dtype, file, map) = self.checked(names, shape)?;
+        let bytes = &map[e.offset..e.offset + e.bytes];
+        let data = if dtype == WeightDtype::F32
+            && cfg!(target_endian = "little")
+            && (bytes.as_ptr() as usize).is_multiple_of(4)
+        {
+            Weights::Mapped {
+                map: map.clone(),
+                offset: e.offset,
+                len: e.bytes / 4,
+            }
+        } else {
+            Weights::Owned(decode(bytes, dtype).collect())
+        };
         if let Some(index) = data.iter().position(|x| !x.is_finite()) {
             return Err(CheckpointError::NonFinite {
                 path: file.clone(),
-                name: name.to_string(),
+                name: names[0].to_string(),
                 index,
             });
         }
         Ok(Tensor {
             shape: e.shape.clone(),
             data,
+            dtype,
+        })
+    }
+
+    /// A `[rows, width]` table read a row at a time straight from the map, never decoded whole
+    /// (the text embedding: 257152 rows, of which a prompt reads a few dozen). Checked like
+    /// `take`; the pages the check read are handed back afterwards.
+    pub fn take_rows(
+        &self,
+        names: &[&str],
+        rows: usize,
+        width: usize,
+    ) -> Result<MappedRows, CheckpointError> {
+        let (e, dtype, file, map) = self.checked(names, &[rows, width])?;
+        let bytes = &map[e.offset..e.offset + e.bytes];
+        if let Some(index) = decode(bytes, dtype).position(|x| !x.is_finite()) {
+            return Err(CheckpointError::NonFinite {
+                path: file.clone(),
+                name: names[0].to_string(),
+                index,
+            });
+        }
+        // SAFETY: as in `Weights::release`: a read-only map; later reads fault pages back in.
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, e.offset, e.bytes)
+        };
+        Ok(MappedRows {
+            map: map.clone(),
+            offset: e.offset,
+            rows,
+            width,
             dtype,
         })
     }

@@ -9,5 +9,7 @@ pub mod pipeline;
 pub mod preprocess;
 pub mod tensorfile;
 
+pub use pi0d_kernels::{packed, vecmath};
+
 pub use checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
 pub use model::{Arch, Pi0Input, Pi0Model, Timing, Variant, Workspace};

@@ -2,10 +2,11 @@
 //! with the Gemma action expert attending to that cache layer by layer. Layer and tensor names
 //! follow the checkpoint; the math follows lerobot's `PI0Pytorch` / `PI05Pytorch`.
 
-use gemm::Parallelism;
-
-use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, WeightDtype, Weights};
-use super::ops::{attention, gelu_tanh, silu, time_embedding, LayerNorm, Linear, Norm, Rope};
+use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, MappedRows};
+use super::ops::{
+    attention, grow, time_embedding, AttentionScratch, LayerNorm, Linear, Norm, Rope,
+};
+use super::vecmath;
 
 pub(crate) const VISION: &str = "paligemma_with_expert.paligemma.model.vision_tower.vision_model";
 pub(crate) const PROJECTOR: &str =
@@ -89,8 +90,7 @@ pub struct Pi0Model {
     vision_layers: Vec<SigLipLayer>,
     post_ln: LayerNorm,
     projector: Linear,
-    embed: Weights,
-    embed_dtype: WeightDtype,
+    embed: MappedRows,
     lm: Gemma,
     expert: Gemma,
     state_proj: Option<Linear>,
@@ -101,7 +101,7 @@ pub struct Pi0Model {
     rope: Rope,
     min_period: f64,
     max_period: f64,
-    par: Parallelism,
+    threads: usize,
 }
 
 /// The prefix's per-layer keys and values (post-RoPE) and its pad mask.
@@ -188,7 +188,7 @@ impl Arch {
         let o = overrides.or(ck.arch_file).unwrap_or(ArchOverrides::PI0);
         if o.heads * o.head_dim != q_out
             || o.kv_heads * o.head_dim != k_out
-            || o.heads % o.kv_heads != 0
+            || !o.heads.is_multiple_of(o.kv_heads)
         {
             return Err(arch_err(
                 ck,
@@ -306,10 +306,9 @@ impl Pi0Model {
             &[&format!("{VISION}.embeddings.patch_embedding.weight")],
             &[vw, 3, a.patch, a.patch],
         )?;
-        let patch_embed = Linear {
-            dtype: pe.dtype,
-            w: pe.data,
-            b: Some(
+        let patch_embed = Linear::new(
+            pe,
+            Some(
                 ck.take(
                     &[&format!("{VISION}.embeddings.patch_embedding.bias")],
                     &[vw],
@@ -317,9 +316,9 @@ impl Pi0Model {
                 .data
                 .to_vec(),
             ),
-            out_dim: vw,
-            in_dim: 3 * a.patch * a.patch,
-        };
+            vw,
+            3 * a.patch * a.patch,
+        );
         let mut vision_layers = Vec::new();
         for i in 0..a.vision_layers {
             let p = format!("{VISION}.encoder.layers.{i}");
@@ -335,9 +334,10 @@ impl Pi0Model {
                 fc2: lin("mlp.fc2", vw, a.vision_mlp)?,
             });
         }
-        let embed = ck.take(
+        let embed = ck.take_rows(
             &[&format!("{LM}.embed_tokens.weight"), LM_HEAD],
-            &[a.vocab, a.width],
+            a.vocab,
+            a.width,
         )?;
         let ew = a.expert_width;
         let pi05 = a.variant == Variant::Pi05;
@@ -364,8 +364,7 @@ impl Pi0Model {
             vision_layers,
             post_ln: LayerNorm::load(ck, &format!("{VISION}.post_layernorm"), vw)?,
             projector: Linear::load(ck, &[PROJECTOR], a.width, vw, true)?,
-            embed_dtype: embed.dtype,
-            embed: embed.data,
+            embed,
             lm: load_gemma(ck, LM, &a, a.width, a.mlp, false)?,
             expert: load_gemma(ck, EXPERT, &a, ew, a.expert_mlp, pi05)?,
             state_proj: if pi05 {
@@ -380,11 +379,7 @@ impl Pi0Model {
             rope: Rope::new(a.head_dim),
             min_period: ck.config.min_period,
             max_period: ck.config.max_period,
-            par: if threads > 1 {
-                Parallelism::Rayon(threads)
-            } else {
-                Parallelism::None
-            },
+            threads: threads.max(1),
             arch: a,
         })
     }
@@ -408,19 +403,19 @@ impl Pi0Model {
                 }
             }
         }
-        let mut x = self.patch_embed.apply(&patches, n, self.par);
+        let mut x = self.patch_embed.apply(&patches, n, self.threads);
         for (xi, pi) in x.iter_mut().zip(&self.position_embed) {
             *xi += pi;
         }
         let mut h = vec![0.0f32; n * vw];
         let mut att = vec![0.0f32; n * vw];
         let hd = vw / a.vision_heads;
-        let mut scores = vec![0.0f32; n * n];
+        let mut scratch = AttentionScratch::default();
         for l in &self.vision_layers {
             l.ln1.forward(&x, &mut h);
-            let q = l.q.apply(&h, n, self.par);
-            let k = l.k.apply(&h, n, self.par);
-            let v = l.v.apply(&h, n, self.par);
+            let q = l.q.apply(&h, n, self.threads);
+            let k = l.k.apply(&h, n, self.threads);
+            let v = l.v.apply(&h, n, self.threads);
             attention(
                 &q,
                 &k,
@@ -432,19 +427,19 @@ impl Pi0Model {
                 hd,
                 &|_, _| true,
                 &mut att,
-                &mut scores,
-                self.par,
+                &mut scratch,
+                self.threads,
             );
-            let o = l.out.apply(&att, n, self.par);
+            let o = l.out.apply(&att, n, self.threads);
             x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
             l.ln2.forward(&x, &mut h);
-            let mut m = l.fc1.apply(&h, n, self.par);
-            m.iter_mut().for_each(|v| *v = gelu_tanh(*v));
-            let o = l.fc2.apply(&m, n, self.par);
+            let mut m = l.fc1.apply(&h, n, self.threads);
+            vecmath::gelu_in_place(&mut m);
+            let o = l.fc2.apply(&m, n, self.threads);
             x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
         }
         self.post_ln.forward(&x, &mut h);
-        self.projector.apply(&h, n, self.par)
+        self.projector.apply(&h, n, self.threads)
     }
 
     /// Runs the prefix (images, then text) through the language model; keeps each layer's K, V.
@@ -459,14 +454,13 @@ impl Pi0Model {
             pad.extend(std::iter::repeat_n(mask, tpi));
         }
         // Text embeddings scaled by sqrt(width) in the embedding's storage type (as PyTorch).
-        let scale = self.embed_dtype.round((w as f64).sqrt() as f32);
+        let dtype = self.embed.dtype;
+        let scale = dtype.round((w as f64).sqrt() as f32);
+        let mut row = vec![0.0f32; w];
         for (&tok, &m) in input.tokens.iter().zip(input.token_masks) {
             let id = (tok.max(0) as usize).min(a.vocab - 1);
-            x.extend(
-                self.embed[id * w..(id + 1) * w]
-                    .iter()
-                    .map(|e| self.embed_dtype.round(e * scale)),
-            );
+            self.embed.row(id, &mut row);
+            x.extend(row.iter().map(|e| dtype.round(e * scale)));
             pad.push(m);
         }
         let n = pad.len();
@@ -527,8 +521,8 @@ impl Pi0Model {
         let width = x.len() / n;
         let normed = grow(&mut s.normed, n * width);
         l.input_norm.forward(x, normed, None);
-        l.k.forward(normed, n, k, self.par);
-        l.v.forward(normed, n, v, self.par);
+        l.k.forward(normed, n, k, self.threads);
+        l.v.forward(normed, n, v, self.threads);
         self.rope.apply(k, positions, self.arch.kv_heads);
     }
 
@@ -556,14 +550,13 @@ impl Pi0Model {
         let normed = grow(&mut s.normed, n * width);
         l.input_norm.forward(x, normed, modulation.map(|m| m.0));
         let q = grow(&mut s.q, n * h * hd);
-        l.q.forward(normed, n, q, self.par);
+        l.q.forward(normed, n, q, self.threads);
         let k = &mut k_all[offset * kvd..t * kvd];
-        l.k.forward(normed, n, k, self.par);
-        l.v.forward(normed, n, &mut v_all[offset * kvd..t * kvd], self.par);
+        l.k.forward(normed, n, k, self.threads);
+        l.v.forward(normed, n, &mut v_all[offset * kvd..t * kvd], self.threads);
         self.rope.apply(q, positions, h);
         self.rope.apply(k, positions, kh);
         let att = grow(&mut s.att, n * h * hd);
-        let scores = grow(&mut s.scores, n * t);
         attention(
             q,
             &k_all[..t * kvd],
@@ -575,11 +568,11 @@ impl Pi0Model {
             hd,
             allowed,
             att,
-            scores,
-            self.par,
+            &mut s.attention,
+            self.threads,
         );
         let o = grow(&mut s.o, n * width);
-        l.o.forward(att, n, o, self.par);
+        l.o.forward(att, n, o, self.threads);
         let gate = modulation.map(|m| &m.0[2 * width..3 * width]);
         residual(x, o, gate, width);
         let normed = grow(&mut s.normed, n * width);
@@ -594,17 +587,14 @@ impl Pi0Model {
         for r0 in (0..n).step_by(block) {
             let rows = block.min(n - r0);
             let input = &normed[r0 * width..(r0 + rows) * width];
-            l.gate.forward(input, rows, g, self.par);
-            l.up.forward(input, rows, u, self.par);
-            g[..rows * mlp]
-                .iter_mut()
-                .zip(&u[..rows * mlp])
-                .for_each(|(g, u)| *g = gelu_tanh(*g) * u);
+            l.gate.forward(input, rows, g, self.threads);
+            l.up.forward(input, rows, u, self.threads);
+            vecmath::gelu_gate(&mut g[..rows * mlp], &u[..rows * mlp]);
             l.down.forward(
                 &g[..rows * mlp],
                 rows,
                 &mut d[r0 * width..(r0 + rows) * width],
-                self.par,
+                self.threads,
             );
         }
         let gate = modulation.map(|m| &m.1[2 * width..3 * width]);
@@ -653,7 +643,7 @@ impl Pi0Model {
         let ew = a.expert_width;
         let chunk = a.chunk;
         let n = self.suffix_len();
-        let par = self.par;
+        let threads = self.threads;
         let Workspace {
             x,
             time,
@@ -672,7 +662,7 @@ impl Pi0Model {
         let time = grow(time, ew);
         self.time_embedding(t, time);
         let actions = grow(actions, chunk * ew);
-        self.action_in.forward(x_t, chunk, actions, par);
+        self.action_in.forward(x_t, chunk, actions, threads);
         let x = grow(x, n * ew);
         let conditioned = match &self.state_proj {
             Some(sp) => {
@@ -683,29 +673,29 @@ impl Pi0Model {
                     row[ew..].copy_from_slice(time);
                 }
                 let m = grow(m, chunk * ew);
-                self.time_in.forward(fused, chunk, m, par);
-                m.iter_mut().for_each(|v| *v = silu(*v));
-                sp.forward(&state[..a.state_dim], 1, &mut x[..ew], par);
-                self.time_out.forward(m, chunk, &mut x[ew..], par);
+                self.time_in.forward(fused, chunk, m, threads);
+                vecmath::silu_in_place(m);
+                sp.forward(&state[..a.state_dim], 1, &mut x[..ew], threads);
+                self.time_out.forward(m, chunk, &mut x[ew..], threads);
                 false
             }
             None => {
                 // pi0.5: action tokens only; time conditions every expert norm.
                 let c2 = grow(cond2, ew);
-                self.time_in.forward(time, 1, c2, par);
-                c2.iter_mut().for_each(|v| *v = silu(*v));
+                self.time_in.forward(time, 1, c2, threads);
+                vecmath::silu_in_place(c2);
                 let c = grow(cond, ew);
-                self.time_out.forward(c2, 1, c, par);
-                c.iter_mut().for_each(|v| *v = silu(*v));
+                self.time_out.forward(c2, 1, c, threads);
+                vecmath::silu_in_place(c);
                 x.copy_from_slice(actions);
                 for (l, (mi, mp)) in self.expert.layers.iter().zip(mods.iter_mut()) {
                     if let (Some(di), Some(dp)) = (l.input_norm.dense(), l.post_norm.dense()) {
-                        di.forward(c, 1, grow(mi, 3 * ew), par);
-                        dp.forward(c, 1, grow(mp, 3 * ew), par);
+                        di.forward(c, 1, grow(mi, 3 * ew), threads);
+                        dp.forward(c, 1, grow(mp, 3 * ew), threads);
                     }
                 }
                 if let Some(d) = self.expert.norm.dense() {
-                    d.forward(c, 1, grow(final_mod, 3 * ew), par);
+                    d.forward(c, 1, grow(final_mod, 3 * ew), threads);
                 }
                 true
             }
@@ -732,7 +722,7 @@ impl Pi0Model {
             .norm
             .forward(x, out, conditioned.then(|| &final_mod[..3 * ew]));
         self.action_out
-            .forward(&out[(n - chunk) * ew..], chunk, velocity, par);
+            .forward(&out[(n - chunk) * ew..], chunk, velocity, threads);
     }
 
     /// Full inference for one batch element: `[chunk, action_dim]` actions (normalized space).
@@ -790,7 +780,7 @@ pub struct LayerScratch {
     g: Vec<f32>,
     u: Vec<f32>,
     d: Vec<f32>,
-    scores: Vec<f32>,
+    attention: AttentionScratch,
 }
 
 /// Everything the denoising steps need, sized once per observation (`prepare_steps`).
@@ -810,14 +800,6 @@ pub struct Workspace {
     /// Per expert layer: the prefix's keys and values, then room for the suffix's.
     kv: Vec<(Vec<f32>, Vec<f32>)>,
     layer: LayerScratch,
-}
-
-/// `v[..len]`, growing `v` first if it is shorter (the only allocation, on first use).
-fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
-    if v.len() < len {
-        v.resize(len, 0.0);
-    }
-    &mut v[..len]
 }
 
 /// `x += y` or, with a gate (pi0.5's adaptive norms), `x += y * gate`.

@@ -1,29 +1,17 @@
 //! Numeric building blocks, each matching its PyTorch counterpart in lerobot / transformers
 //! (f32 compute; storage-type rounding where PyTorch computes in bf16/f16 is noted).
 
-use gemm::Parallelism;
-
-use super::checkpoint::{Checkpoint, CheckpointError, WeightDtype, Weights};
-
-thread_local! {
-    /// Depth of GEMM-library calls on this thread. The `gemm` crate allocates its packing
-    /// buffers inside every call; this lets an allocation test tell those apart from pi0d's own.
-    pub static IN_GEMM: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
-/// Runs `f` (a call into the GEMM library) with `IN_GEMM` raised.
-fn in_gemm(f: impl FnOnce()) {
-    IN_GEMM.with(|d| d.set(d.get() + 1));
-    f();
-    IN_GEMM.with(|d| d.set(d.get() - 1));
-}
+use super::checkpoint::{Checkpoint, CheckpointError, Tensor, WeightDtype};
+use super::packed::{PackedMatrix, Storage};
+use super::vecmath::softmax_in_place;
 
 /// The additive attention mask value openpi and lerobot use for masked positions.
 pub const MASK_VALUE: f32 = -2.381_976_3e38;
 
-/// `y = x W^T + b`, with PyTorch's `[out, in]` weight layout.
+/// `y = x W^T + b`, with PyTorch's `[out, in]` weight layout, the weight packed for the CPU's
+/// matmul kernel when loaded.
 pub struct Linear {
-    pub w: Weights,
+    pub w: PackedMatrix,
     pub b: Option<Vec<f32>>,
     pub out_dim: usize,
     pub in_dim: usize,
@@ -48,19 +36,33 @@ impl Linear {
         } else {
             None
         };
-        Ok(Linear {
+        Ok(Linear::new(w, b, out_dim, in_dim))
+    }
+
+    /// From a weight tensor (`[out_dim, in_dim]` values, any shape) and an optional bias. The
+    /// checkpoint's pages of the weight are released once packed: the packed copy replaces them.
+    pub fn new(w: Tensor, b: Option<Vec<f32>>, out_dim: usize, in_dim: usize) -> Linear {
+        // Kept in the checkpoint's own width: bf16/f16 weights take half the memory of f32.
+        let storage = match w.dtype {
+            WeightDtype::F32 => Storage::F32,
+            WeightDtype::Bf16 => Storage::Bf16,
+            WeightDtype::F16 => Storage::F16,
+        };
+        let packed = PackedMatrix::pack_as(storage, &w.data, out_dim, in_dim);
+        w.data.release();
+        Linear {
             dtype: w.dtype,
-            w: w.data,
+            w: packed,
             b,
             out_dim,
             in_dim,
-        })
+        }
     }
 
-    /// `out[rows, out_dim] = x[rows, in_dim] W^T (+ b)`.
-    pub fn forward(&self, x: &[f32], rows: usize, out: &mut [f32], par: Parallelism) {
+    /// `out[rows, out_dim] = x[rows, in_dim] W^T (+ b)`, on up to `threads` threads.
+    pub fn forward(&self, x: &[f32], rows: usize, out: &mut [f32], threads: usize) {
         debug_assert!(x.len() >= rows * self.in_dim && out.len() >= rows * self.out_dim);
-        matmul_bt(x, &self.w, out, rows, self.in_dim, self.out_dim, 1.0, par);
+        self.w.matmul(x, rows, out, threads);
         if let Some(b) = &self.b {
             for row in out[..rows * self.out_dim].chunks_exact_mut(self.out_dim) {
                 for (o, bb) in row.iter_mut().zip(b) {
@@ -70,50 +72,11 @@ impl Linear {
         }
     }
 
-    pub fn apply(&self, x: &[f32], rows: usize, par: Parallelism) -> Vec<f32> {
+    pub fn apply(&self, x: &[f32], rows: usize, threads: usize) -> Vec<f32> {
         let mut out = vec![0.0; rows * self.out_dim];
-        self.forward(x, rows, &mut out, par);
+        self.forward(x, rows, &mut out, threads);
         out
     }
-}
-
-/// `out[m, n] = scale * a[m, k] b[n, k]^T`, row-major.
-#[allow(clippy::too_many_arguments)]
-pub fn matmul_bt(
-    a: &[f32],
-    b: &[f32],
-    out: &mut [f32],
-    m: usize,
-    k: usize,
-    n: usize,
-    scale: f32,
-    par: Parallelism,
-) {
-    assert!(a.len() >= m * k && b.len() >= n * k && out.len() >= m * n);
-    // SAFETY: bounds asserted above; strides describe row-major a, b^T and out.
-    in_gemm(|| unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            out.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            k as isize,
-            1,
-            0.0,
-            scale,
-            false,
-            false,
-            false,
-            par,
-        );
-    });
 }
 
 /// SigLIP LayerNorm (biased variance, affine).
@@ -190,16 +153,6 @@ impl Norm {
     }
 }
 
-/// PyTorch's `gelu(approximate="tanh")`.
-pub fn gelu_tanh(x: f32) -> f32 {
-    const C: f32 = 0.797_884_6; // sqrt(2/pi)
-    0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
-}
-
-pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
-}
-
 /// Sine-cosine embedding of the flow time `t` into `out` (`[sin | cos]`, its length the
 /// expert width), computed in f64 from the f32 time and cast to f32, as lerobot does.
 pub fn time_embedding(t: f32, min_period: f64, max_period: f64, out: &mut [f32]) {
@@ -256,10 +209,21 @@ impl Rope {
     }
 }
 
+/// Scores held at once by `attention` (4 MiB): long prefixes run in blocks of queries.
+const SCORES_CAP: usize = 1 << 20;
+
+/// Scratch of `attention`, grown on first use and then reused.
+#[derive(Default)]
+pub struct AttentionScratch {
+    scores: Vec<f32>,
+    mask: Vec<f32>,
+    keys: PackedMatrix,
+    values: PackedMatrix,
+}
+
 /// Multi-head attention with grouped KV heads: `q` is `[s, heads*hd]`, `k`/`v` are
 /// `[t, kv_heads*hd]`; `allowed(i, j)` says whether query `i` may see key `j` (others get the
-/// additive mask value, as lerobot does). Softmax in f32. Writes `[s, heads*hd]`; `scores` is
-/// scratch of at least `s * t`.
+/// additive mask value, as lerobot does). Softmax in f32. Writes `[s, heads*hd]`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
@@ -272,100 +236,68 @@ pub fn attention(
     hd: usize,
     allowed: &dyn Fn(usize, usize) -> bool,
     out: &mut [f32],
-    scores: &mut [f32],
-    par: Parallelism,
+    scratch: &mut AttentionScratch,
+    threads: usize,
 ) {
     let scale = 1.0 / (hd as f32).sqrt();
     let group = heads / kv_heads;
-    let scores = &mut scores[..s * t];
-    let (qs, ks) = ((heads * hd) as isize, (kv_heads * hd) as isize);
-    for h in 0..heads {
-        let kh = h / group;
-        // SAFETY: strided views inside q/k/v/out, sizes checked by the callers' shapes.
-        in_gemm(|| unsafe {
-            gemm::gemm(
-                s,
-                t,
-                hd,
-                scores.as_mut_ptr(),
-                1,
-                t as isize,
-                false,
-                q.as_ptr().add(h * hd),
-                1,
-                qs,
-                k.as_ptr().add(kh * hd),
-                ks,
-                1,
-                0.0,
-                scale,
-                false,
-                false,
-                false,
-                par,
-            );
-        });
-        for (i, row) in scores.chunks_exact_mut(t).enumerate() {
-            let mut max = f32::NEG_INFINITY;
-            for (j, x) in row.iter_mut().enumerate() {
-                if !allowed(i, j) {
-                    *x += MASK_VALUE;
-                }
-                max = max.max(*x);
-            }
-            let mut sum = 0.0;
-            for x in row.iter_mut() {
-                *x = (*x - max).exp();
-                sum += *x;
-            }
-            let inv = 1.0 / sum;
-            row.iter_mut().for_each(|x| *x *= inv);
+    let (qs, ks) = (heads * hd, kv_heads * hd);
+    // With one KV head (pi0's Gemma) every query head shares the keys: `q` read as
+    // `[s * heads, hd]` makes all heads one product. Otherwise one product per head.
+    let shared = kv_heads == 1;
+    let (products, per_query) = if shared { (1, heads) } else { (heads, 1) };
+    let block = (SCORES_CAP / (per_query * t).max(1)).clamp(1, s.max(1));
+    let AttentionScratch {
+        scores,
+        mask,
+        keys,
+        values,
+    } = scratch;
+    let scores = grow(scores, block * per_query * t);
+    let mask = grow(mask, t);
+    for head in 0..products {
+        let kh = head / group;
+        if head == 0 || kh != (head - 1) / group {
+            keys.repack_rows(&k[kh * hd..], t, hd, ks);
+            values.repack_cols(&v[kh * hd..], t, hd, ks);
         }
-        // SAFETY: as above.
-        in_gemm(|| unsafe {
-            gemm::gemm(
-                s,
-                hd,
-                t,
-                out.as_mut_ptr().add(h * hd),
-                1,
-                qs,
-                false,
-                scores.as_ptr(),
-                1,
-                t as isize,
-                v.as_ptr().add(kh * hd),
-                1,
-                ks,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                par,
-            );
-        });
+        for i0 in (0..s).step_by(block) {
+            let queries = block.min(s - i0);
+            let rows = queries * per_query;
+            let (first, stride) = if shared {
+                (i0 * qs, hd)
+            } else {
+                (i0 * qs + head * hd, qs)
+            };
+            let scores = &mut scores[..rows * t];
+            keys.matmul_strided(&q[first..], stride, rows, scores, t, threads);
+            for (i, rows) in scores.chunks_exact_mut(per_query * t).enumerate() {
+                for (j, m) in mask.iter_mut().enumerate() {
+                    *m = if allowed(i0 + i, j) { 0.0 } else { MASK_VALUE };
+                }
+                for row in rows.chunks_exact_mut(t) {
+                    row.iter_mut()
+                        .zip(&*mask)
+                        .for_each(|(x, m)| *x = *x * scale + m);
+                    softmax_in_place(row);
+                }
+            }
+            values.matmul_strided(scores, t, rows, &mut out[first..], stride, threads);
+        }
     }
+}
+
+/// `v[..len]`, growing `v` first if it is shorter (the only allocation, on first use).
+pub fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    &mut v[..len]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn matmul_bt_matches_naive() {
-        let (m, k, n) = (5, 7, 3);
-        let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
-        let b: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.11).cos()).collect();
-        let mut out = vec![0.0; m * n];
-        matmul_bt(&a, &b, &mut out, m, k, n, 2.0, Parallelism::None);
-        for i in 0..m {
-            for j in 0..n {
-                let want: f32 = 2.0 * (0..k).map(|x| a[i * k + x] * b[j * k + x]).sum::<f32>();
-                assert!((out[i * n + j] - want).abs() < 1e-5);
-            }
-        }
-    }
 
     #[test]
     fn attention_with_one_visible_key_returns_its_value() {
@@ -374,7 +306,6 @@ mod tests {
         let k: Vec<f32> = (0..t * hd).map(|i| i as f32 * 0.1).collect();
         let v: Vec<f32> = (0..t * hd).map(|i| i as f32).collect();
         let mut out = vec![0.0; s * 2 * hd];
-        let mut scores = vec![0.0; s * t];
         attention(
             &q,
             &k,
@@ -386,8 +317,8 @@ mod tests {
             hd,
             &|_, j| j == 1,
             &mut out,
-            &mut scores,
-            Parallelism::None,
+            &mut AttentionScratch::default(),
+            1,
         );
         for h in 0..2 {
             assert_eq!(&out[h * hd..(h + 1) * hd], &v[hd..2 * hd]);

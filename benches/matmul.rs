@@ -1,0 +1,131 @@
+//! pi0d's packed-weight matmul against the `gemm` crate (which packs inside every call), at the
+//! shapes of pi0's layers, in one run:
+//!
+//!     cargo bench --bench matmul [-- --threads 2 --seconds 1] [--peak]
+//!
+//! Prints GFLOP/s of both and their time ratio (packed / gemm: below 1 is faster) for the
+//! denoise step's ~50-row products and the prefix's ~560-row ones. With `--peak` it prints only
+//! the best rate pi0d's kernel reaches on a product that fits in cache (the machine's practical
+//! f32 peak, as a JSON line for tools/bench_pi0.py).
+
+use std::time::{Duration, Instant};
+
+use gemm::Parallelism;
+use pi0d::policy::pi0::packed::{Isa, PackedMatrix};
+
+/// (what, rows, out, in)
+const SHAPES: [(&str, usize, usize, usize); 9] = [
+    ("expert q+k+v", 51, 2560, 1024),
+    ("expert gate", 51, 4096, 1024),
+    ("expert down", 51, 1024, 4096),
+    ("action out", 50, 32, 1024),
+    ("siglip qkv", 256, 1152, 1152),
+    ("siglip fc1", 256, 4304, 1152),
+    ("gemma q", 560, 2048, 2048),
+    ("gemma gate", 128, 16384, 2048),
+    ("gemma down", 128, 2048, 16384),
+];
+
+/// `out[m, n] = a[m, k] b[n, k]^T` through the `gemm` crate (row-major, as pi0d's weights).
+#[allow(clippy::too_many_arguments)]
+fn gemm_bt(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize, par: Parallelism) {
+    assert!(a.len() >= m * k && b.len() >= n * k && out.len() >= m * n);
+    // SAFETY: bounds asserted above; strides describe row-major a, b^T and out.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            k as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+fn values(len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect()
+}
+
+/// Median seconds per call of `f`, run for about `budget`.
+fn time(budget: Duration, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut samples = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < budget || samples.len() < 3 {
+        let t = Instant::now();
+        f();
+        samples.push(t.elapsed().as_secs_f64());
+    }
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |name: &str, default: f64| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let threads = flag("--threads", 2.0) as usize;
+    let budget = Duration::from_secs_f64(flag("--seconds", 1.0));
+    if args.iter().any(|a| a == "--peak") {
+        // Weights (1 MiB) and activations stay in L2: arithmetic, not memory, is the limit.
+        let (m, n, k) = (480, 512, 512);
+        let (a, w) = (values(m * k), values(n * k));
+        let packed = PackedMatrix::pack(&w, n, k);
+        let mut out = vec![0.0f32; m * n];
+        let s = time(budget, || packed.matmul(&a, m, &mut out, threads));
+        println!(
+            "{{\"peak_gflops\": {:.1}}}",
+            2.0 * (m * n * k) as f64 / s / 1e9
+        );
+        return;
+    }
+    let par = if threads > 1 {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
+    };
+    println!(
+        "kernel {:?}, {threads} threads; GFLOP/s (median call)",
+        Isa::best()
+    );
+    println!(
+        "{:<14} {:>5} {:>6} {:>6} {:>9} {:>9} {:>7}",
+        "layer", "rows", "out", "in", "packed", "gemm", "ratio"
+    );
+    for (what, m, n, k) in SHAPES {
+        let a = values(m * k);
+        let w = values(n * k);
+        let packed = PackedMatrix::pack(&w, n, k);
+        let mut out = vec![0.0f32; m * n];
+        let flops = 2.0 * (m * n * k) as f64;
+        let ours = time(budget, || packed.matmul(&a, m, &mut out, threads));
+        let theirs = time(budget, || gemm_bt(&a, &w, &mut out, m, k, n, par));
+        println!(
+            "{what:<14} {m:>5} {n:>6} {k:>6} {:>9.1} {:>9.1} {:>7.2}",
+            flops / ours / 1e9,
+            flops / theirs / 1e9,
+            ours / theirs
+        );
+    }
+}

@@ -1,0 +1,10 @@
+//! pi0d's CPU compute kernels, a crate of their own so that they are always compiled with
+//! optimizations (the workspace's dev profile raises this crate's opt-level): the daemon's
+//! tests run the real model path in dev builds, and unoptimized SIMD kernels are 50x slower.
+//!
+//! - [`packed`]: `y = x W^T` against weights packed once at load, AVX-512 / AVX2 / NEON /
+//!   portable micro-kernels picked at run time, rayon threads over output panels.
+//! - [`vecmath`]: vectorized `exp`, GELU (tanh), SiLU and softmax over slices.
+
+pub mod packed;
+pub mod vecmath;

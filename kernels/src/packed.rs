@@ -1,0 +1,989 @@
+//! f32 products with weight matrices packed once, when the model loads.
+//!
+//! pi0's weights never change, and the denoise step multiplies them by only ~50 rows: a general
+//! GEMM that packs both operands inside every call (the `gemm` crate does) spends about as long
+//! copying a 4-64 MB weight as multiplying by it. Here each `[out, in]` weight is laid out once as
+//! panels of `NR` output columns, `k`-major (the order the micro-kernel streams them), and the
+//! activations are read in place. One micro-kernel per instruction set, picked at run time:
+//! AVX-512F or AVX2+FMA on x86-64, NEON on aarch64, and a portable one for anything else.
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+/// Depth of one cache block: a panel's `KC x NR` slice (32 KiB with AVX-512) stays in L1 while
+/// every row tile of the activations passes over it, and the activations' `rows x KC` slice
+/// stays in L2 while the panels pass.
+const KC: usize = 256;
+
+/// Multiply-adds below which a product runs on the calling thread alone: handing work to the
+/// pool costs a few microseconds.
+const MIN_PARALLEL_WORK: usize = 1 << 18;
+
+/// The micro-kernel family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    Avx512,
+    Avx2,
+    Neon,
+    Portable,
+}
+
+impl Isa {
+    pub const ALL: [Isa; 4] = [Isa::Avx512, Isa::Avx2, Isa::Neon, Isa::Portable];
+
+    /// The widest kernel this CPU runs (detected once).
+    pub fn best() -> Isa {
+        static BEST: OnceLock<Isa> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            Isa::ALL
+                .into_iter()
+                .find(|i| i.available())
+                .unwrap_or(Isa::Portable)
+        })
+    }
+
+    pub fn available(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                    && std::arch::is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            Isa::Portable => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// Whether this kernel widens `storage` as it loads (else such weights are packed as f32).
+    pub fn widens(self, storage: Storage) -> bool {
+        // NEON's f16 conversion needs Rust's unstable `f16` vector types.
+        !(self == Isa::Neon && storage == Storage::F16)
+    }
+
+    /// Output columns per packed panel (the micro-kernel's width).
+    pub fn panel_width(self) -> usize {
+        match self {
+            Isa::Avx512 => avx512::NR,
+            Isa::Avx2 => avx2::NR,
+            Isa::Neon => neon::NR,
+            Isa::Portable => portable::NR,
+        }
+    }
+}
+
+/// How a packed matrix stores its values. Half-width storage halves the memory of a bf16 or
+/// f16 checkpoint's weights (and the bytes each product streams); the kernels widen each value
+/// to f32 as they load it, so the arithmetic is the same f32 as with `F32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storage {
+    F32,
+    Bf16,
+    F16,
+}
+
+/// A `[n, k]` weight (PyTorch's `[out, in]`) in panels of `NR` rows, each stored `k`-major and
+/// zero-padded to a whole panel, 64-byte aligned.
+pub struct PackedMatrix {
+    /// f32 storage (`Storage::F32`).
+    buf: Vec<f32>,
+    /// Half-width storage, the raw bits (`Storage::Bf16`, `Storage::F16`).
+    half: Vec<u16>,
+    /// Where the panels start in `buf` or `half` (for alignment).
+    start: usize,
+    n: usize,
+    k: usize,
+    isa: Isa,
+    storage: Storage,
+}
+
+impl std::fmt::Debug for PackedMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PackedMatrix({}x{}, {:?}, {:?})",
+            self.n, self.k, self.isa, self.storage
+        )
+    }
+}
+
+impl PackedMatrix {
+    /// Packs row-major `w` (`[n, k]`) for the best kernel of this CPU.
+    pub fn pack(w: &[f32], n: usize, k: usize) -> PackedMatrix {
+        PackedMatrix::pack_for(Isa::best(), w, n, k)
+    }
+
+    /// Packs for a given kernel. Panics if `isa` does not run here or `w` is shorter than `n * k`.
+    pub fn pack_for(isa: Isa, w: &[f32], n: usize, k: usize) -> PackedMatrix {
+        let mut packed = PackedMatrix::empty(isa);
+        packed.repack_rows(w, n, k, k);
+        packed
+    }
+
+    /// Packs row-major `w` (`[n, k]`) for the best kernel of this CPU, stored as `storage`
+    /// (values rounded to it: exact for weights that came from a checkpoint of that type). Falls
+    /// back to f32 storage where the kernel cannot widen that type.
+    pub fn pack_as(storage: Storage, w: &[f32], n: usize, k: usize) -> PackedMatrix {
+        PackedMatrix::pack_for_as(Isa::best(), storage, w, n, k)
+    }
+
+    /// As `pack_as`, for a given kernel.
+    pub fn pack_for_as(isa: Isa, storage: Storage, w: &[f32], n: usize, k: usize) -> PackedMatrix {
+        let convert = match storage {
+            _ if !isa.widens(storage) => return PackedMatrix::pack_for(isa, w, n, k),
+            Storage::F32 => return PackedMatrix::pack_for(isa, w, n, k),
+            Storage::Bf16 => |v: f32| half::bf16::from_f32(v).to_bits(),
+            Storage::F16 => |v: f32| half::f16::from_f32(v).to_bits(),
+        };
+        assert!(
+            w.len() >= n * k,
+            "weight has {} values, not {n} x {k}",
+            w.len()
+        );
+        let mut m = PackedMatrix::empty(isa);
+        let nr = isa.panel_width();
+        let len = n.div_ceil(nr) * nr * k;
+        // 32 halves of slack to start on a 64-byte boundary.
+        m.half = vec![0u16; len + 32];
+        m.start = m.half.as_ptr().align_offset(64).min(32);
+        (m.n, m.k, m.storage) = (n, k, storage);
+        pack_panels(w, n, k, k, nr, &mut m.half[m.start..m.start + len], convert);
+        m
+    }
+
+    /// A matrix with nothing packed yet, whose buffer later `repack_*` calls fill and reuse.
+    pub fn empty(isa: Isa) -> PackedMatrix {
+        assert!(isa.available(), "{isa:?} kernels do not run on this CPU");
+        PackedMatrix {
+            buf: Vec::new(),
+            half: Vec::new(),
+            start: 0,
+            n: 0,
+            k: 0,
+            isa,
+            storage: Storage::F32,
+        }
+    }
+
+    pub fn storage(&self) -> Storage {
+        self.storage
+    }
+
+    /// Bytes of packed values held.
+    pub fn bytes(&self) -> usize {
+        self.buf.len() * 4 + self.half.len() * 2
+    }
+
+    /// Sizes the buffer for `[n, k]` (growing it only if it is too small) and returns the
+    /// packed area. Padding columns of a partial last panel keep whatever they held: the
+    /// kernel computes them but never stores them.
+    fn reset(&mut self, n: usize, k: usize) -> &mut [f32] {
+        let nr = self.isa.panel_width();
+        let len = n.div_ceil(nr) * nr * k;
+        // 16 floats of slack to start on a 64-byte boundary (aligned vector loads).
+        if self.buf.len() < len + 16 {
+            self.buf.resize(len + 16, 0.0);
+        }
+        self.start = self.buf.as_ptr().align_offset(64).min(16);
+        self.n = n;
+        self.k = k;
+        self.storage = Storage::F32;
+        self.half = Vec::new();
+        &mut self.buf[self.start..self.start + len]
+    }
+
+    /// Packs `[n, k]` from `w`, whose row `r` starts at `w[r * ldw]` (rows are the outputs).
+    pub fn repack_rows(&mut self, w: &[f32], n: usize, k: usize, ldw: usize) {
+        assert!(
+            n == 0 || w.len() >= (n - 1) * ldw + k,
+            "weight has {} values, not {n} rows of {k} (stride {ldw})",
+            w.len()
+        );
+        let nr = self.isa.panel_width();
+        let packed = self.reset(n, k);
+        pack_panels(w, n, k, ldw, nr, packed, |v| v);
+    }
+
+    /// Packs `[n, k]` from its transpose: `w` holds `k` rows of `n` outputs, row `kk` starting
+    /// at `w[kk * ldw]` (attention's values).
+    pub fn repack_cols(&mut self, w: &[f32], k: usize, n: usize, ldw: usize) {
+        assert!(
+            k == 0 || w.len() >= (k - 1) * ldw + n,
+            "matrix has {} values, not {k} rows of {n} (stride {ldw})",
+            w.len()
+        );
+        let nr = self.isa.panel_width();
+        let packed = self.reset(n, k);
+        if k == 0 {
+            return;
+        }
+        for (p, panel) in packed.chunks_exact_mut(nr * k).enumerate() {
+            let cols = nr.min(n - p * nr);
+            for kk in 0..k {
+                let src = &w[kk * ldw + p * nr..][..cols];
+                panel[kk * nr..kk * nr + cols].copy_from_slice(src);
+            }
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    fn panels(&self) -> usize {
+        self.n.div_ceil(self.isa.panel_width())
+    }
+
+    /// The weight back in its `[n, k]` row-major form (as f32).
+    pub fn unpack(&self) -> Vec<f32> {
+        let nr = self.isa.panel_width();
+        let value = |i: usize| match self.storage {
+            Storage::F32 => self.buf[self.start + i],
+            Storage::Bf16 => half::bf16::from_bits(self.half[self.start + i]).to_f32(),
+            Storage::F16 => half::f16::from_bits(self.half[self.start + i]).to_f32(),
+        };
+        let mut w = vec![0.0f32; self.n * self.k];
+        for (r, row) in w.chunks_exact_mut(self.k.max(1)).enumerate() {
+            let panel = (r / nr) * nr * self.k;
+            for (kk, v) in row.iter_mut().enumerate() {
+                *v = value(panel + kk * nr + r % nr);
+            }
+        }
+        w
+    }
+
+    /// `out[m, n] = a[m, k] W^T` (row-major `a` and `out`), on up to `threads` threads of rayon's
+    /// pool. Allocates nothing.
+    pub fn matmul(&self, a: &[f32], m: usize, out: &mut [f32], threads: usize) {
+        self.matmul_strided(a, self.k, m, out, self.n, threads)
+    }
+
+    /// As `matmul`, with row `i` of `a` at `a[i * lda]` and of `out` at `out[i * ldc]`.
+    pub fn matmul_strided(
+        &self,
+        a: &[f32],
+        lda: usize,
+        m: usize,
+        out: &mut [f32],
+        ldc: usize,
+        threads: usize,
+    ) {
+        let (n, k) = (self.n, self.k);
+        if m == 0 || n == 0 {
+            return;
+        }
+        assert!(
+            a.len() >= (m - 1) * lda + k && lda >= k,
+            "input has {} values, not {m} rows of {k} (stride {lda})",
+            a.len()
+        );
+        assert!(
+            out.len() >= (m - 1) * ldc + n && ldc >= n,
+            "output has {} values, not {m} rows of {n} (stride {ldc})",
+            out.len()
+        );
+        if k == 0 {
+            (0..m).for_each(|i| out[i * ldc..i * ldc + n].fill(0.0));
+            return;
+        }
+        let panels = self.panels();
+        let tasks = threads
+            .min(panels)
+            .min((m * n * k / MIN_PARALLEL_WORK).max(1))
+            .max(1);
+        let job = |c: *mut f32, panels| Job {
+            a: a.as_ptr(),
+            lda,
+            m,
+            c,
+            ldc,
+            // SAFETY: `start` is inside the buffer in use (see `reset`, `pack_for_as`).
+            b: unsafe {
+                match self.storage {
+                    Storage::F32 => self.buf.as_ptr().add(self.start) as *const u8,
+                    _ => self.half.as_ptr().add(self.start) as *const u8,
+                }
+            },
+            n,
+            k,
+            panels,
+        };
+        if tasks == 1 {
+            // SAFETY: bounds asserted above; one task owns all of `out`.
+            unsafe { self.run(&job(out.as_mut_ptr(), 0..panels)) };
+            return;
+        }
+        let c = OutPtr(out.as_mut_ptr());
+        (0..tasks).into_par_iter().for_each(|t| {
+            let range = panels * t / tasks..panels * (t + 1) / tasks;
+            // SAFETY: bounds asserted above; tasks write disjoint column ranges of `out`.
+            unsafe { self.run(&job(c.get(), range)) };
+        });
+    }
+
+    /// # Safety
+    /// `job`'s pointers cover its rows and strides; no one else writes its panels' columns.
+    unsafe fn run(&self, job: &Job) {
+        macro_rules! on {
+            ($isa:ident) => {
+                match self.storage {
+                    Storage::F32 => $isa::run::<f32>(job),
+                    Storage::Bf16 => $isa::run::<Bf16Bits>(job),
+                    Storage::F16 => $isa::run::<F16Bits>(job),
+                }
+            };
+        }
+        unsafe {
+            match self.isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => on!(avx512),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => on!(avx2),
+                #[cfg(target_arch = "aarch64")]
+                Isa::Neon => on!(neon),
+                _ => on!(portable),
+            }
+        }
+    }
+}
+
+impl Default for PackedMatrix {
+    fn default() -> PackedMatrix {
+        PackedMatrix::empty(Isa::best())
+    }
+}
+
+/// Writes `[n, k]` (row `r` at `w[r * ldw]`) into `out` as `k`-major panels of `nr` rows.
+fn pack_panels<T: Copy>(
+    w: &[f32],
+    n: usize,
+    k: usize,
+    ldw: usize,
+    nr: usize,
+    out: &mut [T],
+    convert: impl Fn(f32) -> T,
+) {
+    if k == 0 {
+        return;
+    }
+    for (p, panel) in out.chunks_exact_mut(nr * k).enumerate() {
+        for r in p * nr..n.min((p + 1) * nr) {
+            let j = r - p * nr;
+            for (kk, &v) in w[r * ldw..r * ldw + k].iter().enumerate() {
+                panel[kk * nr + j] = convert(v);
+            }
+        }
+    }
+}
+
+/// bf16 bits in a packed panel.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+struct Bf16Bits(#[allow(dead_code)] u16);
+
+/// IEEE f16 bits in a packed panel.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+struct F16Bits(#[allow(dead_code)] u16);
+
+/// A packed element type: how `V::N` consecutive ones become an f32 vector.
+trait Elem: Copy {
+    unsafe fn load<V: Lanes>(p: *const Self) -> V;
+}
+
+impl Elem for f32 {
+    #[inline(always)]
+    unsafe fn load<V: Lanes>(p: *const f32) -> V {
+        unsafe { V::load(p) }
+    }
+}
+
+impl Elem for Bf16Bits {
+    #[inline(always)]
+    unsafe fn load<V: Lanes>(p: *const Bf16Bits) -> V {
+        unsafe { V::load_bf16(p as *const u16) }
+    }
+}
+
+impl Elem for F16Bits {
+    #[inline(always)]
+    unsafe fn load<V: Lanes>(p: *const F16Bits) -> V {
+        unsafe { V::load_f16(p as *const u16) }
+    }
+}
+
+/// The output pointer, shared by tasks that write disjoint columns.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: each task writes only the columns of its own panels.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+impl OutPtr {
+    // A method, so closures capture the whole (Send) wrapper rather than its raw field.
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// One task: the columns of `panels` for all `m` rows.
+struct Job {
+    a: *const f32,
+    lda: usize,
+    m: usize,
+    c: *mut f32,
+    ldc: usize,
+    /// The packed panels, of the matrix's element type.
+    b: *const u8,
+    n: usize,
+    k: usize,
+    panels: Range<usize>,
+}
+
+/// The vector operations a micro-kernel needs.
+trait Lanes: Copy {
+    const N: usize;
+    unsafe fn zero() -> Self;
+    unsafe fn splat(x: f32) -> Self;
+    unsafe fn load(p: *const f32) -> Self;
+    unsafe fn store(self, p: *mut f32);
+    /// `self + a * b`.
+    unsafe fn mul_add(self, a: Self, b: Self) -> Self;
+    unsafe fn add(self, b: Self) -> Self;
+    /// `N` bf16 values widened (exactly) to f32.
+    unsafe fn load_bf16(p: *const u16) -> Self;
+    /// `N` f16 values widened (exactly) to f32.
+    unsafe fn load_f16(p: *const u16) -> Self;
+}
+
+/// Every row tile of `job` against every panel, in blocks of `KC` along `k`.
+#[inline(always)]
+unsafe fn drive<V: Lanes, E: Elem, const MR: usize, const NV: usize>(job: &Job) {
+    let k = job.k;
+    let blocks = (0..k).step_by(KC);
+    if job.m * k * 4 <= A_RESIDENT_BYTES {
+        // Few rows (the denoise step): all of `a` stays in L2, so each panel is read once,
+        // front to back, while its output tile stays in L1.
+        for p in job.panels.clone() {
+            for k0 in blocks.clone() {
+                unsafe { panel_block::<V, E, MR, NV>(job, p, k0) };
+            }
+        }
+    } else {
+        // Many rows (the prefix): one `KC` slice of `a` stays in L2 while every panel passes.
+        for k0 in blocks {
+            for p in job.panels.clone() {
+                unsafe { panel_block::<V, E, MR, NV>(job, p, k0) };
+            }
+        }
+    }
+}
+
+/// Bytes of activations that fit in L2 beside the weight stream.
+const A_RESIDENT_BYTES: usize = 512 * 1024;
+
+/// All rows of `job` against the `KC` block at `k0` of panel `p`.
+#[inline(always)]
+unsafe fn panel_block<V: Lanes, E: Elem, const MR: usize, const NV: usize>(
+    job: &Job,
+    p: usize,
+    k0: usize,
+) {
+    let nr = NV * V::N;
+    let (m, n, k, lda, ldc) = (job.m, job.n, job.k, job.lda, job.ldc);
+    let t = Tile {
+        kc: KC.min(k - k0),
+        lda,
+        b: unsafe { (job.b as *const E).add(p * nr * k + k0 * nr) },
+        ldc,
+        cols: nr.min(n - p * nr),
+        first: k0 == 0,
+    };
+    let mut r = 0;
+    while r + MR <= m {
+        let (a, c) = unsafe { (job.a.add(r * lda + k0), job.c.add(r * ldc + p * nr)) };
+        unsafe { tile::<V, E, MR, NV>(&t, a, c) };
+        r += MR;
+    }
+    if r < m {
+        let (a, c) = unsafe { (job.a.add(r * lda + k0), job.c.add(r * ldc + p * nr)) };
+        unsafe { tail::<V, E, NV>(m - r, &t, a, c) };
+    }
+}
+
+/// The rows left over after whole `MR` tiles, with a kernel of exactly their height.
+#[inline(always)]
+unsafe fn tail<V: Lanes, E: Elem, const NV: usize>(
+    rows: usize,
+    t: &Tile<E>,
+    a: *const f32,
+    c: *mut f32,
+) {
+    macro_rules! by_height {
+        ($($h:literal)*) => {
+            match rows {
+                $($h => unsafe { tile::<V, E, $h, NV>(t, a, c) },)*
+                _ => unreachable!("tail of {rows} rows"),
+            }
+        };
+    }
+    by_height!(1 2 3 4 5 6 7 8 9 10 11 12 13);
+}
+
+/// What a micro-kernel call shares with its neighbours in the same panel and `k` block.
+struct Tile<E> {
+    kc: usize,
+    lda: usize,
+    b: *const E,
+    ldc: usize,
+    cols: usize,
+    /// The first `k` block writes `c`; later ones add to it.
+    first: bool,
+}
+
+/// `c[MR, cols] (+)= a[MR, kc] b[kc, NR]`: the accumulators stay in registers for all of `kc`.
+#[inline(always)]
+unsafe fn tile<V: Lanes, E: Elem, const MR: usize, const NV: usize>(
+    t: &Tile<E>,
+    a: *const f32,
+    c: *mut f32,
+) {
+    let nr = NV * V::N;
+    let mut acc = [[unsafe { V::zero() }; NV]; MR];
+    for kk in 0..t.kc {
+        let bp = unsafe { t.b.add(kk * nr) };
+        let mut bv = [unsafe { V::zero() }; NV];
+        for (j, b) in bv.iter_mut().enumerate() {
+            *b = unsafe { E::load::<V>(bp.add(j * V::N)) };
+        }
+        for (i, row) in acc.iter_mut().enumerate() {
+            let av = unsafe { V::splat(*a.add(i * t.lda + kk)) };
+            for (acc, b) in row.iter_mut().zip(&bv) {
+                *acc = unsafe { acc.mul_add(av, *b) };
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        let cr = unsafe { c.add(i * t.ldc) };
+        if t.cols == nr {
+            for (j, v) in row.iter().enumerate() {
+                let p = unsafe { cr.add(j * V::N) };
+                unsafe {
+                    if t.first {
+                        v.store(p)
+                    } else {
+                        V::load(p).add(*v).store(p)
+                    }
+                }
+            }
+        } else {
+            // A partial last panel: through a buffer, so nothing past the row is touched.
+            let mut buf = [0.0f32; 64];
+            for (j, v) in row.iter().enumerate() {
+                unsafe { v.store(buf.as_mut_ptr().add(j * V::N)) };
+            }
+            for (j, v) in buf[..t.cols].iter().enumerate() {
+                unsafe {
+                    let p = cr.add(j);
+                    *p = if t.first { *v } else { *p + v };
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{Elem, Job, Lanes};
+
+    const MR: usize = 12;
+    const NV: usize = 2;
+    pub const NR: usize = NV * 16;
+
+    #[derive(Clone, Copy)]
+    struct V(__m512);
+
+    impl Lanes for V {
+        const N: usize = 16;
+        #[inline(always)]
+        unsafe fn zero() -> V {
+            V(unsafe { _mm512_setzero_ps() })
+        }
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> V {
+            V(unsafe { _mm512_set1_ps(x) })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> V {
+            V(unsafe { _mm512_loadu_ps(p) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            unsafe { _mm512_storeu_ps(p, self.0) }
+        }
+        #[inline(always)]
+        unsafe fn mul_add(self, a: V, b: V) -> V {
+            V(unsafe { _mm512_fmadd_ps(a.0, b.0, self.0) })
+        }
+        #[inline(always)]
+        unsafe fn add(self, b: V) -> V {
+            V(unsafe { _mm512_add_ps(self.0, b.0) })
+        }
+        #[inline(always)]
+        unsafe fn load_bf16(p: *const u16) -> V {
+            // bf16 is the top half of an f32: widen to 32 bits and shift into place.
+            let bits = unsafe { _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i)) };
+            V(unsafe { _mm512_castsi512_ps(_mm512_slli_epi32::<16>(bits)) })
+        }
+        #[inline(always)]
+        unsafe fn load_f16(p: *const u16) -> V {
+            V(unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) })
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn run<E: Elem>(job: &Job) {
+        unsafe { super::drive::<V, E, MR, NV>(job) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{Elem, Job, Lanes};
+
+    const MR: usize = 6;
+    const NV: usize = 2;
+    pub const NR: usize = NV * 8;
+
+    #[derive(Clone, Copy)]
+    struct V(__m256);
+
+    impl Lanes for V {
+        const N: usize = 8;
+        #[inline(always)]
+        unsafe fn zero() -> V {
+            V(unsafe { _mm256_setzero_ps() })
+        }
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> V {
+            V(unsafe { _mm256_set1_ps(x) })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> V {
+            V(unsafe { _mm256_loadu_ps(p) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            unsafe { _mm256_storeu_ps(p, self.0) }
+        }
+        #[inline(always)]
+        unsafe fn mul_add(self, a: V, b: V) -> V {
+            V(unsafe { _mm256_fmadd_ps(a.0, b.0, self.0) })
+        }
+        #[inline(always)]
+        unsafe fn add(self, b: V) -> V {
+            V(unsafe { _mm256_add_ps(self.0, b.0) })
+        }
+        #[inline(always)]
+        unsafe fn load_bf16(p: *const u16) -> V {
+            let bits = unsafe { _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i)) };
+            V(unsafe { _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bits)) })
+        }
+        #[inline(always)]
+        unsafe fn load_f16(p: *const u16) -> V {
+            V(unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) })
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn run<E: Elem>(job: &Job) {
+        unsafe { super::drive::<V, E, MR, NV>(job) }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod avx512 {
+    pub const NR: usize = 32;
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod avx2 {
+    pub const NR: usize = 16;
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+
+    use super::{Elem, Job, Lanes};
+
+    const MR: usize = 8;
+    const NV: usize = 3;
+    pub const NR: usize = NV * 4;
+
+    #[derive(Clone, Copy)]
+    struct V(float32x4_t);
+
+    impl Lanes for V {
+        const N: usize = 4;
+        #[inline(always)]
+        unsafe fn zero() -> V {
+            V(unsafe { vdupq_n_f32(0.0) })
+        }
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> V {
+            V(unsafe { vdupq_n_f32(x) })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> V {
+            V(unsafe { vld1q_f32(p) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            unsafe { vst1q_f32(p, self.0) }
+        }
+        #[inline(always)]
+        unsafe fn mul_add(self, a: V, b: V) -> V {
+            V(unsafe { vfmaq_f32(self.0, a.0, b.0) })
+        }
+        #[inline(always)]
+        unsafe fn add(self, b: V) -> V {
+            V(unsafe { vaddq_f32(self.0, b.0) })
+        }
+        #[inline(always)]
+        unsafe fn load_bf16(p: *const u16) -> V {
+            let bits = unsafe { vshlq_n_u32::<16>(vmovl_u16(vld1_u16(p))) };
+            V(unsafe { vreinterpretq_f32_u32(bits) })
+        }
+        #[inline(always)]
+        unsafe fn load_f16(_p: *const u16) -> V {
+            unreachable!("f16 panels are not packed for NEON (Isa::widens)")
+        }
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn run<E: Elem>(job: &Job) {
+        unsafe { super::drive::<V, E, MR, NV>(job) }
+    }
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+mod neon {
+    pub const NR: usize = 12;
+}
+
+/// Plain Rust, for CPUs without a kernel above; the compiler vectorizes what it can.
+mod portable {
+    use super::{Elem, Job, Lanes};
+
+    const MR: usize = 4;
+    const NV: usize = 8;
+    pub const NR: usize = NV;
+
+    impl Lanes for f32 {
+        const N: usize = 1;
+        #[inline(always)]
+        unsafe fn zero() -> f32 {
+            0.0
+        }
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> f32 {
+            x
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> f32 {
+            unsafe { *p }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            unsafe { *p = self }
+        }
+        #[inline(always)]
+        unsafe fn mul_add(self, a: f32, b: f32) -> f32 {
+            // Not `f32::mul_add`: without FMA hardware that is a slow library call.
+            self + a * b
+        }
+        #[inline(always)]
+        unsafe fn add(self, b: f32) -> f32 {
+            self + b
+        }
+        #[inline(always)]
+        unsafe fn load_bf16(p: *const u16) -> f32 {
+            f32::from_bits((unsafe { *p } as u32) << 16)
+        }
+        #[inline(always)]
+        unsafe fn load_f16(p: *const u16) -> f32 {
+            half::f16::from_bits(unsafe { *p }).to_f32()
+        }
+    }
+
+    pub unsafe fn run<E: Elem>(job: &Job) {
+        unsafe { super::drive::<f32, E, MR, NV>(job) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(a: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
+        let mut out = vec![0.0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                out[i * n + j] = (0..k)
+                    .map(|kk| a[i * k + kk] as f64 * w[j * k + kk] as f64)
+                    .sum::<f64>() as f32;
+            }
+        }
+        out
+    }
+
+    fn values(len: usize, seed: u32) -> Vec<f32> {
+        (0..len)
+            .map(|i| {
+                let h = (i as u32 ^ seed)
+                    .wrapping_mul(2_654_435_761)
+                    .rotate_left(13);
+                (h % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_kernel_matches_a_naive_product_at_ragged_shapes() {
+        // Shapes around every edge: tails of rows (m % MR), of panels (n % NR) and of k blocks.
+        let shapes = [
+            (1, 1, 1),
+            (3, 5, 7),
+            (13, 33, 17),
+            (51, 40, 300),
+            (25, 1, 513),
+            (12, 64, 256),
+            (7, 100, 0),
+        ];
+        for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+            for (m, n, k) in shapes {
+                let a = values(m * k, 1);
+                let w = values(n * k, 2);
+                let packed = PackedMatrix::pack_for(isa, &w, n, k);
+                assert_eq!(packed.unpack(), w, "{isa:?} pack/unpack {n}x{k}");
+                for threads in [1, 2, 3] {
+                    let mut out = vec![f32::NAN; m * n + 3];
+                    packed.matmul(&a, m, &mut out, threads);
+                    let want = naive(&a, &w, m, n, k);
+                    for (i, (g, w)) in out.iter().zip(&want).enumerate() {
+                        assert!(
+                            (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                            "{isa:?} {m}x{n}x{k} threads {threads}: out[{i}] = {g}, want {w}"
+                        );
+                    }
+                    assert!(
+                        out[m * n..].iter().all(|v| v.is_nan()),
+                        "wrote past the output"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn strided_views_and_transposed_packing_match_a_naive_product() {
+        // Attention's shapes: rows of one head inside wider rows, values packed from [k, n].
+        let (m, n, k, lda, ldc, ldw) = (19, 37, 45, 60, 50, 41);
+        for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+            let a = values((m - 1) * lda + k, 5);
+            let wt = values((k - 1) * ldw + n, 6); // [k, n], stride ldw
+            let w: Vec<f32> = (0..n * k).map(|i| wt[(i % k) * ldw + i / k]).collect();
+            let dense_a: Vec<f32> = (0..m * k).map(|i| a[(i / k) * lda + i % k]).collect();
+            let want = naive(&dense_a, &w, m, n, k);
+            let mut packed = PackedMatrix::empty(isa);
+            // Reused: a bigger matrix first, so the smaller one lands in an old buffer.
+            packed.repack_rows(&values(64 * 64, 7), 64, 64, 64);
+            packed.repack_cols(&wt, k, n, ldw);
+            assert_eq!(packed.unpack(), w, "{isa:?} transposed packing");
+            let mut out = vec![f32::NAN; (m - 1) * ldc + n];
+            packed.matmul_strided(&a, lda, m, &mut out, ldc, 2);
+            for i in 0..m {
+                for j in 0..n {
+                    let (g, w) = (out[i * ldc + j], want[i * n + j]);
+                    assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{isa:?} [{i},{j}]");
+                }
+                assert!(out[i * ldc + n..(i * ldc + ldc).min(out.len())]
+                    .iter()
+                    .all(|v| v.is_nan()));
+            }
+            packed.repack_rows(&w, n, k, k);
+            assert_eq!(packed.unpack(), w, "{isa:?} repacked rows");
+        }
+    }
+
+    #[test]
+    fn half_width_panels_give_the_f32_product_of_the_rounded_weights() {
+        let shapes = [(1, 1, 1), (13, 33, 17), (51, 40, 300), (25, 3, 513)];
+        for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+            for storage in [Storage::Bf16, Storage::F16] {
+                for (m, n, k) in shapes {
+                    let a = values(m * k, 8);
+                    let w = values(n * k, 9);
+                    let packed = PackedMatrix::pack_for_as(isa, storage, &w, n, k);
+                    let rounded: Vec<f32> = match packed.storage() {
+                        Storage::Bf16 => w
+                            .iter()
+                            .map(|&v| half::bf16::from_f32(v).to_f32())
+                            .collect(),
+                        Storage::F16 => {
+                            w.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
+                        }
+                        Storage::F32 => w.clone(),
+                    };
+                    assert_eq!(packed.storage() == storage, isa.widens(storage));
+                    assert_eq!(packed.unpack(), rounded, "{isa:?} {storage:?} unpack");
+                    if packed.storage() != Storage::F32 {
+                        // Two bytes a value (and 64 of alignment slack).
+                        let padded = n.div_ceil(isa.panel_width()) * isa.panel_width() * k;
+                        assert_eq!(packed.bytes(), padded * 2 + 64);
+                    }
+                    let want = naive(&a, &rounded, m, n, k);
+                    let mut out = vec![0.0f32; m * n];
+                    packed.matmul(&a, m, &mut out, 2);
+                    for (i, (g, w)) in out.iter().zip(&want).enumerate() {
+                        assert!(
+                            (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                            "{isa:?} {storage:?} {m}x{n}x{k}: out[{i}] = {g}, want {w}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn large_products_split_across_threads_match_one_thread() {
+        let (m, n, k) = (70, 300, 600);
+        let a = values(m * k, 3);
+        let packed = PackedMatrix::pack(&values(n * k, 4), n, k);
+        let mut one = vec![0.0; m * n];
+        let mut two = vec![0.0; m * n];
+        packed.matmul(&a, m, &mut one, 1);
+        packed.matmul(&a, m, &mut two, 2);
+        assert_eq!(one, two);
+    }
+}
