@@ -178,8 +178,10 @@ def gemm_peak_gflops(threads: int) -> float:
 
 def kernel_peak_gflops(threads: int) -> float:
     """pi0d's own matmul kernel on a cache-resident product (benches/matmul.rs --peak)."""
+    # Same features as the binary this script runs: cargo bench rebuilds target/release/pi0d.
     run = subprocess.run(
-        ["cargo", "bench", "--quiet", "--bench", "matmul", "--", "--peak", "--threads", str(threads)],
+        ["cargo", "bench", "--quiet", "--features", "onnx", "--bench", "matmul", "--",
+         "--peak", "--threads", str(threads)],
         cwd=ROOT, capture_output=True, text=True, check=True,
     )
     return json.loads(run.stdout.strip().splitlines()[-1])["peak_gflops"]

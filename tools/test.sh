@@ -22,6 +22,9 @@ cargo fmt --all -- --check
 echo "== cargo clippy (all targets, default and all features, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+# The compute kernels for the aarch64 board (NEON), under qemu-user.
+echo "== aarch64 kernels (cross-compiled, qemu-user)"
+./tools/test_aarch64.sh
 # Every feature that can run here is tested (onnx: ONNX Runtime from the venv's wheel).
 echo "== cargo test (all features)"
 cargo test --workspace --all-features --locked

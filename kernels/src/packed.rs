@@ -475,16 +475,18 @@ trait Lanes: Copy {
 unsafe fn drive<V: Lanes, E: Elem, const MR: usize, const NV: usize>(job: &Job) {
     let k = job.k;
     let blocks = (0..k).step_by(KC);
-    if job.m * k * 4 <= A_RESIDENT_BYTES {
-        // Few rows (the denoise step): all of `a` stays in L2, so each panel is read once,
-        // front to back, while its output tile stays in L1.
+    if job.m * job.lda * 4 <= activations_in_cache() {
+        // The activations stay in cache (L2 for the denoise step's ~50 rows, the last level for
+        // the prefix's hundreds): each panel is read once, front to back, while its output
+        // tile stays in L1/L2 across the `k` blocks.
         for p in job.panels.clone() {
             for k0 in blocks.clone() {
                 unsafe { panel_block::<V, E, MR, NV>(job, p, k0) };
             }
         }
     } else {
-        // Many rows (the prefix): one `KC` slice of `a` stays in L2 while every panel passes.
+        // Activations larger than the cache: one `KC` slice of them stays cached while every
+        // panel passes (the output is read and written once per slice).
         for k0 in blocks {
             for p in job.panels.clone() {
                 unsafe { panel_block::<V, E, MR, NV>(job, p, k0) };
@@ -493,8 +495,29 @@ unsafe fn drive<V: Lanes, E: Elem, const MR: usize, const NV: usize>(job: &Job) 
     }
 }
 
-/// Bytes of activations that fit in L2 beside the weight stream.
-const A_RESIDENT_BYTES: usize = 512 * 1024;
+/// Bytes of activations worth keeping in cache across panels: half the last-level cache
+/// (read from sysfs once), 4 MiB where it cannot be read.
+fn activations_in_cache() -> usize {
+    static BYTES: OnceLock<usize> = OnceLock::new();
+    *BYTES.get_or_init(|| last_level_cache().map_or(4 << 20, |b| (b / 2).max(512 << 10)))
+}
+
+/// The largest CPU cache Linux reports for cpu0, in bytes.
+fn last_level_cache() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|e| {
+        let size = std::fs::read_to_string(e.ok()?.path().join("size")).ok()?;
+        let size = size.trim();
+        let (digits, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit())?);
+        let scale = match unit {
+            "K" => 1 << 10,
+            "M" => 1 << 20,
+            _ => return None,
+        };
+        Some(digits.parse::<usize>().ok()? * scale)
+    })
+    .max()
+}
 
 /// All rows of `job` against the `KC` block at `k0` of panel `p`.
 #[inline(always)]

@@ -5,8 +5,6 @@
 //! (Cephes' `expf`, within 2 ulp) that the compiler vectorizes, and each slice function is
 //! compiled once more for AVX-512 and AVX2, picked at run time like the matmul kernels.
 
-use crate::packed::Isa;
-
 /// `e^x` for f32, within 2 ulp of the exact value on the normal range; 0 below it, and large
 /// arguments saturate at `f32::MAX`'s neighbourhood rather than overflowing (NaN stays NaN).
 #[inline(always)]
@@ -66,6 +64,7 @@ macro_rules! vectorized {
                 unsafe fn avx2($($arg: $ty),*) {
                     body($($arg),*)
                 }
+                use $crate::packed::Isa;
                 match Isa::best() {
                     // SAFETY: `Isa::best` only names instruction sets this CPU has.
                     Isa::Avx512 => return unsafe { avx512($($arg),*) },
