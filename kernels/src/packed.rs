@@ -122,9 +122,15 @@ impl PackedMatrix {
 
     /// Packs for a given kernel. Panics if `isa` does not run here or `w` is shorter than `n * k`.
     pub fn pack_for(isa: Isa, w: &[f32], n: usize, k: usize) -> PackedMatrix {
-        let mut packed = PackedMatrix::empty(isa);
-        packed.repack_rows(w, n, k, k);
-        packed
+        assert!(
+            w.len() >= n * k,
+            "weight has {} values, not {n} x {k}",
+            w.len()
+        );
+        let mut m = PackedMatrix::empty(isa);
+        let packed = m.reset(n, k);
+        pack_panels(w, n, k, k, isa.panel_width(), packed, |v| v, Threads::Pool);
+        m
     }
 
     /// Packs row-major `w` (`[n, k]`) for the best kernel of this CPU, stored as `storage`
@@ -154,7 +160,8 @@ impl PackedMatrix {
         m.half = vec![0u16; len + 32];
         m.start = m.half.as_ptr().align_offset(64).min(32);
         (m.n, m.k, m.storage) = (n, k, storage);
-        pack_panels(w, n, k, k, nr, &mut m.half[m.start..m.start + len], convert);
+        let out = &mut m.half[m.start..m.start + len];
+        pack_panels(w, n, k, k, nr, out, convert, Threads::Pool);
         m
     }
 
@@ -208,7 +215,7 @@ impl PackedMatrix {
         );
         let nr = self.isa.panel_width();
         let packed = self.reset(n, k);
-        pack_panels(w, n, k, ldw, nr, packed, |v| v);
+        pack_panels(w, n, k, ldw, nr, packed, |v| v, Threads::Caller);
     }
 
     /// Packs `[n, k]` from its transpose: `w` holds `k` rows of `n` outputs, row `kk` starting
@@ -368,26 +375,41 @@ impl Default for PackedMatrix {
     }
 }
 
+/// Where packing runs: on rayon's pool (loading a model: many megabytes, once) or on the
+/// calling thread (attention's per-call packing, which must not allocate or wait on the pool).
+#[derive(Clone, Copy, PartialEq)]
+enum Threads {
+    Pool,
+    Caller,
+}
+
 /// Writes `[n, k]` (row `r` at `w[r * ldw]`) into `out` as `k`-major panels of `nr` rows.
-fn pack_panels<T: Copy>(
+#[allow(clippy::too_many_arguments)]
+fn pack_panels<T: Copy + Send>(
     w: &[f32],
     n: usize,
     k: usize,
     ldw: usize,
     nr: usize,
     out: &mut [T],
-    convert: impl Fn(f32) -> T,
+    convert: impl Fn(f32) -> T + Sync,
+    threads: Threads,
 ) {
     if k == 0 {
         return;
     }
-    for (p, panel) in out.chunks_exact_mut(nr * k).enumerate() {
+    let pack = |(p, panel): (usize, &mut [T])| {
         for r in p * nr..n.min((p + 1) * nr) {
             let j = r - p * nr;
             for (kk, &v) in w[r * ldw..r * ldw + k].iter().enumerate() {
                 panel[kk * nr + j] = convert(v);
             }
         }
+    };
+    if threads == Threads::Pool {
+        out.par_chunks_exact_mut(nr * k).enumerate().for_each(pack);
+    } else {
+        out.chunks_exact_mut(nr * k).enumerate().for_each(pack);
     }
 }
 

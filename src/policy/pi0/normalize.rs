@@ -13,16 +13,22 @@ use super::checkpoint::CheckpointError;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Normalization {
     Identity,
-    /// `(x - mean) / (std + eps)`, inverse `x * std + mean`.
+    /// `(x - mean) / (std + eps)`, inverse `x * (std + inverse_eps) + mean` (lerobot: no eps in
+    /// the inverse; openpi: 1e-6 on both sides).
     MeanStd {
         mean: Vec<f32>,
         std: Vec<f32>,
         eps: f32,
+        inverse_eps: f32,
     },
-    /// `2 (x - q01) / (q99 - q01) - 1`, inverse `(x + 1) (q99 - q01) / 2 + q01`.
+    /// `2 (x - q01) / (q99 - q01) - 1`, inverse `(x + 1) (q99 - q01) / 2 + q01`. With `eps`
+    /// (openpi's 1e-6) the range is `q99 - q01 + eps` on both sides and dimensions whose
+    /// quantiles are equal normalize to 0, as openpi does; without (lerobot) a zero range is
+    /// taken as 1e-8.
     Quantiles {
         q01: Vec<f32>,
         q99: Vec<f32>,
+        eps: Option<f32>,
     },
     /// `2 (x - min) / (max - min) - 1`.
     MinMax {
@@ -35,12 +41,29 @@ impl Normalization {
     pub fn normalize(&self, x: &mut [f32]) {
         match self {
             Normalization::Identity => {}
-            Normalization::MeanStd { mean, std, eps } => {
+            Normalization::MeanStd { mean, std, eps, .. } => {
                 for i in 0..x.len().min(mean.len()) {
                     x[i] = (x[i] - mean[i]) / (std[i] + eps);
                 }
             }
-            Normalization::Quantiles { q01: lo, q99: hi }
+            Normalization::Quantiles {
+                q01,
+                q99,
+                eps: Some(eps),
+            } => {
+                for i in 0..x.len().min(q01.len()) {
+                    x[i] = if q01[i] == q99[i] {
+                        0.0
+                    } else {
+                        (x[i] - q01[i]) / (q99[i] - q01[i] + eps) * 2.0 - 1.0
+                    };
+                }
+            }
+            Normalization::Quantiles {
+                q01: lo,
+                q99: hi,
+                eps: None,
+            }
             | Normalization::MinMax { min: lo, max: hi } => {
                 for i in 0..x.len().min(lo.len()) {
                     let d = hi[i] - lo[i];
@@ -54,12 +77,30 @@ impl Normalization {
     pub fn unnormalize(&self, x: &mut [f32]) {
         match self {
             Normalization::Identity => {}
-            Normalization::MeanStd { mean, std, .. } => {
+            Normalization::MeanStd {
+                mean,
+                std,
+                inverse_eps,
+                ..
+            } => {
                 for i in 0..x.len().min(mean.len()) {
-                    x[i] = x[i] * std[i] + mean[i];
+                    x[i] = x[i] * (std[i] + inverse_eps) + mean[i];
                 }
             }
-            Normalization::Quantiles { q01: lo, q99: hi } => {
+            Normalization::Quantiles {
+                q01,
+                q99,
+                eps: Some(eps),
+            } => {
+                for i in 0..x.len().min(q01.len()) {
+                    x[i] = (x[i] + 1.0) / 2.0 * (q99[i] - q01[i] + eps) + q01[i];
+                }
+            }
+            Normalization::Quantiles {
+                q01: lo,
+                q99: hi,
+                eps: None,
+            } => {
                 for i in 0..x.len().min(lo.len()) {
                     let d = hi[i] - lo[i];
                     let d = if d == 0.0 { 1e-8 } else { d };
@@ -132,12 +173,23 @@ fn read_stats(path: &Path) -> Result<HashMap<String, Vec<f32>>, CheckpointError>
     Ok(out)
 }
 
+/// Whose formulas a checkpoint's statistics are meant for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Convention {
+    /// lerobot's normalizer steps, with the step's `eps`.
+    Lerobot { eps: f32 },
+    /// openpi's `norm_stats.json` (its transforms add 1e-6 on both sides).
+    Openpi,
+}
+
+const OPENPI_EPS: f32 = 1e-6;
+
 fn mode_for(
     path: &Path,
     mode: &str,
     key: &str,
     stats: &HashMap<String, Vec<f32>>,
-    eps: f32,
+    convention: Convention,
 ) -> Result<Normalization, CheckpointError> {
     let get = |s: &str| {
         stats.get(&format!("{key}.{s}")).cloned().ok_or_else(|| {
@@ -152,11 +204,19 @@ fn mode_for(
         "MEAN_STD" => Normalization::MeanStd {
             mean: get("mean")?,
             std: get("std")?,
-            eps,
+            eps: match convention {
+                Convention::Lerobot { eps } => eps,
+                Convention::Openpi => OPENPI_EPS,
+            },
+            inverse_eps: match convention {
+                Convention::Lerobot { .. } => 0.0,
+                Convention::Openpi => OPENPI_EPS,
+            },
         },
         "QUANTILES" => Normalization::Quantiles {
             q01: get("q01")?,
             q99: get("q99")?,
+            eps: (convention == Convention::Openpi).then_some(OPENPI_EPS),
         },
         "MIN_MAX" => Normalization::MinMax {
             min: get("min")?,
@@ -230,13 +290,19 @@ impl Normalizer {
                 .map(String::as_str)
                 .unwrap_or("IDENTITY");
             return Ok(Some(Normalizer {
-                state: mode_for(&path, state_mode, "observation.state", &pre.stats, pre.eps)?,
+                state: mode_for(
+                    &path,
+                    state_mode,
+                    "observation.state",
+                    &pre.stats,
+                    Convention::Lerobot { eps: pre.eps },
+                )?,
                 action: mode_for(
                     &dir.join("policy_postprocessor.json"),
                     action_mode,
                     "action",
                     &post.stats,
-                    post.eps,
+                    Convention::Lerobot { eps: post.eps },
                 )?,
             }));
         }
@@ -259,12 +325,62 @@ impl Normalizer {
                     }
                 }
             }
-            // openpi uses eps 1e-6 on both sides for MEAN_STD.
+            let c = Convention::Openpi;
             return Ok(Some(Normalizer {
-                state: mode_for(&openpi, default_mode, "observation.state", &stats, 1e-6)?,
-                action: mode_for(&openpi, default_mode, "action", &stats, 1e-6)?,
+                state: mode_for(&openpi, default_mode, "observation.state", &stats, c)?,
+                action: mode_for(&openpi, default_mode, "action", &stats, c)?,
             }));
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openpi_stats_use_its_formulas_on_both_sides() {
+        let x0 = [0.5f32, -2.0, 3.0];
+        let m = Normalization::MeanStd {
+            mean: vec![0.1, 0.2, 0.3],
+            std: vec![1e-5, 2.0, 0.5],
+            eps: OPENPI_EPS,
+            inverse_eps: OPENPI_EPS,
+        };
+        let mut x = x0;
+        m.normalize(&mut x);
+        assert!((x[0] - (0.5 - 0.1) / (1e-5 + 1e-6)).abs() < 1.0);
+        m.unnormalize(&mut x);
+        for (a, b) in x.iter().zip(&x0) {
+            assert!((a - b).abs() < 1e-5, "{x:?}");
+        }
+        let q = Normalization::Quantiles {
+            q01: vec![0.0, -1.0, 2.0],
+            q99: vec![1.0, 1.0, 2.0],
+            eps: Some(OPENPI_EPS),
+        };
+        let mut x = x0;
+        q.normalize(&mut x);
+        assert!((x[0] - (0.5 / (1.0 + 1e-6) * 2.0 - 1.0)).abs() < 1e-7);
+        assert_eq!(x[2], 0.0, "equal quantiles normalize to 0");
+        let mut a = [0.25f32, 1.0, 0.0];
+        q.unnormalize(&mut a);
+        assert!((a[0] - (1.25 / 2.0 * (1.0 + 1e-6))).abs() < 1e-7);
+        assert!((a[1] - (2.0 / 2.0 * (2.0 + 1e-6) - 1.0)).abs() < 1e-6);
+        assert!((a[2] - (0.5 * 1e-6 + 2.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn lerobot_mean_std_inverse_has_no_eps() {
+        let m = Normalization::MeanStd {
+            mean: vec![1.0],
+            std: vec![2.0],
+            eps: 1e-8,
+            inverse_eps: 0.0,
+        };
+        let mut a = [0.5f32];
+        m.unnormalize(&mut a);
+        assert_eq!(a[0], 2.0);
     }
 }
