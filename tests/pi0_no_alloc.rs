@@ -1,6 +1,9 @@
 //! pi0d's denoising loop allocates nothing: a counting global allocator watches the 10 steps of
 //! a chunk once the workspace has been sized (by the first step of the first chunk), for pi0 and
-//! pi0.5, on one thread and on two (rayon's workers are counted too).
+//! pi0.5, on every thread of the process. On one thread the count must be zero. On two, the
+//! matmuls hand work to rayon's pool, whose shared job queue is a list of 63-slot blocks: now and
+//! then a job starts a fresh block and a used one is freed, so a few such allocations are allowed
+//! in a chunk (a per-step or per-layer allocation would be ten or a hundred times more).
 
 mod common;
 
@@ -8,6 +11,9 @@ use std::path::Path;
 
 use pi0d::policy::pi0::infer::Batch;
 use pi0d::policy::pi0::{Checkpoint, Pi0Model, Workspace};
+
+/// Allocations and frees of rayon's job-queue blocks allowed in one chunk on two threads.
+const RAYON_QUEUE_BLOCKS: u64 = 4;
 
 #[global_allocator]
 static ALLOCATOR: common::counting_alloc::Counting = common::counting_alloc::Counting;
@@ -45,9 +51,11 @@ fn check_with(ck: &Checkpoint, case: &str, threads: usize) {
         let ((), n) = common::counting_alloc::watched_everywhere(|| {
             model.denoise(&cache, input.state, &mut x, &mut v, &mut ws)
         });
-        assert_eq!(
-            n, 0,
-            "{case}, {threads} threads, round {round}: {n} allocations or frees in the denoising loop"
+        let allowed = if threads == 1 { 0 } else { RAYON_QUEUE_BLOCKS };
+        assert!(
+            n <= allowed,
+            "{case}, {threads} threads, round {round}: {n} allocations or frees in the denoising loop \
+             (at most {allowed})"
         );
         assert!(x.iter().all(|a| a.is_finite()));
     }
