@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 
 /// Depth of one cache block: a panel's `KC x NR` slice (32 KiB with AVX-512) stays in L1 while
-/// every row tile of the activations passes over it, and the activations' `rows x KC` slice
-/// stays in L2 while the panels pass.
+/// every row tile of the activations passes over it (and, when the activations are too big for
+/// the cache, their `rows x KC` slice stays cached while the panels pass).
 const KC: usize = 256;
 
 /// Multiply-adds below which a product runs on the calling thread alone: handing work to the
