@@ -27,7 +27,6 @@ const SHAPES: [(&str, usize, usize, usize); 9] = [
 ];
 
 /// `out[m, n] = a[m, k] b[n, k]^T` through the `gemm` crate (row-major, as pi0d's weights).
-#[allow(clippy::too_many_arguments)]
 fn gemm_bt(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize, par: Parallelism) {
     assert!(a.len() >= m * k && b.len() >= n * k && out.len() >= m * n);
     // SAFETY: bounds asserted above; strides describe row-major a, b^T and out.
@@ -88,7 +87,7 @@ fn main() {
     let threads = flag("--threads", 2.0) as usize;
     let budget = Duration::from_secs_f64(flag("--seconds", 1.0));
     if args.iter().any(|a| a == "--peak") {
-        // Weights (1 MiB) and activations stay in L2: arithmetic, not memory, is the limit.
+        // Weights and activations (1 MiB each) stay in cache: arithmetic, not memory, is the limit.
         let (m, n, k) = (480, 512, 512);
         let (a, w) = (values(m * k), values(n * k));
         let packed = PackedMatrix::pack(&w, n, k);

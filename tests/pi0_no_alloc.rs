@@ -22,19 +22,15 @@ fn check(checkpoint: &str, case: &str) {
     let _alone = common::counting_alloc::exclusive();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let ck = Checkpoint::load(&fixtures.join(checkpoint)).unwrap();
+    let inputs = fixtures.join("cases").join(case).join("inputs.safetensors");
     for threads in [1, 2] {
-        check_with(&ck, case, threads);
+        check_with(&ck, case, &inputs, threads);
     }
 }
 
-fn check_with(ck: &Checkpoint, case: &str, threads: usize) {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+fn check_with(ck: &Checkpoint, case: &str, inputs: &Path, threads: usize) {
     let model = Pi0Model::load(ck, None, threads).unwrap();
-    let batch = Batch::read(
-        &fixtures.join("cases").join(case).join("inputs.safetensors"),
-        &model,
-    )
-    .unwrap();
+    let batch = Batch::read(inputs, &model).unwrap();
     let input = batch.element(0);
     let mut ws = Workspace::default();
     let (chunk, dim) = (model.arch.chunk, model.arch.action_dim);

@@ -122,15 +122,7 @@ impl PackedMatrix {
 
     /// Packs for a given kernel. Panics if `isa` does not run here or `w` is shorter than `n * k`.
     pub fn pack_for(isa: Isa, w: &[f32], n: usize, k: usize) -> PackedMatrix {
-        assert!(
-            w.len() >= n * k,
-            "weight has {} values, not {n} x {k}",
-            w.len()
-        );
-        let mut m = PackedMatrix::empty(isa);
-        let packed = m.reset(n, k);
-        pack_panels(w, n, k, k, isa.panel_width(), packed, |v| v, Threads::Pool);
-        m
+        PackedMatrix::pack_for_as(isa, Storage::F32, w, n, k)
     }
 
     /// Packs row-major `w` (`[n, k]`) for the best kernel of this CPU, stored as `storage`
@@ -142,27 +134,42 @@ impl PackedMatrix {
 
     /// As `pack_as`, for a given kernel.
     pub fn pack_for_as(isa: Isa, storage: Storage, w: &[f32], n: usize, k: usize) -> PackedMatrix {
-        let convert = match storage {
-            _ if !isa.widens(storage) => return PackedMatrix::pack_for(isa, w, n, k),
-            Storage::F32 => return PackedMatrix::pack_for(isa, w, n, k),
-            Storage::Bf16 => |v: f32| half::bf16::from_f32(v).to_bits(),
-            Storage::F16 => |v: f32| half::f16::from_f32(v).to_bits(),
-        };
         assert!(
             w.len() >= n * k,
             "weight has {} values, not {n} x {k}",
             w.len()
         );
         let mut m = PackedMatrix::empty(isa);
-        let nr = isa.panel_width();
-        let len = n.div_ceil(nr) * nr * k;
-        // 32 halves of slack to start on a 64-byte boundary.
-        m.half = vec![0u16; len + 32];
-        m.start = m.half.as_ptr().align_offset(64).min(32);
-        (m.n, m.k, m.storage) = (n, k, storage);
-        let out = &mut m.half[m.start..m.start + len];
-        pack_panels(w, n, k, k, nr, out, convert, Threads::Pool);
+        match storage {
+            Storage::Bf16 if isa.widens(storage) => {
+                m.pack_half(w, n, k, storage, |v| half::bf16::from_f32(v).to_bits())
+            }
+            Storage::F16 if isa.widens(storage) => {
+                m.pack_half(w, n, k, storage, |v| half::f16::from_f32(v).to_bits())
+            }
+            _ => {
+                let packed = m.reset(n, k);
+                pack_panels(w, n, k, k, isa.panel_width(), packed, |v| v, Threads::Pool);
+            }
+        }
         m
+    }
+
+    /// Packs `[n, k]` into `half`, each value as `convert` encodes it for `storage`.
+    fn pack_half(
+        &mut self,
+        w: &[f32],
+        n: usize,
+        k: usize,
+        storage: Storage,
+        convert: impl Fn(f32) -> u16 + Sync,
+    ) {
+        let nr = self.isa.panel_width();
+        let len = n.div_ceil(nr) * nr * k;
+        self.start = aligned(&mut self.half, len);
+        (self.n, self.k, self.storage) = (n, k, storage);
+        let out = &mut self.half[self.start..self.start + len];
+        pack_panels(w, n, k, k, nr, out, convert, Threads::Pool);
     }
 
     /// A matrix with nothing packed yet, whose buffer later `repack_*` calls fill and reuse.
@@ -194,11 +201,7 @@ impl PackedMatrix {
     fn reset(&mut self, n: usize, k: usize) -> &mut [f32] {
         let nr = self.isa.panel_width();
         let len = n.div_ceil(nr) * nr * k;
-        // 16 floats of slack to start on a 64-byte boundary (aligned vector loads).
-        if self.buf.len() < len + 16 {
-            self.buf.resize(len + 16, 0.0);
-        }
-        self.start = self.buf.as_ptr().align_offset(64).min(16);
+        self.start = aligned(&mut self.buf, len);
         self.n = n;
         self.k = k;
         self.storage = Storage::F32;
@@ -238,18 +241,6 @@ impl PackedMatrix {
                 panel[kk * nr..kk * nr + cols].copy_from_slice(src);
             }
         }
-    }
-
-    pub fn rows(&self) -> usize {
-        self.n
-    }
-
-    pub fn cols(&self) -> usize {
-        self.k
-    }
-
-    pub fn isa(&self) -> Isa {
-        self.isa
     }
 
     fn panels(&self) -> usize {
@@ -373,6 +364,16 @@ impl Default for PackedMatrix {
     fn default() -> PackedMatrix {
         PackedMatrix::empty(Isa::best())
     }
+}
+
+/// Grows `buf` (never shrinks it) to hold `len` values starting on a 64-byte boundary (aligned
+/// vector loads); returns where they start.
+fn aligned<T: Copy + Default>(buf: &mut Vec<T>, len: usize) -> usize {
+    let slack = 64 / std::mem::size_of::<T>();
+    if buf.len() < len + slack {
+        buf.resize(len + slack, T::default());
+    }
+    buf.as_ptr().align_offset(64).min(slack)
 }
 
 /// Where packing runs: on rayon's pool (loading a model: many megabytes, once) or on the
@@ -570,7 +571,8 @@ unsafe fn panel_block<V: Lanes, E: Elem, const MR: usize, const NV: usize>(
     }
 }
 
-/// The rows left over after whole `MR` tiles, with a kernel of exactly their height.
+/// The rows left over after whole `MR` tiles, with a kernel of exactly their height (fewer than
+/// the tallest `MR`, AVX-512's 12).
 #[inline(always)]
 unsafe fn tail<V: Lanes, E: Elem, const NV: usize>(
     rows: usize,
@@ -586,7 +588,7 @@ unsafe fn tail<V: Lanes, E: Elem, const NV: usize>(
             }
         };
     }
-    by_height!(1 2 3 4 5 6 7 8 9 10 11 12 13);
+    by_height!(1 2 3 4 5 6 7 8 9 10 11);
 }
 
 /// What a micro-kernel call shares with its neighbours in the same panel and `k` block.

@@ -61,6 +61,24 @@ impl WeightDtype {
             WeightDtype::F16 => f16::from_f32(x).to_f32(),
         }
     }
+
+    /// Bytes a value takes in the file.
+    pub fn size(self) -> usize {
+        match self {
+            WeightDtype::F32 => 4,
+            WeightDtype::Bf16 | WeightDtype::F16 => 2,
+        }
+    }
+}
+
+/// Hands `bytes` bytes of `map` from `offset` back to the kernel, so they stop counting as
+/// resident memory once a copy replaced them (or a check read them). Nothing is lost: the map is
+/// read-only, and a later read faults the pages in again from the file.
+fn release_pages(map: &memmap2::Mmap, offset: usize, bytes: usize) {
+    // SAFETY: MADV_DONTNEED on a read-only file mapping only drops clean page-cache references;
+    // the contents seen through the map do not change.
+    let _ =
+        unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, bytes) };
 }
 
 /// f32 tensor data: a view into the memory-mapped checkpoint when it is stored as aligned
@@ -91,16 +109,11 @@ impl std::ops::Deref for Weights {
 }
 
 impl Weights {
-    /// Hands the checkpoint pages of a mapped tensor back to the kernel once a copy (decoded or
-    /// packed) has replaced them, so they stop counting as resident memory. Nothing is lost: the
-    /// map is read-only, and a later read faults the pages in again from the file.
+    /// Hands the checkpoint pages of a mapped tensor back once a copy (decoded or packed) has
+    /// replaced them (`release_pages`).
     pub fn release(&self) {
         if let Weights::Mapped { map, offset, len } = self {
-            // SAFETY: MADV_DONTNEED on a read-only file mapping only drops clean page-cache
-            // references; the contents seen through the map do not change.
-            let _ = unsafe {
-                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, *offset, len * 4)
-            };
+            release_pages(map, *offset, len * 4);
         }
     }
 }
@@ -126,11 +139,7 @@ pub struct Tensor {
 
 /// Little-endian `dtype` values in `bytes`, as f32.
 fn decode(bytes: &[u8], dtype: WeightDtype) -> impl Iterator<Item = f32> + '_ {
-    let width = match dtype {
-        WeightDtype::F32 => 4,
-        WeightDtype::Bf16 | WeightDtype::F16 => 2,
-    };
-    bytes.chunks_exact(width).map(move |b| match dtype {
+    bytes.chunks_exact(dtype.size()).map(move |b| match dtype {
         WeightDtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
         WeightDtype::Bf16 => bf16::from_le_bytes([b[0], b[1]]).to_f32(),
         WeightDtype::F16 => f16::from_le_bytes([b[0], b[1]]).to_f32(),
@@ -153,10 +162,7 @@ impl MappedRows {
     /// Row `i` as f32 into `out` (`width` values). Panics if `i >= rows`.
     pub fn row(&self, i: usize, out: &mut [f32]) {
         assert!(i < self.rows, "row {i} of a {}-row table", self.rows);
-        let size = match self.dtype {
-            WeightDtype::F32 => 4,
-            WeightDtype::Bf16 | WeightDtype::F16 => 2,
-        };
+        let size = self.dtype.size();
         let start = self.offset + i * self.width * size;
         let bytes = &self.map[start..start + self.width * size];
         for (o, v) in out.iter_mut().zip(decode(bytes, self.dtype)) {
@@ -487,10 +493,7 @@ impl Checkpoint {
                 index,
             });
         }
-        // SAFETY: as in `Weights::release`: a read-only map; later reads fault pages back in.
-        let _ = unsafe {
-            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, e.offset, e.bytes)
-        };
+        release_pages(map, e.offset, e.bytes);
         Ok(MappedRows {
             map: map.clone(),
             offset: e.offset,
