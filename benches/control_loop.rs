@@ -13,10 +13,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pi0d::chunk::JointChunk;
 use pi0d::config::{Config, Interpolation, MergeMode};
-use pi0d::control::controller::{ControllerSettings, JointMeasurement};
-use pi0d::control::{Controller, Executor, JointChunk, TickInputs};
+use pi0d::control::controller::ControllerSettings;
+use pi0d::control::{Controller, Executor, TickInputs};
 use pi0d::daemon::{self, RunOptions};
+use pi0d::joints::JointMeasurement;
 use pi0d::joints::JointVector;
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};
 use pi0d::time::MonoTime;

@@ -6,6 +6,8 @@
 
 use std::ops::{Index, IndexMut};
 
+use crate::time::MonoTime;
+
 /// The most joints one daemon commands; pi0's action vector is 32 wide, so this covers any robot
 /// the policy can drive.
 pub const MAX_JOINTS: usize = 32;
@@ -105,5 +107,39 @@ impl MotionState {
             velocity: JointVector::zeros(n),
             acceleration: JointVector::zeros(n),
         }
+    }
+}
+
+/// The latest measured joint positions and their capture time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct JointMeasurement {
+    pub stamp: MonoTime,
+    pub position: JointVector,
+}
+
+/// Which robot joint each policy action index drives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActionMap {
+    pub action_names: Vec<String>,
+    /// `joint_of_action[k]` = command index of action `k`.
+    pub joint_of_action: Vec<usize>,
+}
+
+impl ActionMap {
+    pub fn action_dim(&self) -> usize {
+        self.joint_of_action.len()
+    }
+
+    /// Scatters an action vector onto `joints`, leaving joints the policy does not drive as they are.
+    pub fn apply(&self, action: &[f64], joints: &mut JointVector) {
+        for (k, &j) in self.joint_of_action.iter().enumerate() {
+            joints[j] = action[k];
+        }
+    }
+
+    /// Gathers the policy's state vector (action order) from a joint vector.
+    pub fn gather(&self, joints: &JointVector, out: &mut Vec<f64>) {
+        out.clear();
+        out.extend(self.joint_of_action.iter().map(|&j| joints[j]));
     }
 }

@@ -1,13 +1,14 @@
 //! pi0d: drives a robot arm from pi0 action chunks at a fixed control rate, behind a safety
 //! governor.
 //!
-//! Data flow: `io` (robot inputs) -> `policy::worker` (inference off the control thread) ->
+//! Data flow: `io` (robot inputs) -> `daemon::worker` (inference off the control thread) ->
 //! `control` (time-aligned chunk execution, blending) -> `safety` (governor, watchdogs) -> `io`
 //! (commands). `daemon` owns the threads and the lifecycle.
 
 // Validation writes `!(a < b)` on purpose: the check then also fails when a value is NaN.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
+pub mod chunk;
 pub mod config;
 pub mod control;
 pub mod daemon;

@@ -8,9 +8,11 @@
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
+use pi0d::chunk::JointChunk;
 use pi0d::config::{Interpolation, MergeMode};
-use pi0d::control::controller::{ControllerSettings, JointMeasurement};
-use pi0d::control::{Controller, Executor, JointChunk, TickInputs};
+use pi0d::control::controller::ControllerSettings;
+use pi0d::control::{Controller, Executor, TickInputs};
+use pi0d::joints::JointMeasurement;
 use pi0d::joints::JointVector;
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};
 use pi0d::safety::SafetyEvent;

@@ -1,11 +1,11 @@
 //! The controller's state machine, driven tick by tick: watchdogs and freshness rules that the
 //! scenario tests cannot hit deterministically.
 
+use pi0d::chunk::JointChunk;
 use pi0d::config::{Interpolation, MergeMode};
-use pi0d::control::controller::{
-    ChunkOutcome, ControllerSettings, JointMeasurement, LateRejection,
-};
-use pi0d::control::{Controller, Executor, JointChunk, TickInputs, TickReport};
+use pi0d::control::controller::{ChunkOutcome, ControllerSettings, LateRejection};
+use pi0d::control::{Controller, Executor, TickInputs, TickReport};
+use pi0d::joints::JointMeasurement;
 use pi0d::joints::JointVector;
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};
 use pi0d::safety::{HoldReason, Mode};

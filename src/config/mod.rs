@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::joints::{JointVector, MAX_JOINTS};
+use crate::joints::{ActionMap, JointVector, MAX_JOINTS};
 use crate::robot::urdf::{self, UrdfError};
 use crate::robot::{JointKind, JointLimits, KinematicChain, RobotLimits, SoftLimit};
 use raw::RawConfig;
@@ -113,33 +113,6 @@ pub enum PolicySource {
         seed: u64,
         backend: BackendOptions,
     },
-}
-
-/// Which robot joint each policy action index drives.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ActionMap {
-    pub action_names: Vec<String>,
-    /// `joint_of_action[k]` = command index of action `k`.
-    pub joint_of_action: Vec<usize>,
-}
-
-impl ActionMap {
-    pub fn action_dim(&self) -> usize {
-        self.joint_of_action.len()
-    }
-
-    /// Scatters an action vector onto `joints`, leaving joints the policy does not drive as they are.
-    pub fn apply(&self, action: &[f64], joints: &mut JointVector) {
-        for (k, &j) in self.joint_of_action.iter().enumerate() {
-            joints[j] = action[k];
-        }
-    }
-
-    /// Gathers the policy's state vector (action order) from a joint vector.
-    pub fn gather(&self, joints: &JointVector, out: &mut Vec<f64>) {
-        out.clear();
-        out.extend(self.joint_of_action.iter().map(|&j| joints[j]));
-    }
 }
 
 #[derive(Clone, Debug)]

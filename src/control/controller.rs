@@ -2,21 +2,14 @@
 //! machine, pick the target from the executing chunk, pass it through the governor, and report.
 //! `daemon::control_thread` drives it at the configured rate; tests and benches drive it directly.
 
-use super::chunk::JointChunk;
 use super::executor::{ChunkRejection, Executor};
 use super::stats::Histogram;
+use crate::chunk::JointChunk;
 use crate::config::{Config, Workspace};
-use crate::joints::{JointVector, MotionState};
+use crate::joints::{JointMeasurement, JointVector, MotionState};
 use crate::robot::RobotLimits;
 use crate::safety::{Governor, HoldReason, LimitMonitor, Mode, SafetyEvent, Target};
 use crate::time::MonoTime;
-
-/// The latest measured joint positions and their capture time.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct JointMeasurement {
-    pub stamp: MonoTime,
-    pub position: JointVector,
-}
 
 pub struct TickInputs<'a> {
     pub now: MonoTime,

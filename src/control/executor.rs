@@ -6,8 +6,8 @@
 //! and acceleration and fades to zero (with zero velocity and acceleration) over the blend window:
 //! the commanded trajectory stays C2 across every switch.
 
-use super::chunk::JointChunk;
 use super::interpolate::{quintic_basis, sample};
+use crate::chunk::JointChunk;
 use crate::config::{Interpolation, MergeMode};
 use crate::joints::{JointVector, MotionState};
 use crate::time::MonoTime;

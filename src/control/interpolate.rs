@@ -1,6 +1,6 @@
 //! Sampling a chunk between its knots: linear (C0), cubic Hermite (C1), quintic Hermite (C2).
 
-use super::chunk::JointChunk;
+use crate::chunk::JointChunk;
 use crate::config::Interpolation;
 use crate::joints::JointVector;
 

@@ -1,12 +1,10 @@
 //! Chunk execution: time alignment, interpolation, chunk switching, and the fixed-rate loop.
 
-pub mod chunk;
 pub mod controller;
 pub mod executor;
 pub mod interpolate;
 pub mod stats;
 pub mod ticker;
 
-pub use chunk::{ActionChunk, JointChunk};
 pub use controller::{Controller, TickInputs, TickReport};
 pub use executor::Executor;

@@ -11,8 +11,8 @@ use crate::control::controller::{ChunkOutcome, Transition};
 use crate::control::stats::{Histogram, LiveStats};
 use crate::control::ticker::Ticker;
 use crate::control::{Controller, TickInputs};
+use crate::daemon::worker::WorkerHandle;
 use crate::io::Blackboard;
-use crate::policy::worker::WorkerHandle;
 use crate::time::MonoTime;
 
 /// What the control thread reports to the supervisor. `Copy`: sending it never allocates.

@@ -6,6 +6,7 @@ pub mod control;
 pub mod notify;
 pub mod rt;
 pub mod summary;
+pub mod worker;
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -17,18 +18,19 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::config::Io;
-use crate::control::controller::{ChunkOutcome, JointMeasurement, StartRefused};
+use crate::control::controller::{ChunkOutcome, StartRefused};
 use crate::control::stats::{mode_name, LiveStats};
 use crate::control::Controller;
 use crate::io::ros::{RosError, RosIo};
 use crate::io::sim::SimArm;
 use crate::io::Blackboard;
-use crate::policy::worker::{self, WorkerSetup, WorkerStats};
+use crate::joints::JointMeasurement;
 use crate::policy::PolicyBuildError;
 use crate::safety::{Mode, SafetyEvent};
 use crate::time::MonoTime;
 use control::{ControlEvent, ControlLoop, ControlResult};
 use summary::{Percentiles, Summary, TransitionRecord};
+use worker::{WorkerSetup, WorkerStats};
 
 /// Process exit codes, distinct so systemd and people can tell failures apart.
 pub mod exit {

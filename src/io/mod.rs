@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::atomic::AtomicCell;
 
-use crate::config::ActionMap;
-use crate::control::controller::JointMeasurement;
+use crate::joints::ActionMap;
+use crate::joints::JointMeasurement;
 use crate::joints::MotionState;
 use crate::policy::{CameraFrame, Observation};
 use crate::time::MonoTime;

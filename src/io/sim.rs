@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::Blackboard;
 use crate::config::{SimConfig, SimEventKind};
-use crate::control::controller::JointMeasurement;
+use crate::joints::JointMeasurement;
 use crate::joints::JointVector;
 use crate::policy::{CameraFrame, PixelFormat};
 use crate::robot::RobotLimits;

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{Observation, Policy, PolicyError};
+use crate::chunk::ActionChunk;
 use crate::config::{FaultConfig, FaultKind};
-use crate::control::ActionChunk;
 
 pub struct FaultyPolicy {
     inner: Box<dyn Policy>,

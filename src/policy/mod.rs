@@ -7,12 +7,11 @@ pub mod graph;
 pub mod pi0;
 pub mod replay;
 pub mod scripted;
-pub mod worker;
 
 use std::sync::Arc;
 
+use crate::chunk::ActionChunk;
 use crate::config::{Config, PolicySource};
-use crate::control::ActionChunk;
 use crate::time::MonoTime;
 
 /// Pixel layouts a camera frame can carry.

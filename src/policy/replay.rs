@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{Observation, Policy, PolicyBuildError, PolicyError};
-use crate::control::ActionChunk;
+use crate::chunk::ActionChunk;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::{Observation, Policy, PolicyError};
-use crate::config::ActionMap;
-use crate::control::ActionChunk;
+use crate::chunk::ActionChunk;
+use crate::joints::ActionMap;
 use crate::robot::RobotLimits;
 use crate::time::MonoTime;
 

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::control::JointChunk;
+use crate::chunk::JointChunk;
 use crate::robot::RobotLimits;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::msgs;
-use crate::control::controller::JointMeasurement;
+use crate::joints::JointMeasurement;
 use crate::joints::{JointVector, MotionState};
 use crate::policy::{CameraFrame, PixelFormat};
 use crate::time::MonoTime;

@@ -12,7 +12,7 @@ use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
 use super::model::{Arch, Pi0Input, Pi0Model, Timing, Variant, Workspace};
 use super::normalize::Normalizer;
 use super::preprocess::frame_to_model_input;
-use crate::control::ActionChunk;
+use crate::chunk::ActionChunk;
 use crate::policy::graph::acl::AclOptions;
 use crate::policy::graph::manifest::Manifest;
 use crate::policy::graph::provider::OnnxOptions;

@@ -1,7 +1,6 @@
 //! Action chunks: what a policy returns (action order), and the joint-space form the executor runs.
 
-use crate::config::ActionMap;
-use crate::joints::JointVector;
+use crate::joints::{ActionMap, JointVector};
 use crate::time::MonoTime;
 
 /// A policy's output: `steps` actions of `action_dim` values in the policy's action order,

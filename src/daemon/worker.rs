@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::{Observation, Policy};
-use crate::config::{ActionMap, SafetyConfig};
-use crate::control::JointChunk;
+use crate::chunk::JointChunk;
+use crate::config::SafetyConfig;
 use crate::io::Blackboard;
+use crate::joints::ActionMap;
+use crate::policy::{Observation, Policy};
 use crate::robot::RobotLimits;
 use crate::safety::validate::{check_chunk, ChunkFaultKind};
 use crate::time::MonoTime;
