@@ -1,10 +1,13 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use pi0d::config::Config;
-use pi0d::daemon::{self, exit, RunOptions};
+use pi0d::config::ros_args::{self, RosArgs};
+use pi0d::config::{Config, ConfigError};
+use pi0d::daemon::exit::ExitReason;
+use pi0d::daemon::log::{say, tell};
+use pi0d::daemon::{self, RunOptions};
 
 /// pi0d drives a robot arm with the pi0 policy behind a safety governor.
 ///
@@ -25,294 +28,289 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the daemon.
-    Run {
-        /// Configuration file (or the ROS parameter `config` after --ros-args).
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// Stop cleanly after this many seconds (decelerate to rest, then exit 0).
-        #[arg(long)]
-        duration: Option<f64>,
-        /// Write a JSON summary here on exit.
-        #[arg(long)]
-        summary: Option<PathBuf>,
-        /// No live status line.
-        #[arg(long)]
-        quiet: bool,
-    },
-    /// Validate the configuration and URDF, and print what would run.
-    Check {
-        #[arg(long)]
-        config: Option<PathBuf>,
-    },
+    Run(RunArgs),
+    /// Validate the configuration, URDF and policy exactly as `run` does, and print what would run.
+    Check(CheckArgs),
     /// Run the policy model alone on an inputs file (safetensors) and write `actions`.
-    Infer {
-        /// Checkpoint directory (config.json + model.safetensors) or a bare .safetensors file
-        /// (the `cpu` backend).
-        #[arg(long, required_if_eq("backend", "cpu"))]
-        checkpoint: Option<PathBuf>,
-        /// JSON with head counts shapes cannot tell: {"vision_heads", "heads", "kv_heads", "head_dim"}.
-        #[arg(long)]
-        arch: Option<PathBuf>,
-        #[arg(long)]
-        inputs: PathBuf,
-        #[arg(long)]
-        output: PathBuf,
-        /// Run the inference N times after loading; print one JSON timing line per run.
-        #[arg(long, default_value_t = 1)]
-        repeat: usize,
-        /// Matmul threads (default: all cores).
-        #[arg(long)]
-        threads: Option<usize>,
-        /// cpu (native Rust), onnx (exported graphs on ONNX Runtime) or acl (the graphs
-        /// compiled by ATC, on an Ascend NPU).
-        #[arg(long, default_value = "cpu", value_parser = ["cpu", "onnx", "acl"])]
-        backend: String,
-        /// Directory written by `pi0d export` (the `onnx` and `acl` backends).
-        #[arg(long, required_if_eq_any([("backend", "onnx"), ("backend", "acl")]))]
-        model_dir: Option<PathBuf>,
-        /// ONNX Runtime execution provider: cpu, cuda, tensorrt or cann.
-        #[arg(long, default_value = "cpu")]
-        provider: String,
-        /// Device for the cuda, tensorrt and cann providers and the acl backend.
-        #[arg(long, default_value_t = 0)]
-        device_id: i32,
-        /// The ONNX Runtime library (default: ORT_DYLIB_PATH, else libonnxruntime.so).
-        #[arg(long)]
-        onnx_library: Option<PathBuf>,
-        /// AscendCL's libascendcl.so (default: $ASCEND_HOME_PATH/lib64, CANN's install paths).
-        #[arg(long)]
-        acl_library: Option<PathBuf>,
-    },
+    Infer(InferArgs),
     /// Export the model as static ONNX graphs (prefix -> KV cache, denoise step) plus
     /// manifest.json, for ONNX Runtime, TensorRT or Ascend's ATC.
-    Export {
-        /// Checkpoint directory (config.json + model.safetensors) or a bare .safetensors file.
-        #[arg(long)]
-        checkpoint: PathBuf,
-        /// JSON with head counts shapes cannot tell: {"vision_heads", "heads", "kv_heads", "head_dim"}.
-        #[arg(long)]
-        arch: Option<PathBuf>,
-        /// Number of cameras the graphs take (shapes are static).
-        #[arg(long)]
-        cameras: usize,
-        /// Output directory.
-        #[arg(long)]
-        out: PathBuf,
-        /// Weight storage and compute type: f32, f16 (norms and softmax stay f32) or bf16
-        /// (bf16 weights, f32 compute).
-        #[arg(long, default_value = "f32")]
-        dtype: String,
-        /// Unroll all denoising steps into one graph (noise -> actions).
-        #[arg(long)]
-        unroll: bool,
-        /// Batch size the graphs take.
-        #[arg(long, default_value_t = 1)]
-        batch: usize,
-        /// Prompt tokens (default: the checkpoint's tokenizer length).
-        #[arg(long)]
-        prompt_len: Option<usize>,
-        /// Always write weights as ONNX external data (automatic above 1.9 GB per graph).
-        #[arg(long)]
-        external_data: bool,
-        /// Saturate f16 weights beyond +-65504 (reported) instead of refusing the export.
-        #[arg(long)]
-        clamp_f16: bool,
-        /// Print the ATC commands compiling the graphs for this SoC (e.g. Ascend310P1), and run
-        /// them when `atc` is on the PATH.
-        #[arg(long, value_name = "SOC")]
-        atc: Option<String>,
-    },
+    Export(ExportArgs),
 }
 
+#[derive(Args)]
+struct RunArgs {
+    /// Configuration file (or the ROS parameter `config` after --ros-args).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Stop cleanly after this many seconds (decelerate to rest, then exit 0).
+    #[arg(long, value_parser = positive_seconds)]
+    duration: Option<f64>,
+    /// Write a JSON summary here on exit (checked for writability at start).
+    #[arg(long)]
+    summary: Option<PathBuf>,
+    /// No live status line.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// Configuration file (or the ROS parameter `config` after --ros-args).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// pi0d's own CPU kernels, from the checkpoint.
+    Cpu,
+    /// Exported graphs on ONNX Runtime.
+    Onnx,
+    /// The graphs compiled by ATC, on an Ascend NPU.
+    Acl,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Provider {
+    Cpu,
+    Cuda,
+    Tensorrt,
+    Cann,
+}
+
+#[derive(Args)]
+struct InferArgs {
+    /// Checkpoint directory (config.json + model.safetensors) or a bare .safetensors file
+    /// (the `cpu` backend).
+    #[arg(long, required_if_eq("backend", "cpu"))]
+    checkpoint: Option<PathBuf>,
+    /// JSON with head counts shapes cannot tell: {"vision_heads", "heads", "kv_heads", "head_dim"}.
+    #[arg(long)]
+    arch: Option<PathBuf>,
+    #[arg(long)]
+    inputs: PathBuf,
+    #[arg(long)]
+    output: PathBuf,
+    /// Run the inference N times after loading; print one JSON timing line per run.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    repeat: u32,
+    /// Compute threads (default: all cores).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
+    #[arg(long, value_enum, default_value = "cpu")]
+    backend: Backend,
+    /// Directory written by `pi0d export` (the `onnx` and `acl` backends).
+    #[arg(long, required_if_eq_any([("backend", "onnx"), ("backend", "acl")]))]
+    model_dir: Option<PathBuf>,
+    /// ONNX Runtime execution provider.
+    #[arg(long, value_enum, default_value = "cpu")]
+    provider: Provider,
+    /// Device for the cuda, tensorrt and cann providers and the acl backend.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
+    device_id: i32,
+    /// The ONNX Runtime library (default: ORT_DYLIB_PATH, else libonnxruntime.so).
+    #[arg(long)]
+    onnx_library: Option<PathBuf>,
+    /// AscendCL's libascendcl.so (default: $ASCEND_HOME_PATH/lib64, CANN's install paths).
+    #[arg(long)]
+    acl_library: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Dtype {
+    /// f32 weights and compute.
+    F32,
+    /// f16 weights and compute (norms and softmax stay f32).
+    F16,
+    /// bf16 weights, f32 compute.
+    Bf16,
+}
+
+#[derive(Args)]
+struct ExportArgs {
+    /// Checkpoint directory (config.json + model.safetensors) or a bare .safetensors file.
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// JSON with head counts shapes cannot tell: {"vision_heads", "heads", "kv_heads", "head_dim"}.
+    #[arg(long)]
+    arch: Option<PathBuf>,
+    /// Number of cameras the graphs take (shapes are static).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=16))]
+    cameras: u16,
+    /// Output directory (written whole or not at all).
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: Dtype,
+    /// Unroll all denoising steps into one graph (noise -> actions).
+    #[arg(long)]
+    unroll: bool,
+    /// Batch size the graphs take.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    batch: u16,
+    /// Prompt tokens (default: the checkpoint's tokenizer length).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    prompt_len: Option<u16>,
+    /// Always write weights as ONNX external data (automatic above 1.9 GB per graph).
+    #[arg(long)]
+    external_data: bool,
+    /// Saturate f16 weights beyond +-65504 (reported) instead of refusing the export.
+    #[arg(long)]
+    clamp_f16: bool,
+    /// Print the ATC commands compiling the graphs for this SoC (e.g. Ascend310P1), and run
+    /// them when `atc` is on the PATH.
+    #[arg(long, value_name = "SOC")]
+    atc: Option<String>,
+}
+
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(d) if d > 0.0 && d.is_finite() => Ok(d),
+        _ => Err(format!("expected seconds > 0, found {s:?}")),
+    }
+}
+
+/// A failure at the binary edge: why (the exit code) and what to tell the user.
+struct Failure {
+    reason: ExitReason,
+    error: anyhow::Error,
+}
+
+impl Failure {
+    fn new(reason: ExitReason, error: impl Into<anyhow::Error>) -> Failure {
+        Failure {
+            reason,
+            error: error.into(),
+        }
+    }
+}
+
+impl From<ConfigError> for Failure {
+    fn from(e: ConfigError) -> Failure {
+        let reason = match e {
+            ConfigError::Usage(_) => ExitReason::Usage,
+            _ => ExitReason::InvalidInput,
+        };
+        Failure::new(reason, e)
+    }
+}
+
+type Outcome = Result<ExitReason, Failure>;
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    pi0d::daemon::log::init();
+    pi0d::daemon::supervise::install_panic_hook();
     // `launch_ros` appends `--ros-args ...`: split them off before clap sees the line.
-    let (args, ros_args) = pi0d::config::ros_args::split(std::env::args().collect());
-    let cli = Cli::parse_from(args);
-    let ros = match pi0d::config::ros_args::parse(&ros_args) {
-        Ok(r) => r,
+    let (args, ros_args) = ros_args::split(std::env::args().collect());
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
         Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(exit::CONFIG as u8);
+            // Help and version go to stdout with 0; errors to stderr with 2. `print` does not
+            // panic on a closed stream.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitReason::Usage.into()
+            } else {
+                ExitReason::Clean.into()
+            };
         }
     };
-    let code = match cli.command {
-        Command::Check { config } => match load_config(config, &ros) {
-            Ok(cfg) => {
-                print_check(&cfg);
-                // The policy too: a pi0 checkpoint is loaded and checked tensor by tensor.
-                match pi0d::policy::from_config(&cfg) {
-                    Ok(p) => {
-                        println!("policy: {} loaded", p.name());
-                        exit::OK
-                    }
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        exit::CONFIG
-                    }
-                }
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                exit::CONFIG
-            }
-        },
-        Command::Infer {
-            checkpoint,
-            arch,
-            inputs,
-            output,
-            repeat,
-            threads,
-            backend,
-            model_dir,
-            provider,
-            device_id,
-            onnx_library,
-            acl_library,
-        } => {
-            let runtime = match backend.as_str() {
-                "acl" => GraphBackend::Acl(pi0d::policy::graph::acl::AclOptions {
-                    library: acl_library,
-                    device_id,
-                }),
-                _ => GraphBackend::Onnx {
-                    provider,
-                    device_id,
-                    library: onnx_library,
-                    threads,
-                },
-            };
-            let result = match (backend.as_str(), checkpoint, model_dir) {
-                ("onnx" | "acl", _, Some(dir)) => {
-                    infer_graphs(&dir, &inputs, &output, repeat, &runtime)
-                }
-                (_, Some(ck), _) => infer(&ck, arch.as_deref(), &inputs, &output, repeat, threads),
-                _ => Err(anyhow::anyhow!(
-                    "--checkpoint (cpu) or --model-dir (onnx) is required"
-                )),
-            };
-            match result {
-                Ok(()) => exit::OK,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    exit::CONFIG
-                }
-            }
+    let outcome = ros_args::parse(&ros_args)
+        .map_err(Failure::from)
+        .and_then(|ros| match cli.command {
+            Command::Run(a) => run(a, &ros),
+            Command::Check(a) => check(a, &ros),
+            Command::Infer(a) => infer(a),
+            Command::Export(a) => export(a),
+        });
+    match outcome {
+        Ok(reason) => reason.into(),
+        Err(f) => {
+            tell(&format!("error: {:#}", f.error));
+            f.reason.into()
         }
-        Command::Export {
-            checkpoint,
-            arch,
-            cameras,
-            out,
-            dtype,
-            unroll,
-            batch,
-            prompt_len,
-            external_data,
-            clamp_f16,
-            atc,
-        } => {
-            let opts = pi0d::policy::export::ExportOptions {
-                checkpoint,
-                arch,
-                out,
-                cameras,
-                batch,
-                prompt_len,
-                dtype: match pi0d::policy::export::pi0::ExportDtype::parse(&dtype) {
-                    Some(d) => d,
-                    None => {
-                        eprintln!("error: --dtype {dtype:?}: expected f32, f16 or bf16");
-                        return ExitCode::from(exit::CONFIG as u8);
-                    }
-                },
-                unroll,
-                external: if external_data {
-                    pi0d::policy::export::ExternalData::Always
-                } else {
-                    pi0d::policy::export::ExternalData::Auto
-                },
-                clamp_f16,
-                progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
-            };
-            match export(&opts, atc.as_deref()) {
-                Ok(()) => exit::OK,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    exit::CONFIG
-                }
-            }
-        }
-        Command::Run {
-            config,
-            duration,
-            summary,
-            quiet,
-        } => match run(config, &ros, duration, summary, quiet) {
-            Ok(code) => code,
-            Err((code, e)) => {
-                eprintln!("error: {e:#}");
-                code
-            }
-        },
-    };
-    ExitCode::from(code as u8)
+    }
 }
 
 /// The configuration file (from `--config`, or the `config` ROS parameter) with the ROS
 /// parameters and remaps applied.
-fn load_config(
-    config: Option<PathBuf>,
-    ros: &pi0d::config::ros_args::RosArgs,
-) -> Result<Config, pi0d::config::ConfigError> {
+fn load_config(config: Option<PathBuf>, ros: &RosArgs) -> Result<Config, Failure> {
     let path = config
-        .or_else(|| pi0d::config::ros_args::config_path(ros))
-        .ok_or_else(|| pi0d::config::ConfigError::Parse {
-            file: PathBuf::from("command line"),
-            message: "give --config FILE, or the ROS parameter `config`".into(),
+        .or_else(|| ros_args::config_path(ros))
+        .ok_or_else(|| {
+            Failure::new(
+                ExitReason::Usage,
+                anyhow::anyhow!(
+                    "give --config FILE, or the ROS parameter `config` after --ros-args"
+                ),
+            )
         })?;
-    Config::load_with(&path, ros)
+    Ok(Config::load_with(&path, ros)?)
 }
 
-fn run(
-    config: Option<PathBuf>,
-    ros: &pi0d::config::ros_args::RosArgs,
-    duration: Option<f64>,
-    summary: Option<PathBuf>,
-    quiet: bool,
-) -> Result<i32, (i32, anyhow::Error)> {
-    if let Some(d) = duration {
-        if !(d > 0.0 && d.is_finite()) {
-            return Err((
-                exit::CONFIG,
-                anyhow::anyhow!("--duration: expected seconds > 0, found {d}"),
-            ));
-        }
+/// Starts the compute threads (before any model is loaded: loading packs weights on them).
+fn compute_threads(threads: usize) -> Result<(), Failure> {
+    pi0d_kernels::init_threads(threads).map_err(|e| {
+        Failure::new(
+            ExitReason::RuntimeFailure,
+            anyhow::anyhow!(
+                "cannot start {threads} compute thread(s): {e} (the process or thread limit is too low: ulimit -u, systemd TasksMax=, cgroup pids.max)"
+            ),
+        )
+    })
+}
+
+fn all_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `path` can be created or replaced: its directory exists and is writable.
+fn check_writable(path: &Path, what: &str) -> Result<(), Failure> {
+    let bad = |m: String| {
+        Failure::new(
+            ExitReason::InvalidInput,
+            anyhow::anyhow!("{what} {}: {m}", path.display()),
+        )
+    };
+    if path.is_dir() {
+        return Err(bad("is a directory".into()));
     }
-    let cfg = load_config(config, ros).map_err(|e| (exit::CONFIG, e.into()))?;
-    let config = cfg.file.clone();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let probe = dir.join(format!(".pi0d-write-check-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .map_err(|e| bad(format!("cannot write in {}: {e}", dir.display())))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+fn run(a: RunArgs, ros: &RosArgs) -> Outcome {
+    if let Some(p) = &a.summary {
+        check_writable(p, "--summary")?;
+    }
+    let cfg = load_config(a.config, ros)?;
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
+    compute_threads(cfg.policy.threads())?;
+    let file = cfg.file.clone();
     let opts = RunOptions {
-        duration_s: duration,
-        summary,
-        status: !quiet,
+        duration_s: a.duration,
+        summary: a.summary,
+        status: !a.quiet,
     };
     let s = daemon::run(cfg, opts).map_err(|e| {
-        let code = e.exit_code();
-        (
-            code,
-            anyhow::Error::new(e).context(format!("running {}", config.display())),
+        let reason = e.exit_reason();
+        Failure::new(
+            reason,
+            anyhow::Error::new(e).context(format!("running {}", file.display())),
         )
     })?;
-    eprintln!(
-        "pi0d: {} ticks at {} Hz, {} overruns, jitter p99 {:.0} us; chunks {} executed / {} rejected; latency p50 {:.1} ms; limit violations {}; {}",
+    tell(&format!(
+        "pi0d: {} ticks at {} Hz, {} overruns, jitter p99 {:.0} us; chunks {} executed / {} rejected; latency p50 {:.1} ms; limit violations {}; {} (exit {})",
         s.ticks,
         s.rate_hz,
         s.overruns,
@@ -321,67 +319,148 @@ fn run(
         s.chunks_rejected,
         s.latency_ms.p50,
         s.limit_violations,
-        s.exit
-    );
-    Ok(if s.exit == "clean" {
-        exit::OK
-    } else {
-        exit::FAULT
-    })
+        s.exit,
+        s.exit_code,
+    ));
+    Ok(s.exit)
 }
 
-fn infer(
-    checkpoint: &std::path::Path,
-    arch: Option<&std::path::Path>,
-    inputs: &std::path::Path,
-    output: &std::path::Path,
+fn check(a: CheckArgs, ros: &RosArgs) -> Outcome {
+    let cfg = load_config(a.config, ros)?;
+    print_check(&cfg);
+    compute_threads(cfg.policy.threads())?;
+    // The policy too, as `run` builds it: a pi0 checkpoint is loaded and checked tensor by
+    // tensor, its processor files against the model's widths.
+    let p =
+        pi0d::policy::from_config(&cfg).map_err(|e| Failure::new(ExitReason::InvalidInput, e))?;
+    say(&format!("policy: {} loaded", p.name()));
+    Ok(ExitReason::Clean)
+}
+
+fn infer(a: InferArgs) -> Outcome {
+    check_writable(&a.output, "--output")?;
+    let threads = a.threads.map_or_else(all_cores, usize::from);
+    compute_threads(threads)?;
+    let repeat = a.repeat as usize;
+    match (a.backend, a.checkpoint, a.model_dir) {
+        (Backend::Onnx | Backend::Acl, _, Some(dir)) => {
+            let runtime = match a.backend {
+                Backend::Acl => GraphBackend::Acl(pi0d::config::AclOptions {
+                    library: a.acl_library,
+                    device_id: a.device_id,
+                }),
+                _ => GraphBackend::Onnx(pi0d::config::OnnxOptions {
+                    library: a.onnx_library,
+                    provider: provider(a.provider, a.device_id),
+                    threads: a.threads.map_or(0, usize::from),
+                }),
+            };
+            infer_graphs(&dir, &a.inputs, &a.output, repeat, &runtime)
+        }
+        (_, Some(ck), _) => infer_cpu(
+            &ck,
+            a.arch.as_deref(),
+            &a.inputs,
+            &a.output,
+            repeat,
+            threads,
+        ),
+        _ => Err(Failure::new(
+            ExitReason::Usage,
+            anyhow::anyhow!("--checkpoint (cpu) or --model-dir (onnx, acl) is required"),
+        )),
+    }?;
+    Ok(ExitReason::Clean)
+}
+
+fn provider(p: Provider, device_id: i32) -> pi0d::config::ExecutionProvider {
+    use pi0d::config::raw::ProviderKind;
+    let kind = match p {
+        Provider::Cpu => ProviderKind::Cpu,
+        Provider::Cuda => ProviderKind::Cuda,
+        Provider::Tensorrt => ProviderKind::Tensorrt,
+        Provider::Cann => ProviderKind::Cann,
+    };
+    pi0d::config::ExecutionProvider::with_defaults(kind, device_id)
+}
+
+/// Loading a file the user gave: its errors are the input's fault.
+fn input<T, E: Into<anyhow::Error>>(r: Result<T, E>) -> Result<T, Failure> {
+    r.map_err(|e| Failure::new(ExitReason::InvalidInput, e))
+}
+
+/// A failure while computing or writing results.
+fn runtime<T, E: Into<anyhow::Error>>(r: Result<T, E>) -> Result<T, Failure> {
+    r.map_err(|e| Failure::new(ExitReason::RuntimeFailure, e))
+}
+
+fn infer_cpu(
+    checkpoint: &Path,
+    arch: Option<&Path>,
+    inputs: &Path,
+    output: &Path,
     repeat: usize,
-    threads: Option<usize>,
-) -> anyhow::Result<()> {
+    threads: usize,
+) -> Result<(), Failure> {
     use pi0d::policy::pi0::{infer, ArchOverrides, Checkpoint, Pi0Model};
-    let overrides = arch.map(ArchOverrides::load).transpose()?;
-    let ck = Checkpoint::load(checkpoint)?;
-    let threads =
-        threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let model = Pi0Model::load(&ck, overrides, threads)?;
+    let overrides = input(arch.map(ArchOverrides::load).transpose())?;
+    let ck = input(Checkpoint::load(checkpoint))?;
+    let model = input(Pi0Model::load(&ck, overrides, threads))?;
     drop(ck);
-    let batch = infer::Batch::read(inputs, &model)?;
+    let batch = input(infer::Batch::read(inputs, &model))?;
     let mut last = None;
-    for _ in 0..repeat.max(1) {
+    for _ in 0..repeat {
         let (actions, timing) = infer::run_batch(&model, &batch);
         if repeat > 1 {
-            println!("{}", serde_json::to_string(&timing)?);
+            say(&runtime(serde_json::to_string(&timing))?);
         }
         last = Some(actions);
     }
-    let actions = last.expect("ran at least once");
-    infer::write_actions(output, &batch, &actions)?;
+    if let Some(actions) = last {
+        check_finite(actions.iter().copied())?;
+        runtime(infer::write_actions(output, &batch, &actions))?;
+    }
     Ok(())
+}
+
+/// Non-finite actions are a failed inference, not a result.
+fn check_finite(values: impl Iterator<Item = f32>) -> Result<(), Failure> {
+    let mut bad = 0usize;
+    let mut first = None;
+    for (i, v) in values.enumerate() {
+        if !v.is_finite() {
+            bad += 1;
+            first.get_or_insert(i);
+        }
+    }
+    match first {
+        None => Ok(()),
+        Some(i) => Err(Failure::new(
+            ExitReason::RuntimeFailure,
+            anyhow::anyhow!(
+                "the model produced {bad} non-finite action value(s) (first at flat index {i}): no output written"
+            ),
+        )),
+    }
 }
 
 /// The runtime `pi0d infer` runs exported graphs on.
 enum GraphBackend {
-    Onnx {
-        provider: String,
-        device_id: i32,
-        library: Option<PathBuf>,
-        threads: Option<usize>,
-    },
-    Acl(pi0d::policy::graph::acl::AclOptions),
+    Onnx(pi0d::config::OnnxOptions),
+    Acl(pi0d::config::AclOptions),
 }
 
 fn infer_graphs(
-    dir: &std::path::Path,
-    inputs: &std::path::Path,
-    output: &std::path::Path,
+    dir: &Path,
+    inputs: &Path,
+    output: &Path,
     repeat: usize,
     backend: &GraphBackend,
-) -> anyhow::Result<()> {
+) -> Result<(), Failure> {
     use pi0d::policy::graph::manifest::Manifest;
-    use pi0d::policy::graph::provider::{ExecutionProvider, OnnxOptions};
     use pi0d::policy::pi0::infer::{self, BatchDims};
-    let m = Manifest::load(dir)?;
-    let batch = infer::Batch::read_for(
+    let m = input(Manifest::load(dir))?;
+    let batch = input(infer::Batch::read_for(
         inputs,
         &BatchDims {
             image_size: m.image_size,
@@ -389,55 +468,74 @@ fn infer_graphs(
             chunk: m.chunk,
             action_dim: m.action_dim,
         },
-    )?;
+    ))?;
     let mut model = match backend {
-        GraphBackend::Onnx {
-            provider,
-            device_id,
-            library,
-            threads,
-        } => {
-            let provider = ExecutionProvider::parse(provider, *device_id).ok_or_else(|| {
-                anyhow::anyhow!("--provider {provider:?}: expected cpu, cuda, tensorrt or cann")
-            })?;
-            let opts = OnnxOptions {
-                library: library.clone(),
-                provider,
-                threads: threads.unwrap_or(0),
-            };
-            pi0d::policy::graph::load_onnx(dir, m, &opts)?
-        }
-        GraphBackend::Acl(opts) => pi0d::policy::graph::load_acl(dir, m, opts)?,
+        GraphBackend::Onnx(opts) => input(pi0d::policy::graph::load_onnx(dir, m, opts))?,
+        GraphBackend::Acl(opts) => input(pi0d::policy::graph::load_acl(dir, m, opts))?,
     };
     let mut last = None;
-    for _ in 0..repeat.max(1) {
-        let (actions, t) = model.sample(&batch.graph_inputs())?;
+    for _ in 0..repeat {
+        let (actions, t) = runtime(model.sample(&batch.graph_inputs()))?;
         if repeat > 1 {
             let timing = infer::RunTiming {
                 prefix_ms: t.prefix_ms,
                 steps_ms: t.steps_ms,
                 total_ms: t.prefix_ms + t.steps_ms,
             };
-            println!("{}", serde_json::to_string(&timing)?);
+            say(&runtime(serde_json::to_string(&timing))?);
         }
         last = Some(actions);
     }
-    let actions = last.expect("ran at least once");
-    infer::write_actions(output, &batch, &actions)?;
+    if let Some(actions) = last {
+        check_finite(actions.iter().copied())?;
+        runtime(infer::write_actions(output, &batch, &actions))?;
+    }
     Ok(())
 }
 
-fn export(opts: &pi0d::policy::export::ExportOptions, soc: Option<&str>) -> anyhow::Result<()> {
-    use pi0d::policy::export::{atc, export};
-    let report = export(opts)?;
+fn export(a: ExportArgs) -> Outcome {
+    use pi0d::policy::export::pi0::ExportDtype;
+    use pi0d::policy::export::{atc, export, ExportError, ExportOptions, ExternalData};
+    check_writable(&a.out, "--out")?;
+    compute_threads(all_cores())?;
+    let opts = ExportOptions {
+        checkpoint: a.checkpoint,
+        arch: a.arch,
+        out: a.out,
+        cameras: a.cameras.into(),
+        batch: a.batch.into(),
+        prompt_len: a.prompt_len.map(usize::from),
+        dtype: match a.dtype {
+            Dtype::F32 => ExportDtype::F32,
+            Dtype::F16 => ExportDtype::F16,
+            Dtype::Bf16 => ExportDtype::Bf16,
+        },
+        unroll: a.unroll,
+        external: if a.external_data {
+            ExternalData::Always
+        } else {
+            ExternalData::Auto
+        },
+        clamp_f16: a.clamp_f16,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    };
+    let report = export(&opts).map_err(|e| {
+        let reason = match e {
+            ExportError::Io { .. } => ExitReason::RuntimeFailure,
+            _ => ExitReason::InvalidInput,
+        };
+        Failure::new(reason, e)
+    })?;
     let m = &report.manifest;
     for c in &report.clamped {
-        eprintln!(
-            "warning: {}: {} weights beyond float16's range (largest {}) saturated to +-65504",
-            c.tensor, c.count, c.max_abs
+        tracing::warn!(
+            "{}: {} weights beyond float16's range (largest {}) saturated to +-65504",
+            c.tensor,
+            c.count,
+            c.max_abs
         );
     }
-    println!(
+    say(&format!(
         "exported {} ({:?}, {} camera(s), batch {}, {} prompt tokens) to {}",
         m.variant,
         m.dtype,
@@ -445,9 +543,9 @@ fn export(opts: &pi0d::policy::export::ExportOptions, soc: Option<&str>) -> anyh
         m.batch,
         m.prompt_len,
         opts.out.display()
-    );
+    ));
     for g in [&m.graphs.prefix, &m.graphs.denoise] {
-        println!(
+        say(&format!(
             "  {}: {} nodes, {:.1} MB of weights{}",
             g.file,
             g.nodes,
@@ -456,12 +554,12 @@ fn export(opts: &pi0d::policy::export::ExportOptions, soc: Option<&str>) -> anyh
                 .as_ref()
                 .map(|d| format!(" in {d}"))
                 .unwrap_or_default()
-        );
+        ));
     }
-    if let Some(soc) = soc {
-        if !atc::KNOWN_SOCS.contains(&soc) {
-            eprintln!(
-                "warning: {soc} is not one of {:?}; passing it to ATC as given",
+    if let Some(soc) = &a.atc {
+        if !atc::KNOWN_SOCS.contains(&soc.as_str()) {
+            tracing::warn!(
+                "{soc} is not one of {:?}; passing it to ATC as given",
                 atc::KNOWN_SOCS
             );
         }
@@ -469,44 +567,48 @@ fn export(opts: &pi0d::policy::export::ExportOptions, soc: Option<&str>) -> anyh
             .map(|p| std::env::split_paths(&p).any(|d| d.join("atc").is_file()))
             .unwrap_or(false);
         for cmd in atc::atc_commands(m, &opts.out, soc) {
-            println!("{}", cmd.join(" "));
+            say(&cmd.join(" "));
             if have_atc {
-                let status = std::process::Command::new(&cmd[0])
-                    .args(&cmd[1..])
-                    .status()?;
-                anyhow::ensure!(status.success(), "atc failed ({status}) for {}", cmd[1]);
+                let status = runtime(std::process::Command::new(&cmd[0]).args(&cmd[1..]).status())?;
+                if !status.success() {
+                    return Err(Failure::new(
+                        ExitReason::RuntimeFailure,
+                        anyhow::anyhow!("atc failed ({status}) for {}", cmd[1]),
+                    ));
+                }
             }
         }
         if !have_atc {
-            println!(
-                "(atc is not on the PATH: run the commands above on a machine with CANN's toolkit)"
+            say(
+                "(atc is not on the PATH: run the commands above on a machine with CANN's toolkit)",
             );
         }
     }
-    Ok(())
+    Ok(ExitReason::Clean)
 }
 
 fn print_check(cfg: &Config) {
-    println!("config: {}", cfg.file.display());
-    println!("urdf:   {}", cfg.urdf.display());
-    println!(
-        "control: {} Hz, {:?} interpolation, {:?} merge, blend {} s, request at {} s left",
+    say(&format!("config: {}", cfg.file.display()));
+    say(&format!("urdf:   {}", cfg.urdf.display()));
+    say(&format!(
+        "control: {} Hz, {:?} interpolation, {:?} merge, blend {} s, request at {} s left, start within {} s",
         cfg.control.rate_hz,
         cfg.control.interpolation,
         cfg.control.merge,
         cfg.control.blend_window_s,
-        cfg.control.request_threshold_s
-    );
-    println!(
+        cfg.control.request_threshold_s,
+        cfg.control.start_timeout_s,
+    ));
+    say(&format!(
         "watchdogs: joint state {} s, camera {} s, overrun streak {}",
         cfg.safety.joint_state_timeout_s, cfg.safety.camera_timeout_s, cfg.safety.overrun_streak
-    );
-    println!(
+    ));
+    say(&format!(
         "{:<20} {:<10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}",
         "joint", "kind", "lower", "upper", "vel", "acc", "jerk", "max_step"
-    );
+    ));
     for j in &cfg.limits.joints {
-        println!(
+        say(&format!(
             "{:<20} {:<10} {:>9.4} {:>9.4} {:>8.3} {:>8.2} {:>8.1} {:>8.3}",
             j.name,
             format!("{:?}", j.kind).to_lowercase(),
@@ -516,20 +618,35 @@ fn print_check(cfg: &Config) {
             j.acceleration,
             j.jerk,
             j.max_step
-        );
+        ));
     }
-    println!(
+    say(&format!(
         "policy: {:?}, {} steps x {} s, actions -> joints: {}",
         cfg.policy.source,
         cfg.policy.chunk_steps,
         cfg.policy.step_period_s,
         cfg.policy.action_map.action_names.join(", ")
-    );
+    ));
     if let Some(w) = &cfg.workspace {
-        println!(
+        say(&format!(
             "workspace: {} in {} within {:?} .. {:?}",
             w.chain.tool_link, w.chain.base_link, w.min, w.max
-        );
+        ));
     }
-    println!("sim cameras: {}", cfg.sim.cameras.len());
+    match &cfg.io {
+        pi0d::config::Io::Sim => say(&format!("io: sim, {} camera(s)", cfg.sim.cameras.len())),
+        pi0d::config::Io::Ros(r) => say(&format!(
+            "io: ros ({:?}), node {}{}{}, {} camera(s), commands {:?} on {}",
+            r.middleware,
+            r.namespace.trim_end_matches('/'),
+            "/",
+            r.node,
+            r.cameras.len(),
+            r.command_type,
+            r.command_topic
+        )),
+    }
+    for w in &cfg.warnings {
+        say(&format!("warning: {w}"));
+    }
 }

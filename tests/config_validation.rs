@@ -42,6 +42,7 @@ fn when_config_invalid_expect_error_naming_file_and_field() {
         "expected the invalid-config table, found {}",
         all.len()
     );
+    let mut failures = Vec::new();
     for f in all {
         let text = std::fs::read_to_string(&f).unwrap();
         let expect = text
@@ -50,22 +51,28 @@ fn when_config_invalid_expect_error_naming_file_and_field() {
             .and_then(|l| l.strip_prefix("# expect: "))
             .unwrap_or_else(|| panic!("{}: first line must be '# expect: ...'", f.display()));
         let err = match Config::load(&f) {
-            Ok(_) => panic!("{} should be refused", f.display()),
+            Ok(_) => {
+                failures.push(format!("{} should be refused", f.display()));
+                continue;
+            }
             Err(e) => e.to_string(),
         };
-        assert!(
-            err.contains(expect),
-            "{}:\n  error: {err}\n  expected to contain: {expect}",
-            f.display()
-        );
+        if !err.contains(expect) {
+            failures.push(format!(
+                "{}:\n  error: {err}\n  expected to contain: {expect}",
+                f.display()
+            ));
+        }
         let urdf_error = err.contains(".urdf:");
         let file_name = f.file_name().unwrap().to_str().unwrap();
-        assert!(
-            urdf_error || err.contains(file_name),
-            "{}: error does not name the file: {err}",
-            f.display()
-        );
+        if !(urdf_error || err.contains(file_name)) {
+            failures.push(format!(
+                "{}: error does not name the file: {err}",
+                f.display()
+            ));
+        }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
@@ -86,4 +93,139 @@ fn when_sim_config_loaded_expect_urdf_limits_merged_with_config() {
     assert_eq!(j("gripper").acceleration, 0.5);
     assert_eq!(j("gripper").velocity, 0.1);
     assert_eq!(j("elbow").jerk, 150.0);
+}
+
+fn sim_toml_with(extra: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("config/sim.toml")).unwrap();
+    let urdf = root.join("urdf/sim_arm.urdf");
+    let ck = root.join("models/tiny-pi0");
+    let text = text
+        .replace(
+            "\"../urdf/sim_arm.urdf\"",
+            &format!("{:?}", urdf.display().to_string()),
+        )
+        .replace(
+            "\"../models/tiny-pi0\"",
+            &format!("{:?}", ck.display().to_string()),
+        );
+    format!("{text}\n{extra}")
+}
+
+#[test]
+fn when_embedded_default_loaded_expect_no_warning() {
+    let cfg = Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim.toml")).unwrap();
+    assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+}
+
+#[test]
+fn when_settings_unused_by_chosen_kind_expect_warning_naming_them() {
+    // An unused [ros] section, scripted-only settings on a pi0 policy, an ONNX section with the
+    // CPU backend, a weighted-average weight with the blend merge.
+    let text = sim_toml_with("[ros]\nnode = \"x\"\n")
+        .replace(
+            "kind = \"pi0\"",
+            "kind = \"pi0\"\namplitude = 0.5\nbackend = \"cpu\"",
+        )
+        .replace(
+            "merge = \"blend\"",
+            "merge = \"blend\"\nweighted_average_old = 0.4",
+        )
+        + "[policy.onnx]\nmodel_dir = \"g\"\n";
+    let cfg = Config::parse(Path::new("w.toml"), &text).unwrap();
+    let fields: Vec<&str> = cfg.warnings.iter().map(|w| w.field.as_str()).collect();
+    for f in [
+        "ros",
+        "policy.amplitude",
+        "policy.onnx",
+        "control.weighted_average_old",
+    ] {
+        assert!(
+            fields.contains(&f),
+            "no warning for {f}: {:?}",
+            cfg.warnings
+        );
+    }
+    let text = cfg
+        .warnings
+        .iter()
+        .map(|w| w.to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        text.contains("w.toml: `policy.amplitude`: ignored"),
+        "{text}"
+    );
+}
+
+#[test]
+fn when_override_widens_urdf_limit_expect_warning() {
+    let text = sim_toml_with("[limits.joints.elbow]\nvelocity = 50.0\nupper = 9.0\n");
+    let cfg = Config::parse(Path::new("w.toml"), &text).unwrap();
+    let widen: Vec<String> = cfg
+        .warnings
+        .iter()
+        .filter(|w| w.message.contains("widens"))
+        .map(|w| w.to_string())
+        .collect();
+    assert_eq!(widen.len(), 2, "{widen:?}");
+    assert!(
+        widen
+            .iter()
+            .any(|w| w
+                .contains("`limits.joints.elbow.velocity`: 50 widens the URDF's velocity limit")),
+        "{widen:?}"
+    );
+    // Tightening is silent.
+    let text = sim_toml_with("[limits.joints.elbow]\nvelocity = 0.5\n");
+    assert!(Config::parse(Path::new("w.toml"), &text)
+        .unwrap()
+        .warnings
+        .is_empty());
+}
+
+#[test]
+fn when_ros_parameter_is_bad_expect_parameter_blamed_not_file() {
+    use pi0d::config::ros_args;
+    let text = sim_toml_with("");
+    let args: Vec<String> = ["-p", "control.rate_hz:=fast"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let ros = ros_args::parse(&args).unwrap();
+    let e = Config::parse_with(Path::new("w.toml"), &text, &ros)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("--ros-args parameter `control.rate_hz`: `control.rate_hz`:"),
+        "{e}"
+    );
+    assert!(!e.contains("w.toml"), "{e}");
+    let args: Vec<String> = ["-p", "control.rate_hz:=5000"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let ros = ros_args::parse(&args).unwrap();
+    let e = Config::parse_with(Path::new("w.toml"), &text, &ros)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--ros-args parameter `control.rate_hz`") && e.contains("[10, 1000]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn when_prompt_too_long_expect_refused() {
+    let text = sim_toml_with("").replace(
+        "prompt = \"pick up the red cube and put it in the bowl\"",
+        &format!("prompt = \"{}\"", "a".repeat(5000)),
+    );
+    let e = Config::parse(Path::new("w.toml"), &text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`policy.prompt`: 5000 bytes, expected at most"),
+        "{e}"
+    );
 }

@@ -63,10 +63,68 @@ fn when_parameter_names_no_setting_expect_exit_1_naming_it() {
     ]);
     assert_eq!(code, 1);
     assert!(err.contains("unknown field `rate`"), "{err}");
-    let (code, _, err) = check(&["--config", "config/sim.toml", "--ros-args", "--frobnicate"]);
-    assert_eq!(code, 1);
-    assert!(err.contains("--frobnicate"), "{err}");
-    let (code, _, err) = check(&[]);
-    assert_eq!(code, 1);
+}
+
+#[test]
+fn when_command_line_malformed_expect_exit_2() {
+    for args in [
+        &["--config", "config/sim.toml", "--ros-args", "--frobnicate"][..],
+        &[
+            "--config",
+            "config/sim.toml",
+            "--ros-args",
+            "-r",
+            "joint_states",
+        ],
+        &["--config", "config/sim.toml", "--ros-args", "-r", ":=/x"],
+        &["--config", "config/sim.toml", "--ros-args", "-p"],
+        &[],
+        &["--config"],
+        &["--bogus"],
+    ] {
+        let (code, _, err) = check(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains("error"), "{args:?}: {err}");
+    }
+    let (_, _, err) = check(&[]);
     assert!(err.contains("--config"), "{err}");
+}
+
+#[test]
+fn when_remap_gives_invalid_ros_name_expect_check_refuses_naming_it() {
+    let ros = "io = \"ros\"\n";
+    let dir = common::scratch_dir("ros-names");
+    let cfg = dir.join("ros.toml");
+    let text = std::fs::read_to_string(common::root().join("config/sim.toml"))
+        .unwrap()
+        .replace("io = \"sim\"\n", ros)
+        .replace(
+            "../urdf",
+            &common::root().join("urdf").display().to_string(),
+        )
+        .replace(
+            "../models",
+            &common::root().join("models").display().to_string(),
+        )
+        .replace("[sim]", "[ros]\ncameras = [\"/cam\"]\n[sim]");
+    std::fs::write(&cfg, text).unwrap();
+    let cfg = cfg.display().to_string();
+    let (code, _, err) = check(&["--config", &cfg, "--ros-args", "-r", "__node:=2arm"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("`__node`") && err.contains("\"2arm\" is not a ROS node name"),
+        "{err}"
+    );
+    let (code, _, err) = check(&["--config", &cfg, "--ros-args", "-r", "/cam:=/cam/1raw"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("remap /cam:=/cam/1raw") && err.contains("ros.cameras[0]"),
+        "{err}"
+    );
+    let (code, out, err) = check(&["--config", &cfg, "--ros-args", "-r", "/nothing:=/else"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("remap /nothing:=/else matches no topic"),
+        "{out}"
+    );
 }

@@ -8,3 +8,13 @@
 
 pub mod packed;
 pub mod vecmath;
+
+/// Starts the compute threads the kernels run on (rayon's global pool) with `threads` threads.
+/// Call it once at start-up: left to rayon, a pool that cannot create its threads (a process or
+/// thread limit) panics at the first product instead of failing where it can be reported.
+pub fn init_threads(threads: usize) -> Result<(), rayon::ThreadPoolBuildError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .thread_name(|i| format!("pi0d-compute-{i}"))
+        .build_global()
+}

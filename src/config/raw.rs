@@ -1,10 +1,17 @@
-//! The configuration file as written: plain serde structs, unknown fields refused.
-//! `super::Config::from_raw` turns this into the validated, typed configuration.
+//! The configuration file as written: plain serde structs, unknown fields refused, choices as
+//! serde enums (an unknown value is refused naming the field and the allowed values).
+//! Fields that only some kinds use are `Option`s, so validation can tell "not given" from the
+//! default and warn about settings the chosen kind ignores. `super::Config::from_raw` turns
+//! this into the validated, typed configuration.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
+
+use super::control::Interpolation;
+use super::policy::FaultKind;
+use super::ros::{CommandType, Middleware, ServiceMappingKind};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -24,109 +31,13 @@ pub struct RawConfig {
     pub realtime: RawRealtime,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawRos {
-    pub domain_id: Option<u16>,
-    #[serde(default = "default_node")]
-    pub node: String,
-    #[serde(default = "default_namespace")]
-    pub namespace: String,
-    #[serde(default)]
-    pub loopback_only: bool,
-    #[serde(default = "default_joint_states")]
-    pub joint_states: String,
-    #[serde(default)]
-    pub cameras: Vec<String>,
-    #[serde(default = "default_prompt_topic")]
-    pub prompt: String,
-    #[serde(default = "default_estop_topic")]
-    pub estop: String,
-    #[serde(default = "default_reset_topic")]
-    pub reset: String,
-    #[serde(default = "default_reset_topic")]
-    pub reset_service: String,
-    #[serde(default = "default_service_mapping")]
-    pub service_mapping: String,
-    #[serde(default = "default_command_type")]
-    pub command_type: String,
-    #[serde(default = "default_command_topic")]
-    pub command_topic: String,
-    #[serde(default = "default_status_topic")]
-    pub status_topic: String,
-    #[serde(default = "default_diagnostics_topic")]
-    pub diagnostics_topic: String,
-    #[serde(default = "default_max_image_bytes")]
-    pub max_image_bytes: usize,
-    /// "dds" or "zenoh".
-    #[serde(default = "default_middleware")]
-    pub middleware: String,
-    pub zenoh_config: Option<PathBuf>,
-    #[serde(default)]
-    pub zenoh_connect: Vec<String>,
-    #[serde(default)]
-    pub zenoh_listen: Vec<String>,
-    #[serde(default)]
-    pub qos: RawQosSet,
-}
-
-/// `[ros.qos]`: QoS per kind of topic.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawQosSet {
-    pub joint_states: Option<RawQos>,
-    pub cameras: Option<RawQos>,
-    pub inputs: Option<RawQos>,
-    pub commands: Option<RawQos>,
-    pub status: Option<RawQos>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawQos {
-    pub reliability: Option<String>,
-    pub depth: Option<usize>,
-}
-
-fn default_middleware() -> String {
-    "dds".into()
-}
-
-fn default_node() -> String {
-    "pi0d".into()
-}
-fn default_namespace() -> String {
-    "/".into()
-}
-fn default_joint_states() -> String {
-    "/joint_states".into()
-}
-fn default_prompt_topic() -> String {
-    "/pi0d/prompt".into()
-}
-fn default_estop_topic() -> String {
-    "/pi0d/estop".into()
-}
-fn default_reset_topic() -> String {
-    "/pi0d/reset".into()
-}
-fn default_service_mapping() -> String {
-    "enhanced".into()
-}
-fn default_command_type() -> String {
-    "joint_trajectory".into()
-}
-fn default_command_topic() -> String {
-    "/arm_controller/joint_trajectory".into()
-}
-fn default_status_topic() -> String {
-    "/pi0d/status".into()
-}
-fn default_diagnostics_topic() -> String {
-    "/diagnostics".into()
-}
-fn default_max_image_bytes() -> usize {
-    8 << 20
+/// `robot.io`: where inputs come from and commands go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum IoKind {
+    #[default]
+    Sim,
+    Ros,
 }
 
 #[derive(Debug, Deserialize)]
@@ -134,12 +45,8 @@ fn default_max_image_bytes() -> usize {
 pub struct RawRobot {
     pub urdf: PathBuf,
     pub joints: Vec<String>,
-    #[serde(default = "default_io")]
-    pub io: String,
-}
-
-fn default_io() -> String {
-    "sim".into()
+    #[serde(default)]
+    pub io: IoKind,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -174,32 +81,44 @@ pub struct RawWorkspace {
     pub max: [f64; 3],
 }
 
+/// `control.merge`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MergeKind {
+    Blend,
+    LatestOnly,
+    WeightedAverage,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawControl {
     pub rate_hz: f64,
-    pub interpolation: String,
-    pub merge: String,
+    pub interpolation: Interpolation,
+    pub merge: MergeKind,
     pub blend_window_s: f64,
-    pub weighted_average_old: f64,
+    /// `weighted_average` only (default 0.3).
+    pub weighted_average_old: Option<f64>,
     pub request_threshold_s: f64,
     pub warmup_chunks: u32,
     pub status_interval_s: f64,
     pub stop_timeout_s: f64,
+    pub start_timeout_s: f64,
 }
 
 impl Default for RawControl {
     fn default() -> Self {
         RawControl {
             rate_hz: 200.0,
-            interpolation: "quintic".into(),
-            merge: "blend".into(),
+            interpolation: Interpolation::Quintic,
+            merge: MergeKind::Blend,
             blend_window_s: 0.2,
-            weighted_average_old: 0.3,
+            weighted_average_old: None,
             request_threshold_s: 0.6,
             warmup_chunks: 1,
             status_interval_s: 1.0,
             stop_timeout_s: 3.0,
+            start_timeout_s: 30.0,
         }
     }
 }
@@ -226,49 +145,60 @@ impl Default for RawSafety {
     }
 }
 
+/// `policy.kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKind {
+    Pi0,
+    Scripted,
+    Replay,
+}
+
+/// `policy.backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    #[default]
+    Cpu,
+    Onnx,
+    Acl,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPolicy {
-    pub kind: String,
+    pub kind: PolicyKind,
     pub action_joints: Vec<String>,
     #[serde(default = "default_chunk_steps")]
     pub chunk_steps: usize,
     #[serde(default = "default_step_period")]
     pub step_period_s: f64,
     #[serde(default)]
-    pub latency_s: f64,
-    #[serde(default = "default_amplitude")]
-    pub amplitude: f64,
-    #[serde(default = "default_frequency")]
-    pub frequency_hz: f64,
+    pub prompt: String,
+    /// scripted and replay: extra latency per inference (default 0).
+    pub latency_s: Option<f64>,
+    /// scripted (defaults 0.3 and 0.2 Hz).
+    pub amplitude: Option<f64>,
+    pub frequency_hz: Option<f64>,
+    /// replay.
     pub replay_file: Option<PathBuf>,
+    /// pi0.
     pub checkpoint: Option<PathBuf>,
     pub arch: Option<PathBuf>,
     pub tokenizer: Option<PathBuf>,
-    #[serde(default)]
-    pub prompt: String,
-    #[serde(default = "default_threads")]
-    pub threads: usize,
-    #[serde(default)]
-    pub seed: u64,
-    /// "cpu" or "onnx".
-    #[serde(default = "default_backend")]
-    pub backend: String,
+    pub threads: Option<usize>,
+    pub seed: Option<u64>,
+    pub backend: Option<BackendKind>,
     pub onnx: Option<RawOnnx>,
     pub acl: Option<RawAcl>,
     pub fault: Option<RawFault>,
 }
 
-fn default_backend() -> String {
-    "cpu".into()
+fn default_chunk_steps() -> usize {
+    50
 }
-
-fn default_true() -> bool {
-    true
-}
-
-fn default_provider() -> String {
-    "cpu".into()
+fn default_step_period() -> f64 {
+    0.02
 }
 
 #[derive(Debug, Deserialize)]
@@ -280,46 +210,65 @@ pub struct RawAcl {
     pub library: Option<PathBuf>,
 }
 
+/// `policy.onnx.provider`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    #[default]
+    Cpu,
+    Cuda,
+    Tensorrt,
+    Cann,
+}
+
+/// `policy.onnx.precision_mode`: CANN's precision modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CannPrecision {
+    ForceFp32,
+    ForceFp16,
+    AllowFp32ToFp16,
+    MustKeepOriginDtype,
+    AllowMixPrecision,
+}
+
+impl CannPrecision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CannPrecision::ForceFp32 => "force_fp32",
+            CannPrecision::ForceFp16 => "force_fp16",
+            CannPrecision::AllowFp32ToFp16 => "allow_fp32_to_fp16",
+            CannPrecision::MustKeepOriginDtype => "must_keep_origin_dtype",
+            CannPrecision::AllowMixPrecision => "allow_mix_precision",
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawOnnx {
     pub model_dir: Option<PathBuf>,
-    #[serde(default = "default_provider")]
-    pub provider: String,
     #[serde(default)]
-    pub device_id: i32,
+    pub provider: ProviderKind,
+    /// cuda, tensorrt and cann (default 0).
+    pub device_id: Option<i32>,
     pub library: Option<PathBuf>,
     #[serde(default)]
     pub threads: usize,
-    #[serde(default = "default_true")]
-    pub cann_graph: bool,
-    pub precision_mode: Option<String>,
-    #[serde(default)]
-    pub tensorrt_fp16: bool,
+    /// cann (default true).
+    pub cann_graph: Option<bool>,
+    /// cann.
+    pub precision_mode: Option<CannPrecision>,
+    /// tensorrt (default false).
+    pub tensorrt_fp16: Option<bool>,
+    /// tensorrt.
     pub tensorrt_cache: Option<PathBuf>,
-}
-
-fn default_threads() -> usize {
-    1
-}
-
-fn default_chunk_steps() -> usize {
-    50
-}
-fn default_step_period() -> f64 {
-    0.02
-}
-fn default_amplitude() -> f64 {
-    0.3
-}
-fn default_frequency() -> f64 {
-    0.2
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawFault {
-    pub kind: String,
+    pub kind: FaultKind,
     #[serde(default)]
     pub after_chunks: u32,
     #[serde(default)]
@@ -343,6 +292,19 @@ pub struct RawSim {
     pub cameras: Vec<RawCamera>,
     #[serde(default)]
     pub events: Vec<RawEvent>,
+}
+
+impl Default for RawSim {
+    fn default() -> Self {
+        RawSim {
+            tau_s: default_tau(),
+            measurement_delay_s: default_delay(),
+            rate_hz: default_sim_rate(),
+            initial_position: BTreeMap::new(),
+            cameras: Vec::new(),
+            events: Vec::new(),
+        }
+    }
 }
 
 fn default_tau() -> f64 {
@@ -377,14 +339,137 @@ fn default_fps() -> f64 {
     30.0
 }
 
+/// `sim.events[].event`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimEventName {
+    Estop,
+    Reset,
+    StallJointStates,
+    StallCamera,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawEvent {
     pub at_s: f64,
-    pub event: String,
-    #[serde(default)]
-    pub duration_s: f64,
+    pub event: SimEventName,
+    /// Stall events only.
+    pub duration_s: Option<f64>,
+    /// `stall_camera` only.
     pub camera: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRos {
+    pub domain_id: Option<u16>,
+    #[serde(default = "default_node")]
+    pub node: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    #[serde(default)]
+    pub loopback_only: bool,
+    #[serde(default = "default_joint_states")]
+    pub joint_states: String,
+    #[serde(default)]
+    pub cameras: Vec<String>,
+    #[serde(default = "default_prompt_topic")]
+    pub prompt: String,
+    #[serde(default = "default_estop_topic")]
+    pub estop: String,
+    #[serde(default = "default_reset_topic")]
+    pub reset: String,
+    #[serde(default = "default_reset_topic")]
+    pub reset_service: String,
+    #[serde(default = "default_service_mapping")]
+    pub service_mapping: ServiceMappingKind,
+    #[serde(default = "default_command_type")]
+    pub command_type: CommandType,
+    #[serde(default = "default_command_topic")]
+    pub command_topic: String,
+    #[serde(default = "default_status_topic")]
+    pub status_topic: String,
+    #[serde(default = "default_diagnostics_topic")]
+    pub diagnostics_topic: String,
+    #[serde(default = "default_max_image_bytes")]
+    pub max_image_bytes: usize,
+    #[serde(default = "default_middleware")]
+    pub middleware: Middleware,
+    /// zenoh only.
+    pub zenoh_config: Option<PathBuf>,
+    #[serde(default)]
+    pub zenoh_connect: Vec<String>,
+    #[serde(default)]
+    pub zenoh_listen: Vec<String>,
+    #[serde(default)]
+    pub qos: RawQosSet,
+}
+
+/// `[ros.qos]`: QoS per kind of topic.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawQosSet {
+    pub joint_states: Option<RawQos>,
+    pub cameras: Option<RawQos>,
+    pub inputs: Option<RawQos>,
+    pub commands: Option<RawQos>,
+    pub status: Option<RawQos>,
+}
+
+/// `ros.qos.*.reliability`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reliability {
+    Reliable,
+    BestEffort,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawQos {
+    pub reliability: Option<Reliability>,
+    pub depth: Option<usize>,
+}
+
+fn default_middleware() -> Middleware {
+    Middleware::Dds
+}
+fn default_node() -> String {
+    "pi0d".into()
+}
+fn default_namespace() -> String {
+    "/".into()
+}
+fn default_joint_states() -> String {
+    "/joint_states".into()
+}
+fn default_prompt_topic() -> String {
+    "/pi0d/prompt".into()
+}
+fn default_estop_topic() -> String {
+    "/pi0d/estop".into()
+}
+fn default_reset_topic() -> String {
+    "/pi0d/reset".into()
+}
+fn default_service_mapping() -> ServiceMappingKind {
+    ServiceMappingKind::Enhanced
+}
+fn default_command_type() -> CommandType {
+    CommandType::JointTrajectory
+}
+fn default_command_topic() -> String {
+    "/arm_controller/joint_trajectory".into()
+}
+fn default_status_topic() -> String {
+    "/pi0d/status".into()
+}
+fn default_diagnostics_topic() -> String {
+    "/diagnostics".into()
+}
+fn default_max_image_bytes() -> usize {
+    8 << 20
 }
 
 #[derive(Debug, Default, Deserialize)]

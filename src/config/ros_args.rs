@@ -6,7 +6,30 @@
 
 use std::path::{Path, PathBuf};
 
+use super::check::{Origin, Origins};
 use super::ConfigError;
+
+/// One `-p NAME:=VALUE` or an entry of a `--params-file`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Param {
+    /// Dotted configuration path.
+    pub name: String,
+    pub value: toml::Value,
+    /// The parameter file it came from (`None`: the command line).
+    pub file: Option<PathBuf>,
+}
+
+impl Param {
+    fn origin(&self) -> Origin {
+        match &self.file {
+            None => Origin::Param(self.name.clone()),
+            Some(f) => Origin::ParamsFile {
+                file: f.clone(),
+                name: self.name.clone(),
+            },
+        }
+    }
+}
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RosArgs {
@@ -14,8 +37,8 @@ pub struct RosArgs {
     pub namespace: Option<String>,
     /// Topic remaps, absolute names.
     pub remaps: Vec<(String, String)>,
-    /// Dotted configuration paths and their values, in the order given (later wins).
-    pub params: Vec<(String, toml::Value)>,
+    /// Parameters in the order given (later wins).
+    pub params: Vec<Param>,
 }
 
 /// Splits the command line at `--ros-args`: (arguments for pi0d, ROS arguments). A lone `--`
@@ -38,21 +61,22 @@ pub fn split(args: Vec<String>) -> (Vec<String>, Vec<String>) {
     (ours, ros)
 }
 
+/// A malformed `--ros-args` command line (exit code 2, like any command-line error).
 fn err(message: impl Into<String>) -> ConfigError {
-    ConfigError::Parse {
-        file: PathBuf::from("--ros-args"),
-        message: message.into(),
-    }
+    ConfigError::Usage(format!("--ros-args: {}", message.into()))
 }
 
 /// A YAML scalar or list as a TOML value.
-fn to_toml(name: &str, v: &serde_norway::Value) -> Result<toml::Value, ConfigError> {
+fn to_toml(name: &str, v: &serde_norway::Value) -> Result<toml::Value, String> {
     use serde_norway::Value as Y;
     Ok(match v {
         Y::Bool(b) => toml::Value::Boolean(*b),
         Y::Number(n) => match n.as_i64() {
             Some(i) => toml::Value::Integer(i),
-            None => toml::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+            None => match n.as_f64() {
+                Some(x) => toml::Value::Float(x),
+                None => return Err(format!("parameter `{name}`: {n} is out of range")),
+            },
         },
         Y::String(s) => toml::Value::String(s.clone()),
         Y::Sequence(items) => toml::Value::Array(
@@ -61,7 +85,11 @@ fn to_toml(name: &str, v: &serde_norway::Value) -> Result<toml::Value, ConfigErr
                 .map(|i| to_toml(name, i))
                 .collect::<Result<_, _>>()?,
         ),
-        _ => return Err(err(format!("parameter `{name}`: unsupported value {v:?}"))),
+        _ => {
+            return Err(format!(
+                "parameter `{name}`: expected a number, string, boolean or list"
+            ))
+        }
     })
 }
 
@@ -69,13 +97,13 @@ fn flatten(
     prefix: &str,
     v: &serde_norway::Value,
     out: &mut Vec<(String, toml::Value)>,
-) -> Result<(), ConfigError> {
+) -> Result<(), String> {
     match v {
         serde_norway::Value::Mapping(m) => {
             for (k, v) in m {
-                let k = k.as_str().ok_or_else(|| {
-                    err(format!("parameter name under `{prefix}` is not a string"))
-                })?;
+                let k = k
+                    .as_str()
+                    .ok_or_else(|| format!("parameter name under `{prefix}` is not a string"))?;
                 let name = if prefix.is_empty() {
                     k.to_string()
                 } else {
@@ -94,16 +122,15 @@ fn flatten(
 
 /// Parameters for this node from a ROS parameter file: entries under `/**`, the node's name,
 /// or its fully qualified name.
-pub fn params_file(
-    path: &Path,
-    node: &str,
-    namespace: &str,
-) -> Result<Vec<(String, toml::Value)>, ConfigError> {
+pub fn params_file(path: &Path, node: &str, namespace: &str) -> Result<Vec<Param>, ConfigError> {
     let file_err = |m: String| ConfigError::Parse {
-        file: path.to_path_buf(),
+        origin: Origin::File(path.to_path_buf()),
         message: m,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| file_err(e.to_string()))?;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        file: path.to_path_buf(),
+        source,
+    })?;
     let doc: serde_norway::Value =
         serde_norway::from_str(&text).map_err(|e| file_err(e.to_string()))?;
     let map = doc
@@ -125,10 +152,17 @@ pub fn params_file(
             let params = v
                 .get("ros__parameters")
                 .ok_or_else(|| file_err(format!("`{key}` has no `ros__parameters`")))?;
-            flatten("", params, &mut out).map_err(|e| file_err(e.to_string()))?;
+            flatten("", params, &mut out).map_err(file_err)?;
         }
     }
-    Ok(out)
+    Ok(out
+        .into_iter()
+        .map(|(name, value)| Param {
+            name,
+            value,
+            file: Some(path.to_path_buf()),
+        })
+        .collect())
 }
 
 /// Parses the arguments after `--ros-args`. Parameter files are read with the final node name.
@@ -148,6 +182,7 @@ pub fn parse(args: &[String]) -> Result<RosArgs, ConfigError> {
                 let v = next(i, a)?;
                 let (from, to) = v
                     .split_once(":=")
+                    .filter(|(from, to)| !from.is_empty() && !to.is_empty())
                     .ok_or_else(|| err(format!("remap `{v}`: expected FROM:=TO")))?;
                 match from {
                     "__node" | "__name" => out.node = Some(to.to_string()),
@@ -163,7 +198,11 @@ pub fn parse(args: &[String]) -> Result<RosArgs, ConfigError> {
                     .ok_or_else(|| err(format!("parameter `{v}`: expected NAME:=VALUE")))?;
                 let y: serde_norway::Value = serde_norway::from_str(value)
                     .map_err(|e| err(format!("parameter `{name}`: {e}")))?;
-                out.params.push((name.to_string(), to_toml(name, &y)?));
+                out.params.push(Param {
+                    name: name.to_string(),
+                    value: to_toml(name, &y).map_err(err)?,
+                    file: None,
+                });
                 i += 2;
             }
             "--params-file" => {
@@ -197,17 +236,25 @@ fn absolute(topic: &str) -> String {
     }
 }
 
-/// Applies parameters and remaps to a parsed configuration table.
-pub fn apply(table: &mut toml::Table, ros: &RosArgs) -> Result<(), ConfigError> {
-    for (name, value) in &ros.params {
+/// Applies parameters and remaps to a parsed configuration table; returns which settings they
+/// replaced, so errors in them are blamed on the parameter, not the file.
+pub fn apply(table: &mut toml::Table, ros: &RosArgs) -> Result<Origins, ConfigError> {
+    let mut origins = Origins::default();
+    for p in &ros.params {
+        let (name, value) = (&p.name, &p.value);
         if name == "config" {
             continue;
         }
+        let err = |m: String| ConfigError::Invalid {
+            origin: p.origin(),
+            field: name.clone(),
+            message: m,
+        };
         let mut keys: Vec<&str> = name.split('.').collect();
         let last = keys
             .pop()
             .filter(|k| !k.is_empty())
-            .ok_or_else(|| err(format!("parameter `{name}`: empty name")))?;
+            .ok_or_else(|| err("empty setting name".into()))?;
         let mut t = &mut *table;
         for k in keys {
             let entry = t
@@ -215,32 +262,46 @@ pub fn apply(table: &mut toml::Table, ros: &RosArgs) -> Result<(), ConfigError> 
                 .or_insert_with(|| toml::Value::Table(toml::Table::new()));
             t = entry
                 .as_table_mut()
-                .ok_or_else(|| err(format!("parameter `{name}`: `{k}` is not a section")))?;
+                .ok_or_else(|| err(format!("`{k}` is not a section")))?;
         }
         t.insert(last.to_string(), value.clone());
+        origins.set(name, p.origin());
     }
     let needs_ros = ros.node.is_some() || ros.namespace.is_some() || !ros.remaps.is_empty();
     if needs_ros {
         let section = table
             .entry("ros")
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        let r = section
-            .as_table_mut()
-            .ok_or_else(|| err("`ros` is not a section"))?;
+        let r = section.as_table_mut().ok_or_else(|| ConfigError::Invalid {
+            origin: Origin::Param("__node/__ns/remap".into()),
+            field: "ros".into(),
+            message: "is not a section".into(),
+        })?;
         if let Some(n) = &ros.node {
             r.insert("node".into(), toml::Value::String(n.clone()));
         }
         if let Some(ns) = &ros.namespace {
             r.insert("namespace".into(), toml::Value::String(ns.clone()));
         }
+        if ros.node.is_some() {
+            origins.set("ros.node", Origin::Param("__node".into()));
+        }
+        if ros.namespace.is_some() {
+            origins.set("ros.namespace", Origin::Param("__ns".into()));
+        }
         for (from, to) in &ros.remaps {
-            for (_, v) in r.iter_mut() {
+            let remap = Origin::Param(format!("remap {from}:={to}"));
+            for (key, v) in r.iter_mut() {
                 match v {
-                    toml::Value::String(s) if s == from => *s = to.clone(),
+                    toml::Value::String(s) if s == from => {
+                        *s = to.clone();
+                        origins.set(&format!("ros.{key}"), remap.clone());
+                    }
                     toml::Value::Array(items) => {
-                        for item in items.iter_mut() {
+                        for (i, item) in items.iter_mut().enumerate() {
                             if item.as_str() == Some(from) {
                                 *item = toml::Value::String(to.clone());
+                                origins.set(&format!("ros.{key}[{i}]"), remap.clone());
                             }
                         }
                     }
@@ -249,7 +310,16 @@ pub fn apply(table: &mut toml::Table, ros: &RosArgs) -> Result<(), ConfigError> 
             }
         }
     }
-    Ok(())
+    Ok(origins)
+}
+
+/// Remaps that name no topic in the configuration (topics pi0d uses under their defaults are
+/// not in the table, so they are matched against `defaults` too).
+pub fn unmatched_remaps<'a>(ros: &'a RosArgs, topics: &[&str]) -> Vec<&'a (String, String)> {
+    ros.remaps
+        .iter()
+        .filter(|(from, to)| !topics.contains(&from.as_str()) && !topics.contains(&to.as_str()))
+        .collect()
 }
 
 /// The `config` parameter, if one was given.
@@ -257,8 +327,8 @@ pub fn config_path(ros: &RosArgs) -> Option<PathBuf> {
     ros.params
         .iter()
         .rev()
-        .find(|(n, _)| n == "config")
-        .and_then(|(_, v)| v.as_str())
+        .find(|p| p.name == "config")
+        .and_then(|p| p.value.as_str())
         .map(PathBuf::from)
 }
 
@@ -299,11 +369,12 @@ mod tests {
                 "/left/joint_states".to_string()
             )]
         );
+        assert_eq!(r.params[0].name, "control.rate_hz");
+        assert_eq!(r.params[0].value, toml::Value::Integer(500));
         assert_eq!(
-            r.params[0],
-            ("control.rate_hz".to_string(), toml::Value::Integer(500))
+            r.params[1].value,
+            toml::Value::String("open the drawer".into())
         );
-        assert_eq!(r.params[1].1, toml::Value::String("open the drawer".into()));
     }
 
     #[test]

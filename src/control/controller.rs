@@ -8,7 +8,7 @@ use crate::chunk::JointChunk;
 use crate::config::{Config, Workspace};
 use crate::joints::{JointMeasurement, JointVector, MotionState};
 use crate::robot::RobotLimits;
-use crate::safety::{Governor, HoldReason, LimitMonitor, Mode, SafetyEvent, Target};
+use crate::safety::{Governor, HoldReason, LimitMonitor, Mode, SafetyEvent, Target, Waiting};
 use crate::time::MonoTime;
 
 pub struct TickInputs<'a> {
@@ -73,6 +73,8 @@ pub struct TickReport {
     pub reset_refused: bool,
     /// Stopping has reached rest: the daemon may exit.
     pub done: bool,
+    /// What the arm waits for while starting, holding or e-stopped.
+    pub waiting: Waiting,
 }
 
 /// Starting is refused when the arm stands outside its limits.
@@ -270,6 +272,7 @@ impl Controller {
             chunk: None,
             reset_refused: false,
             done: false,
+            waiting: Waiting::Nothing,
         };
 
         // Latched e-stop and reset.
@@ -416,6 +419,15 @@ impl Controller {
         // An e-stopped arm stays latched while the daemon shuts down; it is already holding.
         report.done = gov.at_rest
             && (self.mode == Mode::Stopping || (i.stop_requested && self.mode == Mode::EStopped));
+        report.waiting = match (self.mode, stale) {
+            (Mode::EStopped, _) => Waiting::Reset,
+            (Mode::Starting | Mode::Holding(_), Some(HoldReason::StaleCamera(k))) => {
+                Waiting::Camera(k)
+            }
+            (Mode::Starting | Mode::Holding(_), Some(_)) => Waiting::JointState,
+            (Mode::Starting | Mode::Holding(_), None) => Waiting::Chunk,
+            _ => Waiting::Nothing,
+        };
         report.mode = self.mode;
         report.command = command;
         self.last_tick = now;

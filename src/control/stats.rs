@@ -81,6 +81,10 @@ pub struct LiveStats {
     pub chunks_received: AtomicU64,
     pub chunks_rejected: AtomicU64,
     pub safety_events: AtomicU64,
+    /// `Waiting::code` of what the arm waits for.
+    pub waiting: AtomicU64,
+    /// Chunks the control loop accepted (the arm has started once this is non-zero).
+    pub chunks_accepted: AtomicU64,
 }
 
 impl LiveStats {

@@ -138,7 +138,9 @@ impl ControlLoop {
             now,
             measured: &measured,
             camera_stamps: &self.camera_stamps,
-            estop: self.board.estop.load(Ordering::Relaxed),
+            // A fault latched by the supervisor (a thread died) acts as an e-stop no reset clears.
+            estop: self.board.estop.load(Ordering::Relaxed)
+                || self.board.fault.load(Ordering::Relaxed),
             resets: self.board.resets.load(Ordering::Relaxed),
             new_chunk: worker.try_chunk(),
             overrun_streak: self.streak,
@@ -159,6 +161,7 @@ impl ControlLoop {
             LiveStats::add(&live.chunks_received, 1);
             match c {
                 ChunkOutcome::Accepted { latency_s, .. } => {
+                    LiveStats::add(&live.chunks_accepted, 1);
                     LiveStats::set(&live.last_latency_us, (latency_s * 1e6) as u64)
                 }
                 ChunkOutcome::Rejected { .. } => LiveStats::add(&live.chunks_rejected, 1),
@@ -170,6 +173,7 @@ impl ControlLoop {
         self.ticks += 1;
         LiveStats::set(&live.ticks, self.ticks);
         LiveStats::set(&live.mode, crate::control::stats::mode_code(report.mode));
+        LiveStats::set(&live.waiting, report.waiting.code());
         LiveStats::set(&live.safety_events, self.ctl.event_counts().iter().sum());
         if report.done {
             StepOutcome::Done

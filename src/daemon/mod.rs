@@ -1,24 +1,32 @@
 //! Daemon lifecycle: start-up (inputs, start gate, policy worker, control thread), supervision
-//! (status line, signals, duration, systemd notify/watchdog), and shutdown (decelerate to rest,
-//! summary).
+//! (every thread watched for death and liveness, status line, signals, duration, start timeout,
+//! systemd notify/watchdog), and shutdown (decelerate to rest, summary).
+//!
+//! The death of any thread is never silent: the inference, ROS or simulator thread dying (or
+//! stalling) latches the e-stop, the arm decelerates to rest, the watchdog pings stop and the
+//! run ends with `ExitReason::ThreadFault`; the control thread dying or stalling ends it at once
+//! with `ExitReason::ControlFault` (nothing else can command the arm).
 
 pub mod control;
+pub mod exit;
+pub mod log;
 pub mod notify;
+pub mod report;
 pub mod rt;
+pub mod signals;
 pub mod summary;
+pub mod supervise;
 pub mod worker;
 
-use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::config::Config;
-use crate::config::Io;
-use crate::control::controller::{ChunkOutcome, StartRefused};
+use crate::config::{Config, Io};
+use crate::control::controller::StartRefused;
 use crate::control::stats::{mode_name, LiveStats};
 use crate::control::Controller;
 use crate::io::ros::{RosError, RosIo};
@@ -26,24 +34,15 @@ use crate::io::sim::SimArm;
 use crate::io::Blackboard;
 use crate::joints::JointMeasurement;
 use crate::policy::PolicyBuildError;
-use crate::safety::{Mode, SafetyEvent};
+use crate::safety::Waiting;
 use crate::time::MonoTime;
 use control::{ControlEvent, ControlLoop, ControlResult};
-use summary::{Percentiles, Summary, TransitionRecord};
+use exit::ExitReason;
+use report::{build_summary, waiting_detail, EventLog, StatusLine};
+use signals::Signals;
+use summary::Summary;
+use supervise::{Health, Role, Supervised};
 use worker::{WorkerSetup, WorkerStats};
-
-/// Process exit codes, distinct so systemd and people can tell failures apart.
-pub mod exit {
-    pub const OK: i32 = 0;
-    /// Bad configuration, URDF or other input file.
-    pub const CONFIG: i32 = 1;
-    /// The arm stands outside its limits: refusing to start.
-    pub const START_REFUSED: i32 = 3;
-    /// No joint state arrived at start-up.
-    pub const NO_INPUT: i32 = 4;
-    /// Internal fault: the control thread died, or the arm did not come to rest on shutdown.
-    pub const FAULT: i32 = 5;
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -53,20 +52,26 @@ pub enum DaemonError {
     NoJointState(f64),
     #[error(transparent)]
     Policy(#[from] PolicyBuildError),
-    #[error("cannot start thread: {0}")]
-    Spawn(#[from] std::io::Error),
+    #[error("cannot start the {thread} thread")]
+    Spawn {
+        thread: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Ros(#[from] RosError),
+    #[error("the {0} thread died during start-up: {1}")]
+    StartupThread(&'static str, String),
 }
 
 impl DaemonError {
-    pub fn exit_code(&self) -> i32 {
+    pub fn exit_reason(&self) -> ExitReason {
         match self {
-            DaemonError::StartRefused(_) => exit::START_REFUSED,
-            DaemonError::NoJointState(_) => exit::NO_INPUT,
-            DaemonError::Policy(_) => exit::CONFIG,
-            DaemonError::Spawn(_) => exit::FAULT,
-            DaemonError::Ros(_) => exit::NO_INPUT,
+            DaemonError::StartRefused(_) => ExitReason::StartRefused,
+            DaemonError::NoJointState(_) => ExitReason::NoJointState,
+            DaemonError::Policy(_) => ExitReason::InvalidInput,
+            DaemonError::Spawn { .. } | DaemonError::Ros(_) => ExitReason::RuntimeFailure,
+            DaemonError::StartupThread(..) => ExitReason::ThreadFault,
         }
     }
 }
@@ -82,66 +87,187 @@ pub struct RunOptions {
 const FIRST_INPUT_TIMEOUT_S: f64 = 10.0;
 /// Supervisor poll period.
 const SUPERVISE_PERIOD: Duration = Duration::from_millis(20);
+/// A control loop that has not ticked for this long is stuck.
+const CONTROL_STALL_S: f64 = 1.0;
+/// The I/O threads poll every few milliseconds: this much silence means one is stuck.
+const IO_STALL_S: f64 = 2.0;
+/// While the arm has not started: first warning after this long, then again every interval.
+const START_WARN_AFTER_S: f64 = 2.0;
+const START_WARN_EVERY_S: f64 = 10.0;
+/// How long shutdown waits for a thread to finish before leaving it to the process exit.
+const JOIN_WAIT_S: f64 = 2.0;
 
-/// Runs the daemon until `--duration` passes or SIGINT/SIGTERM; returns the summary.
+/// The thread that talks to the robot (or is it).
+enum IoThread {
+    Sim(Supervised<()>),
+    Ros(JoinHandle<()>),
+}
+
+impl IoThread {
+    fn role(&self) -> Role {
+        match self {
+            IoThread::Sim(_) => Role::Sim,
+            IoThread::Ros(_) => Role::Ros,
+        }
+    }
+
+    fn health(&self, now: MonoTime) -> Health {
+        match self {
+            IoThread::Sim(t) => t.health(now, Some(IO_STALL_S)),
+            IoThread::Ros(h) if h.is_finished() => Health::Returned,
+            IoThread::Ros(_) => Health::Alive,
+        }
+    }
+
+    fn is_finished(&self) -> bool {
+        match self {
+            IoThread::Sim(t) => t.is_finished(),
+            IoThread::Ros(h) => h.is_finished(),
+        }
+    }
+
+    fn join(self) {
+        match self {
+            IoThread::Sim(t) => {
+                t.join();
+            }
+            IoThread::Ros(h) => {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// A thread shutdown waits for.
+trait Joinable {
+    fn finished(&self) -> bool;
+    fn join_now(self);
+}
+
+impl Joinable for IoThread {
+    fn finished(&self) -> bool {
+        self.is_finished()
+    }
+    fn join_now(self) {
+        self.join()
+    }
+}
+
+impl<T> Joinable for Supervised<T> {
+    fn finished(&self) -> bool {
+        self.is_finished()
+    }
+    fn join_now(self) {
+        self.join();
+    }
+}
+
+/// Waits up to `JOIN_WAIT_S` for a thread to finish, then joins it; a stuck one is left to the
+/// process exit rather than hanging shutdown.
+fn join_bounded(thread: impl Joinable, what: &str) {
+    let deadline = MonoTime::now().offset_seconds(JOIN_WAIT_S);
+    while !thread.finished() && MonoTime::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if thread.finished() {
+        thread.join_now();
+    } else {
+        tracing::error!("the {what} thread did not finish; leaving it");
+    }
+}
+
+/// Runs the daemon until `--duration` passes, a stop signal arrives or a fault ends it;
+/// returns the summary (its `exit` says which).
 pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
     if cfg.realtime.lock_memory {
         rt::lock_memory();
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // A second signal while stopping exits at once.
-        let _ = signal_hook::flag::register_conditional_shutdown(sig, 130, stop.clone());
-        let _ = signal_hook::flag::register(sig, stop.clone());
-    }
+    let mut signals = Signals::install();
     let io_stop = Arc::new(AtomicBool::new(false));
     let board = Arc::new(Blackboard::new(cfg.camera_count(), &cfg.policy.prompt));
     let start = MonoTime::now();
     let live = Arc::new(LiveStats::default());
-    let io_thread = match &cfg.io {
-        Io::Sim => SimArm::new(cfg.sim.clone(), &cfg.limits).spawn(
-            board.clone(),
-            io_stop.clone(),
-            start,
-        )?,
+    let io = match &cfg.io {
+        Io::Sim => {
+            let mut sim = SimArm::new(cfg.sim.clone(), &cfg.limits);
+            let (board, stop) = (board.clone(), io_stop.clone());
+            IoThread::Sim(
+                supervise::spawn(Role::Sim, move |h| {
+                    sim.run(&board, &stop, start, &|| h.beat())
+                })
+                .map_err(|source| DaemonError::Spawn {
+                    thread: "simulator",
+                    source,
+                })?,
+            )
+        }
         Io::Ros(ros) => {
             let names = cfg.limits.names().map(str::to_string).collect();
-            RosIo::new((**ros).clone(), names, cfg.control.period).spawn(
-                board.clone(),
-                live.clone(),
-                io_stop.clone(),
-            )?
+            let node = RosIo::new((**ros).clone(), names, cfg.control.period);
+            let (board, live, stop) = (board.clone(), live.clone(), io_stop.clone());
+            // The middleware's own threads are created here; a library that panics when it
+            // cannot create them becomes a start-up error.
+            let spawned = supervise::caught(move || node.spawn(board, live, stop))
+                .map_err(|m| DaemonError::StartupThread("ROS", m))?;
+            IoThread::Ros(spawned?)
         }
     };
 
-    let result = supervise(&cfg, &opts, &board, &live, &stop, &io_stop, start);
+    let result = supervise(
+        &cfg,
+        &opts,
+        &board,
+        &live,
+        &mut signals,
+        &io_stop,
+        start,
+        &io,
+    );
     io_stop.store(true, Ordering::SeqCst);
-    let _ = io_thread.join();
+    let role = io.role().name();
+    join_bounded(io, role);
     notify::Notifier::from_env().stopping();
-    let summary = result?;
+    let mut summary = result?;
+    summary.signals_ignored = signals.ignored_total();
+    summary.log_lines_lost = log::lost_lines();
     if let Some(path) = &opts.summary {
-        match serde_json::to_string_pretty(&summary) {
-            Ok(json) => {
-                if let Err(e) = std::fs::write(path, json) {
-                    tracing::error!(file = %path.display(), error = %e, "cannot write summary");
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "cannot encode summary"),
-        }
+        report::write_summary(path, &summary);
     }
     Ok(summary)
 }
 
-fn wait_first_joint_state(board: &Blackboard) -> Option<JointMeasurement> {
+/// The first joint state, or `None` on a stop signal; an I/O thread that dies meanwhile is an
+/// error.
+fn wait_first_joint_state(
+    board: &Blackboard,
+    io: &IoThread,
+    stop: &AtomicBool,
+) -> Result<Option<JointMeasurement>, DaemonError> {
     let deadline = MonoTime::now().offset_seconds(FIRST_INPUT_TIMEOUT_S);
     while MonoTime::now() < deadline {
         let js = board.joint_state.load();
         if js.stamp != MonoTime::ZERO {
-            return Some(js);
+            return Ok(Some(js));
+        }
+        match io.health(MonoTime::now()) {
+            Health::Alive => {}
+            h => return Err(DaemonError::StartupThread(io.role().name(), describe(&h))),
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(None);
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    None
+    Err(DaemonError::NoJointState(FIRST_INPUT_TIMEOUT_S))
+}
+
+fn describe(h: &Health) -> String {
+    match h {
+        Health::Alive => "alive".into(),
+        Health::Returned => "returned unexpectedly".into(),
+        Health::Panicked(m) => format!("panicked: {m}"),
+        Health::Stalled(s) => format!("stopped responding ({s:.1} s without a heartbeat)"),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -150,12 +276,15 @@ fn supervise(
     opts: &RunOptions,
     board: &Arc<Blackboard>,
     live: &Arc<LiveStats>,
-    stop: &Arc<AtomicBool>,
+    signals: &mut Signals,
     io_stop: &Arc<AtomicBool>,
     start: MonoTime,
+    io: &IoThread,
 ) -> Result<Summary, DaemonError> {
-    let first =
-        wait_first_joint_state(board).ok_or(DaemonError::NoJointState(FIRST_INPUT_TIMEOUT_S))?;
+    let Some(first) = wait_first_joint_state(board, io, &signals.stop)? else {
+        tracing::info!("stop requested before the first joint state: nothing moved");
+        return Ok(Summary::default());
+    };
     let controller = Controller::from_config(cfg, &first, MonoTime::now())?;
     tracing::info!(
         joints = cfg.limits.len(),
@@ -177,7 +306,11 @@ fn supervise(
         board.clone(),
         worker_stats.clone(),
         io_stop.clone(),
-    )?;
+    )
+    .map_err(|source| DaemonError::Spawn {
+        thread: "inference",
+        source,
+    })?;
 
     let stop_requested = Arc::new(AtomicBool::new(false));
     let (events_tx, events_rx) = sync_channel::<ControlEvent>(256);
@@ -189,266 +322,173 @@ fn supervise(
         let period_ns = cfg.control.period.as_nanos() as u64;
         let stop_timeout_s = cfg.control.stop_timeout_s;
         let cameras = cfg.camera_count();
-        std::thread::Builder::new()
-            .name("pi0d-control".into())
-            .spawn(move || {
-                rt::apply_to_current_thread(&rt_cfg);
-                let lp = ControlLoop::new(
-                    controller,
-                    worker,
-                    board,
-                    live,
-                    stop_requested,
-                    events_tx,
-                    cameras,
-                    stop_timeout_s,
-                );
-                lp.run(period_ns, (rt_cfg.spin_us * 1e3) as u64)
-            })?
+        supervise::spawn(Role::Control, move |_| {
+            rt::apply_to_current_thread(&rt_cfg);
+            let lp = ControlLoop::new(
+                controller,
+                worker,
+                board,
+                live,
+                stop_requested,
+                events_tx,
+                cameras,
+                stop_timeout_s,
+            );
+            lp.run(period_ns, (rt_cfg.spin_us * 1e3) as u64)
+        })
+        .map_err(|source| DaemonError::Spawn {
+            thread: "control",
+            source,
+        })?
     };
     let notifier = notify::Notifier::from_env();
     notifier.ready();
 
     let watchdog_usec = notify::watchdog_usec();
-    let watchdog = watchdog_usec.is_some();
     let watchdog_period = Duration::from_micros(watchdog_usec.unwrap_or(0) / 2);
     let mut last_watchdog = MonoTime::now();
     let mut last_ticks_seen = 0u64;
+    let mut last_tick_change = MonoTime::now();
 
     let mut log = EventLog::default();
     let mut last_status = MonoTime::now();
     let mut status_line = StatusLine::new(opts.status);
     let run_start = MonoTime::now();
+    let mut next_start_warning = START_WARN_AFTER_S;
+    let mut exit = ExitReason::Clean;
+    let mut faults: Vec<String> = Vec::new();
+    let mut control_fault = false;
 
     while !control.is_finished() {
         std::thread::sleep(SUPERVISE_PERIOD);
         let now = MonoTime::now();
+        let t = now.seconds_since(run_start);
         log.drain(&events_rx, start);
-        let over = opts
-            .duration_s
-            .is_some_and(|d| now.seconds_since(run_start) >= d);
-        if (over || stop.load(Ordering::Relaxed)) && !stop_requested.load(Ordering::Relaxed) {
+        signals.log_ignored();
+
+        // Liveness. A fault is reported once and decides the exit code.
+        let ticks = LiveStats::get(&live.ticks);
+        if ticks != last_ticks_seen {
+            last_ticks_seen = ticks;
+            last_tick_change = now;
+        } else if now.seconds_since(last_tick_change) > CONTROL_STALL_S {
+            let m = format!(
+                "control thread stopped ticking ({:.1} s without a tick)",
+                now.seconds_since(last_tick_change)
+            );
+            tracing::error!("{m}: no controlled stop is possible; exiting");
+            faults.push(m);
+            control_fault = true;
+            break;
+        }
+        if control.is_finished() {
+            break;
+        }
+        if exit != ExitReason::ThreadFault {
+            // Once stopping, the inference worker ends with the control loop: only a panic or a
+            // stall is a fault then.
+            let stopping = stop_requested.load(Ordering::Relaxed);
+            let others = [
+                (Role::Inference, worker_thread.health(now, None)),
+                (io.role(), io.health(now)),
+            ];
+            let fault = others.into_iter().find(|(_, h)| match h {
+                Health::Alive => false,
+                Health::Returned => !stopping,
+                _ => true,
+            });
+            if let Some((role, h)) = fault {
+                let m = format!("{} thread {}", role.name(), describe(&h));
+                tracing::error!("{m}: e-stop latched, decelerating to rest, then exiting");
+                faults.push(m);
+                board.fault.store(true, Ordering::SeqCst);
+                stop_requested.store(true, Ordering::SeqCst);
+                exit = ExitReason::ThreadFault;
+            }
+        }
+
+        // Why the arm has not started yet, and for how long that may go on.
+        let started = LiveStats::get(&live.chunks_accepted) > 0;
+        if !started && exit == ExitReason::Clean {
+            let waiting = Waiting::from_code(LiveStats::get(&live.waiting));
+            if t >= cfg.control.start_timeout_s {
+                tracing::error!(
+                    "the arm could not start within control.start_timeout_s = {} s: waiting for {}; stopping",
+                    cfg.control.start_timeout_s,
+                    waiting_detail(cfg, waiting, &worker_stats)
+                );
+                stop_requested.store(true, Ordering::SeqCst);
+                exit = ExitReason::StartTimeout;
+            } else if t >= next_start_warning {
+                tracing::warn!(
+                    "not started after {t:.1} s: waiting for {} (gives up at control.start_timeout_s = {} s)",
+                    waiting_detail(cfg, waiting, &worker_stats),
+                    cfg.control.start_timeout_s
+                );
+                next_start_warning = t + START_WARN_EVERY_S;
+            }
+        }
+
+        let over = opts.duration_s.is_some_and(|d| t >= d);
+        if (over || signals.stop.load(Ordering::Relaxed)) && !stop_requested.load(Ordering::Relaxed)
+        {
             tracing::info!("stopping: decelerating to rest");
             stop_requested.store(true, Ordering::SeqCst);
         }
         if now.seconds_since(last_status) >= cfg.control.status_interval_s {
             last_status = now;
-            status_line.show(live, &worker_stats, now.seconds_since(run_start));
+            status_line.show(live, &worker_stats, t);
             notifier.status(&format!(
                 "{} | {} ticks",
                 mode_name(LiveStats::get(&live.mode)),
                 LiveStats::get(&live.ticks)
             ));
         }
-        if watchdog && now.seconds_since(last_watchdog) >= watchdog_period.as_secs_f64() {
-            // Only a control loop that still ticks keeps systemd's watchdog fed.
-            let ticks = LiveStats::get(&live.ticks);
-            if ticks != last_ticks_seen {
+        // Only a control loop that still ticks, in a daemon without a fault, keeps systemd's
+        // watchdog fed.
+        if watchdog_usec.is_some()
+            && exit != ExitReason::ThreadFault
+            && now.seconds_since(last_watchdog) >= watchdog_period.as_secs_f64()
+        {
+            if now.seconds_since(last_tick_change) < watchdog_period.as_secs_f64() {
                 notifier.watchdog();
-                last_ticks_seen = ticks;
             }
             last_watchdog = now;
         }
     }
     status_line.finish();
     io_stop.store(true, Ordering::SeqCst);
-    let _ = worker_thread.join();
-    let result = match control.join() {
-        Ok(r) => r,
-        Err(_) => {
-            tracing::error!("control thread panicked");
-            return Ok(Summary {
-                exit: "control_panic".into(),
-                ..Summary::default()
-            });
+    join_bounded(worker_thread, "inference");
+    let waiting = Waiting::from_code(LiveStats::get(&live.waiting));
+    let result: Option<ControlResult> = if control_fault {
+        None
+    } else {
+        match control.health(MonoTime::now(), None) {
+            Health::Panicked(m) => {
+                tracing::error!("control thread panicked: {m}");
+                faults.push(format!("control thread panicked: {m}"));
+                None
+            }
+            _ => control.join(),
         }
     };
     log.drain(&events_rx, start);
-    Ok(build_summary(
-        cfg,
-        &result,
-        &worker_stats,
-        log,
-        MonoTime::now().seconds_since(run_start),
-    ))
-}
-
-/// What the control thread reported, collected by the supervisor for the log and the summary.
-#[derive(Default)]
-struct EventLog {
-    transitions: Vec<TransitionRecord>,
-    late_rejections: BTreeMap<String, u64>,
-    accepted: u64,
-    reset_refused: u64,
-}
-
-impl EventLog {
-    fn drain(&mut self, rx: &Receiver<ControlEvent>, start: MonoTime) {
-        while let Ok(e) = rx.try_recv() {
-            match e {
-                ControlEvent::Transition(t) => {
-                    let t_s = t.at.seconds_since(start);
-                    match t.to {
-                        Mode::Holding(_) | Mode::EStopped => {
-                            tracing::warn!(t_s = format!("{t_s:.3}"), from = %t.from, to = %t.to, "state")
-                        }
-                        _ => {
-                            tracing::info!(t_s = format!("{t_s:.3}"), from = %t.from, to = %t.to, "state")
-                        }
-                    }
-                    self.transitions.push(TransitionRecord {
-                        t_s,
-                        from: t.from.to_string(),
-                        to: t.to.to_string(),
-                    });
-                }
-                ControlEvent::Chunk(ChunkOutcome::Accepted { .. }) => self.accepted += 1,
-                ControlEvent::Chunk(ChunkOutcome::Rejected { reason, seq }) => {
-                    let n = self
-                        .late_rejections
-                        .entry(reason.name().to_string())
-                        .or_default();
-                    if (*n).is_multiple_of(20) {
-                        tracing::warn!(
-                            seq,
-                            reason = reason.name(),
-                            total = *n + 1,
-                            "chunk not executed"
-                        );
-                    }
-                    *n += 1;
-                }
-                ControlEvent::ResetRefused => {
-                    self.reset_refused += 1;
-                    tracing::warn!(
-                        "reset refused: arm not at rest or outside its limits; still e-stopped"
-                    );
-                }
-            }
-        }
-    }
-}
-
-fn build_summary(
-    cfg: &Config,
-    r: &ControlResult,
-    ws: &WorkerStats,
-    log: EventLog,
-    duration_s: f64,
-) -> Summary {
-    let EventLog {
-        transitions,
-        late_rejections: late,
-        accepted,
-        reset_refused,
-    } = log;
-    let us = |ns: u64| ns as f64 / 1e3;
-    let ms = |ns: u64| ns as f64 / 1e6;
-    let names: Vec<String> = cfg.limits.names().map(str::to_string).collect();
-    let per_joint = |v: &crate::joints::JointVector| -> BTreeMap<String, f64> {
-        names.iter().cloned().zip(v.iter().copied()).collect()
+    let duration_s = MonoTime::now().seconds_since(run_start);
+    let Some(result) = result else {
+        return Ok(Summary {
+            duration_s,
+            faults,
+            transitions: log.transitions,
+            exit: ExitReason::ControlFault,
+            exit_code: ExitReason::ControlFault.code(),
+            ..Summary::default()
+        });
     };
-    let mut by_reason: BTreeMap<String, u64> = late;
-    for (k, n) in ws.rejected_by_reason() {
-        if n > 0 {
-            by_reason.insert(k.to_string(), n);
-        }
+    if exit == ExitReason::Clean && !result.reached_rest {
+        exit = ExitReason::StopTimeout;
     }
-    let ctl = &r.controller;
-    let mon = ctl.monitor();
-    Summary {
-        duration_s,
-        rate_hz: cfg.control.rate_hz,
-        ticks: r.ticks,
-        overruns: r.overruns,
-        jitter_us: Percentiles {
-            p50: us(r.jitter.quantile_ns(0.5)),
-            p99: us(r.jitter.quantile_ns(0.99)),
-            max: us(r.jitter.max_ns()),
-        },
-        chunks_received: ws.produced.load(Ordering::Relaxed)
-            + ws.policy_errors.load(Ordering::Relaxed)
-            + ws.policy_panics.load(Ordering::Relaxed),
-        chunks_accepted: accepted,
-        chunks_rejected: by_reason.values().sum(),
-        chunks_rejected_by_reason: by_reason,
-        inference_requests: ws.requests.load(Ordering::Relaxed),
-        latency_ms: Percentiles {
-            p50: ms(ctl.latency.quantile_ns(0.5)),
-            p99: ms(ctl.latency.quantile_ns(0.99)),
-            max: ms(ctl.latency.max_ns()),
-        },
-        safety_events: SafetyEvent::ALL
-            .iter()
-            .map(|e| (e.name().to_string(), ctl.event_counts()[*e as usize]))
-            .collect(),
-        limit_violations: mon.violations,
-        max_abs_velocity: per_joint(&mon.max_abs_velocity),
-        max_abs_acceleration: per_joint(&mon.max_abs_acceleration),
-        max_abs_jerk: per_joint(&mon.max_abs_jerk),
-        reset_refused,
-        final_mode: ctl.mode().to_string(),
-        transitions,
-        exit: if r.reached_rest {
-            "clean"
-        } else {
-            "stop_timeout"
-        }
-        .into(),
-    }
-}
-
-/// The live one-line status: rewritten in place on a terminal, one log line per interval
-/// otherwise (journald).
-struct StatusLine {
-    enabled: bool,
-    tty: bool,
-    last_ticks: u64,
-    last_t: f64,
-}
-
-impl StatusLine {
-    fn new(enabled: bool) -> StatusLine {
-        StatusLine {
-            enabled,
-            tty: std::io::stderr().is_terminal(),
-            last_ticks: 0,
-            last_t: 0.0,
-        }
-    }
-
-    fn show(&mut self, live: &LiveStats, ws: &WorkerStats, t: f64) {
-        let ticks = LiveStats::get(&live.ticks);
-        let rate = (ticks - self.last_ticks) as f64 / (t - self.last_t).max(1e-9);
-        self.last_ticks = ticks;
-        self.last_t = t;
-        if !self.enabled {
-            return;
-        }
-        let line = format!(
-            "{:>7.1}s | {:6.1} Hz | jitter {:4} us (max {:5}) | overruns {} | latency {:5.1} ms | infer {:5.1} ms | {:<9} | chunks {} ({} rejected) | safety events {}",
-            t,
-            rate,
-            LiveStats::get(&live.last_jitter_ns) / 1000,
-            LiveStats::get(&live.max_jitter_ns) / 1000,
-            LiveStats::get(&live.overruns),
-            LiveStats::get(&live.last_latency_us) as f64 / 1e3,
-            ws.last_infer_us.load(Ordering::Relaxed) as f64 / 1e3,
-            mode_name(LiveStats::get(&live.mode)),
-            LiveStats::get(&live.chunks_received),
-            LiveStats::get(&live.chunks_rejected) + ws.rejected_by_reason().iter().map(|(_, n)| n).sum::<u64>(),
-            LiveStats::get(&live.safety_events),
-        );
-        if self.tty {
-            eprint!("\r{line}\x1b[K");
-        } else {
-            tracing::info!(target: "pi0d::status", "{line}");
-        }
-    }
-
-    fn finish(&self) {
-        if self.enabled && self.tty {
-            eprintln!();
-        }
-    }
+    let mut summary = build_summary(cfg, &result, &worker_stats, log, duration_s, exit);
+    summary.faults = faults;
+    summary.waiting_for = (waiting != Waiting::Nothing).then(|| waiting.name().to_string());
+    Ok(summary)
 }

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::exit::ExitReason;
+
 #[derive(Debug, Default, Serialize)]
 pub struct Percentiles {
     pub p50: f64,
@@ -40,5 +42,14 @@ pub struct Summary {
     pub reset_refused: u64,
     pub final_mode: String,
     pub transitions: Vec<TransitionRecord>,
-    pub exit: String,
+    /// What the arm was waiting for at the end, if it was not running (never started, holding).
+    pub waiting_for: Option<String>,
+    /// Thread faults the supervisor saw (`inference thread panicked: ...`).
+    pub faults: Vec<String>,
+    /// Signals that were logged and ignored (SIGHUP, SIGUSR1, ...).
+    pub signals_ignored: u64,
+    /// Log lines lost to a failed stderr (a closed pipe, a full disk).
+    pub log_lines_lost: u64,
+    pub exit: ExitReason,
+    pub exit_code: u8,
 }

@@ -2,13 +2,12 @@
 //! observation, runs the policy (panics caught), converts and validates the chunk, and hands it
 //! to the control thread through a bounded channel. Chunk buffers come back for reuse.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::supervise::{caught, Role, Supervised};
 use crate::chunk::JointChunk;
 use crate::config::SafetyConfig;
 use crate::io::Blackboard;
@@ -99,7 +98,7 @@ pub fn spawn(
     board: Arc<Blackboard>,
     stats: Arc<WorkerStats>,
     stop: Arc<AtomicBool>,
-) -> std::io::Result<(WorkerHandle, JoinHandle<()>)> {
+) -> std::io::Result<(WorkerHandle, Supervised<()>)> {
     let (req_tx, req_rx) = sync_channel::<()>(1);
     let (chunk_tx, chunk_rx) = sync_channel::<Box<JointChunk>>(2);
     let (recycle_tx, recycle_rx) = sync_channel::<Box<JointChunk>>(POOL);
@@ -113,35 +112,34 @@ pub fn spawn(
         recycle: recycle_tx,
         in_flight: in_flight.clone(),
     };
-    let thread = std::thread::Builder::new()
-        .name("pi0d-infer".into())
-        .spawn(move || {
-            let mut obs = Observation::default();
-            let mut seq = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                match req_rx.recv_timeout(Duration::from_millis(50)) {
-                    Ok(()) => {}
-                    Err(RecvTimeoutError::Timeout) => continue,
-                    Err(RecvTimeoutError::Disconnected) => break,
-                }
-                stats.requests.fetch_add(1, Ordering::Relaxed);
-                if board.observe(&setup.map, &mut obs) {
-                    seq += 1;
-                    if let Some(chunk) = infer_one(
-                        policy.as_mut(),
-                        &obs,
-                        &setup,
-                        &board,
-                        &stats,
-                        &recycle_rx,
-                        seq,
-                    ) {
-                        let _ = chunk_tx.try_send(chunk);
-                    }
-                }
-                in_flight.store(false, Ordering::Release);
+    let thread = super::supervise::spawn(Role::Inference, move |heart| {
+        let mut obs = Observation::default();
+        let mut seq = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            heart.beat();
+            match req_rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(()) => {}
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => break,
             }
-        })?;
+            stats.requests.fetch_add(1, Ordering::Relaxed);
+            if board.observe(&setup.map, &mut obs) {
+                seq += 1;
+                if let Some(chunk) = infer_one(
+                    policy.as_mut(),
+                    &obs,
+                    &setup,
+                    &board,
+                    &stats,
+                    &recycle_rx,
+                    seq,
+                ) {
+                    let _ = chunk_tx.try_send(chunk);
+                }
+            }
+            in_flight.store(false, Ordering::Release);
+        }
+    })?;
     Ok((handle, thread))
 }
 
@@ -155,7 +153,8 @@ fn infer_one(
     seq: u64,
 ) -> Option<Box<JointChunk>> {
     let started = MonoTime::now();
-    let result = catch_unwind(AssertUnwindSafe(|| policy.infer(obs)));
+    // A panicking policy costs this chunk, not the worker (reported below, rate-limited).
+    let result = caught(|| policy.infer(obs));
     stats.last_infer_us.store(
         (MonoTime::now().seconds_since(started) * 1e6) as u64,
         Ordering::Relaxed,
@@ -169,13 +168,8 @@ fn infer_one(
             }
             return None;
         }
-        Err(panic) => {
+        Err(msg) => {
             let n = stats.policy_panics.fetch_add(1, Ordering::Relaxed);
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
             if n.is_multiple_of(LOG_EVERY) {
                 tracing::error!(seq, panic = %msg, total = n + 1, "policy panicked: no chunk");
             }

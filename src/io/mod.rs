@@ -24,6 +24,8 @@ pub struct Blackboard {
     pub frames: Vec<Mutex<Option<Arc<CameraFrame>>>>,
     pub prompt: Mutex<String>,
     pub estop: AtomicBool,
+    /// Latched by the daemon's supervisor when a thread died: an e-stop that no reset clears.
+    pub fault: AtomicBool,
     pub resets: AtomicU64,
     /// Latest command (written by the control thread every tick).
     pub command: AtomicCell<(MonoTime, MotionState)>,
@@ -37,6 +39,7 @@ impl Blackboard {
             frames: (0..cameras).map(|_| Mutex::new(None)).collect(),
             prompt: Mutex::new(prompt.to_string()),
             estop: AtomicBool::new(false),
+            fault: AtomicBool::new(false),
             resets: AtomicU64::new(0),
             command: AtomicCell::new((MonoTime::ZERO, MotionState::default())),
         }

@@ -4,8 +4,6 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::Blackboard;
@@ -44,19 +42,9 @@ impl SimArm {
         }
     }
 
-    /// Runs the simulation on its own thread until `stop` is set.
-    pub fn spawn(
-        mut self,
-        board: Arc<Blackboard>,
-        stop: Arc<AtomicBool>,
-        start: MonoTime,
-    ) -> std::io::Result<JoinHandle<()>> {
-        std::thread::Builder::new()
-            .name("pi0d-sim".into())
-            .spawn(move || self.run(&board, &stop, start))
-    }
-
-    fn run(&mut self, board: &Blackboard, stop: &AtomicBool, start: MonoTime) {
+    /// Runs the simulation until `stop` is set (on a thread the daemon supervises); `beat` is
+    /// called on every step.
+    pub fn run(&mut self, board: &Blackboard, stop: &AtomicBool, start: MonoTime, beat: &dyn Fn()) {
         let dt = 1.0 / self.cfg.rate_hz;
         let period = Duration::from_secs_f64(dt);
         let delay = self.cfg.measurement_delay_s;
@@ -70,6 +58,7 @@ impl SimArm {
         let mut events = self.cfg.events.clone();
         events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
         while !stop.load(Ordering::Relaxed) {
+            beat();
             deadline = deadline + period;
             sleep_until(deadline);
             let now = MonoTime::now();

@@ -65,6 +65,7 @@ impl KinematicChain {
             let axis = Unit::try_new(axis, 1e-12).ok_or_else(|| UrdfError::Joint {
                 file: model.file.clone(),
                 joint: joint.name.clone(),
+                at: model.at(&joint.name),
                 message: "axis has zero length".into(),
             });
             let motion = match joint.joint_type {

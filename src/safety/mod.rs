@@ -8,4 +8,4 @@ pub mod validate;
 
 pub use governor::{Governor, GovernorReport, Target};
 pub use monitor::LimitMonitor;
-pub use state::{HoldReason, Mode, SafetyEvent};
+pub use state::{HoldReason, Mode, SafetyEvent, Waiting};

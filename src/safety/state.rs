@@ -133,3 +133,64 @@ impl SafetyEvent {
         })
     }
 }
+
+/// What keeps the arm from running while it is starting or holding, for the status line, the
+/// diagnostics and the start timeout's message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    /// Running (or stopping): nothing.
+    Nothing,
+    /// The joint state is older than its timeout (or never came).
+    JointState,
+    /// This camera's frames are older than their timeout (or never came).
+    Camera(u8),
+    /// Inputs are fresh; no chunk from a fresh observation has been accepted yet.
+    Chunk,
+    /// The e-stop is latched until a reset.
+    Reset,
+}
+
+impl Waiting {
+    pub fn name(self) -> &'static str {
+        match self {
+            Waiting::Nothing => "nothing",
+            Waiting::JointState => "fresh_joint_state",
+            Waiting::Camera(_) => "fresh_camera",
+            Waiting::Chunk => "chunk",
+            Waiting::Reset => "reset",
+        }
+    }
+
+    /// A code for a lock-free counter (`LiveStats::waiting`).
+    pub fn code(self) -> u64 {
+        match self {
+            Waiting::Nothing => 0,
+            Waiting::JointState => 1,
+            Waiting::Camera(k) => 0x100 | k as u64,
+            Waiting::Chunk => 2,
+            Waiting::Reset => 3,
+        }
+    }
+
+    pub fn from_code(code: u64) -> Waiting {
+        match code {
+            1 => Waiting::JointState,
+            2 => Waiting::Chunk,
+            3 => Waiting::Reset,
+            c if c & 0x100 != 0 => Waiting::Camera((c & 0xff) as u8),
+            _ => Waiting::Nothing,
+        }
+    }
+}
+
+impl fmt::Display for Waiting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Waiting::Camera(k) => write!(f, "fresh frames from camera {k}"),
+            Waiting::JointState => f.write_str("a fresh joint state"),
+            Waiting::Chunk => f.write_str("a chunk from a fresh observation"),
+            Waiting::Reset => f.write_str("an e-stop reset"),
+            Waiting::Nothing => f.write_str("nothing"),
+        }
+    }
+}

@@ -13,9 +13,7 @@ use super::model::{Arch, Pi0Input, Pi0Model, Timing, Variant, Workspace};
 use super::normalize::Normalizer;
 use super::preprocess::frame_to_model_input;
 use crate::chunk::ActionChunk;
-use crate::policy::graph::acl::AclOptions;
 use crate::policy::graph::manifest::Manifest;
-use crate::policy::graph::provider::OnnxOptions;
 use crate::policy::graph::{GraphError, GraphInputs, GraphModel, GraphRuntime};
 use crate::policy::{CameraFrame, Observation, Policy, PolicyError};
 
@@ -40,22 +38,7 @@ pub struct PipelineOptions {
     pub backend: BackendOptions,
 }
 
-/// Where the model runs.
-#[derive(Clone, Debug, PartialEq)]
-pub enum BackendOptions {
-    /// pi0d's own CPU implementation, from the checkpoint's weights.
-    Cpu,
-    /// Graphs written by `pi0d export` (`model_dir`) on ONNX Runtime.
-    Onnx {
-        model_dir: PathBuf,
-        options: OnnxOptions,
-    },
-    /// The same graphs compiled by ATC (`.om`) on an Ascend NPU through AscendCL.
-    Acl {
-        model_dir: PathBuf,
-        options: AclOptions,
-    },
-}
+pub use crate::config::BackendOptions;
 
 /// The model stage of the pipeline.
 pub enum Backend {

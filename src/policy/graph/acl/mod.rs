@@ -12,7 +12,7 @@ pub mod ffi;
 pub mod plan;
 
 use std::ffi::{c_void, CStr, CString};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
@@ -22,12 +22,7 @@ use super::{GraphError, GraphRuntime};
 use ffi::{AclApi, Handle};
 use plan::{BufferPlan, Execution, HostSource, ModelIo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct AclOptions {
-    /// `libascendcl.so`; default: `$ASCEND_HOME_PATH/lib64`, CANN's install paths, the loader's.
-    pub library: Option<PathBuf>,
-    pub device_id: i32,
-}
+pub use crate::config::AclOptions;
 
 /// The offline model ATC writes for an exported graph (`prefix.onnx` -> `prefix.om`).
 pub fn om_file(onnx_file: &str) -> String {

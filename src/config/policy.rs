@@ -1,0 +1,450 @@
+//! `[policy]`: which policy produces the chunks and, for pi0, where the model runs. The backend
+//! options are plain data here; the backends (`policy::graph`) consume them.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::check::{first_duplicate, Check};
+use super::raw::{BackendKind, PolicyKind, ProviderKind, RawAcl, RawOnnx, RawPolicy};
+use super::ConfigError;
+use crate::joints::ActionMap;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    Nan,
+    Inf,
+    Jump,
+    Slow,
+    Panic,
+    Error,
+}
+
+#[derive(Clone, Debug)]
+pub struct FaultConfig {
+    pub kind: FaultKind,
+    /// Chunks produced normally before the fault starts.
+    pub after_chunks: u32,
+    /// Faulty chunks in a row; 0 means forever.
+    pub count: u32,
+    pub latency_s: f64,
+}
+
+/// An ONNX Runtime execution provider and its options.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExecutionProvider {
+    Cpu,
+    Cuda {
+        device_id: i32,
+    },
+    TensorRt {
+        device_id: i32,
+        fp16: bool,
+        /// Where built engines are cached (building one takes minutes).
+        engine_cache: Option<PathBuf>,
+    },
+    Cann {
+        device_id: i32,
+        /// Run each graph as one CANN graph (`enable_cann_graph`).
+        graph: bool,
+        /// CANN `precision_mode` (one of `CANN_PRECISION_MODES`).
+        precision_mode: Option<String>,
+    },
+}
+
+pub const CANN_PRECISION_MODES: &[&str] = &[
+    "force_fp32",
+    "force_fp16",
+    "allow_fp32_to_fp16",
+    "must_keep_origin_dtype",
+    "allow_mix_precision",
+];
+
+impl ExecutionProvider {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ExecutionProvider::Cpu => "cpu",
+            ExecutionProvider::Cuda { .. } => "cuda",
+            ExecutionProvider::TensorRt { .. } => "tensorrt",
+            ExecutionProvider::Cann { .. } => "cann",
+        }
+    }
+
+    /// A provider with its options defaulted but `device_id`.
+    pub fn with_defaults(kind: ProviderKind, device_id: i32) -> ExecutionProvider {
+        match kind {
+            ProviderKind::Cpu => ExecutionProvider::Cpu,
+            ProviderKind::Cuda => ExecutionProvider::Cuda { device_id },
+            ProviderKind::Tensorrt => ExecutionProvider::TensorRt {
+                device_id,
+                fp16: false,
+                engine_cache: None,
+            },
+            ProviderKind::Cann => ExecutionProvider::Cann {
+                device_id,
+                graph: true,
+                precision_mode: None,
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct OnnxOptions {
+    /// The ONNX Runtime shared library; default `ORT_DYLIB_PATH`, else `libonnxruntime.so` from
+    /// the loader's search path.
+    pub library: Option<PathBuf>,
+    pub provider: ExecutionProvider,
+    /// Intra-op threads for the CPU provider (0: ONNX Runtime's default).
+    pub threads: usize,
+}
+
+impl Default for OnnxOptions {
+    fn default() -> Self {
+        OnnxOptions {
+            library: None,
+            provider: ExecutionProvider::Cpu,
+            threads: 0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AclOptions {
+    /// `libascendcl.so`; default: `$ASCEND_HOME_PATH/lib64`, CANN's install paths, the loader's.
+    pub library: Option<PathBuf>,
+    pub device_id: i32,
+}
+
+/// Where the pi0 model runs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BackendOptions {
+    /// pi0d's own CPU implementation, from the checkpoint's weights.
+    Cpu,
+    /// Graphs written by `pi0d export` (`model_dir`) on ONNX Runtime.
+    Onnx {
+        model_dir: PathBuf,
+        options: OnnxOptions,
+    },
+    /// The same graphs compiled by ATC (`.om`) on an Ascend NPU through AscendCL.
+    Acl {
+        model_dir: PathBuf,
+        options: AclOptions,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub enum PolicySource {
+    /// Smooth sinusoids around the start position.
+    Scripted { amplitude: f64, frequency_hz: f64 },
+    /// Chunks read from a JSON file, replayed in a loop.
+    Replay { file: PathBuf },
+    /// The pi0 / pi0.5 model, on the CPU or as exported graphs.
+    Pi0 {
+        checkpoint: PathBuf,
+        arch: Option<PathBuf>,
+        tokenizer: Option<PathBuf>,
+        threads: usize,
+        seed: u64,
+        backend: BackendOptions,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct PolicyConfig {
+    pub source: PolicySource,
+    pub action_map: ActionMap,
+    pub chunk_steps: usize,
+    pub step_period_s: f64,
+    /// Extra latency added to every inference (simulates a slower model).
+    pub latency_s: f64,
+    /// The task prompt until one arrives from outside.
+    pub prompt: String,
+    pub fault: Option<FaultConfig>,
+}
+
+impl PolicyConfig {
+    /// Compute threads the policy asks for (the matmul pool).
+    pub fn threads(&self) -> usize {
+        match &self.source {
+            PolicySource::Pi0 { threads, .. } => *threads,
+            _ => 1,
+        }
+    }
+}
+
+/// Longest task prompt accepted (the model truncates its tokens far earlier).
+pub const MAX_PROMPT_BYTES: usize = 1024;
+
+pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyConfig, ConfigError> {
+    if raw.action_joints.is_empty() {
+        return c.fail("policy.action_joints", "expected at least one joint name");
+    }
+    if let Some(dup) = first_duplicate(&raw.action_joints) {
+        return c.fail(
+            "policy.action_joints",
+            format!("joint `{dup}` is listed twice"),
+        );
+    }
+    let mut joint_of_action = Vec::new();
+    for name in &raw.action_joints {
+        match names.iter().position(|n| n == name) {
+            Some(j) => joint_of_action.push(j),
+            None => {
+                return c.fail(
+                    "policy.action_joints",
+                    format!("joint `{name}` is not in robot.joints"),
+                )
+            }
+        }
+    }
+    warn_unused(c, raw);
+    let source = match raw.kind {
+        PolicyKind::Scripted => PolicySource::Scripted {
+            amplitude: c.non_negative("policy.amplitude", raw.amplitude.unwrap_or(0.3))?,
+            frequency_hz: c.in_range(
+                "policy.frequency_hz",
+                raw.frequency_hz.unwrap_or(0.2),
+                0.0,
+                5.0,
+            )?,
+        },
+        PolicyKind::Replay => match &raw.replay_file {
+            Some(f) => PolicySource::Replay { file: c.resolve(f) },
+            None => {
+                return c.fail(
+                    "policy.replay_file",
+                    "required when policy.kind = \"replay\"",
+                )
+            }
+        },
+        PolicyKind::Pi0 => match &raw.checkpoint {
+            Some(f) => PolicySource::Pi0 {
+                checkpoint: c.resolve(f),
+                arch: raw.arch.as_deref().map(|p| c.resolve(p)),
+                tokenizer: raw.tokenizer.as_deref().map(|p| c.resolve(p)),
+                threads: match raw.threads.unwrap_or(1) {
+                    t @ 1..=256 => t,
+                    t => return c.fail("policy.threads", format!("expected 1 to 256, found {t}")),
+                },
+                seed: raw.seed.unwrap_or(0),
+                backend: backend_options(c, raw)?,
+            },
+            None => return c.fail("policy.checkpoint", "required when policy.kind = \"pi0\""),
+        },
+    };
+    let chunk_steps = raw.chunk_steps;
+    if !(2..=1000).contains(&chunk_steps) {
+        return c.fail(
+            "policy.chunk_steps",
+            format!("expected 2 to 1000, found {chunk_steps}"),
+        );
+    }
+    if raw.prompt.len() > MAX_PROMPT_BYTES {
+        return c.fail(
+            "policy.prompt",
+            format!(
+                "{} bytes, expected at most {MAX_PROMPT_BYTES}",
+                raw.prompt.len()
+            ),
+        );
+    }
+    let fault = match &raw.fault {
+        None => None,
+        Some(f) => Some(FaultConfig {
+            kind: f.kind,
+            after_chunks: f.after_chunks,
+            count: f.count,
+            latency_s: c.non_negative("policy.fault.latency_s", f.latency_s)?,
+        }),
+    };
+    Ok(PolicyConfig {
+        source,
+        action_map: ActionMap {
+            action_names: raw.action_joints.clone(),
+            joint_of_action,
+        },
+        chunk_steps,
+        step_period_s: c.in_range("policy.step_period_s", raw.step_period_s, 0.001, 1.0)?,
+        latency_s: c.non_negative("policy.latency_s", raw.latency_s.unwrap_or(0.0))?,
+        prompt: raw.prompt.clone(),
+        fault,
+    })
+}
+
+/// Settings the chosen kind and backend do not read.
+fn warn_unused(c: &Check, raw: &RawPolicy) {
+    let kind = match raw.kind {
+        PolicyKind::Pi0 => "pi0",
+        PolicyKind::Scripted => "scripted",
+        PolicyKind::Replay => "replay",
+    };
+    let not = |field: &str, given: bool, users: &str| {
+        c.unused(
+            field,
+            given,
+            &format!("policy.kind is \"{kind}\"; only {users} uses it"),
+        )
+    };
+    let pi0 = raw.kind == PolicyKind::Pi0;
+    let scripted = raw.kind == PolicyKind::Scripted;
+    not(
+        "policy.amplitude",
+        raw.amplitude.is_some() && !scripted,
+        "scripted",
+    );
+    not(
+        "policy.frequency_hz",
+        raw.frequency_hz.is_some() && !scripted,
+        "scripted",
+    );
+    not(
+        "policy.replay_file",
+        raw.replay_file.is_some() && raw.kind != PolicyKind::Replay,
+        "replay",
+    );
+    not(
+        "policy.latency_s",
+        raw.latency_s.is_some() && pi0,
+        "scripted or replay",
+    );
+    for (field, given) in [
+        ("policy.checkpoint", raw.checkpoint.is_some()),
+        ("policy.arch", raw.arch.is_some()),
+        ("policy.tokenizer", raw.tokenizer.is_some()),
+        ("policy.threads", raw.threads.is_some()),
+        ("policy.seed", raw.seed.is_some()),
+        ("policy.backend", raw.backend.is_some()),
+        ("policy.onnx", raw.onnx.is_some()),
+        ("policy.acl", raw.acl.is_some()),
+    ] {
+        not(field, given && !pi0, "pi0");
+    }
+    if pi0 {
+        let backend = raw.backend.unwrap_or_default();
+        c.unused(
+            "policy.onnx",
+            raw.onnx.is_some() && backend != BackendKind::Onnx,
+            "only policy.backend = \"onnx\" uses it",
+        );
+        c.unused(
+            "policy.acl",
+            raw.acl.is_some() && backend != BackendKind::Acl,
+            "only policy.backend = \"acl\" uses it",
+        );
+    }
+}
+
+/// `policy.backend` with `[policy.onnx]` / `[policy.acl]`.
+fn backend_options(c: &Check, raw: &RawPolicy) -> Result<BackendOptions, ConfigError> {
+    match raw.backend.unwrap_or_default() {
+        BackendKind::Cpu => Ok(BackendOptions::Cpu),
+        BackendKind::Onnx => match &raw.onnx {
+            None => c.fail(
+                "policy.onnx",
+                "required when policy.backend = \"onnx\" (at least model_dir)",
+            ),
+            Some(o) => onnx_options(c, o),
+        },
+        BackendKind::Acl => match &raw.acl {
+            None => c.fail(
+                "policy.acl",
+                "required when policy.backend = \"acl\" (at least model_dir)",
+            ),
+            Some(a) => acl_options(c, a),
+        },
+    }
+}
+
+fn onnx_options(c: &Check, o: &RawOnnx) -> Result<BackendOptions, ConfigError> {
+    let Some(dir) = &o.model_dir else {
+        return c.fail(
+            "policy.onnx.model_dir",
+            "required: the directory `pi0d export` wrote",
+        );
+    };
+    let device_id = o.device_id.unwrap_or(0);
+    if device_id < 0 {
+        return c.fail(
+            "policy.onnx.device_id",
+            format!("expected 0 or more, found {device_id}"),
+        );
+    }
+    if !(0..=256).contains(&o.threads) {
+        return c.fail(
+            "policy.onnx.threads",
+            format!("expected 0 (runtime default) to 256, found {}", o.threads),
+        );
+    }
+    let p = o.provider;
+    let only = |users: &str| format!("only provider {users} uses it");
+    c.unused(
+        "policy.onnx.device_id",
+        o.device_id.is_some() && p == ProviderKind::Cpu,
+        &only("cuda, tensorrt or cann"),
+    );
+    c.unused(
+        "policy.onnx.cann_graph",
+        o.cann_graph.is_some() && p != ProviderKind::Cann,
+        &only("cann"),
+    );
+    c.unused(
+        "policy.onnx.precision_mode",
+        o.precision_mode.is_some() && p != ProviderKind::Cann,
+        &only("cann"),
+    );
+    c.unused(
+        "policy.onnx.tensorrt_fp16",
+        o.tensorrt_fp16.is_some() && p != ProviderKind::Tensorrt,
+        &only("tensorrt"),
+    );
+    c.unused(
+        "policy.onnx.tensorrt_cache",
+        o.tensorrt_cache.is_some() && p != ProviderKind::Tensorrt,
+        &only("tensorrt"),
+    );
+    let provider = match ExecutionProvider::with_defaults(p, device_id) {
+        ExecutionProvider::TensorRt { device_id, .. } => ExecutionProvider::TensorRt {
+            device_id,
+            fp16: o.tensorrt_fp16.unwrap_or(false),
+            engine_cache: o.tensorrt_cache.as_deref().map(|p| c.resolve(p)),
+        },
+        ExecutionProvider::Cann { device_id, .. } => ExecutionProvider::Cann {
+            device_id,
+            graph: o.cann_graph.unwrap_or(true),
+            precision_mode: o.precision_mode.map(|m| m.as_str().to_string()),
+        },
+        other => other,
+    };
+    Ok(BackendOptions::Onnx {
+        model_dir: c.resolve(dir),
+        options: OnnxOptions {
+            library: o.library.as_deref().map(|p| c.resolve(p)),
+            provider,
+            threads: o.threads,
+        },
+    })
+}
+
+fn acl_options(c: &Check, a: &RawAcl) -> Result<BackendOptions, ConfigError> {
+    let Some(dir) = &a.model_dir else {
+        return c.fail(
+            "policy.acl.model_dir",
+            "required: the directory `pi0d export` wrote, with the .om files ATC made",
+        );
+    };
+    if a.device_id < 0 {
+        return c.fail(
+            "policy.acl.device_id",
+            format!("expected 0 or more, found {}", a.device_id),
+        );
+    }
+    Ok(BackendOptions::Acl {
+        model_dir: c.resolve(dir),
+        options: AclOptions {
+            library: a.library.as_deref().map(|p| c.resolve(p)),
+            device_id: a.device_id,
+        },
+    })
+}

@@ -1,0 +1,39 @@
+//! `[realtime]`: scheduling of the control thread. Settings the system refuses are warned about
+//! at start-up, not errors (see `daemon::rt`).
+
+use super::check::Check;
+use super::raw::RawRealtime;
+use super::ConfigError;
+
+#[derive(Clone, Debug, Default)]
+pub struct RealtimeConfig {
+    /// SCHED_FIFO priority for the control thread; 0 keeps the normal scheduler.
+    pub priority: i32,
+    pub cpu_affinity: Vec<usize>,
+    pub lock_memory: bool,
+    /// Busy-wait this long before each deadline instead of sleeping (0: sleep only).
+    pub spin_us: f64,
+}
+
+pub fn validate(c: &Check, r: &RawRealtime, rate_hz: f64) -> Result<RealtimeConfig, ConfigError> {
+    if !(0..=99).contains(&r.priority) {
+        return c.fail(
+            "realtime.priority",
+            format!("expected 0 (off) to 99, found {}", r.priority),
+        );
+    }
+    // CPU_SETSIZE: larger indices cannot be put in an affinity mask.
+    if let Some(cpu) = r.cpu_affinity.iter().find(|c| **c >= 1024) {
+        return c.fail(
+            "realtime.cpu_affinity",
+            format!("CPU {cpu} is beyond the largest CPU index Linux accepts (1023)"),
+        );
+    }
+    Ok(RealtimeConfig {
+        priority: r.priority,
+        cpu_affinity: r.cpu_affinity.clone(),
+        lock_memory: r.lock_memory,
+        // A quarter of the control period at most: spinning longer would starve other threads.
+        spin_us: c.in_range("realtime.spin_us", r.spin_us, 0.0, 0.25e6 / rate_hz)?,
+    })
+}

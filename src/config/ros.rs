@@ -1,0 +1,340 @@
+//! `[ros]`: the ROS 2 node, its topics and QoS. Names follow rcl's rules (`rmw_validate_*`), so a
+//! name the middleware would refuse is refused here, by `pi0d check`, not at run time.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::check::Check;
+use super::raw::{RawQos, RawRos, Reliability};
+use super::ConfigError;
+
+/// Reliability and keep-last depth of a topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopicQos {
+    pub reliable: bool,
+    pub depth: usize,
+}
+
+/// QoS per kind of topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RosQos {
+    /// Joint states in (default best effort, keep last 1, as drivers publish them).
+    pub joint_states: TopicQos,
+    /// Camera frames in (default best effort, keep last 1).
+    pub cameras: TopicQos,
+    /// Prompt, e-stop and reset in, and the reset service (default reliable, 10).
+    pub inputs: TopicQos,
+    /// Joint commands out (default reliable, 10).
+    pub commands: TopicQos,
+    /// Status and diagnostics out (default reliable, 10).
+    pub status: TopicQos,
+}
+
+/// The ROS 2 middleware pi0d speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Middleware {
+    /// DDS (RTPS), interoperating with Fast DDS and Cyclone DDS nodes.
+    Dds,
+    /// Zenoh with rmw_zenoh's key expressions, attachments and liveliness tokens.
+    Zenoh,
+}
+
+/// How requests and replies are laid on DDS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceMappingKind {
+    Basic,
+    /// Fast DDS (the ROS 2 default RMW).
+    Enhanced,
+    Cyclone,
+}
+
+/// The message commands are published as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandType {
+    /// trajectory_msgs/JointTrajectory, one point (joint_trajectory_controller).
+    JointTrajectory,
+    /// std_msgs/Float64MultiArray of positions in robot.joints order (forward_command_controller).
+    #[serde(rename = "float64_multi_array")]
+    Float64MultiArray,
+    /// sensor_msgs/JointState with positions and velocities.
+    JointState,
+}
+
+#[derive(Clone, Debug)]
+pub struct RosConfig {
+    pub domain_id: u16,
+    pub node: String,
+    pub namespace: String,
+    /// Keep DDS traffic on 127.0.0.1 (tests, single-machine setups).
+    pub loopback_only: bool,
+    pub joint_states: String,
+    /// sensor_msgs/Image topics, in the policy's camera order.
+    pub cameras: Vec<String>,
+    pub prompt: String,
+    pub estop: String,
+    pub reset: String,
+    /// std_srvs/Trigger service that requests a reset.
+    pub reset_service: String,
+    pub service_mapping: ServiceMappingKind,
+    pub command_type: CommandType,
+    pub command_topic: String,
+    pub status_topic: String,
+    pub diagnostics_topic: String,
+    pub max_image_bytes: usize,
+    pub middleware: Middleware,
+    /// Zenoh session configuration (JSON5), as rmw_zenoh's ZENOH_SESSION_CONFIG_URI.
+    pub zenoh_config: Option<PathBuf>,
+    /// Zenoh endpoints to connect to (e.g. the router `tcp/localhost:7447`) and listen on.
+    pub zenoh_connect: Vec<String>,
+    pub zenoh_listen: Vec<String>,
+    pub qos: RosQos,
+}
+
+/// rcl's limit on node names and on fully qualified topic names (less the DDS prefix).
+const MAX_NAME: usize = 255;
+
+/// Why `token` (between slashes) is not a valid ROS name token, if it is not.
+fn bad_token(token: &str) -> Option<&'static str> {
+    match token.chars().next() {
+        None => Some("has an empty part (`//` or a trailing `/`)"),
+        Some(c) if c.is_ascii_digit() => Some("has a part starting with a digit"),
+        _ if !token.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+            Some("may only hold letters, digits, `_` and `/`")
+        }
+        _ => None,
+    }
+}
+
+/// rcl's node-name rule: `[A-Za-z_][A-Za-z0-9_]*`, at most 255 characters.
+pub fn node_name_problem(name: &str) -> Option<&'static str> {
+    if name.len() > MAX_NAME {
+        return Some("is longer than 255 characters");
+    }
+    if name.contains('/') {
+        return Some("may not contain `/` (put the path in ros.namespace)");
+    }
+    bad_token(name)
+}
+
+/// rcl's namespace rule: absolute, `/` alone or tokens joined by `/`, no trailing `/`.
+pub fn namespace_problem(ns: &str) -> Option<&'static str> {
+    if !ns.starts_with('/') {
+        return Some("must be absolute (start with `/`)");
+    }
+    if ns == "/" {
+        return None;
+    }
+    if ns.len() > MAX_NAME {
+        return Some("is longer than 255 characters");
+    }
+    ns[1..].split('/').find_map(bad_token)
+}
+
+/// rcl's rule for a fully qualified topic or service name.
+pub fn topic_problem(topic: &str) -> Option<&'static str> {
+    if !topic.starts_with('/') {
+        return Some("must be absolute (start with `/`)");
+    }
+    if topic.len() > MAX_NAME {
+        return Some("is longer than 255 characters");
+    }
+    topic[1..].split('/').find_map(bad_token)
+}
+
+pub fn validate(c: &Check, r: &RawRos) -> Result<RosConfig, ConfigError> {
+    let domain_id = match r.domain_id {
+        Some(d) => d,
+        None => match std::env::var("ROS_DOMAIN_ID") {
+            Ok(v) => match v.trim().parse::<u16>() {
+                Ok(d) if d <= 232 => d,
+                _ => {
+                    return c.fail(
+                        "ros.domain_id",
+                        format!("ROS_DOMAIN_ID is \"{v}\", expected 0 to 232"),
+                    )
+                }
+            },
+            Err(_) => 0,
+        },
+    };
+    if domain_id > 232 {
+        return c.fail(
+            "ros.domain_id",
+            format!("expected 0 to 232, found {domain_id}"),
+        );
+    }
+    if let Some(why) = node_name_problem(&r.node) {
+        return c.fail(
+            "ros.node",
+            format!("\"{}\" is not a ROS node name: it {why}", r.node),
+        );
+    }
+    if let Some(why) = namespace_problem(&r.namespace) {
+        return c.fail(
+            "ros.namespace",
+            format!("\"{}\" is not a ROS namespace: it {why}", r.namespace),
+        );
+    }
+    let topics = [
+        ("ros.joint_states", &r.joint_states),
+        ("ros.prompt", &r.prompt),
+        ("ros.estop", &r.estop),
+        ("ros.reset", &r.reset),
+        ("ros.reset_service", &r.reset_service),
+        ("ros.command_topic", &r.command_topic),
+        ("ros.status_topic", &r.status_topic),
+        ("ros.diagnostics_topic", &r.diagnostics_topic),
+    ];
+    let cameras = r
+        .cameras
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (format!("ros.cameras[{i}]"), t));
+    for (field, t) in topics
+        .iter()
+        .map(|(f, t)| (f.to_string(), *t))
+        .chain(cameras)
+    {
+        if let Some(why) = topic_problem(t) {
+            return c.fail(&field, format!("\"{t}\" is not a ROS topic name: it {why}"));
+        }
+    }
+    for (i, t) in r.cameras.iter().enumerate() {
+        if r.cameras[..i].contains(t) {
+            return c.fail(
+                &format!("ros.cameras[{i}]"),
+                format!("topic \"{t}\" is listed twice"),
+            );
+        }
+    }
+    let zenoh = r.middleware == Middleware::Zenoh;
+    for (field, given) in [
+        ("ros.zenoh_config", r.zenoh_config.is_some()),
+        ("ros.zenoh_connect", !r.zenoh_connect.is_empty()),
+        ("ros.zenoh_listen", !r.zenoh_listen.is_empty()),
+    ] {
+        c.unused(
+            field,
+            given && !zenoh,
+            "only ros.middleware = \"zenoh\" uses it",
+        );
+    }
+    c.unused(
+        "ros.service_mapping",
+        r.service_mapping != ServiceMappingKind::Enhanced && zenoh,
+        "only DDS lays out services this way",
+    );
+    if zenoh && !cfg!(feature = "zenoh") {
+        return c.fail(
+            "ros.middleware",
+            "\"zenoh\" needs pi0d built with the `zenoh` feature (cargo build --features zenoh)",
+        );
+    }
+    if r.max_image_bytes == 0 {
+        return c.fail("ros.max_image_bytes", "expected at least 1, found 0");
+    }
+    Ok(RosConfig {
+        domain_id,
+        node: r.node.clone(),
+        namespace: r.namespace.clone(),
+        loopback_only: r.loopback_only,
+        joint_states: r.joint_states.clone(),
+        cameras: r.cameras.clone(),
+        prompt: r.prompt.clone(),
+        estop: r.estop.clone(),
+        reset: r.reset.clone(),
+        reset_service: r.reset_service.clone(),
+        service_mapping: r.service_mapping,
+        command_type: r.command_type,
+        command_topic: r.command_topic.clone(),
+        status_topic: r.status_topic.clone(),
+        diagnostics_topic: r.diagnostics_topic.clone(),
+        max_image_bytes: r.max_image_bytes,
+        middleware: r.middleware,
+        zenoh_config: r.zenoh_config.as_ref().map(|p| c.resolve(p)),
+        zenoh_connect: zenoh_endpoints(c, "ros.zenoh_connect", &r.zenoh_connect)?,
+        zenoh_listen: zenoh_endpoints(c, "ros.zenoh_listen", &r.zenoh_listen)?,
+        qos: RosQos {
+            joint_states: topic_qos(c, "joint_states", r.qos.joint_states.as_ref(), false, 1)?,
+            cameras: topic_qos(c, "cameras", r.qos.cameras.as_ref(), false, 1)?,
+            inputs: topic_qos(c, "inputs", r.qos.inputs.as_ref(), true, 10)?,
+            commands: topic_qos(c, "commands", r.qos.commands.as_ref(), true, 10)?,
+            status: topic_qos(c, "status", r.qos.status.as_ref(), true, 10)?,
+        },
+    })
+}
+
+/// `[ros.qos.<kind>]` over its defaults.
+fn topic_qos(
+    c: &Check,
+    kind: &str,
+    raw: Option<&RawQos>,
+    reliable: bool,
+    depth: usize,
+) -> Result<TopicQos, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(TopicQos { reliable, depth });
+    };
+    let reliable = match raw.reliability {
+        None => reliable,
+        Some(r) => r == Reliability::Reliable,
+    };
+    let depth = raw.depth.unwrap_or(depth);
+    if !(1..=1000).contains(&depth) {
+        return c.fail(
+            &format!("ros.qos.{kind}.depth"),
+            format!("expected 1 to 1000, found {depth}"),
+        );
+    }
+    Ok(TopicQos { reliable, depth })
+}
+
+/// Zenoh locators: `<protocol>/<address>`, e.g. `tcp/127.0.0.1:7447`.
+fn zenoh_endpoints(c: &Check, field: &str, list: &[String]) -> Result<Vec<String>, ConfigError> {
+    for e in list {
+        let ok = matches!(e.split_once('/'), Some((proto, addr))
+            if ["tcp", "udp", "tls", "quic", "unixsock-stream", "ws"].contains(&proto) && !addr.is_empty());
+        if !ok {
+            return c.fail(
+                field,
+                format!("\"{e}\" is not a Zenoh locator such as \"tcp/127.0.0.1:7447\""),
+            );
+        }
+    }
+    Ok(list.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_names_break_rcl_rules_expect_reason() {
+        assert_eq!(node_name_problem("pi0d_arm2"), None);
+        assert!(node_name_problem("").is_some());
+        assert!(node_name_problem("2arm").is_some());
+        assert!(node_name_problem("arm-1").is_some());
+        assert!(node_name_problem("a/b").is_some());
+        assert_eq!(namespace_problem("/"), None);
+        assert_eq!(namespace_problem("/left/arm"), None);
+        for bad in ["left", "/left/", "//x", "/1x", "/a b"] {
+            assert!(namespace_problem(bad).is_some(), "{bad}");
+        }
+        assert_eq!(topic_problem("/arm_controller/joint_trajectory"), None);
+        for bad in [
+            "joint_states",
+            "/",
+            "/a//b",
+            "/a/",
+            "/cam/1image",
+            "/cam-1",
+            "/~/x",
+        ] {
+            assert!(topic_problem(bad).is_some(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! `[sim]`: the simulated arm, its cameras and scripted operator events.
+
+use super::check::Check;
+use super::raw::{RawSim, SimEventName};
+use super::ConfigError;
+use crate::joints::JointVector;
+use crate::robot::RobotLimits;
+
+#[derive(Clone, Debug)]
+pub struct CameraConfig {
+    pub name: String,
+    pub width: u32,
+    pub height: u32,
+    pub fps: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum SimEventKind {
+    EStop,
+    Reset,
+    StallJointStates { duration_s: f64 },
+    StallCamera { camera: usize, duration_s: f64 },
+}
+
+#[derive(Clone, Debug)]
+pub struct SimEvent {
+    pub at_s: f64,
+    pub kind: SimEventKind,
+}
+
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub tau_s: f64,
+    pub measurement_delay_s: f64,
+    pub rate_hz: f64,
+    pub initial_position: JointVector,
+    pub cameras: Vec<CameraConfig>,
+    pub events: Vec<SimEvent>,
+}
+
+pub fn validate(c: &Check, raw: &RawSim, limits: &RobotLimits) -> Result<SimConfig, ConfigError> {
+    let mut initial = JointVector::zeros(limits.len());
+    for (name, value) in &raw.initial_position {
+        let field = format!("sim.initial_position.{name}");
+        match limits.joints.iter().position(|j| &j.name == name) {
+            Some(i) => initial[i] = c.finite(&field, *value)?,
+            None => return c.fail(&field, "no such joint in robot.joints"),
+        }
+    }
+    for (i, j) in limits.joints.iter().enumerate() {
+        if !raw.initial_position.contains_key(&j.name) && j.lower.is_finite() {
+            // Unlisted joints start mid-range.
+            initial[i] = 0.5 * (j.lower + j.upper);
+        }
+    }
+    let mut cameras: Vec<CameraConfig> = Vec::new();
+    for (i, cam) in raw.cameras.iter().enumerate() {
+        if cam.width == 0 || cam.height == 0 || cam.width > 4096 || cam.height > 4096 {
+            return c.fail(
+                &format!("sim.cameras[{i}]"),
+                format!(
+                    "width and height must be 1..=4096, found {}x{}",
+                    cam.width, cam.height
+                ),
+            );
+        }
+        if cameras.iter().any(|o| o.name == cam.name) {
+            return c.fail(
+                &format!("sim.cameras[{i}].name"),
+                format!("camera `{}` is listed twice", cam.name),
+            );
+        }
+        cameras.push(CameraConfig {
+            name: cam.name.clone(),
+            width: cam.width,
+            height: cam.height,
+            fps: c.in_range(&format!("sim.cameras[{i}].fps"), cam.fps, 0.5, 240.0)?,
+        });
+    }
+    let mut events = Vec::new();
+    for (i, e) in raw.events.iter().enumerate() {
+        let field = |k: &str| format!("sim.events[{i}].{k}");
+        let at_s = c.non_negative(&field("at_s"), e.at_s)?;
+        let stall = matches!(
+            e.event,
+            SimEventName::StallJointStates | SimEventName::StallCamera
+        );
+        c.unused(
+            &field("duration_s"),
+            e.duration_s.is_some() && !stall,
+            "only stall events last",
+        );
+        c.unused(
+            &field("camera"),
+            e.camera.is_some() && e.event != SimEventName::StallCamera,
+            "only stall_camera names a camera",
+        );
+        let duration_s = c.non_negative(&field("duration_s"), e.duration_s.unwrap_or(0.0))?;
+        let kind = match e.event {
+            SimEventName::Estop => SimEventKind::EStop,
+            SimEventName::Reset => SimEventKind::Reset,
+            SimEventName::StallJointStates => SimEventKind::StallJointStates { duration_s },
+            SimEventName::StallCamera => {
+                let name = e.camera.as_deref().unwrap_or("");
+                match cameras.iter().position(|cam| cam.name == name) {
+                    Some(camera) => SimEventKind::StallCamera { camera, duration_s },
+                    None => {
+                        return c.fail(&field("camera"), format!("no sim camera named \"{name}\""))
+                    }
+                }
+            }
+        };
+        events.push(SimEvent { at_s, kind });
+    }
+    Ok(SimConfig {
+        tau_s: c.positive("sim.tau_s", raw.tau_s)?,
+        measurement_delay_s: c.in_range(
+            "sim.measurement_delay_s",
+            raw.measurement_delay_s,
+            0.0,
+            1.0,
+        )?,
+        rate_hz: c.in_range("sim.rate_hz", raw.rate_hz, 10.0, 5000.0)?,
+        initial_position: initial,
+        cameras,
+        events,
+    })
+}

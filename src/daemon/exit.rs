@@ -1,0 +1,119 @@
+//! Why pi0d ended, and the process exit code for it: one table, here and in the README, so
+//! systemd (`RestartPreventExitStatus=`, `SuccessExitStatus=`) and people can tell failures apart.
+
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitReason {
+    /// `--duration` elapsed or SIGINT/SIGTERM: the arm was brought to rest.
+    #[default]
+    Clean,
+    /// A configuration, URDF, checkpoint, manifest or other input file is invalid (the message
+    /// names the file and field), or an output path cannot be written.
+    InvalidInput,
+    /// The command line is malformed.
+    Usage,
+    /// The measured position is outside the limits: refusing to start.
+    StartRefused,
+    /// No joint state arrived at start-up.
+    NoJointState,
+    /// Stopping did not reach rest within `control.stop_timeout_s`.
+    StopTimeout,
+    /// The control thread panicked or stopped ticking: no controlled stop was possible.
+    ControlFault,
+    /// Another daemon thread (inference, ROS, simulator) died or stalled: the e-stop was latched
+    /// and the arm decelerated to rest.
+    ThreadFault,
+    /// The arm could not start (no chunk ran) within `control.start_timeout_s`.
+    StartTimeout,
+    /// The system refused a resource (threads, sockets, files) or a computation failed
+    /// (`infer` produced non-finite actions, an output could not be written).
+    RuntimeFailure,
+    /// A second SIGINT/SIGTERM during the controlled stop.
+    Interrupted,
+}
+
+impl ExitReason {
+    pub const ALL: [ExitReason; 11] = [
+        ExitReason::Clean,
+        ExitReason::InvalidInput,
+        ExitReason::Usage,
+        ExitReason::StartRefused,
+        ExitReason::NoJointState,
+        ExitReason::StopTimeout,
+        ExitReason::ControlFault,
+        ExitReason::ThreadFault,
+        ExitReason::StartTimeout,
+        ExitReason::RuntimeFailure,
+        ExitReason::Interrupted,
+    ];
+
+    pub const fn code(self) -> u8 {
+        match self {
+            ExitReason::Clean => 0,
+            ExitReason::InvalidInput => 1,
+            ExitReason::Usage => 2,
+            ExitReason::StartRefused => 3,
+            ExitReason::NoJointState => 4,
+            ExitReason::StopTimeout => 5,
+            ExitReason::ControlFault => 6,
+            ExitReason::ThreadFault => 7,
+            ExitReason::StartTimeout => 8,
+            ExitReason::RuntimeFailure => 9,
+            ExitReason::Interrupted => 130,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            ExitReason::Clean => "clean",
+            ExitReason::InvalidInput => "invalid_input",
+            ExitReason::Usage => "usage",
+            ExitReason::StartRefused => "start_refused",
+            ExitReason::NoJointState => "no_joint_state",
+            ExitReason::StopTimeout => "stop_timeout",
+            ExitReason::ControlFault => "control_fault",
+            ExitReason::ThreadFault => "thread_fault",
+            ExitReason::StartTimeout => "start_timeout",
+            ExitReason::RuntimeFailure => "runtime_failure",
+            ExitReason::Interrupted => "interrupted",
+        }
+    }
+}
+
+impl std::fmt::Display for ExitReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl From<ExitReason> for std::process::ExitCode {
+    fn from(r: ExitReason) -> Self {
+        std::process::ExitCode::from(r.code())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_exit_reasons_listed_expect_distinct_codes_and_names() {
+        for (i, a) in ExitReason::ALL.iter().enumerate() {
+            for b in &ExitReason::ALL[..i] {
+                assert_ne!(a.code(), b.code(), "{a} and {b}");
+                assert_ne!(a.name(), b.name());
+            }
+        }
+    }
+
+    #[test]
+    fn when_readme_documents_exit_codes_expect_every_code_in_its_table() {
+        let readme = include_str!("../../README.md");
+        for r in ExitReason::ALL {
+            let row = format!("| {} | `{}` |", r.code(), r.name());
+            assert!(readme.contains(&row), "README lacks the row {row:?}");
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! What the supervisor tells people while the daemon runs and after: state transitions and chunk
+//! outcomes from the control thread (`EventLog`), the live status line, and the JSON summary.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
+
+use super::control::{ControlEvent, ControlResult};
+use super::exit::ExitReason;
+use super::log;
+use super::summary::{Percentiles, Summary, TransitionRecord};
+use super::worker::WorkerStats;
+use crate::config::Config;
+use crate::control::controller::ChunkOutcome;
+use crate::control::stats::{mode_name, LiveStats};
+use crate::safety::{Mode, SafetyEvent, Waiting};
+use crate::time::MonoTime;
+
+/// What the control thread reported, collected by the supervisor for the log and the summary.
+#[derive(Default)]
+pub struct EventLog {
+    pub transitions: Vec<TransitionRecord>,
+    pub late_rejections: BTreeMap<String, u64>,
+    pub accepted: u64,
+    pub reset_refused: u64,
+}
+
+impl EventLog {
+    pub fn drain(&mut self, rx: &Receiver<ControlEvent>, start: MonoTime) {
+        while let Ok(e) = rx.try_recv() {
+            match e {
+                ControlEvent::Transition(t) => {
+                    let t_s = t.at.seconds_since(start);
+                    match t.to {
+                        Mode::Holding(_) | Mode::EStopped => {
+                            tracing::warn!(t_s = format!("{t_s:.3}"), from = %t.from, to = %t.to, "state")
+                        }
+                        _ => {
+                            tracing::info!(t_s = format!("{t_s:.3}"), from = %t.from, to = %t.to, "state")
+                        }
+                    }
+                    self.transitions.push(TransitionRecord {
+                        t_s,
+                        from: t.from.to_string(),
+                        to: t.to.to_string(),
+                    });
+                }
+                ControlEvent::Chunk(ChunkOutcome::Accepted { .. }) => self.accepted += 1,
+                ControlEvent::Chunk(ChunkOutcome::Rejected { reason, seq }) => {
+                    let n = self
+                        .late_rejections
+                        .entry(reason.name().to_string())
+                        .or_default();
+                    if (*n).is_multiple_of(20) {
+                        tracing::warn!(
+                            seq,
+                            reason = reason.name(),
+                            total = *n + 1,
+                            "chunk not executed"
+                        );
+                    }
+                    *n += 1;
+                }
+                ControlEvent::ResetRefused => {
+                    self.reset_refused += 1;
+                    tracing::warn!(
+                        "reset refused: arm not at rest or outside its limits; still e-stopped"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Why the arm is not running yet, in words, with the worker's side of it.
+pub fn waiting_detail(cfg: &Config, waiting: Waiting, ws: &WorkerStats) -> String {
+    match waiting {
+        Waiting::JointState => format!(
+            "{waiting}: joint states are older than safety.joint_state_timeout_s = {} s (sensor stalled, delayed or clock skew?)",
+            cfg.safety.joint_state_timeout_s
+        ),
+        Waiting::Camera(_) => format!(
+            "{waiting}: its frames are older than safety.camera_timeout_s = {} s",
+            cfg.safety.camera_timeout_s
+        ),
+        Waiting::Chunk => {
+            let rejected: Vec<String> = ws
+                .rejected_by_reason()
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect();
+            format!(
+                "{waiting}: {} inference request(s), {} chunk(s) produced{}",
+                ws.requests.load(Ordering::Relaxed),
+                ws.produced.load(Ordering::Relaxed),
+                if rejected.is_empty() {
+                    String::new()
+                } else {
+                    format!(", rejected: {}", rejected.join(", "))
+                }
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
+pub fn build_summary(
+    cfg: &Config,
+    r: &ControlResult,
+    ws: &WorkerStats,
+    log: EventLog,
+    duration_s: f64,
+    exit: ExitReason,
+) -> Summary {
+    let EventLog {
+        transitions,
+        late_rejections: late,
+        accepted,
+        reset_refused,
+    } = log;
+    let us = |ns: u64| ns as f64 / 1e3;
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let names: Vec<String> = cfg.limits.names().map(str::to_string).collect();
+    let per_joint = |v: &crate::joints::JointVector| -> BTreeMap<String, f64> {
+        names.iter().cloned().zip(v.iter().copied()).collect()
+    };
+    let mut by_reason: BTreeMap<String, u64> = late;
+    for (k, n) in ws.rejected_by_reason() {
+        if n > 0 {
+            by_reason.insert(k.to_string(), n);
+        }
+    }
+    let ctl = &r.controller;
+    let mon = ctl.monitor();
+    Summary {
+        duration_s,
+        rate_hz: cfg.control.rate_hz,
+        ticks: r.ticks,
+        overruns: r.overruns,
+        jitter_us: Percentiles {
+            p50: us(r.jitter.quantile_ns(0.5)),
+            p99: us(r.jitter.quantile_ns(0.99)),
+            max: us(r.jitter.max_ns()),
+        },
+        chunks_received: ws.produced.load(Ordering::Relaxed)
+            + ws.policy_errors.load(Ordering::Relaxed)
+            + ws.policy_panics.load(Ordering::Relaxed),
+        chunks_accepted: accepted,
+        chunks_rejected: by_reason.values().sum(),
+        chunks_rejected_by_reason: by_reason,
+        inference_requests: ws.requests.load(Ordering::Relaxed),
+        latency_ms: Percentiles {
+            p50: ms(ctl.latency.quantile_ns(0.5)),
+            p99: ms(ctl.latency.quantile_ns(0.99)),
+            max: ms(ctl.latency.max_ns()),
+        },
+        safety_events: SafetyEvent::ALL
+            .iter()
+            .map(|e| (e.name().to_string(), ctl.event_counts()[*e as usize]))
+            .collect(),
+        limit_violations: mon.violations,
+        max_abs_velocity: per_joint(&mon.max_abs_velocity),
+        max_abs_acceleration: per_joint(&mon.max_abs_acceleration),
+        max_abs_jerk: per_joint(&mon.max_abs_jerk),
+        reset_refused,
+        final_mode: ctl.mode().to_string(),
+        transitions,
+        exit,
+        exit_code: exit.code(),
+        ..Summary::default()
+    }
+}
+
+/// Writes the summary whole or not at all (a temporary file renamed into place).
+pub fn write_summary(path: &Path, s: &Summary) {
+    let json = match serde_json::to_string_pretty(s) {
+        Ok(j) => j,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode summary");
+            return;
+        }
+    };
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let r = std::fs::write(&tmp, json).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(&tmp);
+        tracing::error!(file = %path.display(), error = %e, "cannot write summary");
+    }
+}
+
+/// The live one-line status: rewritten in place on a terminal, one log line per interval
+/// otherwise (journald).
+pub struct StatusLine {
+    enabled: bool,
+    tty: bool,
+    last_ticks: u64,
+    last_t: f64,
+}
+
+impl StatusLine {
+    pub fn new(enabled: bool) -> StatusLine {
+        StatusLine {
+            enabled,
+            tty: std::io::stderr().is_terminal(),
+            last_ticks: 0,
+            last_t: 0.0,
+        }
+    }
+
+    pub fn show(&mut self, live: &LiveStats, ws: &WorkerStats, t: f64) {
+        let ticks = LiveStats::get(&live.ticks);
+        let rate = ticks.saturating_sub(self.last_ticks) as f64 / (t - self.last_t).max(1e-9);
+        self.last_ticks = ticks;
+        self.last_t = t;
+        if !self.enabled {
+            return;
+        }
+        let mode = mode_name(LiveStats::get(&live.mode));
+        let waiting = Waiting::from_code(LiveStats::get(&live.waiting));
+        let state = match waiting {
+            Waiting::Nothing => mode.to_string(),
+            w => format!("{mode}, waiting for {}", w.name()),
+        };
+        let line = format!(
+            "{:>7.1}s | {:6.1} Hz | jitter {:4} us (max {:5}) | overruns {} | latency {:5.1} ms | infer {:5.1} ms | {:<9} | chunks {} ({} rejected) | safety events {}",
+            t,
+            rate,
+            LiveStats::get(&live.last_jitter_ns) / 1000,
+            LiveStats::get(&live.max_jitter_ns) / 1000,
+            LiveStats::get(&live.overruns),
+            LiveStats::get(&live.last_latency_us) as f64 / 1e3,
+            ws.last_infer_us.load(Ordering::Relaxed) as f64 / 1e3,
+            state,
+            LiveStats::get(&live.chunks_received),
+            LiveStats::get(&live.chunks_rejected) + ws.rejected_by_reason().iter().map(|(_, n)| n).sum::<u64>(),
+            LiveStats::get(&live.safety_events),
+        );
+        if self.tty {
+            log::write_stderr(format!("\r{line}\x1b[K").as_bytes());
+        } else {
+            tracing::info!(target: "pi0d::status", "{line}");
+        }
+    }
+
+    pub fn finish(&self) {
+        if self.enabled && self.tty {
+            log::write_stderr(b"\n");
+        }
+    }
+}

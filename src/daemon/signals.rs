@@ -1,0 +1,106 @@
+//! Signals while the daemon runs. SIGINT, SIGTERM, SIGQUIT, SIGXCPU and SIGPWR ask for the
+//! controlled stop (decelerate to rest, summary, exit); a second one during the stop exits at
+//! once with 130. Every other signal whose default action would kill the process (SIGHUP from a
+//! dropped SSH session, SIGUSR1/2, timers, SIGXFSZ, real-time signals) is logged and ignored:
+//! none of them may end a run without a controlled stop. SIGPIPE is already ignored by Rust's
+//! runtime (writes then fail, and `log` handles that).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use signal_hook::consts::signal::*;
+
+const STOP: [i32; 5] = [SIGINT, SIGTERM, SIGQUIT, SIGXCPU, libc::SIGPWR];
+const IGNORED: [i32; 9] = [
+    SIGHUP,
+    SIGUSR1,
+    SIGUSR2,
+    SIGALRM,
+    SIGVTALRM,
+    SIGPROF,
+    SIGIO,
+    SIGXFSZ,
+    libc::SIGSTKFLT,
+];
+
+pub struct Signals {
+    /// Set by the first stop signal.
+    pub stop: Arc<AtomicBool>,
+    /// Per ignored signal (and the real-time range, counted together): deliveries not yet
+    /// logged.
+    pending: Vec<(i32, Arc<AtomicU64>)>,
+    ignored_total: u64,
+}
+
+/// The name of a signal number, for the log.
+pub fn name(sig: i32) -> String {
+    match sig {
+        SIGHUP => "SIGHUP".into(),
+        SIGUSR1 => "SIGUSR1".into(),
+        SIGUSR2 => "SIGUSR2".into(),
+        SIGALRM => "SIGALRM".into(),
+        SIGVTALRM => "SIGVTALRM".into(),
+        SIGPROF => "SIGPROF".into(),
+        SIGIO => "SIGIO".into(),
+        SIGXFSZ => "SIGXFSZ".into(),
+        libc::SIGSTKFLT => "SIGSTKFLT".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+impl Signals {
+    /// Installs the handlers. A handler that cannot be installed is warned about (the signal
+    /// keeps its default action).
+    pub fn install() -> Signals {
+        let stop = Arc::new(AtomicBool::new(false));
+        for sig in STOP {
+            // The second delivery while stopping exits at once; the first only sets the flag.
+            let r = signal_hook::flag::register_conditional_shutdown(sig, 130, stop.clone())
+                .and_then(|_| signal_hook::flag::register(sig, stop.clone()));
+            if let Err(e) = r {
+                tracing::warn!(signal = sig, error = %e, "cannot handle signal");
+            }
+        }
+        let mut pending = Vec::new();
+        let realtime = libc::SIGRTMIN()..=libc::SIGRTMAX();
+        for sig in IGNORED.into_iter().chain(realtime) {
+            let count = Arc::new(AtomicU64::new(0));
+            let c = count.clone();
+            // SAFETY: the handler only increments an atomic, which is async-signal-safe.
+            let r = unsafe {
+                signal_hook::low_level::register(sig, move || {
+                    c.fetch_add(1, Ordering::Relaxed);
+                })
+            };
+            match r {
+                Ok(_) => pending.push((sig, count)),
+                Err(e) => tracing::warn!(signal = sig, error = %e, "cannot handle signal"),
+            }
+        }
+        Signals {
+            stop,
+            pending,
+            ignored_total: 0,
+        }
+    }
+
+    /// Logs the ignored signals that arrived since the last call.
+    pub fn log_ignored(&mut self) {
+        for (sig, count) in &self.pending {
+            let n = count.swap(0, Ordering::Relaxed);
+            if n > 0 {
+                self.ignored_total += n;
+                let why = if *sig == SIGHUP {
+                    "ignored (configuration reload is not supported; restart to apply changes)"
+                } else {
+                    "ignored"
+                };
+                tracing::warn!(signal = %name(*sig), count = n, "{why}");
+            }
+        }
+    }
+
+    pub fn ignored_total(&self) -> u64 {
+        self.ignored_total
+    }
+}

@@ -1,0 +1,241 @@
+//! Supervised threads: every thread the daemon cannot do without (control, inference, ROS,
+//! simulator) runs under `spawn`, which records whether it returned or panicked (with the
+//! message) and carries a heartbeat the supervisor reads for liveness. A panic hook logs every
+//! panic that no one handles; code that handles its own panics (a policy's inference, one
+//! decoded message) runs them through `caught`, which keeps the hook quiet.
+
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::time::MonoTime;
+
+/// The daemon's threads, by what they do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Control,
+    Inference,
+    Ros,
+    Sim,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Control => "control",
+            Role::Inference => "inference",
+            Role::Ros => "ROS",
+            Role::Sim => "simulator",
+        }
+    }
+
+    fn thread_name(self) -> &'static str {
+        match self {
+            Role::Control => "pi0d-control",
+            Role::Inference => "pi0d-infer",
+            Role::Ros => "pi0d-ros",
+            Role::Sim => "pi0d-sim",
+        }
+    }
+}
+
+const RUNNING: u8 = 0;
+const RETURNED: u8 = 1;
+const PANICKED: u8 = 2;
+
+/// What a supervised thread shares with the supervisor.
+pub struct Heartbeat {
+    last_ns: AtomicU64,
+    state: AtomicU8,
+    panic: Mutex<Option<String>>,
+}
+
+impl Heartbeat {
+    fn new() -> Heartbeat {
+        Heartbeat {
+            last_ns: AtomicU64::new(MonoTime::now().as_nanos()),
+            state: AtomicU8::new(RUNNING),
+            panic: Mutex::new(None),
+        }
+    }
+
+    /// Called by the thread on each pass of its loop.
+    pub fn beat(&self) {
+        self.last_ns
+            .store(MonoTime::now().as_nanos(), Ordering::Relaxed);
+    }
+
+    /// Seconds since the last beat.
+    pub fn age_s(&self, now: MonoTime) -> f64 {
+        now.seconds_since(MonoTime::from_nanos(self.last_ns.load(Ordering::Relaxed)))
+    }
+}
+
+/// How a supervised thread is doing.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Health {
+    Alive,
+    /// Its function returned (only expected at shutdown).
+    Returned,
+    Panicked(String),
+    /// No heartbeat for this many seconds.
+    Stalled(f64),
+}
+
+pub struct Supervised<T> {
+    pub role: Role,
+    pub heart: Arc<Heartbeat>,
+    handle: JoinHandle<Option<T>>,
+}
+
+/// Starts `f` on a named thread under supervision.
+pub fn spawn<T: Send + 'static>(
+    role: Role,
+    f: impl FnOnce(&Heartbeat) -> T + Send + 'static,
+) -> std::io::Result<Supervised<T>> {
+    let heart = Arc::new(Heartbeat::new());
+    let h = heart.clone();
+    let handle = std::thread::Builder::new()
+        .name(role.thread_name().into())
+        .spawn(move || {
+            let r = catch_unwind(AssertUnwindSafe(|| f(&h)));
+            match r {
+                Ok(v) => {
+                    h.state.store(RETURNED, Ordering::Release);
+                    Some(v)
+                }
+                Err(p) => {
+                    if let Ok(mut slot) = h.panic.lock() {
+                        *slot = Some(panic_message(p.as_ref()));
+                    }
+                    h.state.store(PANICKED, Ordering::Release);
+                    None
+                }
+            }
+        })?;
+    Ok(Supervised {
+        role,
+        heart,
+        handle,
+    })
+}
+
+impl<T> Supervised<T> {
+    /// Death first; then, if `stall_after_s` is given, liveness.
+    pub fn health(&self, now: MonoTime, stall_after_s: Option<f64>) -> Health {
+        match self.heart.state.load(Ordering::Acquire) {
+            RETURNED => Health::Returned,
+            PANICKED => Health::Panicked(
+                self.heart
+                    .panic
+                    .lock()
+                    .ok()
+                    .and_then(|m| m.clone())
+                    .unwrap_or_default(),
+            ),
+            _ => match stall_after_s {
+                Some(limit) if self.heart.age_s(now) > limit => {
+                    Health::Stalled(self.heart.age_s(now))
+                }
+                _ => Health::Alive,
+            },
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+
+    /// The thread's result (`None` if it panicked).
+    pub fn join(self) -> Option<T> {
+        self.handle.join().ok().flatten()
+    }
+}
+
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+thread_local! {
+    /// Set while `caught` runs: the panic is handled by the caller, not logged by the hook.
+    static HANDLED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f`, turning a panic into `Err(message)`; the panic hook stays quiet for it (the caller
+/// reports it, rate-limited).
+pub fn caught<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    let was = HANDLED.with(|h| h.replace(true));
+    let r = catch_unwind(AssertUnwindSafe(f)).map_err(|p| panic_message(p.as_ref()));
+    HANDLED.with(|h| h.set(was));
+    r
+}
+
+/// Logs unhandled panics through `tracing` (which cannot fail on a closed stderr) instead of the
+/// default hook's direct write.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        if HANDLED.with(|h| h.get()) {
+            return;
+        }
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("unnamed");
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let msg = panic_message(info.payload());
+        tracing::error!(thread = name, at = %at, "panic: {msg}");
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_supervised_thread_panics_expect_message_recorded() {
+        let t = spawn(Role::Sim, |_| -> u32 { panic!("boom {}", 7) }).unwrap();
+        while !t.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(
+            t.health(MonoTime::now(), None),
+            Health::Panicked("boom 7".into())
+        );
+        assert_eq!(t.join(), None);
+    }
+
+    #[test]
+    fn when_thread_stops_beating_expect_stalled_then_returned() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = spawn(Role::Ros, move |h| {
+            h.beat();
+            let _ = rx.recv();
+            5
+        })
+        .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert!(matches!(
+            t.health(MonoTime::now(), Some(0.01)),
+            Health::Stalled(_)
+        ));
+        assert_eq!(t.health(MonoTime::now(), Some(10.0)), Health::Alive);
+        tx.send(()).unwrap();
+        while !t.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(t.health(MonoTime::now(), None), Health::Returned);
+        assert_eq!(t.join(), Some(5));
+    }
+
+    #[test]
+    fn when_panic_caught_expect_message_returned() {
+        assert_eq!(caught(|| 3), Ok(3));
+        assert_eq!(caught(|| -> i32 { panic!("x") }), Err("x".into()));
+    }
+}
