@@ -112,6 +112,11 @@ fn consensus(
                 bn.join("`, `")
             ),
         )),
+        // A zero size would make empty layers (and chunked loops over them) downstream.
+        [(0, names), ..] => Err(arch_err(
+            ck,
+            format!("`{}` give {what} 0", names.join("`, `")),
+        )),
         [(v, _), ..] => Ok(*v),
     }
 }
@@ -224,6 +229,12 @@ impl Arch {
         }
         let embed = ck.find(&[&format!("{LM}.embed_tokens.weight"), LM_HEAD])?;
         let vocab = embed.shape.first().copied().unwrap_or(0);
+        if vocab == 0 {
+            return Err(arch_err(
+                ck,
+                format!("tensor `{}` has no rows: an empty vocabulary", embed.name),
+            ));
+        }
         let layers = ck.count_layers(&format!("{LM}.layers"));
         let expert_layers = ck.count_layers(&format!("{EXPERT}.layers"));
         if layers == 0 || layers != expert_layers {

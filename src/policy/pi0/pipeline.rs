@@ -420,13 +420,19 @@ impl Pi0Pipeline {
                 state[i]
             )));
         }
-        if noise.len() != a.chunk * a.action_dim || noise.iter().any(|x| !x.is_finite()) {
+        if noise.len() != a.chunk * a.action_dim {
             return Err(PipelineError::Input(format!(
-                "noise must be {} finite values ({} steps x {}), found {}",
+                "noise has {} values, the model takes {} ({} steps x {})",
+                noise.len(),
                 a.chunk * a.action_dim,
                 a.chunk,
-                a.action_dim,
-                noise.len()
+                a.action_dim
+            )));
+        }
+        if let Some(i) = noise.iter().position(|x| !x.is_finite()) {
+            return Err(PipelineError::Input(format!(
+                "noise value {i} is {}, not a finite number",
+                noise[i]
             )));
         }
         if state.len() != self.state_dim {
