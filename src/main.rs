@@ -384,11 +384,6 @@ fn provider(p: Provider, device_id: i32) -> pi0d::config::ExecutionProvider {
     pi0d::config::ExecutionProvider::with_defaults(kind, device_id)
 }
 
-/// Loading a file the user gave: its errors are the input's fault.
-fn input<T, E: Into<anyhow::Error>>(r: Result<T, E>) -> Result<T, Failure> {
-    r.map_err(|e| Failure::new(ExitReason::InvalidInput, e))
-}
-
 /// A failure while computing or writing results.
 fn runtime<T, E: Into<anyhow::Error>>(r: Result<T, E>) -> Result<T, Failure> {
     r.map_err(|e| Failure::new(ExitReason::RuntimeFailure, e))
@@ -403,45 +398,40 @@ fn infer_cpu(
     threads: usize,
 ) -> Result<(), Failure> {
     use pi0d::policy::pi0::{infer, ArchOverrides, Checkpoint, Pi0Model};
-    let overrides = input(arch.map(ArchOverrides::load).transpose())?;
-    let ck = input(Checkpoint::load(checkpoint))?;
-    let model = input(Pi0Model::load(&ck, overrides, threads))?;
+    let overrides = classified(arch.map(ArchOverrides::load).transpose())?;
+    let ck = classified(Checkpoint::load(checkpoint))?;
+    let model = classified(Pi0Model::load(&ck, overrides, threads))?;
     drop(ck);
-    let batch = input(infer::Batch::read(inputs, &model))?;
+    let batch = classified(infer::Batch::read(inputs, &model))?;
     let mut last = None;
     for _ in 0..repeat {
-        let (actions, timing) = infer::run_batch(&model, &batch);
+        // Non-finite actions are a failed inference, not a result.
+        let (actions, timing) = classified(infer::try_run_batch(&model, &batch))?;
         if repeat > 1 {
             say(&runtime(serde_json::to_string(&timing))?);
         }
         last = Some(actions);
     }
     if let Some(actions) = last {
-        check_finite(actions.iter().copied())?;
-        runtime(infer::write_actions(output, &batch, &actions))?;
+        classified(infer::write_actions(output, &batch, &actions))?;
     }
     Ok(())
 }
 
-/// Non-finite actions are a failed inference, not a result.
-fn check_finite(values: impl Iterator<Item = f32>) -> Result<(), Failure> {
-    let mut bad = 0usize;
-    let mut first = None;
-    for (i, v) in values.enumerate() {
-        if !v.is_finite() {
-            bad += 1;
-            first.get_or_insert(i);
-        }
-    }
-    match first {
-        None => Ok(()),
-        Some(i) => Err(Failure::new(
-            ExitReason::RuntimeFailure,
-            anyhow::anyhow!(
-                "the model produced {bad} non-finite action value(s) (first at flat index {i}): no output written"
-            ),
-        )),
-    }
+/// The user's input (a bad checkpoint, inputs file or manifest: exit 1) or a failure of the
+/// computation or the system (exit 9), as the library's errors tell.
+fn classified<T, E>(r: Result<T, E>) -> Result<T, Failure>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    r.map_err(|e| {
+        let reason = if pi0d::policy::pi0::infer::is_input_error(&e) {
+            ExitReason::InvalidInput
+        } else {
+            ExitReason::RuntimeFailure
+        };
+        Failure::new(reason, e)
+    })
 }
 
 /// The runtime `pi0d infer` runs exported graphs on.
@@ -459,8 +449,8 @@ fn infer_graphs(
 ) -> Result<(), Failure> {
     use pi0d::policy::graph::manifest::Manifest;
     use pi0d::policy::pi0::infer::{self, BatchDims};
-    let m = input(Manifest::load(dir))?;
-    let batch = input(infer::Batch::read_for(
+    let m = classified(Manifest::load(dir))?;
+    let batch = classified(infer::Batch::read_for(
         inputs,
         &BatchDims {
             image_size: m.image_size,
@@ -470,12 +460,12 @@ fn infer_graphs(
         },
     ))?;
     let mut model = match backend {
-        GraphBackend::Onnx(opts) => input(pi0d::policy::graph::load_onnx(dir, m, opts))?,
-        GraphBackend::Acl(opts) => input(pi0d::policy::graph::load_acl(dir, m, opts))?,
+        GraphBackend::Onnx(opts) => classified(pi0d::policy::graph::load_onnx(dir, m, opts))?,
+        GraphBackend::Acl(opts) => classified(pi0d::policy::graph::load_acl(dir, m, opts))?,
     };
     let mut last = None;
     for _ in 0..repeat {
-        let (actions, t) = runtime(model.sample(&batch.graph_inputs()))?;
+        let (actions, t) = classified(model.sample(&batch.graph_inputs()))?;
         if repeat > 1 {
             let timing = infer::RunTiming {
                 prefix_ms: t.prefix_ms,
@@ -487,15 +477,14 @@ fn infer_graphs(
         last = Some(actions);
     }
     if let Some(actions) = last {
-        check_finite(actions.iter().copied())?;
-        runtime(infer::write_actions(output, &batch, &actions))?;
+        classified(infer::write_actions(output, &batch, &actions))?;
     }
     Ok(())
 }
 
 fn export(a: ExportArgs) -> Outcome {
     use pi0d::policy::export::pi0::ExportDtype;
-    use pi0d::policy::export::{atc, export, ExportError, ExportOptions, ExternalData};
+    use pi0d::policy::export::{atc, export, ExportOptions, ExternalData};
     check_writable(&a.out, "--out")?;
     compute_threads(all_cores())?;
     let opts = ExportOptions {
@@ -519,13 +508,7 @@ fn export(a: ExportArgs) -> Outcome {
         clamp_f16: a.clamp_f16,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
-    let report = export(&opts).map_err(|e| {
-        let reason = match e {
-            ExportError::Io { .. } => ExitReason::RuntimeFailure,
-            _ => ExitReason::InvalidInput,
-        };
-        Failure::new(reason, e)
-    })?;
+    let report = classified(export(&opts))?;
     let m = &report.manifest;
     for c in &report.clamped {
         tracing::warn!(

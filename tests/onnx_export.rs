@@ -346,6 +346,14 @@ fn when_runtime_library_or_manifest_is_wrong_expect_clear_errors() {
         err.contains("cannot load the ONNX Runtime library /nonexistent/"),
         "{err}"
     );
+    // The hint names settings that exist: the config key, the flag and the variable.
+    assert!(
+        err.contains("policy.onnx.library")
+            && err.contains("--onnx-library")
+            && err.contains("ORT_DYLIB_PATH")
+            && !err.contains("backend.onnx_library"),
+        "{err}"
+    );
     // Inputs not matching the exported static shapes are refused before any run.
     let opts = OnnxOptions {
         library: Some(ort_library()),
@@ -378,7 +386,10 @@ fn when_runtime_library_or_manifest_is_wrong_expect_clear_errors() {
     .unwrap();
     let err = Manifest::load(&dir).unwrap_err().to_string();
     assert!(
-        err.contains("manifest.json") && err.contains("inconsistent sizes"),
+        err.contains("manifest.json")
+            && err.contains(
+                "`prefix_len`: expected 304 (1 cameras x 256 tokens + 48 prompt tokens), found 305"
+            ),
         "{err}"
     );
     std::fs::write(&path, text.replace("pi0d-graphs/1", "pi0d-graphs/9")).unwrap();

@@ -204,7 +204,8 @@ fn when_head_counts_do_not_fit_expect_hint_to_pass_arch() {
     let dir = edited_checkpoint("arch", |_| {});
     std::fs::remove_file(dir.join("arch.json")).unwrap();
     let e = load_error(&dir);
-    assert!(e.contains("--arch"), "{e}");
+    // Both places head counts can be given: the command line and the config file.
+    assert!(e.contains("--arch") && e.contains("policy.arch"), "{e}");
 }
 
 #[test]

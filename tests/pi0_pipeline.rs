@@ -81,7 +81,7 @@ fn when_frame_is_bgr_or_mono_expect_same_as_rgb_equivalent() {
     let sq: Vec<f32> = (0..3 * 224 * 224)
         .map(|i| (i % 255) as f32 / 255.0)
         .collect();
-    let out = resize_with_pad(&sq, 224, 224, 224);
+    let out = resize_with_pad(&sq, 224, 224, 224).unwrap();
     assert!(out
         .iter()
         .zip(&sq)

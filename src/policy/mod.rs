@@ -64,12 +64,14 @@ pub enum PolicyBuildError {
     #[error(transparent)]
     Model(#[from] pi0::pipeline::PipelineError),
     #[error(
-        "{checkpoint}: the model acts on {model} joints but policy.action_joints lists {config}"
+        "{checkpoint}: the model acts on {model} joints ({width_source}) but policy.action_joints lists {config}"
     )]
     ActionWidth {
         checkpoint: String,
         model: usize,
         config: usize,
+        /// Where the model's width came from.
+        width_source: String,
     },
 }
 
@@ -116,6 +118,7 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
                     checkpoint: checkpoint.display().to_string(),
                     model: pipeline.action_dim,
                     config: p.action_map.action_dim(),
+                    width_source: pipeline.width_source.clone(),
                 });
             }
             Box::new(pi0::pipeline::Pi0Policy::new(

@@ -23,10 +23,24 @@ pub use write::{ClampReport, ExternalData};
 pub enum ExportError {
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
-    #[error("{path}: {source}")]
+    /// Writing the export failed (the machine's fault: exit 9).
+    #[error("{path}: cannot write it")]
     Io {
         path: PathBuf,
+        #[source]
         source: std::io::Error,
+    },
+    #[error("{path}: cannot read it")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not an ONNX model")]
+    NotOnnx {
+        path: PathBuf,
+        #[source]
+        source: prost::DecodeError,
     },
     #[error("tensor `{tensor}`: {count} values exceed float16's range (largest magnitude {max_abs}): refusing to write Inf; pass --clamp-f16 to saturate them to +-65504 instead")]
     F16Overflow {
@@ -38,6 +52,112 @@ pub enum ExportError {
     NonFinite { tensor: String, index: usize },
     #[error("{0}")]
     Invalid(String),
+}
+
+impl ExportError {
+    /// The checkpoint or the options were at fault (exit 1), rather than writing (exit 9).
+    pub fn is_input_error(&self) -> bool {
+        !matches!(self, ExportError::Io { .. })
+    }
+}
+
+/// The export's directory while it is written: `OUT.tmp-<pid>` beside `OUT` (same filesystem),
+/// renamed into place only once everything is written, and removed otherwise (also on panic).
+/// An older export at `OUT` is moved aside, replaced, then deleted: `OUT` never holds a mix.
+struct Staging {
+    out: PathBuf,
+    tmp: PathBuf,
+    old: PathBuf,
+    committed: bool,
+}
+
+impl Staging {
+    fn new(out: &Path) -> Result<Staging, ExportError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ExportError::Io { path, source }
+        };
+        let name = out.file_name().ok_or_else(|| {
+            ExportError::Invalid(format!(
+                "--out {}: name the export's directory (it is written beside it, then renamed)",
+                out.display()
+            ))
+        })?;
+        match std::fs::symlink_metadata(out) {
+            Ok(meta) if meta.is_dir() => {
+                let empty = std::fs::read_dir(out).map_err(io(out))?.next().is_none();
+                if !empty && !out.join(manifest::FILE).is_file() {
+                    return Err(ExportError::Invalid(format!(
+                        "{} exists and is not a pi0d export (no {}): refusing to replace it",
+                        out.display(),
+                        manifest::FILE
+                    )));
+                }
+            }
+            Ok(_) => {
+                return Err(ExportError::Invalid(format!(
+                    "{} exists and is not a directory: refusing to replace it",
+                    out.display()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(out)(e)),
+        }
+        let parent = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+        let beside = |what: &str| {
+            let mut n = name.to_os_string();
+            n.push(format!(".{what}-{}", std::process::id()));
+            parent.join(n)
+        };
+        let staging = Staging {
+            out: out.to_path_buf(),
+            tmp: beside("tmp"),
+            old: beside("old"),
+            committed: false,
+        };
+        // Left by an earlier run that died with this pid: never anyone's data.
+        let _ = std::fs::remove_dir_all(&staging.tmp);
+        std::fs::create_dir(&staging.tmp).map_err(io(&staging.tmp))?;
+        Ok(staging)
+    }
+
+    fn commit(mut self) -> Result<(), ExportError> {
+        let had_old = self.out.exists();
+        if had_old {
+            std::fs::rename(&self.out, &self.old).map_err(|source| ExportError::Io {
+                path: self.out.clone(),
+                source,
+            })?;
+        }
+        if let Err(source) = std::fs::rename(&self.tmp, &self.out) {
+            if had_old {
+                let _ = std::fs::rename(&self.old, &self.out);
+            }
+            return Err(ExportError::Io {
+                path: self.out.clone(),
+                source,
+            });
+        }
+        self.committed = true;
+        if had_old {
+            if let Err(e) = std::fs::remove_dir_all(&self.old) {
+                tracing::warn!(path = %self.old.display(), error = %e, "cannot remove the replaced export");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_dir_all(&self.tmp);
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -103,8 +223,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
     let pi05 = arch.variant == Variant::Pi05;
     let prompt_len = opts
         .prompt_len
-        .or(ck.config.tokenizer_max_length)
-        .unwrap_or(if pi05 { 200 } else { 48 });
+        .unwrap_or_else(|| crate::policy::pi0::model::prompt_len(&ck.config, arch.variant));
     if prompt_len == 0 {
         return Err(ExportError::Invalid(
             "--prompt-len must be at least 1".into(),
@@ -115,10 +234,6 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         cameras: opts.cameras,
         prompt_len,
     };
-    std::fs::create_dir_all(&opts.out).map_err(|e| ExportError::Io {
-        path: opts.out.clone(),
-        source: e,
-    })?;
     let b = Pi0GraphBuilder::new(&ck, arch.clone(), opts.dtype, sizes);
     let prefix = b.prefix_graph();
     let denoise = b.denoise_graph(opts.unroll);
@@ -160,8 +275,9 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         ("pi0d.dtype", dtype_name),
         ("pi0d.checkpoint_sha256", sha.clone()),
     ];
+    let staging = Staging::new(&opts.out)?;
     let mut writer = write::GraphWriter {
-        dir: &opts.out,
+        dir: &staging.tmp,
         external: opts.external,
         clamp_f16: opts.clamp_f16,
         metadata: meta.to_vec(),
@@ -215,9 +331,11 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
             sha256: sha,
         },
     };
-    let path = opts.out.join(manifest::FILE);
-    let text = serde_json::to_string_pretty(&m).expect("manifest serializes");
+    let path = staging.tmp.join(manifest::FILE);
+    let text = serde_json::to_string_pretty(&m)
+        .map_err(|e| ExportError::Invalid(format!("the manifest does not serialize: {e}")))?;
     std::fs::write(&path, text + "\n").map_err(|e| ExportError::Io { path, source: e })?;
+    staging.commit()?;
     Ok(ExportReport {
         manifest: m,
         clamped,
@@ -226,10 +344,89 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
 
 /// Reads an exported graph file back (tests, self-checks).
 pub fn read_model(path: &Path) -> Result<proto::ModelProto, ExportError> {
-    let bytes = std::fs::read(path).map_err(|e| ExportError::Io {
+    let bytes = std::fs::read(path).map_err(|source| ExportError::Read {
         path: path.into(),
-        source: e,
+        source,
     })?;
-    proto::decode_model(&bytes)
-        .map_err(|e| ExportError::Invalid(format!("{}: not an ONNX model: {e}", path.display())))
+    proto::decode_model(&bytes).map_err(|source| ExportError::NotOnnx {
+        path: path.into(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("pi0d-staging-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Names in `dir`, sorted.
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn when_staging_is_dropped_uncommitted_expect_nothing_left() {
+        let dir = scratch("dropped");
+        let out = dir.join("graphs");
+        let s = Staging::new(&out).unwrap();
+        std::fs::write(s.tmp.join("prefix.onnx"), b"half").unwrap();
+        drop(s);
+        assert!(names(&dir).is_empty(), "{:?}", names(&dir));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn when_staging_commits_over_an_older_export_expect_it_replaced_whole() {
+        let dir = scratch("replace");
+        let out = dir.join("graphs");
+        std::fs::create_dir(&out).unwrap();
+        for f in [manifest::FILE, "denoise_step.onnx"] {
+            std::fs::write(out.join(f), b"old").unwrap();
+        }
+        let s = Staging::new(&out).unwrap();
+        for f in [manifest::FILE, "denoise_unrolled.onnx"] {
+            std::fs::write(s.tmp.join(f), b"new").unwrap();
+        }
+        s.commit().unwrap();
+        assert_eq!(names(&dir), ["graphs"]);
+        assert_eq!(names(&out), ["denoise_unrolled.onnx", "manifest.json"]);
+        assert_eq!(std::fs::read(out.join(manifest::FILE)).unwrap(), b"new");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn when_target_is_not_an_export_expect_refusal_and_its_files_kept() {
+        let dir = scratch("foreign");
+        let notes = dir.join("notes");
+        std::fs::create_dir(&notes).unwrap();
+        std::fs::write(notes.join("todo.txt"), b"keep me").unwrap();
+        let e = Staging::new(&notes).err().unwrap().to_string();
+        assert!(
+            e.contains("is not a pi0d export (no manifest.json): refusing to replace it"),
+            "{e}"
+        );
+        std::fs::write(dir.join("file"), b"x").unwrap();
+        let e = Staging::new(&dir.join("file")).err().unwrap().to_string();
+        assert!(e.contains("exists and is not a directory"), "{e}");
+        assert!(Staging::new(Path::new("/")).is_err());
+        assert_eq!(names(&dir), ["file", "notes"]);
+        assert_eq!(std::fs::read(notes.join("todo.txt")).unwrap(), b"keep me");
+        // An empty directory (made for the export beforehand) is taken.
+        let empty = dir.join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        Staging::new(&empty).unwrap().commit().unwrap();
+        assert!(empty.is_dir());
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

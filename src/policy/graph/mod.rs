@@ -15,14 +15,33 @@ use std::time::Instant;
 use manifest::Manifest;
 use tables::{PrefixTables, SuffixTables};
 
+use crate::policy::pi0::infer::{check_actions, NonFiniteActions};
+
 #[derive(Debug, thiserror::Error)]
 pub enum GraphError {
     #[error(transparent)]
     Manifest(#[from] manifest::ManifestError),
+    /// The runtime could not be set up: its library is missing or too old, a graph file does not
+    /// load, the provider is not available. The user's setup (exit 1).
+    #[error("{0}")]
+    Load(String),
+    /// The runtime failed while running the graphs (exit 9).
     #[error("{0}")]
     Runtime(String),
     #[error("input `{name}`: {message}")]
     Input { name: String, message: String },
+    #[error(transparent)]
+    NonFiniteActions(#[from] NonFiniteActions),
+}
+
+impl GraphError {
+    /// The user's manifest, setup or inputs were at fault, rather than the run.
+    pub fn is_input_error(&self) -> bool {
+        !matches!(
+            self,
+            GraphError::Runtime(_) | GraphError::NonFiniteActions(_)
+        )
+    }
 }
 
 /// What a graph runtime does; all slices are row-major f32/i64 for the whole batch.
@@ -82,7 +101,7 @@ pub fn load_onnx(
     #[cfg(not(feature = "onnx"))]
     {
         let _ = (dir, manifest, opts);
-        Err(GraphError::Runtime(
+        Err(GraphError::Load(
             "this pi0d was built without the `onnx` feature (cargo build --features onnx)".into(),
         ))
     }
@@ -149,7 +168,8 @@ impl<R: GraphRuntime> GraphModel<R> {
         }
     }
 
-    /// Actions `[B, chunk, action_dim]` (normalized space) for `inputs`.
+    /// Actions `[B, chunk, action_dim]` (normalized space) for `inputs`: refused when the inputs
+    /// do not fit the graphs (sizes, token ids), and when the run produced a NaN or an infinity.
     pub fn sample(&mut self, inputs: &GraphInputs) -> Result<(Vec<f32>, GraphTiming), GraphError> {
         let m = &self.manifest;
         let (b, s) = (m.batch, m.image_size);
@@ -171,22 +191,33 @@ impl<R: GraphRuntime> GraphModel<R> {
         self.check("lang_masks", inputs.token_masks.len(), b * m.prompt_len)?;
         self.check("state", inputs.state.len(), b * m.state_dim)?;
         self.check("noise", inputs.noise.len(), b * m.chunk * m.action_dim)?;
+        // An id outside the vocabulary would be clamped (or worse) by the runtime's Gather.
+        crate::policy::pi0::model::check_vocabulary(inputs.tokens, m.vocab).map_err(|e| {
+            GraphError::Input {
+                name: "lang_tokens".into(),
+                message: match e {
+                    crate::policy::pi0::model::TokenError::OutOfVocabulary { index, id, vocab } => {
+                        format!(
+                            "token id {id} at [{}, {}] is outside the vocabulary (0..{vocab})",
+                            index / m.prompt_len.max(1),
+                            index % m.prompt_len.max(1)
+                        )
+                    }
+                    other => other.to_string(),
+                },
+            }
+        })?;
         let started = Instant::now();
-        // Out-of-range ids are clamped into the vocabulary, as the CPU path does.
-        let vocab = m.vocab as i64;
-        let tokens: Vec<i64> = inputs
-            .tokens
-            .iter()
-            .map(|t| (*t).clamp(0, vocab - 1))
-            .collect();
         let prefix = tables::prefix_tables(m, &inputs.image_masks, inputs.token_masks);
         let suffix = tables::suffix_tables(m, &prefix.pad);
-        self.runtime.run_prefix(&inputs.images, &tokens, &prefix)?;
+        self.runtime
+            .run_prefix(&inputs.images, inputs.tokens, &prefix)?;
         let prefix_ms = started.elapsed().as_secs_f64() * 1e3;
         let state = (!self.manifest.is_pi05()).then_some(inputs.state);
         let mut x = inputs.noise.to_vec();
         self.runtime
             .run_denoise(state, &mut x, &self.time, &suffix)?;
+        check_actions(&x, self.manifest.chunk, self.manifest.action_dim)?;
         let total = started.elapsed().as_secs_f64() * 1e3;
         Ok((
             x,
@@ -195,5 +226,84 @@ impl<R: GraphRuntime> GraphModel<R> {
                 steps_ms: total - prefix_ms,
             },
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Returns the noise as actions, optionally with one NaN in it.
+    struct Echo {
+        nan: bool,
+    }
+
+    impl GraphRuntime for Echo {
+        fn run_prefix(
+            &mut self,
+            _: &[&[f32]],
+            _: &[i64],
+            _: &PrefixTables,
+        ) -> Result<(), GraphError> {
+            Ok(())
+        }
+
+        fn run_denoise(
+            &mut self,
+            _: Option<&[f32]>,
+            x: &mut [f32],
+            _: &[f32],
+            _: &SuffixTables,
+        ) -> Result<(), GraphError> {
+            if self.nan {
+                x[32 + 5] = f32::NAN;
+            }
+            Ok(())
+        }
+    }
+
+    fn sample(nan: bool, tokens: &[i64]) -> Result<(Vec<f32>, GraphTiming), GraphError> {
+        let m = acl::plan::tests::manifest(1, false, "float32");
+        let image = vec![0.0f32; 3 * 224 * 224];
+        let masks = vec![true; m.prompt_len];
+        let state = vec![0.0f32; m.state_dim];
+        let noise = vec![0.5f32; m.chunk * m.action_dim];
+        GraphModel::new(m, Echo { nan }).sample(&GraphInputs {
+            images: vec![&image],
+            image_masks: vec![vec![true]],
+            tokens,
+            token_masks: &masks,
+            state: &state,
+            noise: &noise,
+        })
+    }
+
+    #[test]
+    fn when_token_id_is_outside_the_vocabulary_expect_input_error_naming_it() {
+        let mut tokens = vec![1i64; 48];
+        sample(false, &tokens).unwrap();
+        for id in [320, -1] {
+            tokens[5] = id;
+            match sample(false, &tokens) {
+                Err(GraphError::Input { name, message }) => {
+                    assert_eq!(name, "lang_tokens");
+                    let want =
+                        format!("token id {id} at [0, 5] is outside the vocabulary (0..320)");
+                    assert!(message.contains(&want), "{message}");
+                }
+                other => panic!("expected an input error, got {:?}", other.map(|_| ())),
+            }
+        }
+    }
+
+    #[test]
+    fn when_graphs_return_nan_expect_runtime_error_naming_where() {
+        match sample(true, &[1; 48]) {
+            Err(e @ GraphError::NonFiniteActions(_)) => {
+                assert!(!e.is_input_error());
+                assert!(e.to_string().contains("batch 0, step 1, dim 5"), "{e}");
+            }
+            other => panic!("expected non-finite actions, got {:?}", other.map(|_| ())),
+        }
     }
 }

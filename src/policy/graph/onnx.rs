@@ -26,8 +26,15 @@ use crate::policy::export::pi0::names;
 /// The ONNX Runtime API version `ort` was built against (1.22): older libraries lack entries.
 const MIN_MINOR: u32 = 22;
 
+/// A failure while running. ONNX Runtime's message goes into the text: `GraphError` is the same
+/// type with or without the optional `onnx` feature, so it cannot hold an `ort::Error`.
 fn rt(context: &str) -> impl Fn(ort::Error) -> GraphError + '_ {
     move |e| GraphError::Runtime(format!("{context}: {e}"))
+}
+
+/// A failure while setting the runtime up (library, sessions, providers, host tensors).
+fn ld(context: &str) -> impl Fn(ort::Error) -> GraphError + '_ {
+    move |e| GraphError::Load(format!("{context}: {e}"))
 }
 
 /// Finds and checks the library before `ort` touches it (`ort` panics on a missing or too old
@@ -38,26 +45,26 @@ fn load_library(opts: &OnnxOptions) -> Result<PathBuf, GraphError> {
         .clone()
         .or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("libonnxruntime.so"));
-    let hint = "install ONNX Runtime >= 1.22 (the onnxruntime / onnxruntime-gpu / onnxruntime-cann wheel ships it under onnxruntime/capi/) and name it with backend.onnx_library or ORT_DYLIB_PATH";
+    let hint = "install ONNX Runtime >= 1.22 (the onnxruntime / onnxruntime-gpu / onnxruntime-cann wheel ships it under onnxruntime/capi/) and name it with policy.onnx.library in the config, --onnx-library on pi0d infer, or the ORT_DYLIB_PATH environment variable";
     // SAFETY: loading ONNX Runtime runs its initializers, which have no preconditions; the
     // symbol is ONNX Runtime's documented C entry point with this signature.
     let version = unsafe {
         let lib = libloading::Library::new(&path).map_err(|e| {
-            GraphError::Runtime(format!(
+            GraphError::Load(format!(
                 "cannot load the ONNX Runtime library {}: {e}; {hint}",
                 path.display()
             ))
         })?;
         let base: libloading::Symbol<unsafe extern "C" fn() -> *const ort::sys::OrtApiBase> =
             lib.get(b"OrtGetApiBase").map_err(|e| {
-                GraphError::Runtime(format!(
+                GraphError::Load(format!(
                     "{} is not ONNX Runtime (no OrtGetApiBase: {e})",
                     path.display()
                 ))
             })?;
         let base = base();
         if base.is_null() {
-            return Err(GraphError::Runtime(format!(
+            return Err(GraphError::Load(format!(
                 "{}: OrtGetApiBase returned null",
                 path.display()
             )));
@@ -72,7 +79,7 @@ fn load_library(opts: &OnnxOptions) -> Result<PathBuf, GraphError> {
         .and_then(|m| m.parse::<u32>().ok())
         .unwrap_or(0);
     if minor < MIN_MINOR {
-        return Err(GraphError::Runtime(format!(
+        return Err(GraphError::Load(format!(
             "{} is ONNX Runtime {version}; pi0d needs 1.{MIN_MINOR} or newer: {hint}",
             path.display()
         )));
@@ -121,7 +128,7 @@ fn provider(p: &ExecutionProvider) -> Result<ExecutionProviderDispatch, GraphErr
                     "must_keep_origin_dtype" => CANNPrecisionMode::MustKeepOrigin,
                     "allow_mix_precision" => CANNPrecisionMode::AllowMixedPrecision,
                     other => {
-                        return Err(GraphError::Runtime(format!(
+                        return Err(GraphError::Load(format!(
                             "CANN precision mode {other:?} is not one of {:?}",
                             super::provider::CANN_PRECISION_MODES
                         )))
@@ -158,7 +165,7 @@ impl<T: ort::tensor::PrimitiveTensorElementType + Copy + std::fmt::Debug + 'stat
         Ok(HostInput {
             name: name.into(),
             tensor: Tensor::<T>::new(&Allocator::default(), dims)
-                .map_err(rt(&format!("allocating `{name}`")))?,
+                .map_err(ld(&format!("allocating `{name}`")))?,
         })
     }
 
@@ -209,25 +216,25 @@ impl OnnxRuntime {
         ort::init_from(lib.display().to_string())
             .with_name("pi0d")
             .commit()
-            .map_err(rt("ONNX Runtime environment"))?;
+            .map_err(ld("ONNX Runtime environment"))?;
         let session = |file: &str| -> Result<Session, GraphError> {
             let path = dir.join(file);
             let mut b = Session::builder()
-                .map_err(rt("session builder"))?
+                .map_err(ld("session builder"))?
                 .with_optimization_level(GraphOptimizationLevel::Level3)
-                .map_err(rt("optimization level"))?
+                .map_err(ld("optimization level"))?
                 .with_execution_providers([provider(&opts.provider)?])
-                .map_err(rt(&format!("execution provider {}", opts.provider.name())))?;
+                .map_err(ld(&format!("execution provider {}", opts.provider.name())))?;
             if opts.threads > 0 {
-                b = b.with_intra_threads(opts.threads).map_err(rt("threads"))?;
+                b = b.with_intra_threads(opts.threads).map_err(ld("threads"))?;
             }
             b.commit_from_file(&path)
-                .map_err(rt(&format!("loading {}", path.display())))
+                .map_err(ld(&format!("loading {}", path.display())))
         };
         let prefix = session(&m.graphs.prefix.file)?;
         let denoise = session(&m.graphs.denoise.file)?;
-        let prefix_binding = prefix.create_binding().map_err(rt("prefix binding"))?;
-        let mut denoise_binding = denoise.create_binding().map_err(rt("denoise binding"))?;
+        let prefix_binding = prefix.create_binding().map_err(ld("prefix binding"))?;
+        let mut denoise_binding = denoise.create_binding().map_err(ld("denoise binding"))?;
         let (b, s, p, n, hd) = (
             m.batch,
             m.image_size,
@@ -253,10 +260,10 @@ impl OnnxRuntime {
             &Allocator::default(),
             [b as i64, m.chunk as i64, m.action_dim as i64],
         )
-        .map_err(rt("allocating the output"))?;
+        .map_err(ld("allocating the output"))?;
         denoise_binding
             .bind_output(out_name, out)
-            .map_err(rt("binding the output"))?;
+            .map_err(ld("binding the output"))?;
         Ok(OnnxRuntime {
             provider: opts.provider.clone(),
             images,

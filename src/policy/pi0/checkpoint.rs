@@ -4,17 +4,66 @@
 //! into f32. Names are looked up with the aliases real exports use.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
-use serde::Deserialize;
 
+pub use super::config_json::{ArchOverrides, FeatureJson, PolicyConfigJson};
+use super::header::HeaderError;
+
+/// Every way a checkpoint file can be wrong; each names the file (and the tensor, field or stat).
+/// Causes are `#[source]`s, never repeated in the message (`{:#}` shows the whole chain).
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     #[error("{path}: {message}")]
     File { path: PathBuf, message: String },
+    #[error("{path}: cannot read it")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is {kind}, expected {expected}")]
+    NotAFile {
+        path: PathBuf,
+        kind: &'static str,
+        expected: &'static str,
+    },
+    #[error("{path}: not valid JSON")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: field `{field}` is not valid")]
+    Field {
+        path: PathBuf,
+        field: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: `{field}`: expected {expected}, found {found}")]
+    Value {
+        path: PathBuf,
+        field: String,
+        expected: String,
+        found: String,
+    },
+    #[error("{path}: not a valid safetensors file")]
+    Header {
+        path: PathBuf,
+        /// Boxed: its largest variant would double every `CheckpointError`'s size.
+        #[source]
+        source: Box<HeaderError>,
+    },
+    #[error("{path}: not a valid safetensors file")]
+    Safetensors {
+        path: PathBuf,
+        #[source]
+        source: safetensors::SafeTensorError,
+    },
     #[error("{path}: tensor `{name}` not found (looked for {candidates})")]
     Missing {
         path: PathBuf,
@@ -42,6 +91,80 @@ pub enum CheckpointError {
     },
     #[error("{path}: {message}")]
     Arch { path: PathBuf, message: String },
+    #[error("{path}: stat `{stat}` has {found} values, expected {expected} ({width})")]
+    StatLength {
+        path: PathBuf,
+        stat: String,
+        expected: usize,
+        found: usize,
+        /// Where the expected width comes from.
+        width: String,
+    },
+    #[error("{path}: stat `{a}` has {a_len} values and `{b}` {b_len}: one normalization's stats must have equal lengths")]
+    StatMismatch {
+        path: PathBuf,
+        a: String,
+        a_len: usize,
+        b: String,
+        b_len: usize,
+    },
+}
+
+/// What kind of thing a non-regular file is, for messages.
+fn file_kind(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Refuses anything but a regular file at `path` (following symlinks) before it is opened: a
+/// directory would fail later with an unrelated message, a FIFO would block.
+pub(crate) fn regular_file(path: &Path, expected: &'static str) -> Result<u64, CheckpointError> {
+    let meta = std::fs::metadata(path).map_err(|source| CheckpointError::Io {
+        path: path.into(),
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(CheckpointError::NotAFile {
+            path: path.into(),
+            kind: file_kind(meta.file_type()),
+            expected,
+        });
+    }
+    Ok(meta.len())
+}
+
+/// A text file's contents, refused unless it is a regular file.
+pub(crate) fn read_text(path: &Path, expected: &'static str) -> Result<String, CheckpointError> {
+    regular_file(path, expected)?;
+    std::fs::read_to_string(path).map_err(|source| CheckpointError::Io {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Checks `bytes` as a safetensors file and parses it (`path` for messages).
+pub(crate) fn parse_safetensors<'a>(
+    path: &Path,
+    bytes: &'a [u8],
+) -> Result<SafeTensors<'a>, CheckpointError> {
+    super::header::check(bytes).map_err(|source| CheckpointError::Header {
+        path: path.into(),
+        source: Box::new(source),
+    })?;
+    SafeTensors::deserialize(bytes).map_err(|source| CheckpointError::Safetensors {
+        path: path.into(),
+        source,
+    })
 }
 
 /// Storage type of a tensor in the checkpoint (compute is f32 either way).
@@ -184,105 +307,13 @@ impl std::fmt::Debug for MappedRows {
 /// Where a tensor lies in a mapped file; decoded only when the model takes it.
 #[derive(Clone, Debug)]
 pub struct Entry {
+    /// Its canonical name (without a leading `model.`).
+    pub name: String,
     pub shape: Vec<usize>,
     pub dtype: Dtype,
     file: usize,
     offset: usize,
     bytes: usize,
-}
-
-/// lerobot's `config.json` fields pi0d uses (the rest is ignored).
-#[derive(Clone, Debug, Deserialize)]
-pub struct PolicyConfigJson {
-    #[serde(rename = "type", default = "default_type")]
-    pub kind: String,
-    #[serde(default = "default_chunk")]
-    pub chunk_size: usize,
-    #[serde(default = "default_dim")]
-    pub max_state_dim: usize,
-    #[serde(default = "default_dim")]
-    pub max_action_dim: usize,
-    #[serde(default = "default_steps")]
-    pub num_inference_steps: usize,
-    #[serde(default = "default_min_period")]
-    pub min_period: f64,
-    #[serde(default = "default_max_period")]
-    pub max_period: f64,
-    pub tokenizer_max_length: Option<usize>,
-    #[serde(default = "default_resolution")]
-    pub image_resolution: [usize; 2],
-    #[serde(default)]
-    pub input_features: HashMap<String, FeatureJson>,
-    #[serde(default)]
-    pub output_features: HashMap<String, FeatureJson>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-pub struct FeatureJson {
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub shape: Vec<usize>,
-}
-
-fn default_type() -> String {
-    "pi0".into()
-}
-fn default_chunk() -> usize {
-    50
-}
-fn default_dim() -> usize {
-    32
-}
-fn default_steps() -> usize {
-    10
-}
-fn default_min_period() -> f64 {
-    4e-3
-}
-fn default_max_period() -> f64 {
-    4.0
-}
-fn default_resolution() -> [usize; 2] {
-    [224, 224]
-}
-
-impl Default for PolicyConfigJson {
-    fn default() -> Self {
-        serde_json::from_str("{}").expect("all fields have defaults")
-    }
-}
-
-/// Head counts that tensor shapes cannot tell (`--arch FILE`).
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct ArchOverrides {
-    pub vision_heads: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-}
-
-impl ArchOverrides {
-    /// The real pi0 / pi0.5 values.
-    pub const PI0: ArchOverrides = ArchOverrides {
-        vision_heads: 16,
-        heads: 8,
-        kv_heads: 1,
-        head_dim: 256,
-    };
-
-    pub fn load(path: &Path) -> Result<ArchOverrides, CheckpointError> {
-        let text = std::fs::read_to_string(path).map_err(|e| CheckpointError::File {
-            path: path.into(),
-            message: e.to_string(),
-        })?;
-        serde_json::from_str(&text).map_err(|e| CheckpointError::File {
-            path: path.into(),
-            message: format!(
-                "expected {{\"vision_heads\", \"heads\", \"kv_heads\", \"head_dim\"}}: {e}"
-            ),
-        })
-    }
 }
 
 pub struct Checkpoint {
@@ -307,23 +338,31 @@ fn file_err(path: &Path, message: impl std::fmt::Display) -> CheckpointError {
     }
 }
 
+const SAFETENSORS: &str = "a safetensors file";
+
 /// Maps one safetensors file and records where each tensor lies in it.
 fn index_safetensors(
     path: &Path,
     maps: &mut Vec<(PathBuf, Arc<memmap2::Mmap>)>,
     into: &mut HashMap<String, Entry>,
 ) -> Result<(), CheckpointError> {
-    let file = std::fs::File::open(path).map_err(|e| file_err(path, e))?;
+    regular_file(path, SAFETENSORS)?;
+    let io = |source| CheckpointError::Io {
+        path: path.into(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
     // SAFETY: mapped read-only; checkpoints are immutable inputs that are not modified while
     // pi0d runs (the usual contract of memory-mapped model files).
-    let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.map_err(|e| file_err(path, e))?);
-    let st = SafeTensors::deserialize(&map)
-        .map_err(|e| file_err(path, format!("not a safetensors file: {e}")))?;
+    let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?);
+    let st = parse_safetensors(path, &map)?;
     let base = map.as_ptr() as usize;
     for (name, view) in st.iter() {
+        let name = canonical(name).to_string();
         into.insert(
-            canonical(name).to_string(),
+            name.clone(),
             Entry {
+                name,
                 shape: view.shape().to_vec(),
                 dtype: view.dtype(),
                 file: maps.len(),
@@ -336,35 +375,71 @@ fn index_safetensors(
     Ok(())
 }
 
+/// The shard files `index` (`model.safetensors.index.json`) names, each a plain relative path
+/// inside `dir`.
+fn shards(dir: &Path, index: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
+    let json = super::config_json::parse_object(index, &read_text(index, "a JSON file")?)?;
+    let map = json
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| file_err(index, "expected a \"weight_map\" object"))?;
+    let mut shards = Vec::new();
+    for (tensor, shard) in map {
+        let shard = shard.as_str().ok_or_else(|| {
+            file_err(
+                index,
+                format!("weight_map: `{tensor}` names no shard file (expected a file name)"),
+            )
+        })?;
+        let rel = Path::new(shard);
+        if shard.is_empty() || !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+            return Err(file_err(
+                index,
+                format!("weight_map: `{tensor}` names shard `{shard}`, which is not a file name inside {}", dir.display()),
+            ));
+        }
+        shards.push(rel.to_path_buf());
+    }
+    shards.sort_unstable();
+    shards.dedup();
+    for shard in &shards {
+        if !dir.join(shard).exists() {
+            return Err(file_err(
+                index,
+                format!(
+                    "names shard `{}`, which is not in {}",
+                    shard.display(),
+                    dir.display()
+                ),
+            ));
+        }
+    }
+    Ok(shards)
+}
+
 impl Checkpoint {
-    /// Loads a checkpoint directory or a bare `.safetensors` file.
+    /// Loads a checkpoint directory (`config.json` beside the weights) or a bare `.safetensors`
+    /// file (lerobot's default config).
     pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
         let mut tensors = HashMap::new();
         let mut maps = Vec::new();
         let (dir, config) = if path.is_dir() {
             let cfg_path = path.join("config.json");
-            let config = if cfg_path.exists() {
-                let text =
-                    std::fs::read_to_string(&cfg_path).map_err(|e| file_err(&cfg_path, e))?;
-                serde_json::from_str(&text).map_err(|e| file_err(&cfg_path, e))?
-            } else {
-                PolicyConfigJson::default()
-            };
+            if !cfg_path.exists() {
+                // Defaults would give the padded 32 joints, and a misleading width error later.
+                return Err(file_err(
+                    path,
+                    "no config.json (a lerobot checkpoint directory holds config.json beside model.safetensors)",
+                ));
+            }
+            let text = read_text(&cfg_path, "a JSON file")?;
+            let config = PolicyConfigJson::parse(&cfg_path, &text)?;
             let single = path.join("model.safetensors");
             let index = path.join("model.safetensors.index.json");
             if single.exists() {
                 index_safetensors(&single, &mut maps, &mut tensors)?;
             } else if index.exists() {
-                let text = std::fs::read_to_string(&index).map_err(|e| file_err(&index, e))?;
-                let json: serde_json::Value =
-                    serde_json::from_str(&text).map_err(|e| file_err(&index, e))?;
-                let map = json["weight_map"]
-                    .as_object()
-                    .ok_or_else(|| file_err(&index, "expected a \"weight_map\" object"))?;
-                let mut shards: Vec<&str> = map.values().filter_map(|v| v.as_str()).collect();
-                shards.sort_unstable();
-                shards.dedup();
-                for shard in shards {
+                for shard in shards(path, &index)? {
                     index_safetensors(&path.join(shard), &mut maps, &mut tensors)?;
                 }
             } else {
@@ -400,31 +475,37 @@ impl Checkpoint {
         self.tensors.contains_key(name)
     }
 
-    /// The first of `names` present (canonical names, without a leading `model.`).
+    /// The first of `names` present (canonical names, without a leading `model.`); its entry
+    /// carries the name it was found under.
     pub fn find(&self, names: &[&str]) -> Result<&Entry, CheckpointError> {
         names
             .iter()
             .find_map(|n| self.tensors.get(*n))
             .ok_or_else(|| CheckpointError::Missing {
                 path: self.path.clone(),
-                name: names[0].to_string(),
+                name: names.first().copied().unwrap_or_default().to_string(),
                 candidates: names.join(", "),
             })
     }
 
+    /// The file an entry lies in.
+    pub fn file_of(&self, e: &Entry) -> &Path {
+        &self.maps[e.file].0
+    }
+
     /// The entry of the first of `names` found, checked to have `shape` and a float type.
+    /// Errors name the tensor found (an alias, maybe), not the first name asked for.
     fn checked(
         &self,
         names: &[&str],
         shape: &[usize],
     ) -> Result<(&Entry, WeightDtype, &PathBuf, &Arc<memmap2::Mmap>), CheckpointError> {
         let e = self.find(names)?;
-        let name = names[0];
         let (file, map) = &self.maps[e.file];
         if e.shape != shape {
             return Err(CheckpointError::Shape {
                 path: file.clone(),
-                name: name.to_string(),
+                name: e.name.clone(),
                 expected: shape.to_vec(),
                 found: e.shape.clone(),
             });
@@ -436,7 +517,7 @@ impl Checkpoint {
             other => {
                 return Err(CheckpointError::Dtype {
                     path: file.clone(),
-                    name: name.to_string(),
+                    name: e.name.clone(),
                     dtype: format!("{other:?}"),
                 })
             }
@@ -464,7 +545,7 @@ impl Checkpoint {
         if let Some(index) = data.iter().position(|x| !x.is_finite()) {
             return Err(CheckpointError::NonFinite {
                 path: file.clone(),
-                name: names[0].to_string(),
+                name: e.name.clone(),
                 index,
             });
         }
@@ -489,7 +570,7 @@ impl Checkpoint {
         if let Some(index) = decode(bytes, dtype).position(|x| !x.is_finite()) {
             return Err(CheckpointError::NonFinite {
                 path: file.clone(),
-                name: names[0].to_string(),
+                name: e.name.clone(),
                 index,
             });
         }

@@ -6,6 +6,92 @@ use std::path::Path;
 use super::model::{Pi0Input, Pi0Model, Timing, Workspace};
 use super::tensorfile::{write_f32, TensorFile, TensorFileError};
 
+/// The computation produced a NaN or an infinity: `actions[batch, step, dim]` is the first.
+/// Never the input's fault (inputs and weights are checked finite): a runtime failure.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "the model produced a non-finite action ({value} at batch {batch}, step {step}, dim {dim})"
+)]
+pub struct NonFiniteActions {
+    pub batch: usize,
+    pub step: usize,
+    pub dim: usize,
+    pub value: f32,
+}
+
+/// Refuses `actions` (`[batch, chunk, action_dim]`) holding a NaN or an infinity.
+pub fn check_actions(
+    actions: &[f32],
+    chunk: usize,
+    action_dim: usize,
+) -> Result<(), NonFiniteActions> {
+    match actions.iter().position(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(i) => {
+            let per = (chunk * action_dim).max(1);
+            let dim = action_dim.max(1);
+            Err(NonFiniteActions {
+                batch: i / per,
+                step: i % per / dim,
+                dim: i % dim,
+                value: actions[i],
+            })
+        }
+    }
+}
+
+/// What `pi0d infer`'s library half can fail with beyond reading its files.
+#[derive(Debug, thiserror::Error)]
+pub enum InferError {
+    #[error(transparent)]
+    File(#[from] TensorFileError),
+    #[error(transparent)]
+    NonFiniteActions(#[from] NonFiniteActions),
+}
+
+impl InferError {
+    /// The user's input was at fault (bad inputs file: exit 1), rather than the computation or
+    /// the machine (non-finite actions, a failed write: exit 9).
+    pub fn is_input_error(&self) -> bool {
+        match self {
+            InferError::File(e) => e.is_input_error(),
+            InferError::NonFiniteActions(_) => false,
+        }
+    }
+}
+
+/// Whether the error `pi0d infer` or `pi0d export` returned (anywhere in its chain) is the
+/// user's input (bad checkpoint, inputs, manifest or options: exit 1) rather than a runtime
+/// failure (the computation produced NaN, a write failed, the graph runtime failed: exit 9).
+/// Errors of other types (e.g. the binary's own messages about flags) count as input errors.
+pub fn is_input_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    use crate::policy::export::ExportError;
+    use crate::policy::graph::GraphError;
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(e) = e.downcast_ref::<InferError>() {
+            return e.is_input_error();
+        }
+        if let Some(e) = e.downcast_ref::<TensorFileError>() {
+            return e.is_input_error();
+        }
+        if let Some(e) = e.downcast_ref::<GraphError>() {
+            return e.is_input_error();
+        }
+        if let Some(e) = e.downcast_ref::<ExportError>() {
+            return e.is_input_error();
+        }
+        if let Some(e) = e.downcast_ref::<super::pipeline::PipelineError>() {
+            return e.is_input_error();
+        }
+        if e.downcast_ref::<NonFiniteActions>().is_some() {
+            return false;
+        }
+        next = e.source();
+    }
+    true
+}
+
 /// Per-run timings, printed as one JSON line each with `--repeat`.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
 pub struct RunTiming {
@@ -52,8 +138,21 @@ impl From<&super::model::Arch> for BatchDims {
 }
 
 impl Batch {
+    /// The inputs for the CPU model: shaped for it, and every prompt within its length and
+    /// vocabulary.
     pub fn read(path: &Path, model: &Pi0Model) -> Result<Batch, TensorFileError> {
-        Batch::read_for(path, &BatchDims::from(&model.arch))
+        let batch = Batch::read_for(path, &BatchDims::from(&model.arch))?;
+        for b in 0..batch.batch {
+            let tokens = &batch.tokens[b * batch.seq..(b + 1) * batch.seq];
+            model
+                .check_tokens(tokens)
+                .map_err(|source| TensorFileError::Tokens {
+                    path: path.into(),
+                    batch: b,
+                    source,
+                })?;
+        }
+        Ok(batch)
     }
 
     pub fn read_for(path: &Path, a: &BatchDims) -> Result<Batch, TensorFileError> {
@@ -62,7 +161,7 @@ impl Batch {
             .take_while(|i| f.tensors.contains_key(&format!("image{i}")))
             .count();
         if cameras == 0 {
-            return Err(TensorFileError {
+            return Err(TensorFileError::Tensor {
                 path: path.into(),
                 message: "no `image0` tensor".into(),
             });
@@ -72,6 +171,12 @@ impl Batch {
             &[None, Some(3), Some(a.image_size), Some(a.image_size)],
         )?;
         let batch = shape[0];
+        if batch == 0 {
+            return Err(TensorFileError::Tensor {
+                path: path.into(),
+                message: "tensor `image0` has batch size 0: nothing to infer".into(),
+            });
+        }
         let s = a.image_size;
         let mut images = Vec::new();
         let mut image_masks = Vec::new();
@@ -122,7 +227,15 @@ impl Batch {
     }
 }
 
-/// Runs the whole batch: actions `[batch, chunk, action_dim]` and the summed timings.
+/// `run_batch`, refusing non-finite actions (what `pi0d infer` should run).
+pub fn try_run_batch(model: &Pi0Model, batch: &Batch) -> Result<(Vec<f32>, RunTiming), InferError> {
+    let (actions, timing) = run_batch(model, batch);
+    check_actions(&actions, batch.chunk, batch.action_dim)?;
+    Ok((actions, timing))
+}
+
+/// Runs the whole batch: actions `[batch, chunk, action_dim]` and the summed timings. The
+/// actions are not checked (`try_run_batch` does; `write_actions` refuses non-finite ones).
 pub fn run_batch(model: &Pi0Model, batch: &Batch) -> (Vec<f32>, RunTiming) {
     let mut actions = Vec::with_capacity(batch.batch * batch.noise_len);
     let mut t = Timing::default();
@@ -143,15 +256,17 @@ pub fn run_batch(model: &Pi0Model, batch: &Batch) -> (Vec<f32>, RunTiming) {
     )
 }
 
-pub fn write_actions(path: &Path, batch: &Batch, actions: &[f32]) -> Result<(), TensorFileError> {
-    write_f32(
+/// Writes `actions` for `batch` to `path`; non-finite actions are refused, nothing is written.
+pub fn write_actions(path: &Path, batch: &Batch, actions: &[f32]) -> Result<(), InferError> {
+    check_actions(actions, batch.chunk, batch.action_dim)?;
+    Ok(write_f32(
         path,
         &[(
             "actions",
             vec![batch.batch, batch.chunk, batch.action_dim],
             actions,
         )],
-    )
+    )?)
 }
 
 impl Batch {

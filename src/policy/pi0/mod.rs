@@ -1,6 +1,9 @@
 //! pi0 / pi0.5 on the CPU, numerically matching lerobot (see `tests/pi0_golden.rs`).
 
+pub mod arch;
 pub mod checkpoint;
+pub mod config_json;
+pub mod header;
 pub mod infer;
 pub mod model;
 pub mod normalize;

@@ -2,6 +2,7 @@
 //! with the Gemma action expert attending to that cache layer by layer. Layer and tensor names
 //! follow the checkpoint; the math follows lerobot's `PI0Pytorch` / `PI05Pytorch`.
 
+pub use super::arch::{check_vocabulary, prompt_len, Arch, TokenError, Variant};
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, MappedRows};
 use super::ops::{
     attention, grow, time_embedding, AttentionScratch, LayerNorm, Linear, Norm, Rope,
@@ -17,43 +18,6 @@ pub(crate) const EXPERT: &str = "paligemma_with_expert.gemma_expert.model";
 /// Rows of the MLP computed at once (bounds its intermediate buffers; large enough that the
 /// matmuls stay efficient).
 const MLP_ROW_BLOCK: usize = 128;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Variant {
-    Pi0,
-    Pi05,
-}
-
-/// Sizes read from the checkpoint's tensor shapes (plus head counts).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Arch {
-    pub variant: Variant,
-    pub image_size: usize,
-    pub patch: usize,
-    pub vision_width: usize,
-    pub vision_layers: usize,
-    pub vision_mlp: usize,
-    pub vision_heads: usize,
-    pub width: usize,
-    pub vocab: usize,
-    pub layers: usize,
-    pub mlp: usize,
-    pub expert_width: usize,
-    pub expert_mlp: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-    pub action_dim: usize,
-    pub state_dim: usize,
-    pub chunk: usize,
-    pub steps: usize,
-}
-
-impl Arch {
-    pub fn tokens_per_image(&self) -> usize {
-        (self.image_size / self.patch).pow(2)
-    }
-}
 
 struct SigLipLayer {
     ln1: LayerNorm,
@@ -102,6 +66,8 @@ pub struct Pi0Model {
     min_period: f64,
     max_period: f64,
     threads: usize,
+    /// The longest prompt the model takes (`prompt_len`).
+    pub max_tokens: usize,
 }
 
 /// The prefix's per-layer keys and values (post-RoPE) and its pad mask.
@@ -128,122 +94,6 @@ pub struct Pi0Input<'a> {
 pub struct Timing {
     pub prefix_ms: f64,
     pub steps_ms: f64,
-}
-
-fn arch_err(ck: &Checkpoint, message: String) -> CheckpointError {
-    CheckpointError::Arch {
-        path: ck.path.clone(),
-        message,
-    }
-}
-
-fn dim(ck: &Checkpoint, name: &str, axis: usize) -> Result<usize, CheckpointError> {
-    let t = ck.find(&[name])?;
-    t.shape
-        .get(axis)
-        .copied()
-        .ok_or_else(|| arch_err(ck, format!("tensor `{name}` has shape {:?}", t.shape)))
-}
-
-impl Arch {
-    /// Reads sizes from tensor shapes; head counts come from `overrides` (an arch file) or
-    /// default to the real pi0 values when those fit the shapes.
-    pub fn from_checkpoint(
-        ck: &Checkpoint,
-        overrides: Option<ArchOverrides>,
-    ) -> Result<Arch, CheckpointError> {
-        // pi0.5 has time_mlp_* and no state projection (some exports name pi0's action_time_mlp_*
-        // time_mlp_* too, so state_proj decides).
-        let variant = if (ck.contains("time_mlp_in.weight") && !ck.contains("state_proj.weight"))
-            || ck.config.kind == "pi05"
-        {
-            Variant::Pi05
-        } else {
-            Variant::Pi0
-        };
-        let pe = format!("{VISION}.embeddings.patch_embedding.weight");
-        let vision_width = dim(ck, &pe, 0)?;
-        let patch = dim(ck, &pe, 2)?;
-        let positions = dim(
-            ck,
-            &format!("{VISION}.embeddings.position_embedding.weight"),
-            0,
-        )?;
-        let side = (positions as f64).sqrt().round() as usize;
-        if side * side != positions {
-            return Err(arch_err(
-                ck,
-                format!("position embedding has {positions} rows, not a square number of patches"),
-            ));
-        }
-        let embed = ck.find(&[&format!("{LM}.embed_tokens.weight"), LM_HEAD])?;
-        let (vocab, width) = (embed.shape[0], embed.shape[1]);
-        let layers = ck.count_layers(&format!("{LM}.layers"));
-        let expert_layers = ck.count_layers(&format!("{EXPERT}.layers"));
-        if layers == 0 || layers != expert_layers {
-            return Err(arch_err(ck, format!("language model has {layers} layers and the action expert {expert_layers}: they must be equal and non-zero")));
-        }
-        let q_out = dim(ck, &format!("{LM}.layers.0.self_attn.q_proj.weight"), 0)?;
-        let k_out = dim(ck, &format!("{LM}.layers.0.self_attn.k_proj.weight"), 0)?;
-        let o = overrides.or(ck.arch_file).unwrap_or(ArchOverrides::PI0);
-        if o.heads * o.head_dim != q_out
-            || o.kv_heads * o.head_dim != k_out
-            || !o.heads.is_multiple_of(o.kv_heads)
-        {
-            return Err(arch_err(
-                ck,
-                format!(
-                    "q_proj has {q_out} and k_proj {k_out} outputs, which {} heads / {} KV heads of {} do not give: pass --arch with the head counts",
-                    o.heads, o.kv_heads, o.head_dim
-                ),
-            ));
-        }
-        if vision_width % o.vision_heads != 0 {
-            return Err(arch_err(
-                ck,
-                format!(
-                    "vision width {vision_width} is not divisible by {} heads: pass --arch",
-                    o.vision_heads
-                ),
-            ));
-        }
-        let expert_width = dim(ck, &format!("{EXPERT}.layers.0.self_attn.q_proj.weight"), 1)?;
-        let action_dim = dim(ck, "action_out_proj.weight", 0)?;
-        let cfg = &ck.config;
-        let arch = Arch {
-            variant,
-            image_size: side * patch,
-            patch,
-            vision_width,
-            vision_layers: ck.count_layers(&format!("{VISION}.encoder.layers")),
-            vision_mlp: dim(ck, &format!("{VISION}.encoder.layers.0.mlp.fc1.weight"), 0)?,
-            vision_heads: o.vision_heads,
-            width,
-            vocab,
-            layers,
-            mlp: dim(ck, &format!("{LM}.layers.0.mlp.gate_proj.weight"), 0)?,
-            expert_width,
-            expert_mlp: dim(ck, &format!("{EXPERT}.layers.0.mlp.gate_proj.weight"), 0)?,
-            heads: o.heads,
-            kv_heads: o.kv_heads,
-            head_dim: o.head_dim,
-            action_dim,
-            state_dim: cfg.max_state_dim,
-            chunk: cfg.chunk_size,
-            steps: cfg.num_inference_steps,
-        };
-        if cfg.image_resolution[0] != arch.image_size || cfg.image_resolution[1] != arch.image_size
-        {
-            return Err(arch_err(
-                ck,
-                format!(
-                    "config image_resolution {:?} does not match the {}-pixel position embedding",
-                    cfg.image_resolution, arch.image_size
-                ),
-            ));
-        }
-        Ok(arch)
-    }
 }
 
 fn load_gemma(
@@ -380,8 +230,22 @@ impl Pi0Model {
             min_period: ck.config.min_period,
             max_period: ck.config.max_period,
             threads: threads.max(1),
+            max_tokens: prompt_len(&ck.config, a.variant),
             arch: a,
         })
+    }
+
+    /// One batch element's prompt (`[seq]` ids): at most `max_tokens`, every id in the
+    /// vocabulary. `prefix` does not check (it clamps, so it cannot index past the table):
+    /// whoever takes tokens from outside checks them here first.
+    pub fn check_tokens(&self, tokens: &[i64]) -> Result<(), TokenError> {
+        if tokens.len() > self.max_tokens {
+            return Err(TokenError::TooMany {
+                found: tokens.len(),
+                max: self.max_tokens,
+            });
+        }
+        check_vocabulary(tokens, self.arch.vocab)
     }
 
     /// SigLIP + projector for one `[3, S, S]` image: `[tokens, width]`.
@@ -458,7 +322,8 @@ impl Pi0Model {
         let scale = dtype.round((w as f64).sqrt() as f32);
         let mut row = vec![0.0f32; w];
         for (&tok, &m) in input.tokens.iter().zip(input.token_masks) {
-            let id = (tok.max(0) as usize).min(a.vocab - 1);
+            // Ids were checked (`check_tokens`); the clamp only keeps an unchecked one in the table.
+            let id = (tok.max(0) as usize).min(a.vocab.saturating_sub(1));
             self.embed.row(id, &mut row);
             x.extend(row.iter().map(|e| dtype.round(e * scale)));
             pad.push(m);

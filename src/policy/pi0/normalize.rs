@@ -3,12 +3,13 @@
 //! name their normalizer step's safetensors state file; openpi keeps `norm_stats.json`.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 
 use half::{bf16, f16};
-use safetensors::{Dtype, SafeTensors};
+use safetensors::Dtype;
 
-use super::checkpoint::CheckpointError;
+use super::checkpoint::{parse_safetensors, read_text, regular_file, CheckpointError};
+use super::config_json::parse_object;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Normalization {
@@ -37,13 +38,24 @@ pub enum Normalization {
     },
 }
 
+/// Pairs of (stat, its partner) zipped with `x`: shorter stats leave the rest of `x` as it is,
+/// but `Normalizer::load` refuses stats shorter than the widths they are applied to, so every
+/// value is covered; nothing here can index out of bounds.
+fn pairs<'a>(
+    x: &'a mut [f32],
+    a: &'a [f32],
+    b: &'a [f32],
+) -> impl Iterator<Item = (&'a mut f32, (f32, f32))> + 'a {
+    x.iter_mut().zip(a.iter().copied().zip(b.iter().copied()))
+}
+
 impl Normalization {
     pub fn normalize(&self, x: &mut [f32]) {
         match self {
             Normalization::Identity => {}
             Normalization::MeanStd { mean, std, eps, .. } => {
-                for i in 0..x.len().min(mean.len()) {
-                    x[i] = (x[i] - mean[i]) / (std[i] + eps);
+                for (x, (m, s)) in pairs(x, mean, std) {
+                    *x = (*x - m) / (s + eps);
                 }
             }
             Normalization::Quantiles {
@@ -51,11 +63,11 @@ impl Normalization {
                 q99,
                 eps: Some(eps),
             } => {
-                for i in 0..x.len().min(q01.len()) {
-                    x[i] = if q01[i] == q99[i] {
+                for (x, (lo, hi)) in pairs(x, q01, q99) {
+                    *x = if lo == hi {
                         0.0
                     } else {
-                        (x[i] - q01[i]) / (q99[i] - q01[i] + eps) * 2.0 - 1.0
+                        (*x - lo) / (hi - lo + eps) * 2.0 - 1.0
                     };
                 }
             }
@@ -65,10 +77,10 @@ impl Normalization {
                 eps: None,
             }
             | Normalization::MinMax { min: lo, max: hi } => {
-                for i in 0..x.len().min(lo.len()) {
-                    let d = hi[i] - lo[i];
+                for (x, (lo, hi)) in pairs(x, lo, hi) {
+                    let d = hi - lo;
                     let d = if d == 0.0 { 1e-8 } else { d };
-                    x[i] = 2.0 * (x[i] - lo[i]) / d - 1.0;
+                    *x = 2.0 * (*x - lo) / d - 1.0;
                 }
             }
         }
@@ -83,8 +95,8 @@ impl Normalization {
                 inverse_eps,
                 ..
             } => {
-                for i in 0..x.len().min(mean.len()) {
-                    x[i] = x[i] * (std[i] + inverse_eps) + mean[i];
+                for (x, (m, s)) in pairs(x, mean, std) {
+                    *x = *x * (s + inverse_eps) + m;
                 }
             }
             Normalization::Quantiles {
@@ -92,8 +104,8 @@ impl Normalization {
                 q99,
                 eps: Some(eps),
             } => {
-                for i in 0..x.len().min(q01.len()) {
-                    x[i] = (x[i] + 1.0) / 2.0 * (q99[i] - q01[i] + eps) + q01[i];
+                for (x, (lo, hi)) in pairs(x, q01, q99) {
+                    *x = (*x + 1.0) / 2.0 * (hi - lo + eps) + lo;
                 }
             }
             Normalization::Quantiles {
@@ -101,20 +113,75 @@ impl Normalization {
                 q99: hi,
                 eps: None,
             } => {
-                for i in 0..x.len().min(lo.len()) {
-                    let d = hi[i] - lo[i];
+                for (x, (lo, hi)) in pairs(x, lo, hi) {
+                    let d = hi - lo;
                     let d = if d == 0.0 { 1e-8 } else { d };
-                    x[i] = (x[i] + 1.0) * d / 2.0 + lo[i];
+                    *x = (*x + 1.0) * d / 2.0 + lo;
                 }
             }
             Normalization::MinMax { min, max } => {
-                for i in 0..x.len().min(min.len()) {
-                    let d = max[i] - min[i];
+                for (x, (lo, hi)) in pairs(x, min, max) {
+                    let d = hi - lo;
                     let d = if d == 0.0 { 1e-8 } else { d };
-                    x[i] = (x[i] + 1.0) / 2.0 * d + min[i];
+                    *x = (*x + 1.0) / 2.0 * d + lo;
                 }
             }
         }
+    }
+
+    /// The stats this normalization uses, with their names' suffixes (`mean`, `std`, ...).
+    fn stats(&self) -> Option<[(&'static str, &[f32]); 2]> {
+        match self {
+            Normalization::Identity => None,
+            Normalization::MeanStd { mean, std, .. } => Some([("mean", mean), ("std", std)]),
+            Normalization::Quantiles { q01, q99, .. } => Some([("q01", q01), ("q99", q99)]),
+            Normalization::MinMax { min, max } => Some([("min", min), ("max", max)]),
+        }
+    }
+
+    /// Refuses stats that do not cover `width` values (`key`'s stats in `path`), or of unequal
+    /// lengths; longer ones are used for their first `width` values, with a warning.
+    fn check_width(
+        &self,
+        path: &Path,
+        key: &str,
+        width: usize,
+        source: &str,
+    ) -> Result<(), CheckpointError> {
+        let Some(stats) = self.stats() else {
+            return Ok(());
+        };
+        for (suffix, v) in &stats {
+            if v.len() < width {
+                return Err(CheckpointError::StatLength {
+                    path: path.into(),
+                    stat: format!("{key}.{suffix}"),
+                    expected: width,
+                    found: v.len(),
+                    width: source.into(),
+                });
+            }
+        }
+        let [(a, av), (b, bv)] = stats;
+        if av.len() != bv.len() {
+            return Err(CheckpointError::StatMismatch {
+                path: path.into(),
+                a: format!("{key}.{a}"),
+                a_len: av.len(),
+                b: format!("{key}.{b}"),
+                b_len: bv.len(),
+            });
+        }
+        if av.len() > width {
+            tracing::warn!(
+                file = %path.display(),
+                stat = format!("{key}.{a}, {key}.{b}"),
+                values = av.len(),
+                width,
+                "normalization stats are longer than the width they apply to: using the first {width}"
+            );
+        }
+        Ok(())
     }
 }
 
@@ -125,6 +192,15 @@ pub struct Normalizer {
     pub action: Normalization,
 }
 
+/// The robot's state and action widths the stats must cover, and where they come from (for
+/// messages: "the state width, from config.json").
+#[derive(Clone, Debug, PartialEq)]
+pub struct Widths {
+    pub state: usize,
+    pub action: usize,
+    pub source: String,
+}
+
 fn err(path: &Path, message: impl std::fmt::Display) -> CheckpointError {
     CheckpointError::File {
         path: path.into(),
@@ -133,8 +209,12 @@ fn err(path: &Path, message: impl std::fmt::Display) -> CheckpointError {
 }
 
 fn read_stats(path: &Path) -> Result<HashMap<String, Vec<f32>>, CheckpointError> {
-    let bytes = std::fs::read(path).map_err(|e| err(path, e))?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| err(path, e))?;
+    regular_file(path, "a safetensors file")?;
+    let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
+        path: path.into(),
+        source,
+    })?;
+    let st = parse_safetensors(path, &bytes)?;
     let mut out = HashMap::new();
     for (name, view) in st.iter() {
         let d = view.data();
@@ -145,7 +225,9 @@ fn read_stats(path: &Path) -> Result<HashMap<String, Vec<f32>>, CheckpointError>
                 .collect(),
             Dtype::F64 => d
                 .chunks_exact(8)
-                .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32)
+                .map(|b| {
+                    f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32
+                })
                 .collect(),
             Dtype::BF16 => d
                 .chunks_exact(2)
@@ -231,11 +313,13 @@ fn mode_for(
     })
 }
 
-/// A normalizer step of a lerobot processor pipeline: feature type -> mode, stats, eps.
+/// A normalizer step of a lerobot processor pipeline: feature type -> mode, stats, eps, and
+/// the state file the stats came from.
 struct NormalizerStep {
     norm_map: HashMap<String, String>,
     stats: HashMap<String, Vec<f32>>,
     eps: f32,
+    state_file: PathBuf,
 }
 
 /// The normalizer step of one lerobot processor pipeline JSON.
@@ -248,88 +332,150 @@ fn pipeline_step(
     if !path.exists() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(&path).map_err(|e| err(&path, e))?;
-    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(&path, e))?;
-    let steps = json["steps"]
-        .as_array()
+    let json = parse_object(&path, &read_text(&path, "a JSON file")?)?;
+    let steps = json
+        .get("steps")
+        .and_then(|s| s.as_array())
         .ok_or_else(|| err(&path, "expected a \"steps\" array"))?;
     let Some(step) = steps.iter().find(|s| s["registry_name"] == registry) else {
         return Ok(None);
     };
     let cfg = &step["config"];
     let norm_map: HashMap<String, String> = serde_json::from_value(cfg["norm_map"].clone())
-        .map_err(|e| err(&path, format!("{registry}.config.norm_map: {e}")))?;
-    let eps = cfg["eps"].as_f64().unwrap_or(1e-8) as f32;
+        .map_err(|source| CheckpointError::Field {
+            path: path.clone(),
+            field: format!("{registry}.config.norm_map"),
+            source,
+        })?;
+    let eps = match &cfg["eps"] {
+        serde_json::Value::Null => 1e-8,
+        v => v
+            .as_f64()
+            .filter(|e| e.is_finite() && *e >= 0.0)
+            .ok_or_else(|| {
+                err(
+                    &path,
+                    format!("{registry}.config.eps: expected a finite number >= 0, found {v}"),
+                )
+            })?,
+    } as f32;
     let state_file = step["state_file"]
         .as_str()
         .ok_or_else(|| err(&path, format!("{registry} has no state_file")))?;
+    if state_file.is_empty()
+        || !Path::new(state_file)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)))
+    {
+        return Err(err(
+            &path,
+            format!(
+                "{registry}.state_file `{state_file}` is not a file name inside {}",
+                dir.display()
+            ),
+        ));
+    }
+    let state_file = dir.join(state_file);
     Ok(Some(NormalizerStep {
         norm_map,
-        stats: read_stats(&dir.join(state_file))?,
+        stats: read_stats(&state_file)?,
         eps,
+        state_file,
     }))
+}
+
+/// openpi's `norm_stats.json` as stats named like lerobot's (`observation.state.mean`, ...).
+fn openpi_stats(path: &Path) -> Result<HashMap<String, Vec<f32>>, CheckpointError> {
+    let json = parse_object(path, &read_text(path, "a JSON file")?)?;
+    let root = json
+        .get("norm_stats")
+        .and_then(|r| r.as_object())
+        .unwrap_or(&json);
+    let mut stats = HashMap::new();
+    for (key, name) in [("state", "observation.state"), ("actions", "action")] {
+        for s in ["mean", "std", "q01", "q99"] {
+            let Some(v) = root.get(key).and_then(|k| k.get(s)) else {
+                continue;
+            };
+            let list = v
+                .as_array()
+                .ok_or_else(|| err(path, format!("`{key}.{s}` is not a list of numbers")))?;
+            // A value dropped here would shift every later dimension onto the wrong joint.
+            let values = list
+                .iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    x.as_f64()
+                        .filter(|x| x.is_finite())
+                        .map(|x| x as f32)
+                        .ok_or_else(|| {
+                            err(
+                                path,
+                                format!("`{key}.{s}[{i}]` is {x}, not a finite number"),
+                            )
+                        })
+                })
+                .collect::<Result<Vec<f32>, _>>()?;
+            stats.insert(format!("{name}.{s}"), values);
+        }
+    }
+    Ok(stats)
 }
 
 impl Normalizer {
     /// Reads the checkpoint directory's lerobot processor files, or openpi's
     /// `norm_stats.json`. `default_mode` is used with openpi stats ("MEAN_STD" for pi0,
-    /// "QUANTILES" for pi0.5).
-    pub fn load(dir: &Path, default_mode: &str) -> Result<Option<Normalizer>, CheckpointError> {
+    /// "QUANTILES" for pi0.5). Every stat is checked to cover `widths` (state stats the state
+    /// width, action stats the action width): a shorter one would leave joints unnormalized.
+    pub fn load(
+        dir: &Path,
+        default_mode: &str,
+        widths: &Widths,
+    ) -> Result<Option<Normalizer>, CheckpointError> {
+        let state_width = format!("the state width, {}", widths.source);
+        let action_width = format!("the action width, {}", widths.source);
         let pre = pipeline_step(dir, "policy_preprocessor.json", "normalizer_processor")?;
         let post = pipeline_step(dir, "policy_postprocessor.json", "unnormalizer_processor")?;
         if let (Some(pre), Some(post)) = (pre, post) {
-            let path = dir.join("policy_preprocessor.json");
-            let state_mode = pre
-                .norm_map
-                .get("STATE")
-                .map(String::as_str)
-                .unwrap_or("IDENTITY");
-            let action_mode = post
-                .norm_map
-                .get("ACTION")
-                .map(String::as_str)
-                .unwrap_or("IDENTITY");
-            return Ok(Some(Normalizer {
-                state: mode_for(
-                    &path,
-                    state_mode,
-                    "observation.state",
-                    &pre.stats,
-                    Convention::Lerobot { eps: pre.eps },
-                )?,
-                action: mode_for(
-                    &dir.join("policy_postprocessor.json"),
-                    action_mode,
-                    "action",
-                    &post.stats,
-                    Convention::Lerobot { eps: post.eps },
-                )?,
-            }));
+            let mode = |step: &NormalizerStep, kind: &str| {
+                step.norm_map
+                    .get(kind)
+                    .map(String::as_str)
+                    .unwrap_or("IDENTITY")
+                    .to_string()
+            };
+            let state = mode_for(
+                &pre.state_file,
+                &mode(&pre, "STATE"),
+                "observation.state",
+                &pre.stats,
+                Convention::Lerobot { eps: pre.eps },
+            )?;
+            state.check_width(
+                &pre.state_file,
+                "observation.state",
+                widths.state,
+                &state_width,
+            )?;
+            let action = mode_for(
+                &post.state_file,
+                &mode(&post, "ACTION"),
+                "action",
+                &post.stats,
+                Convention::Lerobot { eps: post.eps },
+            )?;
+            action.check_width(&post.state_file, "action", widths.action, &action_width)?;
+            return Ok(Some(Normalizer { state, action }));
         }
         let openpi = dir.join("norm_stats.json");
         if openpi.exists() {
-            let text = std::fs::read_to_string(&openpi).map_err(|e| err(&openpi, e))?;
-            let json: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| err(&openpi, e))?;
-            let root = json.get("norm_stats").unwrap_or(&json);
-            let mut stats = HashMap::new();
-            for (key, name) in [("state", "observation.state"), ("actions", "action")] {
-                for s in ["mean", "std", "q01", "q99"] {
-                    if let Some(v) = root[key][s].as_array() {
-                        let v: Vec<f32> = v
-                            .iter()
-                            .filter_map(|x| x.as_f64())
-                            .map(|x| x as f32)
-                            .collect();
-                        stats.insert(format!("{name}.{s}"), v);
-                    }
-                }
-            }
+            let stats = openpi_stats(&openpi)?;
             let c = Convention::Openpi;
-            return Ok(Some(Normalizer {
-                state: mode_for(&openpi, default_mode, "observation.state", &stats, c)?,
-                action: mode_for(&openpi, default_mode, "action", &stats, c)?,
-            }));
+            let state = mode_for(&openpi, default_mode, "observation.state", &stats, c)?;
+            state.check_width(&openpi, "observation.state", widths.state, &state_width)?;
+            let action = mode_for(&openpi, default_mode, "action", &stats, c)?;
+            action.check_width(&openpi, "action", widths.action, &action_width)?;
+            return Ok(Some(Normalizer { state, action }));
         }
         Ok(None)
     }
@@ -369,6 +515,29 @@ mod tests {
         assert!((a[0] - (1.25 / 2.0 * (1.0 + 1e-6))).abs() < 1e-7);
         assert!((a[1] - (2.0 / 2.0 * (2.0 + 1e-6) - 1.0)).abs() < 1e-6);
         assert!((a[2] - (0.5 * 1e-6 + 2.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn when_stats_are_shorter_or_unequal_expect_no_panic() {
+        // `Normalizer::load` refuses such stats; the formulas still cannot index past them.
+        let m = Normalization::MeanStd {
+            mean: vec![1.0, 1.0, 1.0],
+            std: vec![2.0, 2.0],
+            eps: 0.0,
+            inverse_eps: 0.0,
+        };
+        let mut x = [3.0f32; 5];
+        m.normalize(&mut x);
+        assert_eq!(x, [1.0, 1.0, 3.0, 3.0, 3.0]);
+        m.unnormalize(&mut x);
+        assert_eq!(x, [3.0; 5]);
+        let q = Normalization::MinMax {
+            min: vec![0.0],
+            max: vec![],
+        };
+        q.normalize(&mut x);
+        q.unnormalize(&mut x);
+        assert_eq!(x, [3.0; 5]);
     }
 
     #[test]

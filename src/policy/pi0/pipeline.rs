@@ -8,25 +8,78 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 use tokenizers::Tokenizer;
 
-use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
-use super::model::{Arch, Pi0Input, Pi0Model, Timing, Variant, Workspace};
-use super::normalize::Normalizer;
-use super::preprocess::frame_to_model_input;
+use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, PolicyConfigJson};
+use super::infer::{check_actions, NonFiniteActions};
+use super::model::{prompt_len, Arch, Pi0Input, Pi0Model, Timing, Variant, Workspace};
+use super::normalize::{Normalizer, Widths};
+use super::preprocess::{frame_to_model_input, FrameError};
 use crate::chunk::ActionChunk;
 use crate::policy::graph::manifest::Manifest;
 use crate::policy::graph::{GraphError, GraphInputs, GraphModel, GraphRuntime};
 use crate::policy::{CameraFrame, Observation, Policy, PolicyError};
 
+/// The longest task text (bytes) the pipeline takes (the configuration's bound). Longer prompts
+/// are refused before tokenizing (which would take seconds for a huge one, and truncation would
+/// drop most anyway).
+pub use crate::config::policy::MAX_PROMPT_BYTES;
+
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
-    #[error("{path}: tokenizer: {message}")]
-    Tokenizer { path: PathBuf, message: String },
+    #[error("{path}: cannot load the tokenizer")]
+    Tokenizer {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("{path}: the tokenizer has ids up to {largest}, but the model's embedding table ({checkpoint}) has {vocab} rows")]
+    TokenizerVocab {
+        path: PathBuf,
+        checkpoint: PathBuf,
+        largest: u32,
+        vocab: usize,
+    },
+    #[error("the task text is {bytes} bytes, longer than the {MAX_PROMPT_BYTES} taken")]
+    PromptTooLong { bytes: usize },
+    #[error("cannot tokenize the prompt")]
+    Tokenize(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("camera {camera}")]
+    Frame {
+        camera: usize,
+        #[source]
+        source: FrameError,
+    },
     #[error("{0}")]
     Input(String),
     #[error(transparent)]
     Graph(#[from] GraphError),
+    #[error(transparent)]
+    NonFiniteActions(#[from] NonFiniteActions),
+}
+
+impl PipelineError {
+    /// A bad checkpoint, exported graphs, tokenizer or observation (the user's input), rather
+    /// than a failure of the computation or the graph runtime.
+    pub fn is_input_error(&self) -> bool {
+        match self {
+            PipelineError::Graph(e) => e.is_input_error(),
+            PipelineError::NonFiniteActions(_) => false,
+            _ => true,
+        }
+    }
+}
+
+/// `e` and its sources, as `{:#}` shows them (for callers that keep only a string).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut next = e.source();
+    while let Some(c) = next {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        next = c.source();
+    }
+    s
 }
 
 pub struct PipelineOptions {
@@ -71,6 +124,9 @@ pub struct Pi0Pipeline {
     pub action_dim: usize,
     /// Camera slots the model was trained with; missing ones are fed as masked -1 images.
     pub cameras: usize,
+    /// Where `state_dim` and `action_dim` come from ("from DIR/config.json", or the model's
+    /// padded width for a bare safetensors file), for messages about them.
+    pub width_source: String,
 }
 
 /// pi0.5's state discretization: 256 bins over [-1, 1] (numpy `digitize(x, linspace(-1,1,257)[:-1]) - 1`).
@@ -108,6 +164,7 @@ fn check_manifest(m: &Manifest, a: &Arch, dir: &Path) -> Result<(), PipelineErro
         ("layers", m.layers != a.layers),
         ("expert_width", m.expert_width != a.expert_width),
         ("image_size", m.image_size != a.image_size),
+        ("vocab", m.vocab != a.vocab),
     ];
     match mismatch.iter().find(|(_, bad)| *bad) {
         Some((field, _)) => Err(PipelineError::Input(format!(
@@ -118,11 +175,108 @@ fn check_manifest(m: &Manifest, a: &Arch, dir: &Path) -> Result<(), PipelineErro
     }
 }
 
+/// The robot's state and action widths: `config.json`'s features, else the model's padded
+/// width, said so in every message that uses them.
+fn robot_widths(ck: &Checkpoint, arch: &Arch) -> Result<Widths, PipelineError> {
+    let cfg = &ck.config;
+    let config = ck.path.join("config.json");
+    let feature = |map, key: &str, field: &str| -> Result<Option<usize>, PipelineError> {
+        match PolicyConfigJson::feature_width(map, key) {
+            Some(0) => Err(CheckpointError::Value {
+                path: config.clone(),
+                field: field.into(),
+                expected: "a width of at least 1".into(),
+                found: "0".into(),
+            }
+            .into()),
+            w => Ok(w),
+        }
+    };
+    let action = feature(
+        &cfg.output_features,
+        "action",
+        "output_features.action.shape",
+    )?;
+    let state = feature(
+        &cfg.input_features,
+        "observation.state",
+        "input_features.observation.state.shape",
+    )?;
+    let source = match (cfg.from_file, action, state) {
+        (false, ..) => format!(
+            "the model's padded width: {} is a bare safetensors file, with no config.json naming the robot's",
+            ck.path.display()
+        ),
+        (true, Some(_), Some(_)) => format!("from {}", config.display()),
+        (true, ..) => format!(
+            "from {} where it names them, else the model's padded width",
+            config.display()
+        ),
+    };
+    let action = action.unwrap_or(arch.action_dim);
+    Ok(Widths {
+        state: state.unwrap_or(action),
+        action,
+        source,
+    })
+}
+
 impl Pi0Pipeline {
     pub fn load(opts: &PipelineOptions) -> Result<Pi0Pipeline, PipelineError> {
         let overrides = opts.arch.as_deref().map(ArchOverrides::load).transpose()?;
         let ck = Checkpoint::load(&opts.checkpoint)?;
         let arch = Arch::from_checkpoint(&ck, overrides)?;
+        let dir = if opts.checkpoint.is_dir() {
+            opts.checkpoint.clone()
+        } else {
+            opts.checkpoint
+                .parent()
+                .unwrap_or(Path::new("."))
+                .to_path_buf()
+        };
+        let widths = robot_widths(&ck, &arch)?;
+        let (state_dim, action_dim) = (widths.state, widths.action);
+        if action_dim > arch.action_dim || state_dim > arch.state_dim {
+            return Err(PipelineError::Input(format!(
+                "{}: robot action/state width {action_dim}/{state_dim} exceeds the model's {}/{}",
+                ck.path.display(),
+                arch.action_dim,
+                arch.state_dim
+            )));
+        }
+        let default_mode = if arch.variant == Variant::Pi05 {
+            "QUANTILES"
+        } else {
+            "MEAN_STD"
+        };
+        let normalizer = Normalizer::load(&dir, default_mode, &widths)?.ok_or_else(|| {
+            PipelineError::Input(format!(
+                "{}: no normalization stats (policy_preprocessor.json + policy_postprocessor.json, or norm_stats.json)",
+                dir.display()
+            ))
+        })?;
+        let tok_path = opts
+            .tokenizer
+            .clone()
+            .unwrap_or_else(|| dir.join("tokenizer.json"));
+        super::checkpoint::regular_file(&tok_path, "a tokenizer.json file")?;
+        let tokenizer =
+            Tokenizer::from_file(&tok_path).map_err(|source| PipelineError::Tokenizer {
+                path: tok_path.clone(),
+                source,
+            })?;
+        // An id past the embedding table would be clamped onto another token's row.
+        if let Some(largest) = tokenizer.get_vocab(true).values().copied().max() {
+            if largest as usize >= arch.vocab {
+                return Err(PipelineError::TokenizerVocab {
+                    path: tok_path,
+                    checkpoint: ck.path.clone(),
+                    largest,
+                    vocab: arch.vocab,
+                });
+            }
+        }
+        // The model last: everything above is quick to check, packing the weights is not.
         let backend = match &opts.backend {
             BackendOptions::Cpu => Backend::Cpu {
                 model: Box::new(Pi0Model::load(&ck, overrides, opts.threads)?),
@@ -149,40 +303,7 @@ impl Pi0Pipeline {
                 )
             }
         };
-        let dir = if opts.checkpoint.is_dir() {
-            opts.checkpoint.clone()
-        } else {
-            opts.checkpoint
-                .parent()
-                .unwrap_or(Path::new("."))
-                .to_path_buf()
-        };
-        let default_mode = if arch.variant == Variant::Pi05 {
-            "QUANTILES"
-        } else {
-            "MEAN_STD"
-        };
-        let normalizer = Normalizer::load(&dir, default_mode)?.ok_or_else(|| {
-            PipelineError::Input(format!(
-                "{}: no normalization stats (policy_preprocessor.json + policy_postprocessor.json, or norm_stats.json)",
-                dir.display()
-            ))
-        })?;
-        let tok_path = opts
-            .tokenizer
-            .clone()
-            .unwrap_or_else(|| dir.join("tokenizer.json"));
-        let tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| PipelineError::Tokenizer {
-            path: tok_path.clone(),
-            message: e.to_string(),
-        })?;
-        let feature_dim =
-            |map: &std::collections::HashMap<String, super::checkpoint::FeatureJson>, key: &str| {
-                map.get(key).and_then(|f| f.shape.first().copied())
-            };
         let cfg = &ck.config;
-        let action_dim = feature_dim(&cfg.output_features, "action").unwrap_or(arch.action_dim);
-        let state_dim = feature_dim(&cfg.input_features, "observation.state").unwrap_or(action_dim);
         let cameras = match &backend {
             // Exported graphs have a fixed camera count.
             Backend::Graph(_, g) => g.manifest.cameras,
@@ -195,23 +316,8 @@ impl Pi0Pipeline {
         };
         let max_tokens = match &backend {
             Backend::Graph(_, g) => g.manifest.prompt_len,
-            Backend::Cpu { .. } => {
-                cfg.tokenizer_max_length
-                    .unwrap_or(if arch.variant == Variant::Pi05 {
-                        200
-                    } else {
-                        48
-                    })
-            }
+            Backend::Cpu { .. } => prompt_len(cfg, arch.variant),
         };
-        if action_dim > arch.action_dim || state_dim > arch.state_dim {
-            return Err(PipelineError::Input(format!(
-                "{}: robot action/state width {action_dim}/{state_dim} exceeds the model's {}/{}",
-                ck.path.display(),
-                arch.action_dim,
-                arch.state_dim
-            )));
-        }
         tracing::info!(
             backend = backend.name(),
             checkpoint = %ck.path.display(),
@@ -233,15 +339,28 @@ impl Pi0Pipeline {
             state_dim,
             action_dim,
             cameras,
+            width_source: widths.source,
         })
     }
 
-    /// Token ids and mask for `text`: BOS + pieces, truncated and right-padded with 0.
+    /// Bytes `prompt` adds around the task text (pi0.5's state digits and framing).
+    fn prompt_overhead(&self) -> usize {
+        match self.arch.variant {
+            Variant::Pi0 => 1,
+            Variant::Pi05 => 32 + 5 * self.arch.state_dim,
+        }
+    }
+
+    /// Token ids and mask for `text`: BOS + pieces, truncated and right-padded with 0. Text
+    /// longer than a prompt of `MAX_PROMPT_BYTES` of task can be is refused untokenized.
     pub fn tokenize(&self, text: &str) -> Result<(Vec<i64>, Vec<bool>), PipelineError> {
+        if text.len() > MAX_PROMPT_BYTES + self.prompt_overhead() {
+            return Err(PipelineError::PromptTooLong { bytes: text.len() });
+        }
         let enc = self
             .tokenizer
             .encode(text, true)
-            .map_err(|e| PipelineError::Input(format!("cannot tokenize the prompt: {e}")))?;
+            .map_err(PipelineError::Tokenize)?;
         let mut ids: Vec<i64> = enc.get_ids().iter().map(|&i| i as i64).collect();
         ids.truncate(self.max_tokens);
         let mut mask = vec![true; ids.len()];
@@ -276,6 +395,30 @@ impl Pi0Pipeline {
         noise: &[f32],
     ) -> Result<(Vec<Vec<f32>>, Timing), PipelineError> {
         let a = &self.arch;
+        if task.len() > MAX_PROMPT_BYTES {
+            return Err(PipelineError::PromptTooLong { bytes: task.len() });
+        }
+        if let Some(i) = state.iter().position(|x| !x.is_finite()) {
+            return Err(PipelineError::Input(format!(
+                "state value {i} is {}, not a finite number",
+                state[i]
+            )));
+        }
+        if noise.len() != a.chunk * a.action_dim {
+            return Err(PipelineError::Input(format!(
+                "noise has {} values, the model takes {} ({} steps x {})",
+                noise.len(),
+                a.chunk * a.action_dim,
+                a.chunk,
+                a.action_dim
+            )));
+        }
+        if let Some(i) = noise.iter().position(|x| !x.is_finite()) {
+            return Err(PipelineError::Input(format!(
+                "noise value {i} is {}, not a finite number",
+                noise[i]
+            )));
+        }
         if state.len() != self.state_dim {
             return Err(PipelineError::Input(format!(
                 "state has {} values, the checkpoint expects {}",
@@ -291,7 +434,7 @@ impl Pi0Pipeline {
                 Some(f) => {
                     images.push(
                         frame_to_model_input(f, a.image_size)
-                            .map_err(|e| PipelineError::Input(format!("camera {k}: {e}")))?,
+                            .map_err(|source| PipelineError::Frame { camera: k, source })?,
                     );
                     masks.push(true);
                 }
@@ -333,7 +476,9 @@ impl Pi0Pipeline {
                 )
             }
         };
-        let actions = x
+        // Said at the source: raw NaNs (or ones the unnormalization made) never leave here.
+        check_actions(&x, a.chunk, a.action_dim)?;
+        let actions: Vec<Vec<f32>> = x
             .chunks_exact(a.action_dim)
             .map(|row| {
                 let mut r = row[..self.action_dim].to_vec();
@@ -341,6 +486,8 @@ impl Pi0Pipeline {
                 r
             })
             .collect();
+        let flat: Vec<f32> = actions.iter().flatten().copied().collect();
+        check_actions(&flat, a.chunk, self.action_dim)?;
         Ok((actions, timing))
     }
 }
@@ -377,7 +524,7 @@ impl Policy for Pi0Policy {
         let state: Vec<f32> = obs.state.iter().map(|x| *x as f32).collect();
         let (actions, _) = p
             .run(&frames, &state, &obs.prompt, &noise)
-            .map_err(|e| PolicyError::Failed(e.to_string()))?;
+            .map_err(|e| PolicyError::Failed(error_chain(&e)))?;
         Ok(ActionChunk {
             obs_stamp: obs.stamp,
             step_period_s: self.step_period_s,

@@ -5,13 +5,40 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use safetensors::{Dtype, SafeTensors};
+use safetensors::Dtype;
 
+use super::checkpoint::{parse_safetensors, regular_file, CheckpointError};
+use super::model::TokenError;
+
+/// An inputs or outputs file of the `infer` stage that cannot be used; each names the file (and
+/// the tensor). All are the user's input except `Write`.
 #[derive(Debug, thiserror::Error)]
-#[error("{path}: {message}")]
-pub struct TensorFileError {
-    pub path: PathBuf,
-    pub message: String,
+pub enum TensorFileError {
+    #[error("{path}: {message}")]
+    Tensor { path: PathBuf, message: String },
+    /// Not readable, not a regular file, or not a valid safetensors file.
+    #[error(transparent)]
+    File(CheckpointError),
+    #[error("{path}: tensor `lang_tokens`, batch element {batch}")]
+    Tokens {
+        path: PathBuf,
+        batch: usize,
+        #[source]
+        source: TokenError,
+    },
+    #[error("{path}: cannot write it")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: safetensors::SafeTensorError,
+    },
+}
+
+impl TensorFileError {
+    /// The file's fault (exit 1), not the machine's: everything but a failed write.
+    pub fn is_input_error(&self) -> bool {
+        !matches!(self, TensorFileError::Write { .. })
+    }
 }
 
 /// A tensor read from a file, with its values widened to the kind the model needs.
@@ -35,13 +62,18 @@ pub struct TensorFile {
 
 impl TensorFile {
     pub fn read(path: &Path) -> Result<TensorFile, TensorFileError> {
-        let err = |m: String| TensorFileError {
+        let err = |m: String| TensorFileError::Tensor {
             path: path.into(),
             message: m,
         };
-        let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
-        let st = SafeTensors::deserialize(&bytes)
-            .map_err(|e| err(format!("not a safetensors file: {e}")))?;
+        regular_file(path, "a safetensors file").map_err(TensorFileError::File)?;
+        let bytes = std::fs::read(path).map_err(|source| {
+            TensorFileError::File(CheckpointError::Io {
+                path: path.into(),
+                source,
+            })
+        })?;
+        let st = parse_safetensors(path, &bytes).map_err(TensorFileError::File)?;
         let mut tensors = HashMap::new();
         for (name, view) in st.iter() {
             let d = view.data();
@@ -53,7 +85,9 @@ impl TensorFile {
                 ),
                 Dtype::I64 => Values::I64(
                     d.chunks_exact(8)
-                        .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+                        .map(|b| {
+                            i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+                        })
                         .collect(),
                 ),
                 Dtype::I32 => Values::I64(
@@ -83,7 +117,7 @@ impl TensorFile {
     }
 
     fn err(&self, message: String) -> TensorFileError {
-        TensorFileError {
+        TensorFileError::Tensor {
             path: self.path.clone(),
             message,
         }
@@ -180,16 +214,16 @@ pub fn write_f32(
         .zip(&bytes)
         .map(|((name, shape, _), b)| {
             let view = safetensors::tensor::TensorView::new(Dtype::F32, shape.clone(), b).map_err(
-                |e| TensorFileError {
+                |source| TensorFileError::Write {
                     path: path.into(),
-                    message: format!("tensor `{name}`: {e}"),
+                    source,
                 },
             )?;
             Ok((name.to_string(), view))
         })
         .collect::<Result<_, TensorFileError>>()?;
-    safetensors::serialize_to_file(views, None, path).map_err(|e| TensorFileError {
+    safetensors::serialize_to_file(views, None, path).map_err(|source| TensorFileError::Write {
         path: path.into(),
-        message: e.to_string(),
+        source,
     })
 }

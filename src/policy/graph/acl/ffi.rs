@@ -167,7 +167,7 @@ pub fn load(explicit: Option<&Path>) -> Result<AclApi, String> {
         }
     }
     Err(format!(
-        "cannot load AscendCL ({LIBRARY}): install CANN (toolkit or nnrt) and `source set_env.sh`, or name the library with policy.acl.library; tried {}",
+        "cannot load AscendCL ({LIBRARY}): install CANN (toolkit or nnrt) and `source set_env.sh`, or name the library with policy.acl.library in the config or --acl-library on pi0d infer; tried {}",
         tried.join("; ")
     ))
 }
@@ -288,5 +288,10 @@ mod tests {
         };
         assert!(err.contains("/nonexistent/libascendcl.so"), "{err}");
         assert!(err.contains("install CANN"), "{err}");
+        // Both settings that name the library exist (config key and `pi0d infer` flag).
+        assert!(
+            err.contains("policy.acl.library") && err.contains("--acl-library"),
+            "{err}"
+        );
     }
 }

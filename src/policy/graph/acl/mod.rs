@@ -60,7 +60,7 @@ pub struct AclRuntime {
 impl AclRuntime {
     /// Starts the AscendCL thread and loads `prefix.om` and the denoise `.om` from `dir`.
     pub fn load(dir: &Path, m: &Manifest, opts: &AclOptions) -> Result<AclRuntime, GraphError> {
-        let plan = plan::plan(m).map_err(GraphError::Runtime)?;
+        let plan = plan::plan(m).map_err(GraphError::Load)?;
         let (tx, rx) = mpsc::channel::<(Request, mpsc::Sender<Reply>)>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), GraphError>>();
         let (dir, m, opts) = (dir.to_path_buf(), m.clone(), opts.clone());
@@ -93,7 +93,7 @@ impl AclRuntime {
             }
             Err(_) => {
                 let _ = thread.join();
-                Err(GraphError::Runtime(
+                Err(GraphError::Load(
                     "the AscendCL thread died while loading".into(),
                 ))
             }
@@ -210,7 +210,7 @@ impl Device {
         opts: &AclOptions,
         plan: BufferPlan,
     ) -> Result<Device, GraphError> {
-        let api = ffi::load(opts.library.as_deref()).map_err(GraphError::Runtime)?;
+        let api = ffi::load(opts.library.as_deref()).map_err(GraphError::Load)?;
         let mut d = Device {
             api,
             device_id: opts.device_id,
@@ -253,7 +253,7 @@ impl Device {
                 &d.plan.denoise[0]
             };
             plan::check_model(&path.display().to_string(), &io, exec, &entry.inputs)
-                .map_err(GraphError::Runtime)?;
+                .map_err(GraphError::Load)?;
         }
         for b in d.plan.buffers.clone() {
             let mut ptr = std::ptr::null_mut();
@@ -285,13 +285,13 @@ impl Device {
 
     fn load_model(&self, path: &Path) -> Result<Model, GraphError> {
         if !path.is_file() {
-            return Err(GraphError::Runtime(format!(
+            return Err(GraphError::Load(format!(
                 "{} not found: compile the graphs with the ATC commands `pi0d export --atc SOC` prints",
                 path.display()
             )));
         }
         let c_path = CString::new(path.display().to_string())
-            .map_err(|_| GraphError::Runtime(format!("{}: NUL in path", path.display())))?;
+            .map_err(|_| GraphError::Load(format!("{}: NUL in path", path.display())))?;
         let mut id = 0u32;
         // SAFETY: as in `open`.
         unsafe {

@@ -1,0 +1,305 @@
+//! The JSON files beside the weights: lerobot's `config.json` (the fields pi0d uses) and
+//! `arch.json` (head counts). Each field is read on its own so an error names the field, and
+//! values are checked before anything is sized from them.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::checkpoint::CheckpointError;
+
+/// lerobot's `config.json` fields pi0d uses (the rest is ignored).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyConfigJson {
+    pub kind: String,
+    pub chunk_size: usize,
+    pub max_state_dim: usize,
+    pub max_action_dim: usize,
+    pub num_inference_steps: usize,
+    pub min_period: f64,
+    pub max_period: f64,
+    pub tokenizer_max_length: Option<usize>,
+    pub image_resolution: [usize; 2],
+    pub input_features: HashMap<String, FeatureJson>,
+    pub output_features: HashMap<String, FeatureJson>,
+    /// Whether these came from a `config.json` (a bare `.safetensors` has none: the robot's
+    /// state and action widths are then unknown).
+    pub from_file: bool,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct FeatureJson {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub shape: Vec<usize>,
+}
+
+impl Default for PolicyConfigJson {
+    /// lerobot's defaults, used for a bare `.safetensors` file.
+    fn default() -> Self {
+        PolicyConfigJson {
+            kind: "pi0".into(),
+            chunk_size: 50,
+            max_state_dim: 32,
+            max_action_dim: 32,
+            num_inference_steps: 10,
+            min_period: 4e-3,
+            max_period: 4.0,
+            tokenizer_max_length: None,
+            image_resolution: [224, 224],
+            input_features: HashMap::new(),
+            output_features: HashMap::new(),
+            from_file: false,
+        }
+    }
+}
+
+/// The JSON object in `text` (`path` for messages).
+pub(crate) fn parse_object(path: &Path, text: &str) -> Result<Map<String, Value>, CheckpointError> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(CheckpointError::File {
+            path: path.into(),
+            message: "expected a JSON object".into(),
+        }),
+        Err(source) => Err(CheckpointError::Json {
+            path: path.into(),
+            source,
+        }),
+    }
+}
+
+/// Field `name` of `obj` as a `T`, or `default` when absent.
+fn field<T: DeserializeOwned>(
+    path: &Path,
+    obj: &Map<String, Value>,
+    name: &str,
+    default: T,
+) -> Result<T, CheckpointError> {
+    match obj.get(name) {
+        None => Ok(default),
+        Some(v) => T::deserialize(v).map_err(|source| CheckpointError::Field {
+            path: path.into(),
+            field: name.into(),
+            source,
+        }),
+    }
+}
+
+fn value_err(path: &Path, field: &str, expected: &str, found: impl ToString) -> CheckpointError {
+    CheckpointError::Value {
+        path: path.into(),
+        field: field.into(),
+        expected: expected.into(),
+        found: found.to_string(),
+    }
+}
+
+fn at_least_1(path: &Path, name: &str, v: usize) -> Result<usize, CheckpointError> {
+    if v == 0 {
+        Err(value_err(path, name, "at least 1", v))
+    } else {
+        Ok(v)
+    }
+}
+
+impl PolicyConfigJson {
+    /// Reads `config.json`'s text: malformed JSON, a field of the wrong type and a value no
+    /// model can have are each refused naming the file and the field.
+    pub fn parse(path: &Path, text: &str) -> Result<PolicyConfigJson, CheckpointError> {
+        let obj = parse_object(path, text)?;
+        let d = PolicyConfigJson::default();
+        let c = PolicyConfigJson {
+            kind: field(path, &obj, "type", d.kind)?,
+            chunk_size: field(path, &obj, "chunk_size", d.chunk_size)?,
+            max_state_dim: field(path, &obj, "max_state_dim", d.max_state_dim)?,
+            max_action_dim: field(path, &obj, "max_action_dim", d.max_action_dim)?,
+            num_inference_steps: field(path, &obj, "num_inference_steps", d.num_inference_steps)?,
+            min_period: field(path, &obj, "min_period", d.min_period)?,
+            max_period: field(path, &obj, "max_period", d.max_period)?,
+            tokenizer_max_length: field(path, &obj, "tokenizer_max_length", None)?,
+            image_resolution: field(path, &obj, "image_resolution", d.image_resolution)?,
+            input_features: field(path, &obj, "input_features", d.input_features)?,
+            output_features: field(path, &obj, "output_features", d.output_features)?,
+            from_file: true,
+        };
+        at_least_1(path, "chunk_size", c.chunk_size)?;
+        at_least_1(path, "max_state_dim", c.max_state_dim)?;
+        at_least_1(path, "max_action_dim", c.max_action_dim)?;
+        at_least_1(path, "num_inference_steps", c.num_inference_steps)?;
+        if let Some(n) = c.tokenizer_max_length {
+            at_least_1(path, "tokenizer_max_length", n)?;
+        }
+        for (name, v) in [("min_period", c.min_period), ("max_period", c.max_period)] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(value_err(path, name, "a finite period above 0", v));
+            }
+        }
+        if c.min_period >= c.max_period {
+            return Err(value_err(
+                path,
+                "min_period",
+                &format!("less than max_period ({})", c.max_period),
+                c.min_period,
+            ));
+        }
+        if c.image_resolution.contains(&0) {
+            return Err(value_err(
+                path,
+                "image_resolution",
+                "two sizes of at least 1",
+                format!("{:?}", c.image_resolution),
+            ));
+        }
+        Ok(c)
+    }
+
+    /// The robot's width of feature `key` (`observation.state`, `action`) in `features`.
+    pub fn feature_width(features: &HashMap<String, FeatureJson>, key: &str) -> Option<usize> {
+        features.get(key).and_then(|f| f.shape.first().copied())
+    }
+}
+
+/// Head counts that tensor shapes cannot tell (`--arch FILE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArchOverrides {
+    pub vision_heads: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+const ARCH_FIELDS: [&str; 4] = ["vision_heads", "heads", "kv_heads", "head_dim"];
+
+impl ArchOverrides {
+    /// The real pi0 / pi0.5 values.
+    pub const PI0: ArchOverrides = ArchOverrides {
+        vision_heads: 16,
+        heads: 8,
+        kv_heads: 1,
+        head_dim: 256,
+    };
+
+    pub fn load(path: &Path) -> Result<ArchOverrides, CheckpointError> {
+        let text = super::checkpoint::read_text(path, "an arch JSON file")?;
+        ArchOverrides::parse(path, &text)
+    }
+
+    /// `{"vision_heads", "heads", "kv_heads", "head_dim"}`, each at least 1, nothing else.
+    pub fn parse(path: &Path, text: &str) -> Result<ArchOverrides, CheckpointError> {
+        let obj = parse_object(path, text)?;
+        if let Some(unknown) = obj.keys().find(|k| !ARCH_FIELDS.contains(&k.as_str())) {
+            return Err(value_err(
+                path,
+                unknown,
+                "only vision_heads, heads, kv_heads and head_dim",
+                "an unknown field",
+            ));
+        }
+        let mut v = [0usize; 4];
+        for (slot, name) in v.iter_mut().zip(ARCH_FIELDS) {
+            let n: Option<usize> = field(path, &obj, name, None)?;
+            let n = n.ok_or_else(|| value_err(path, name, "a head count", "nothing"))?;
+            *slot = at_least_1(path, name, n)?;
+        }
+        Ok(ArchOverrides {
+            vision_heads: v[0],
+            heads: v[1],
+            kv_heads: v[2],
+            head_dim: v[3],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error and its sources, as `{:#}` shows them.
+    fn full(e: &CheckpointError) -> String {
+        let mut s = e.to_string();
+        let mut src = std::error::Error::source(e);
+        while let Some(c) = src {
+            s += &format!(": {c}");
+            src = c.source();
+        }
+        s
+    }
+
+    #[test]
+    fn when_config_field_has_wrong_type_expect_file_and_field_named() {
+        let p = Path::new("ck/config.json");
+        let e = PolicyConfigJson::parse(p, r#"{"chunk_size": "fifty"}"#).unwrap_err();
+        let m = full(&e);
+        assert!(
+            m.contains("ck/config.json") && m.contains("`chunk_size`") && m.contains("string"),
+            "{m}"
+        );
+        let e = PolicyConfigJson::parse(p, r#"{"input_features": {"a": {"type": "STATE"}}}"#)
+            .unwrap_err();
+        assert!(full(&e).contains("`input_features`"), "{}", full(&e));
+    }
+
+    #[test]
+    fn when_config_is_malformed_json_expect_file_and_position_named() {
+        let p = Path::new("ck/config.json");
+        let e = PolicyConfigJson::parse(p, "{\"chunk_size\": 50,").unwrap_err();
+        let m = full(&e);
+        assert!(m.contains("ck/config.json") && m.contains("line 1"), "{m}");
+        let e = PolicyConfigJson::parse(p, "[1]").unwrap_err();
+        assert!(full(&e).contains("expected a JSON object"), "{}", full(&e));
+    }
+
+    #[test]
+    fn when_config_value_impossible_expect_field_expected_and_found() {
+        let p = Path::new("config.json");
+        for (json, field, found) in [
+            (
+                r#"{"num_inference_steps": 0}"#,
+                "num_inference_steps",
+                "found 0",
+            ),
+            (r#"{"chunk_size": 0}"#, "chunk_size", "found 0"),
+            (r#"{"min_period": 5.0}"#, "min_period", "found 5"),
+            (r#"{"max_period": -1.0}"#, "max_period", "found -1"),
+            (
+                r#"{"image_resolution": [0, 224]}"#,
+                "image_resolution",
+                "[0, 224]",
+            ),
+        ] {
+            let m = full(&PolicyConfigJson::parse(p, json).unwrap_err());
+            assert!(
+                m.contains(&format!("`{field}`")) && m.contains(found),
+                "{json}: {m}"
+            );
+        }
+        assert!(PolicyConfigJson::parse(p, "{}").unwrap().from_file);
+    }
+
+    #[test]
+    fn when_arch_json_wrong_expect_file_and_field_named() {
+        let p = Path::new("ck/arch.json");
+        let good = r#"{"vision_heads": 4, "heads": 8, "kv_heads": 1, "head_dim": 16}"#;
+        assert_eq!(ArchOverrides::parse(p, good).unwrap().head_dim, 16);
+        for (json, want) in [
+            (good.replace("8", "\"8\""), "`heads`"),
+            (
+                good.replace("\"kv_heads\": 1", "\"kv_heads\": 0"),
+                "`kv_heads`",
+            ),
+            (good.replace("\"head_dim\": 16", "\"dim\": 16"), "`dim`"),
+            (good.replace(", \"head_dim\": 16", ""), "`head_dim`"),
+            (good.replace('}', ""), "line 1"),
+        ] {
+            let m = full(&ArchOverrides::parse(p, &json).unwrap_err());
+            assert!(
+                m.contains("ck/arch.json") && m.contains(want),
+                "{json}: {m}"
+            );
+        }
+    }
+}
