@@ -336,7 +336,7 @@ fn position() -> impl Strategy<Value = f64> {
 }
 
 proptest! {
-    #![proptest_config(cases(1500))]
+    #![proptest_config(cases(10_000))]
 
     #[test]
     fn when_image_fields_consistent_or_off_expect_accept_exactly_the_consistent_ones(
@@ -453,7 +453,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(cases(300))]
+    #![proptest_config(cases(2000))]
 
     #[test]
     fn when_compressed_data_random_truncated_or_flipped_expect_frame_or_reason(

@@ -423,3 +423,236 @@ impl<'a> Worker<'a> {
         self.report.log.flush();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::any::Any;
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::{Arc, Mutex};
+
+    use ros2_client::{MessageTypeName, Name, QosProfile, RmwRequestId, ServiceTypeName};
+
+    use super::*;
+    use crate::config::{Config, Io};
+    use crate::io::ros::transport::{Middleware, Msg, Put, Serve, SrvMsg};
+    use crate::io::ros::RosError;
+    use crate::joints::{JointVector, MotionState};
+
+    /// What a fake subscription yields, in order.
+    enum Step<M> {
+        Sample(M),
+        /// The middleware's deserializer panics on this sample.
+        Panic,
+        Undecodable,
+        /// Nothing more waiting in this poll.
+        Gap,
+    }
+
+    type Queue<M> = Arc<Mutex<VecDeque<Step<M>>>>;
+    type Sent<M> = Arc<Mutex<Vec<M>>>;
+
+    /// A middleware whose subscriptions yield scripted samples and whose publishers keep what
+    /// they are given, per topic.
+    #[derive(Default)]
+    struct Fake {
+        queues: HashMap<String, Box<dyn Any + Send>>,
+        sent: HashMap<String, Box<dyn Any + Send>>,
+    }
+
+    impl Fake {
+        fn script<M: Msg>(&mut self, topic: &str, steps: Vec<Step<M>>) {
+            let q: Queue<M> = Arc::new(Mutex::new(steps.into()));
+            self.queues.insert(topic.into(), Box::new(q));
+        }
+
+        fn sent<M: Msg>(&self, topic: &str) -> Vec<M> {
+            let s = self.sent[topic].downcast_ref::<Sent<M>>().unwrap();
+            s.lock().unwrap().clone()
+        }
+    }
+
+    struct FakeTake<M>(Queue<M>);
+
+    impl<M: Msg> Take<M> for FakeTake<M> {
+        fn take_next(&self) -> Result<Option<M>, String> {
+            let step = self.0.lock().unwrap().pop_front();
+            match step {
+                Some(Step::Sample(m)) => Ok(Some(m)),
+                Some(Step::Panic) => panic!("index out of bounds in the deserializer"),
+                Some(Step::Undecodable) => Err("CDR: unexpected end".into()),
+                Some(Step::Gap) | None => Ok(None),
+            }
+        }
+    }
+
+    struct FakePut<M>(Sent<M>);
+
+    impl<M: Msg> Put<M> for FakePut<M> {
+        fn put(&self, msg: M) -> Result<(), String> {
+            self.0.lock().unwrap().push(msg);
+            Ok(())
+        }
+    }
+
+    struct NoRequests;
+
+    impl<Req, Resp> Serve<Req, Resp> for NoRequests {
+        fn next_request(&self) -> Result<Option<RmwRequestId>, String> {
+            Ok(None)
+        }
+        fn reply(&self, _: RmwRequestId, _: Resp) -> Result<(), String> {
+            Err("no requests".into())
+        }
+    }
+
+    impl Middleware for Fake {
+        fn subscribe<M: Msg>(
+            &mut self,
+            topic: &Name,
+            _: MessageTypeName,
+            _: &QosProfile,
+        ) -> Result<Box<dyn Take<M>>, RosError> {
+            let q = self
+                .queues
+                .remove(&topic.to_string())
+                .and_then(|q| q.downcast::<Queue<M>>().ok())
+                .map_or_else(Queue::default, |q| *q);
+            Ok(Box::new(FakeTake(q)))
+        }
+
+        fn advertise<M: Msg>(
+            &mut self,
+            topic: &Name,
+            _: MessageTypeName,
+            _: &QosProfile,
+        ) -> Result<Box<dyn Put<M>>, RosError> {
+            let sent: Sent<M> = Sent::default();
+            self.sent.insert(topic.to_string(), Box::new(sent.clone()));
+            Ok(Box::new(FakePut(sent)))
+        }
+
+        fn serve<Req: SrvMsg, Resp: SrvMsg>(
+            &mut self,
+            _: &Name,
+            _: ServiceTypeName,
+            _: &QosProfile,
+        ) -> Result<Box<dyn Serve<Req, Resp>>, RosError> {
+            Ok(Box::new(NoRequests))
+        }
+    }
+
+    fn ros_config() -> (RosConfig, Vec<String>) {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim.toml");
+        let text = std::fs::read_to_string(&file)
+            .unwrap()
+            .replace("io = \"sim\"", "io = \"ros\"")
+            + "\n[ros]\ncameras = [\"/camera/image_raw\"]\n";
+        let cfg = Config::parse(&file, &text).unwrap();
+        let names = cfg.limits.names().map(str::to_string).collect();
+        match cfg.io {
+            Io::Ros(r) => (*r, names),
+            Io::Sim => unreachable!(),
+        }
+    }
+
+    fn image(clock: &ClockMap, width: u32, step: u32, data: Vec<u8>) -> msgs::Image {
+        msgs::Image {
+            header: msgs::Header {
+                stamp: clock.to_ros(MonoTime::now()),
+                frame_id: String::new(),
+            },
+            height: if width == 0 { 0 } else { 2 },
+            width,
+            encoding: "rgb8".into(),
+            is_bigendian: 0,
+            step,
+            data,
+        }
+    }
+
+    #[test]
+    fn when_samples_are_malformed_or_their_decoding_panics_expect_the_loop_to_go_on() {
+        let (cfg, names) = ros_config();
+        let clock = ClockMap::now();
+        let mut fake = Fake::default();
+        // A deserializer that panics, an undecodable sample, and the frame of a camera not
+        // streaming yet, the newest of its poll (it used to end the thread); then a good frame.
+        fake.script(
+            "/camera/image_raw",
+            vec![
+                Step::Panic,
+                Step::Undecodable,
+                Step::Sample(image(&clock, 0, 0, vec![])),
+                Step::Gap,
+                Step::Sample(image(&clock, 2, 6, vec![5; 12])),
+            ],
+        );
+        let js = msgs::JointState {
+            header: msgs::Header {
+                stamp: clock.to_ros(MonoTime::now()),
+                frame_id: String::new(),
+            },
+            name: names.clone(),
+            position: vec![0.1; names.len()],
+            ..Default::default()
+        };
+        fake.script(&cfg.joint_states, vec![Step::Panic, Step::Sample(js)]);
+        let prompts = ["stack\u{1b}[2J", "stack the blocks"];
+        let prompts = prompts.map(|p| Step::Sample(msgs::StringMsg { data: p.into() }));
+        fake.script(&cfg.prompt, prompts.into());
+        let ep = super::super::endpoints(&mut fake, &cfg, 0.005).unwrap();
+        let board = Blackboard::new(1, "idle");
+        let live = LiveStats::default();
+        let stop = AtomicBool::new(false);
+        let command_topic = cfg.command_topic.clone();
+        std::thread::scope(|s| {
+            let worker = Worker::new(
+                cfg,
+                names.clone(),
+                Duration::from_millis(5),
+                ep,
+                &board,
+                &live,
+            );
+            let ros = s.spawn(|| worker.run(&stop));
+            // The control loop's commands, one per millisecond, while the inputs are drained
+            // (a panic costs the hook's print, slow with RUST_BACKTRACE set: wait for them).
+            let sent = |fake: &Fake| fake.sent::<msgs::JointTrajectory>(&command_topic).len();
+            let cmd = MotionState::at_rest(JointVector::from_slice(&vec![0.2; names.len()]));
+            for i in 1..=10_000u64 {
+                board
+                    .command
+                    .store((MonoTime::from_nanos(i * 1_000_000), cmd));
+                std::thread::sleep(Duration::from_millis(1));
+                if sent(&fake) >= 20 {
+                    break;
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            assert!(ros.join().is_ok(), "the ROS thread ended in a panic");
+        });
+        assert!(board.joint_state.load().stamp > MonoTime::ZERO);
+        let frame = board.frames[0]
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("the good frame");
+        assert_eq!((frame.width, frame.height), (2, 2));
+        assert_eq!(*board.prompt.lock().unwrap(), "stack the blocks");
+        let commands = fake.sent::<msgs::JointTrajectory>(&command_topic);
+        assert!(commands.len() >= 20, "{} commands", commands.len());
+        assert_eq!(commands.last().unwrap().points[0].positions[0], 0.2);
+        let diagnostics = fake.sent::<msgs::DiagnosticArray>("/diagnostics");
+        let value = |key: &str| {
+            diagnostics[0].status[0]
+                .values
+                .iter()
+                .find(|kv| kv.key == key)
+                .map(|kv| kv.value.clone())
+        };
+        // Refused in the first poll (the diagnostics' moment): the two faults, the undecodable
+        // sample, the empty frame, the bad prompt.
+        assert_eq!(value("decoder faults").as_deref(), Some("2"));
+        assert_eq!(value("inputs rejected").as_deref(), Some("5"));
+    }
+}
