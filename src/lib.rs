@@ -14,6 +14,7 @@ pub mod control;
 pub mod daemon;
 pub mod io;
 pub mod joints;
+pub mod panics;
 pub mod policy;
 pub mod robot;
 pub mod safety;

@@ -1,14 +1,22 @@
 //! CDR byte-equality with `rosbags` (pure-Python CDR, whose bytes equal Cyclone DDS's) for every
 //! message type pi0d exchanges, both directions: our serialization equals theirs byte for byte,
-//! and their bytes decode into the same message.
+//! and their bytes decode into the same message; and what the command publisher sends, for each
+//! command type, equals theirs.
 
 mod common;
 
 use std::collections::HashMap;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 
 use byteorder::LittleEndian;
+use pi0d::config::CommandType;
+use pi0d::io::ros::encode::CommandPublisher;
 use pi0d::io::ros::msgs::*;
+use pi0d::io::ros::transport::{Middleware, Msg, Put, Serve, SrvMsg, Take};
+use pi0d::io::ros::RosError;
+use pi0d::joints::{JointVector, MotionState};
+use ros2_client::{MessageTypeName, Name, QosProfile, ServiceTypeName};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -163,5 +171,110 @@ fn when_messages_serialized_expect_bytes_equal_to_rosbags_both_ways() {
         },
         &theirs,
     );
-    assert_eq!(theirs.len(), 8, "every message type pi0d uses is compared");
+    assert_eq!(
+        theirs.len(),
+        10,
+        "every message type pi0d uses is compared (and two commands)"
+    );
+}
+
+/// A middleware that records what its publishers send, as CDR, with the advertised type.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<Sent>>>);
+
+/// The advertised type and the CDR bytes of one message.
+type Sent = (String, Vec<u8>);
+
+struct RecordingPut(Recorder, String);
+
+impl<M: Msg> Put<M> for RecordingPut {
+    fn put(&self, msg: M) -> Result<(), String> {
+        let bytes = cdr_encoding::to_vec::<M, LittleEndian>(&msg).map_err(|e| e.to_string())?;
+        (self.0).0.lock().unwrap().push((self.1.clone(), bytes));
+        Ok(())
+    }
+}
+
+fn unsupported(what: &str) -> RosError {
+    RosError::Create {
+        what: what.into(),
+        message: "not recorded".into(),
+    }
+}
+
+impl Middleware for Recorder {
+    fn subscribe<M: Msg>(
+        &mut self,
+        _: &Name,
+        _: MessageTypeName,
+        _: &QosProfile,
+    ) -> Result<Box<dyn Take<M>>, RosError> {
+        Err(unsupported("subscription"))
+    }
+
+    fn advertise<M: Msg>(
+        &mut self,
+        _: &Name,
+        ty: MessageTypeName,
+        _: &QosProfile,
+    ) -> Result<Box<dyn Put<M>>, RosError> {
+        let ty = format!("{}/msg/{}", ty.package_name(), ty.type_name());
+        Ok(Box::new(RecordingPut(self.clone(), ty)))
+    }
+
+    fn serve<Req: SrvMsg, Resp: SrvMsg>(
+        &mut self,
+        _: &Name,
+        _: ServiceTypeName,
+        _: &QosProfile,
+    ) -> Result<Box<dyn Serve<Req, Resp>>, RosError> {
+        Err(unsupported("service"))
+    }
+}
+
+#[test]
+fn when_command_published_as_each_type_expect_bytes_equal_to_rosbags() {
+    let theirs = rosbags_bytes();
+    let cmd = MotionState {
+        position: JointVector::from_slice(&[1.0, 2.0]),
+        velocity: JointVector::from_slice(&[0.5, -0.5]),
+        acceleration: JointVector::from_slice(&[0.0, 0.25]),
+    };
+    let names = ["a".to_string(), "bb".to_string()];
+    let topic = Name::new("/arm_controller", "joint_trajectory").unwrap();
+    for (kind, theirs_name, ty) in [
+        (
+            CommandType::JointTrajectory,
+            "trajectory_msgs/msg/JointTrajectory",
+            "trajectory_msgs/msg/JointTrajectory",
+        ),
+        (
+            CommandType::JointState,
+            "command/sensor_msgs/msg/JointState",
+            "sensor_msgs/msg/JointState",
+        ),
+        (
+            CommandType::Float64MultiArray,
+            "command/std_msgs/msg/Float64MultiArray",
+            "std_msgs/msg/Float64MultiArray",
+        ),
+    ] {
+        let mut mw = Recorder::default();
+        let qos = QosProfile::publisher_default();
+        let mut publisher =
+            CommandPublisher::advertise(&mut mw, &topic, kind, &qos, 0.005).unwrap();
+        assert_eq!(publisher.kind(), kind);
+        let stamp = Time {
+            sec: 12,
+            nanosec: 5000,
+        };
+        publisher.publish(stamp, &names, &cmd).unwrap();
+        let sent = mw.0.lock().unwrap();
+        assert_eq!(sent.len(), 1, "{kind:?}");
+        assert_eq!(sent[0].0, ty, "{kind:?}");
+        let payload = &theirs[theirs_name][4..];
+        let mine = &sent[0].1;
+        assert_eq!(&mine[..], &payload[..mine.len()], "{kind:?}: bytes differ");
+        assert!(payload[mine.len()..].iter().all(|b| *b == 0), "{kind:?}");
+    }
 }

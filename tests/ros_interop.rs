@@ -189,3 +189,35 @@ fn when_sender_clock_lags_by_a_second_expect_skew_reported_and_no_motion() {
         "{camera_offsets:?}"
     );
 }
+
+#[test]
+fn when_peer_sends_malformed_images_and_prompts_expect_warnings_and_commands_keep_flowing() {
+    let domain = 20 + ((std::process::id() + 41) % 150) as u16;
+    let cfg = ros_config(domain);
+    // Bad frames for a second from 2.5 s on (peer time), then good ones only; pi0d runs on.
+    let peer = ["--duration", "9", "--bad-frames-at", "2.5"];
+    let x = exchange("ros-bad-frames", &cfg, domain, &peer, 6.0);
+    let (r, stderr) = (&x.report, &x.stderr);
+    assert!(r["bad_sent"].as_u64().unwrap() >= 20, "{r}");
+    // The ROS thread survived them: commands kept coming (200 Hz) and kept moving the arm.
+    let after = r["commands_after_bad"].as_u64().unwrap();
+    assert!(
+        after >= 100,
+        "{after} commands after the bad frames: {r}\n{stderr}"
+    );
+    let moved = r["moved_after_bad"].as_f64().unwrap();
+    assert!(moved > 0.001, "arm did not move after the bad frames: {r}");
+    assert_eq!(x.summary["limit_violations"], 0);
+    // Each refusal is named, with its topic; the good prompt stays.
+    for needle in [
+        "/camera/image_raw",
+        "empty image",
+        "step",
+        "/wrist/image_raw/compressed",
+        "/pi0d/prompt",
+        "control character",
+    ] {
+        assert!(stderr.contains(needle), "`{needle}` not in:\n{stderr}");
+    }
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -22,7 +22,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::config::{Config, Io};
@@ -98,43 +97,23 @@ const START_WARN_EVERY_S: f64 = 10.0;
 const JOIN_WAIT_S: f64 = 2.0;
 
 /// The thread that talks to the robot (or is it).
-enum IoThread {
-    Sim(Supervised<()>),
-    Ros(JoinHandle<()>),
-}
+struct IoThread(Supervised<()>);
 
 impl IoThread {
     fn role(&self) -> Role {
-        match self {
-            IoThread::Sim(_) => Role::Sim,
-            IoThread::Ros(_) => Role::Ros,
-        }
+        self.0.role
     }
 
     fn health(&self, now: MonoTime) -> Health {
-        match self {
-            IoThread::Sim(t) => t.health(now, Some(IO_STALL_S)),
-            IoThread::Ros(h) if h.is_finished() => Health::Returned,
-            IoThread::Ros(_) => Health::Alive,
-        }
+        self.0.health(now, Some(IO_STALL_S))
     }
 
     fn is_finished(&self) -> bool {
-        match self {
-            IoThread::Sim(t) => t.is_finished(),
-            IoThread::Ros(h) => h.is_finished(),
-        }
+        self.0.is_finished()
     }
 
     fn join(self) {
-        match self {
-            IoThread::Sim(t) => {
-                t.join();
-            }
-            IoThread::Ros(h) => {
-                let _ = h.join();
-            }
-        }
+        self.0.join();
     }
 }
 
@@ -187,31 +166,30 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
     let board = Arc::new(Blackboard::new(cfg.camera_count(), &cfg.policy.prompt));
     let start = MonoTime::now();
     let live = Arc::new(LiveStats::default());
-    let io = match &cfg.io {
+    let spawn_err = |thread| move |source| DaemonError::Spawn { thread, source };
+    let io = IoThread(match &cfg.io {
         Io::Sim => {
             let mut sim = SimArm::new(cfg.sim.clone(), &cfg.limits);
             let (board, stop) = (board.clone(), io_stop.clone());
-            IoThread::Sim(
-                supervise::spawn(Role::Sim, move |h| {
-                    sim.run(&board, &stop, start, &|| h.beat())
-                })
-                .map_err(|source| DaemonError::Spawn {
-                    thread: "simulator",
-                    source,
-                })?,
-            )
+            supervise::spawn(Role::Sim, move |h| {
+                sim.run(&board, &stop, start, &|| h.beat())
+            })
+            .map_err(spawn_err("simulator"))?
         }
         Io::Ros(ros) => {
             let names = cfg.limits.names().map(str::to_string).collect();
             let node = RosIo::new((**ros).clone(), names, cfg.control.period);
-            let (board, live, stop) = (board.clone(), live.clone(), io_stop.clone());
             // The middleware's own threads are created here; a library that panics when it
             // cannot create them becomes a start-up error.
-            let spawned = supervise::caught(move || node.spawn(board, live, stop))
-                .map_err(|m| DaemonError::StartupThread("ROS", m))?;
-            IoThread::Ros(spawned?)
+            let node = supervise::caught(move || node.connect())
+                .map_err(|m| DaemonError::StartupThread("ROS", m))??;
+            let (board, live, stop) = (board.clone(), live.clone(), io_stop.clone());
+            supervise::spawn(Role::Ros, move |h| {
+                node.run(&board, &live, &stop, &|| h.beat())
+            })
+            .map_err(spawn_err("ROS"))?
         }
-    };
+    });
 
     let result = supervise(
         &cfg,
@@ -229,6 +207,8 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
     notify::Notifier::from_env().stopping();
     let mut summary = result?;
     summary.signals_ignored = signals.ignored_total();
+    summary.inputs_rejected = LiveStats::get(&live.inputs_rejected);
+    summary.input_decoder_faults = LiveStats::get(&live.input_decoder_faults);
     summary.log_lines_lost = log::lost_lines();
     if let Some(path) = &opts.summary {
         report::write_summary(path, &summary);

@@ -46,6 +46,10 @@ pub struct Summary {
     pub waiting_for: Option<String>,
     /// Thread faults the supervisor saw (`inference thread panicked: ...`).
     pub faults: Vec<String>,
+    /// Input messages refused by the transport, and those whose decoder panicked (counted at
+    /// the last status interval).
+    pub inputs_rejected: u64,
+    pub input_decoder_faults: u64,
     /// Signals that were logged and ignored (SIGHUP, SIGUSR1, ...).
     pub signals_ignored: u64,
     /// Log lines lost to a failed stderr (a closed pipe, a full disk).

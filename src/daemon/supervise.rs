@@ -1,15 +1,14 @@
 //! Supervised threads: every thread the daemon cannot do without (control, inference, ROS,
 //! simulator) runs under `spawn`, which records whether it returned or panicked (with the
-//! message) and carries a heartbeat the supervisor reads for liveness. A panic hook logs every
-//! panic that no one handles; code that handles its own panics (a policy's inference, one
-//! decoded message) runs them through `caught`, which keeps the hook quiet.
+//! message) and carries a heartbeat the supervisor reads for liveness (see `crate::panics` for
+//! the panic hook).
 
-use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+pub use crate::panics::{caught, install_panic_hook, panic_message};
 use crate::time::MonoTime;
 
 /// The daemon's threads, by what they do.
@@ -154,45 +153,6 @@ impl<T> Supervised<T> {
     }
 }
 
-pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".into())
-}
-
-thread_local! {
-    /// Set while `caught` runs: the panic is handled by the caller, not logged by the hook.
-    static HANDLED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Runs `f`, turning a panic into `Err(message)`; the panic hook stays quiet for it (the caller
-/// reports it, rate-limited).
-pub fn caught<R>(f: impl FnOnce() -> R) -> Result<R, String> {
-    let was = HANDLED.with(|h| h.replace(true));
-    let r = catch_unwind(AssertUnwindSafe(f)).map_err(|p| panic_message(p.as_ref()));
-    HANDLED.with(|h| h.set(was));
-    r
-}
-
-/// Logs unhandled panics through `tracing` (which cannot fail on a closed stderr) instead of the
-/// default hook's direct write.
-pub fn install_panic_hook() {
-    std::panic::set_hook(Box::new(|info| {
-        if HANDLED.with(|h| h.get()) {
-            return;
-        }
-        let thread = std::thread::current();
-        let name = thread.name().unwrap_or("unnamed");
-        let at = info
-            .location()
-            .map(|l| format!("{}:{}", l.file(), l.line()))
-            .unwrap_or_default();
-        let msg = panic_message(info.payload());
-        tracing::error!(thread = name, at = %at, "panic: {msg}");
-    }));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,11 +191,5 @@ mod tests {
         }
         assert_eq!(t.health(MonoTime::now(), None), Health::Returned);
         assert_eq!(t.join(), Some(5));
-    }
-
-    #[test]
-    fn when_panic_caught_expect_message_returned() {
-        assert_eq!(caught(|| 3), Ok(3));
-        assert_eq!(caught(|| -> i32 { panic!("x") }), Err("x".into()));
     }
 }

@@ -60,5 +60,18 @@ msgs = {
         )],
     ),
     "std_msgs/msg/Bool": T["std_msgs/msg/Bool"](data=True),
+    # pi0d's commands for joints a, bb at (1, 2) rad, (0.5, -0.5) rad/s, stamped 12 s 5000 ns, as
+    # a JointState and a Float64MultiArray (the JointTrajectory above is the third kind).
+    "command/sensor_msgs/msg/JointState": T["sensor_msgs/msg/JointState"](
+        header=header(12, 5000, ""),
+        name=["a", "bb"],
+        position=np.array([1.0, 2.0]),
+        velocity=np.array([0.5, -0.5]),
+        effort=np.array([], dtype=np.float64),
+    ),
+    "command/std_msgs/msg/Float64MultiArray": T["std_msgs/msg/Float64MultiArray"](
+        layout=T["std_msgs/msg/MultiArrayLayout"](dim=[], data_offset=0),
+        data=np.array([1.0, 2.0]),
+    ),
 }
-print(json.dumps({name: ts.serialize_cdr(m, name).hex() for name, m in msgs.items()}))
+print(json.dumps({name: ts.serialize_cdr(m, name.removeprefix("command/")).hex() for name, m in msgs.items()}))

@@ -5,7 +5,12 @@ It publishes joint states (100 Hz, best effort) that follow the commands it rece
 arm), rgb8 camera images (10 Hz), the task prompt, and optionally presses the e-stop; it reads
 pi0d's JointTrajectory commands and writes a JSON report of what it got.
 
-    robot_peer.py --domain D --duration S --report FILE [--estop-at S]
+    robot_peer.py --domain D --duration S --report FILE [--estop-at S] [--bad-frames-at S]
+
+With --bad-frames-at, it also sends, for a second from then on and among the good frames,
+malformed images (empty, zero step, sizes that do not add up, an absurd width, an unsupported
+encoding) on the raw camera topic, garbage on the compressed one and prompts pi0d must refuse,
+and reports what it received after the last of them.
 """
 
 import argparse
@@ -42,6 +47,25 @@ def stamp() -> Time:
     return Time(sec=int(t), nanosec=int((t - int(t)) * 1e9))
 
 
+def bad_frames(w, h):
+    """Images a camera driver (or a broken one) can send that pi0d must refuse."""
+    frames = [
+        dict(width=0, height=0, step=0, data=[]),  # not streaming yet
+        dict(width=0, height=h, step=0, data=[]),
+        dict(width=w, height=0, step=w * 3, data=[]),
+        dict(width=w, height=h, step=0, data=[]),
+        dict(width=w, height=h, step=w, data=[1] * (w * h)),  # step shorter than a row
+        dict(width=w, height=h, step=w * 3, data=[1] * (w * h * 3 - 1)),  # one byte short
+        dict(width=2**32 - 1, height=1, step=2**32 - 1, data=[1] * 16),
+        dict(width=w, height=h, step=w * 2, data=[1] * (w * h * 2), encoding="16UC1"),
+    ]
+    return [Image(header=Header(stamp=stamp()), height=f["height"], width=f["width"],
+                  encoding=f.get("encoding", "rgb8"), step=f["step"], data=f["data"]) for f in frames]
+
+
+BAD_PROMPTS = ["stack\x1b[2J the blocks", "x" * 2000]
+
+
 def percentiles(seconds):
     if not seconds:
         return None
@@ -60,6 +84,8 @@ def main():
     ap.add_argument("--clock-offset", type=float, default=0.0, help="stamp with a skewed clock (s)")
     ap.add_argument("--image-size", default="64x48", help="camera frames WxH (the JPEG one too)")
     ap.add_argument("--fps", type=float, default=10.0, help="camera rate")
+    ap.add_argument("--bad-frames-at", type=float, default=None,
+                    help="send malformed images and prompts for a second from then on")
     args = ap.parse_args()
     global CLOCK_OFFSET
     CLOCK_OFFSET = args.clock_offset
@@ -88,6 +114,8 @@ def main():
     jw, jh = (160, 120) if args.image_size == "64x48" else (w, h)
     raw_data = [128] * (w * h * 3)  # made once: building a large list per frame is slow in Python
     command_latency = []
+    bad_sent, next_bad, bad_done = 0, 0.0, False
+    commands_after_bad, at_bad_end = 0, None
     t0 = time.time()
     next_js, next_img, prompt_sent, estop_sent = t0, t0, False, False
     while time.time() - t0 < args.duration:
@@ -96,6 +124,8 @@ def main():
             if not isinstance(msg, JointTrajectory):
                 continue  # instance-state notices (a writer left), not data
             commands += 1
+            if bad_done:
+                commands_after_bad += 1
             st = msg.header.stamp
             command_latency.append(time.time() - (st.sec + st.nanosec * 1e-9))
             names_seen = list(msg.joint_names)
@@ -125,6 +155,20 @@ def main():
             img_w.write(Image(header=Header(stamp=stamp()), height=h, width=w, encoding="rgb8",
                               step=w * 3, data=raw_data))
             jpeg_w.write(CompressedImage(header=Header(stamp=stamp()), format="jpeg", data=jpeg))
+        bad_at = args.bad_frames_at
+        if bad_at is not None and not bad_done and now - t0 > bad_at and now >= next_bad:
+            if now - t0 > bad_at + 1.0:
+                bad_done, at_bad_end = True, list(position)
+            else:
+                # Between the good frames (10 Hz), every 25 ms, all kinds in turn.
+                next_bad = now + 0.025
+                frames = bad_frames(w, h)
+                img_w.write(frames[bad_sent % len(frames)])
+                jpeg_w.write(CompressedImage(header=Header(stamp=stamp()), format="jpeg",
+                                             data=[255, 216, 255, 224, 0, 16] + [7] * 50))
+                if bad_sent < len(BAD_PROMPTS):
+                    prompt_w.write(String(data=BAD_PROMPTS[bad_sent]))
+                bad_sent += 1
         if not prompt_sent and now - t0 > 1.0:
             prompt_w.write(String(data="stack the blocks"))
             prompt_sent = True
@@ -142,7 +186,10 @@ def main():
         time.sleep(0.002)
     report = {"commands": commands, "joint_names": names_seen, "first": first, "last": last,
               "nonfinite": nonfinite, "statuses": statuses, "diagnostics": diagnostics,
-              "reset_reply": reset_reply, "command_latency_ms": percentiles(command_latency)}
+              "reset_reply": reset_reply, "command_latency_ms": percentiles(command_latency),
+              "bad_sent": bad_sent, "commands_after_bad": commands_after_bad,
+              "moved_after_bad": None if at_bad_end is None or last is None
+              else sum(abs(a - b) for a, b in zip(at_bad_end, last))}
     Path(args.report).write_text(json.dumps(report))
 
 

@@ -1,172 +1,153 @@
-//! Turning ROS messages into pi0d's inputs (and commands into messages). Every malformed input
-//! is refused with a reason naming what was wrong; the caller logs it (rate-limited) and the
-//! watchdogs see the source as stale. Kept apart from the node so it is tested without DDS.
+//! Turning ROS messages into pi0d's inputs. Every malformed input is refused with a reason
+//! naming what was wrong; the caller adds the topic, logs it (rate-limited) and the watchdogs
+//! see the source as stale. Kept apart from the node so it is tested without DDS.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::msgs;
-use crate::joints::JointMeasurement;
-use crate::joints::{JointVector, MotionState};
+use crate::joints::{JointMeasurement, JointVector};
 use crate::policy::{CameraFrame, PixelFormat};
 use crate::time::MonoTime;
 
+pub use super::timing::{ClockMap, LatencyWindow, SkewEstimator};
+
+/// Why an input was refused. Strings from the sender are kept short and escaped (see `shown`),
+/// so a reason is safe to log.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum InputError {
     #[error("{names} names but {positions} positions")]
     LengthMismatch { names: usize, positions: usize },
-    #[error("joint `{joint}` position is {value}")]
+    #[error("joint {joint} position is {value}")]
     NonFinite { joint: String, value: f64 },
+    #[error("joint {joint} named twice")]
+    DuplicateJoint { joint: String },
     #[error("stamp {ahead_s:.3} s in the future (clock skew between sender and pi0d?)")]
     FutureStamp { ahead_s: f64 },
-    #[error("unsupported image encoding `{0}` (rgb8, bgr8, mono8, rgba8, bgra8)")]
+    #[error("stamp {sec} s {nanosec} ns: nanoseconds must be below 1e9")]
+    BadNanosec { sec: i32, nanosec: u32 },
+    #[error(
+        "stamp {sec} s {nanosec} ns is before pi0d's clock began (unstamped header, or sim time?)"
+    )]
+    StampBeforeOrigin { sec: i32, nanosec: u32 },
+    #[error("unsupported image encoding {0} (rgb8, bgr8, mono8, rgba8, bgra8)")]
     Encoding(String),
+    #[error("empty image {width}x{height} (camera not streaming yet?)")]
+    EmptyImage { width: u32, height: u32 },
+    #[error("image {width}x{height} is beyond {max} pixels a side")]
+    Dimensions { width: u32, height: u32, max: u32 },
+    #[error("image {width}x{height} {encoding}: step {step} is shorter than a row of {row} bytes")]
+    Step {
+        width: u32,
+        height: u32,
+        encoding: &'static str,
+        step: u32,
+        row: u64,
+    },
     #[error("image {width}x{height} {encoding}: step {step} x height {height} = {need} bytes, data has {have}")]
     ImageSize {
         width: u32,
         height: u32,
-        encoding: String,
+        encoding: &'static str,
         step: u32,
-        need: usize,
+        need: u64,
         have: usize,
     },
     #[error("image of {bytes} bytes exceeds the cap of {cap}")]
-    TooLarge { bytes: usize, cap: usize },
+    TooLarge { bytes: u64, cap: usize },
     #[error("compressed image: {0}")]
     Compressed(String),
+    #[error("prompt of {bytes} bytes is longer than {max}")]
+    PromptTooLong { bytes: usize, max: usize },
+    #[error("prompt has control character {ch:?} at byte {at}")]
+    PromptControl { ch: char, at: usize },
 }
 
-/// Stamps from ROS (wall clock) to the monotonic clock and back, from one reading of both.
-pub struct ClockMap {
-    /// wall - monotonic, seconds.
-    offset_s: f64,
+/// The kind of an `InputError`, without its values: what warnings are rate-limited by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InputErrorKind {
+    LengthMismatch,
+    NonFinite,
+    DuplicateJoint,
+    FutureStamp,
+    BadNanosec,
+    StampBeforeOrigin,
+    Encoding,
+    EmptyImage,
+    Dimensions,
+    Step,
+    ImageSize,
+    TooLarge,
+    Compressed,
+    PromptTooLong,
+    PromptControl,
 }
 
-impl ClockMap {
-    pub fn now() -> ClockMap {
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        ClockMap {
-            offset_s: wall - MonoTime::now().as_nanos() as f64 * 1e-9,
+impl InputError {
+    pub fn kind(&self) -> InputErrorKind {
+        use InputErrorKind as K;
+        match self {
+            InputError::LengthMismatch { .. } => K::LengthMismatch,
+            InputError::NonFinite { .. } => K::NonFinite,
+            InputError::DuplicateJoint { .. } => K::DuplicateJoint,
+            InputError::FutureStamp { .. } => K::FutureStamp,
+            InputError::BadNanosec { .. } => K::BadNanosec,
+            InputError::StampBeforeOrigin { .. } => K::StampBeforeOrigin,
+            InputError::Encoding(_) => K::Encoding,
+            InputError::EmptyImage { .. } => K::EmptyImage,
+            InputError::Dimensions { .. } => K::Dimensions,
+            InputError::Step { .. } => K::Step,
+            InputError::ImageSize { .. } => K::ImageSize,
+            InputError::TooLarge { .. } => K::TooLarge,
+            InputError::Compressed(_) => K::Compressed,
+            InputError::PromptTooLong { .. } => K::PromptTooLong,
+            InputError::PromptControl { .. } => K::PromptControl,
         }
-    }
-
-    pub fn to_mono(&self, t: &msgs::Time) -> MonoTime {
-        MonoTime::ZERO.offset_seconds(t.as_seconds() - self.offset_s)
-    }
-
-    pub fn to_ros(&self, t: MonoTime) -> msgs::Time {
-        msgs::Time::from_seconds(t.as_nanos() as f64 * 1e-9 + self.offset_s)
-    }
-}
-
-/// The last latencies of one input (seconds), summarized once a second for the diagnostics.
-/// Its buffer is sized once; recording allocates nothing.
-pub struct LatencyWindow {
-    samples: std::collections::VecDeque<f64>,
-    sorted: Vec<f64>,
-}
-
-/// Samples a latency window keeps (a few seconds of a 30 Hz camera).
-const LATENCY_WINDOW: usize = 256;
-
-impl Default for LatencyWindow {
-    fn default() -> Self {
-        LatencyWindow {
-            samples: std::collections::VecDeque::with_capacity(LATENCY_WINDOW),
-            sorted: Vec::with_capacity(LATENCY_WINDOW),
-        }
-    }
-}
-
-impl LatencyWindow {
-    pub fn record(&mut self, seconds: f64) {
-        if !seconds.is_finite() {
-            return;
-        }
-        if self.samples.len() == LATENCY_WINDOW {
-            self.samples.pop_front();
-        }
-        self.samples.push_back(seconds);
-    }
-
-    /// `(p50, p99, max)` in milliseconds, once there is a sample.
-    pub fn summary_ms(&mut self) -> Option<(f64, f64, f64)> {
-        if self.samples.is_empty() {
-            return None;
-        }
-        self.sorted.clear();
-        self.sorted.extend(self.samples.iter().copied());
-        self.sorted.sort_by(f64::total_cmp);
-        let at = |q: f64| self.sorted[((self.sorted.len() - 1) as f64 * q).round() as usize] * 1e3;
-        Some((at(0.5), at(0.99), at(1.0)))
     }
 }
 
-/// Estimates a sender's clock offset from pi0d's: the smallest (arrival - stamp) over a window
-/// of samples is the offset plus the shortest transport delay. Far from zero, the sender's clock
-/// (or its stamping) is off, and the watchdogs, which trust capture stamps, will see its data as
-/// stale or from the future.
-pub struct SkewEstimator {
-    window: usize,
-    seen: usize,
-    current_min: f64,
-    /// The last completed window's minimum, seconds.
-    pub offset_s: Option<f64>,
-}
+/// Characters of a sender's string kept in a reason.
+const SHOWN_CHARS: usize = 64;
 
-/// Offsets beyond these are reported as clock skew (seconds; negative: sender ahead).
-pub const SKEW_WARN_BEHIND_S: f64 = 0.1;
-pub const SKEW_WARN_AHEAD_S: f64 = -0.02;
-
-impl SkewEstimator {
-    pub fn new(window: usize) -> SkewEstimator {
-        SkewEstimator {
-            window: window.max(1),
-            seen: 0,
-            current_min: f64::INFINITY,
-            offset_s: None,
-        }
+/// A sender's string for a log line: quoted, escaped (no control characters reach the log) and
+/// cut short.
+pub fn shown(s: &str) -> String {
+    let mut out = String::from("`");
+    out.extend(s.chars().take(SHOWN_CHARS).flat_map(char::escape_debug));
+    if s.chars().nth(SHOWN_CHARS).is_some() {
+        out.push('…');
     }
-
-    /// Records one sample; returns the new estimate when a window completes.
-    pub fn observe(&mut self, arrival: MonoTime, stamp: MonoTime) -> Option<f64> {
-        self.current_min = self.current_min.min(arrival.seconds_since(stamp));
-        self.seen += 1;
-        if self.seen < self.window {
-            return None;
-        }
-        self.offset_s = Some(self.current_min);
-        self.seen = 0;
-        self.current_min = f64::INFINITY;
-        self.offset_s
-    }
-
-    pub fn skewed(offset_s: f64) -> bool {
-        !(SKEW_WARN_AHEAD_S..=SKEW_WARN_BEHIND_S).contains(&offset_s)
-    }
+    out.push('`');
+    out
 }
 
 /// Stamps further ahead than this are refused.
 const MAX_FUTURE_S: f64 = 0.5;
 
-fn check_stamp(stamp: MonoTime, now: MonoTime) -> Result<(), InputError> {
+/// A header stamp on the monotonic clock, refused when malformed or too far ahead of `now`.
+fn stamp(clock: &ClockMap, t: &msgs::Time, now: MonoTime) -> Result<MonoTime, InputError> {
+    let stamp = clock.to_mono(t)?;
     let ahead = stamp.seconds_since(now);
     if ahead > MAX_FUTURE_S {
         Err(InputError::FutureStamp { ahead_s: ahead })
     } else {
-        Ok(())
+        Ok(stamp)
     }
 }
 
+/// Unknown joint names reported (once each) at most; a sender inventing names must not grow
+/// the set without bound.
+const MAX_UNKNOWN_REPORTED: usize = 32;
+
 /// Matches JointState messages to the robot's joints by name; partial and reordered lists are
 /// merged into the last known positions. A measurement is produced once every joint has been
-/// heard of; unknown joint names are reported once each.
+/// heard of; unknown joint names are reported once each. A message is checked whole before any
+/// of it is merged.
 pub struct JointStateDecoder {
     index: HashMap<String, usize>,
     position: JointVector,
     heard: Vec<bool>,
+    /// Scratch: which joints the message being decoded names (duplicates are refused).
+    named: Vec<bool>,
     unknown_reported: HashSet<String>,
 }
 
@@ -180,6 +161,7 @@ impl JointStateDecoder {
                 .collect(),
             position: JointVector::zeros(names.len()),
             heard: vec![false; names.len()],
+            named: vec![false; names.len()],
             unknown_reported: HashSet::new(),
         }
     }
@@ -203,12 +185,19 @@ impl JointStateDecoder {
             .find(|(_, v)| !v.is_finite())
         {
             return Err(InputError::NonFinite {
-                joint: n.clone(),
+                joint: shown(n),
                 value: *v,
             });
         }
-        let stamp = clock.to_mono(&msg.header.stamp);
-        check_stamp(stamp, now)?;
+        let stamp = stamp(clock, &msg.header.stamp, now)?;
+        self.named.fill(false);
+        for n in &msg.name {
+            if let Some(&i) = self.index.get(n) {
+                if std::mem::replace(&mut self.named[i], true) {
+                    return Err(InputError::DuplicateJoint { joint: shown(n) });
+                }
+            }
+        }
         for (n, v) in msg.name.iter().zip(&msg.position) {
             match self.index.get(n) {
                 Some(&i) => {
@@ -216,8 +205,10 @@ impl JointStateDecoder {
                     self.heard[i] = true;
                 }
                 None => {
-                    if self.unknown_reported.insert(n.clone()) {
-                        tracing::info!(joint = %n, "joint state names a joint pi0d does not command; ignored");
+                    if self.unknown_reported.len() < MAX_UNKNOWN_REPORTED
+                        && self.unknown_reported.insert(n.clone())
+                    {
+                        tracing::info!(joint = %shown(n), "joint state names a joint pi0d does not command; ignored");
                     }
                 }
             }
@@ -229,45 +220,83 @@ impl JointStateDecoder {
     }
 }
 
-/// A sensor_msgs/Image to a camera frame (capture stamp from the header).
+/// Pixels a side pi0d takes from a camera (far beyond any policy input; a sanity bound that
+/// also keeps every size product small).
+pub const MAX_IMAGE_SIDE: u32 = 16384;
+
+fn check_dimensions(width: u32, height: u32) -> Result<(), InputError> {
+    if width == 0 || height == 0 {
+        return Err(InputError::EmptyImage { width, height });
+    }
+    if width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE {
+        return Err(InputError::Dimensions {
+            width,
+            height,
+            max: MAX_IMAGE_SIDE,
+        });
+    }
+    Ok(())
+}
+
+/// A sensor_msgs/Image to a camera frame (capture stamp from the header). `is_bigendian` is
+/// ignored: it does not matter for the 8-bit encodings taken.
 pub fn image(
     msg: &msgs::Image,
     clock: &ClockMap,
     now: MonoTime,
     cap: usize,
 ) -> Result<CameraFrame, InputError> {
-    let (format, bpp, drop_alpha) = match msg.encoding.as_str() {
-        "rgb8" => (PixelFormat::Rgb8, 3, false),
-        "bgr8" => (PixelFormat::Bgr8, 3, false),
-        "mono8" => (PixelFormat::Mono8, 1, false),
-        "rgba8" => (PixelFormat::Rgb8, 4, true),
-        "bgra8" => (PixelFormat::Bgr8, 4, true),
-        other => return Err(InputError::Encoding(other.to_string())),
+    let (encoding, format, bpp, drop_alpha) = match msg.encoding.as_str() {
+        "rgb8" => ("rgb8", PixelFormat::Rgb8, 3u32, false),
+        "bgr8" => ("bgr8", PixelFormat::Bgr8, 3, false),
+        "mono8" => ("mono8", PixelFormat::Mono8, 1, false),
+        "rgba8" => ("rgba8", PixelFormat::Rgb8, 4, true),
+        "bgra8" => ("bgra8", PixelFormat::Bgr8, 4, true),
+        other => return Err(InputError::Encoding(shown(other))),
     };
-    let need = msg.step as usize * msg.height as usize;
-    if msg.data.len() != need || (msg.step as usize) < msg.width as usize * bpp {
+    let (width, height, step) = (msg.width, msg.height, msg.step);
+    check_dimensions(width, height)?;
+    // In u64, u32 x u32 cannot wrap (on any target).
+    let row = u64::from(width) * u64::from(bpp);
+    if u64::from(step) < row {
+        return Err(InputError::Step {
+            width,
+            height,
+            encoding,
+            step,
+            row,
+        });
+    }
+    let need = u64::from(step) * u64::from(height);
+    if u64::try_from(msg.data.len()).ok() != Some(need) {
         return Err(InputError::ImageSize {
-            width: msg.width,
-            height: msg.height,
-            encoding: msg.encoding.clone(),
-            step: msg.step,
+            width,
+            height,
+            encoding,
+            step,
             need,
             have: msg.data.len(),
         });
     }
-    if need > cap {
+    if need > cap as u64 {
         return Err(InputError::TooLarge { bytes: need, cap });
     }
-    let stamp = clock.to_mono(&msg.header.stamp);
-    check_stamp(stamp, now)?;
-    let out_bpp = if drop_alpha { 3 } else { bpp };
-    let (w, h) = (msg.width as usize, msg.height as usize);
-    let mut data = Vec::with_capacity(w * h * out_bpp);
-    for row in msg.data.chunks_exact(msg.step as usize) {
-        let row = &row[..w * bpp];
+    let stamp = stamp(clock, &msg.header.stamp, now)?;
+    // The data is `need` bytes, held in memory: every size below fits in usize.
+    let too_large = || InputError::TooLarge { bytes: need, cap };
+    let (row, step) = (
+        usize::try_from(row).map_err(|_| too_large())?,
+        usize::try_from(step).map_err(|_| too_large())?,
+    );
+    let out_row = if drop_alpha { row / 4 * 3 } else { row };
+    let mut data = Vec::with_capacity(out_row * height as usize);
+    for padded in msg.data.chunks_exact(step) {
+        let row = padded.get(..row).ok_or_else(too_large)?;
         if drop_alpha {
             for px in row.chunks_exact(4) {
-                data.extend_from_slice(&px[..3]);
+                if let [a, b, c, _] = px {
+                    data.extend_from_slice(&[*a, *b, *c]);
+                }
             }
         } else {
             data.extend_from_slice(row);
@@ -275,45 +304,55 @@ pub fn image(
     }
     Ok(CameraFrame {
         stamp,
-        width: msg.width,
-        height: msg.height,
+        width,
+        height,
         format,
         data,
     })
 }
 
-/// A sensor_msgs/CompressedImage (JPEG or PNG, as the data says) to an RGB8 frame. The decoded
-/// size is checked against `cap` before decoding.
+/// A sensor_msgs/CompressedImage (JPEG or PNG, as the data says) to an RGB8 frame. The size the
+/// header claims is checked against `cap` before decoding, and the decoder itself is limited, so
+/// hostile data cannot make it allocate more than a few times `cap`.
 pub fn compressed_image(
     msg: &msgs::CompressedImage,
     clock: &ClockMap,
     now: MonoTime,
     cap: usize,
 ) -> Result<CameraFrame, InputError> {
-    let stamp = clock.to_mono(&msg.header.stamp);
-    check_stamp(stamp, now)?;
-    let reader = image::ImageReader::new(std::io::Cursor::new(&msg.data))
+    use image::ImageDecoder;
+    let stamp = stamp(clock, &msg.header.stamp, now)?;
+    let bad = |e: image::ImageError| InputError::Compressed(e.to_string());
+    let mut reader = image::ImageReader::new(std::io::Cursor::new(&msg.data))
         .with_guessed_format()
         .map_err(|e| InputError::Compressed(e.to_string()))?;
     match reader.format() {
         Some(image::ImageFormat::Jpeg | image::ImageFormat::Png) => {}
         other => {
             return Err(InputError::Compressed(format!(
-                "format `{}` is not JPEG or PNG ({other:?})",
-                msg.format
+                "format {} is not JPEG or PNG ({other:?})",
+                shown(&msg.format)
             )))
         }
     }
-    let (w, h) = reader
-        .into_dimensions()
-        .map_err(|e| InputError::Compressed(e.to_string()))?;
-    let bytes = w as usize * h as usize * 3;
-    if bytes > cap {
+    let mut limits = image::Limits::default();
+    limits.max_image_width = Some(MAX_IMAGE_SIDE);
+    limits.max_image_height = Some(MAX_IMAGE_SIDE);
+    // The decoded image may be 16-bit or carry alpha (up to 8 bytes a pixel against the 3 kept)
+    // before it is converted: room for that, and no more.
+    limits.max_alloc = Some((cap as u64).saturating_mul(3));
+    reader.limits(limits);
+    let decoder = reader.into_decoder().map_err(bad)?;
+    let (w, h) = decoder.dimensions();
+    check_dimensions(w, h)?;
+    let bytes = u64::from(w) * u64::from(h) * 3;
+    if bytes > cap as u64 {
         return Err(InputError::TooLarge { bytes, cap });
     }
-    let img =
-        image::load_from_memory(&msg.data).map_err(|e| InputError::Compressed(e.to_string()))?;
-    let rgb = img.into_rgb8();
+    let rgb = image::DynamicImage::from_decoder(decoder)
+        .map_err(bad)?
+        .into_rgb8();
+    check_dimensions(rgb.width(), rgb.height())?;
     Ok(CameraFrame {
         stamp,
         width: rgb.width(),
@@ -323,231 +362,46 @@ pub fn compressed_image(
     })
 }
 
-pub fn trajectory(
-    header: msgs::Header,
-    names: &[String],
-    cmd: &MotionState,
-    period_s: f64,
-) -> msgs::JointTrajectory {
-    msgs::JointTrajectory {
-        header,
-        joint_names: names.to_vec(),
-        points: vec![msgs::JointTrajectoryPoint {
-            positions: cmd.position.as_slice().to_vec(),
-            velocities: cmd.velocity.as_slice().to_vec(),
-            accelerations: cmd.acceleration.as_slice().to_vec(),
-            effort: Vec::new(),
-            time_from_start: msgs::Duration {
-                sec: 0,
-                nanosec: (period_s * 1e9) as u32,
-            },
-        }],
-    }
-}
+/// Bytes a task prompt may have: the configuration's (and the pipeline's) bound, so a longer one
+/// is refused here, with its topic, rather than further in.
+pub use crate::config::policy::MAX_PROMPT_BYTES;
 
-pub fn multi_array(cmd: &MotionState) -> msgs::Float64MultiArray {
-    msgs::Float64MultiArray {
-        layout: msgs::MultiArrayLayout::default(),
-        data: cmd.position.as_slice().to_vec(),
+/// A task prompt from std_msgs/String: refused when longer than `MAX_PROMPT_BYTES` or holding
+/// control characters other than newline and tab (terminal escapes, NULs: never a task).
+pub fn prompt(text: &str) -> Result<&str, InputError> {
+    if text.len() > MAX_PROMPT_BYTES {
+        return Err(InputError::PromptTooLong {
+            bytes: text.len(),
+            max: MAX_PROMPT_BYTES,
+        });
     }
-}
-
-pub fn joint_command(
-    header: msgs::Header,
-    names: &[String],
-    cmd: &MotionState,
-) -> msgs::JointState {
-    msgs::JointState {
-        header,
-        name: names.to_vec(),
-        position: cmd.position.as_slice().to_vec(),
-        velocity: cmd.velocity.as_slice().to_vec(),
-        effort: Vec::new(),
-    }
-}
-
-/// How the inputs look from the ROS thread, for the diagnostics.
-pub struct InputHealth<'a> {
-    pub joint_state_age_s: f64,
-    pub camera_ages_s: &'a [f64],
-    /// Per camera: capture-to-decoded latency `(p50, p99, max)` in ms, once frames arrived.
-    pub camera_latency_ms: &'a [Option<(f64, f64, f64)>],
-    pub joint_state_clock_offset_s: Option<f64>,
-    /// Per camera: its sender's clock offset estimate, as for the joint states.
-    pub camera_clock_offsets_s: &'a [Option<f64>],
-}
-
-/// The daemon's health as one DiagnosticStatus: OK while running, WARN while holding or
-/// starting, ERROR while e-stopped; values carry rates, timing and input ages.
-pub fn diagnostics(
-    stamp: msgs::Time,
-    node: &str,
-    live: &crate::control::stats::LiveStats,
-    rate_hz: f64,
-    inputs: &InputHealth,
-) -> msgs::DiagnosticArray {
-    let InputHealth {
-        joint_state_age_s,
-        camera_ages_s,
-        camera_latency_ms,
-        joint_state_clock_offset_s,
-        camera_clock_offsets_s,
-    } = *inputs;
-    use crate::control::stats::{mode_name, LiveStats};
-    let mode = mode_name(LiveStats::get(&live.mode));
-    let mut level = match mode {
-        "running" | "stopping" => 0,
-        "estopped" => 2,
-        _ => 1,
-    };
-    let kv = |k: &str, v: String| msgs::KeyValue {
-        key: k.into(),
-        value: v,
-    };
-    let mut values = vec![
-        kv("state", mode.into()),
-        kv("control rate (Hz)", format!("{rate_hz:.1}")),
-        kv("ticks", LiveStats::get(&live.ticks).to_string()),
-        kv("overruns", LiveStats::get(&live.overruns).to_string()),
-        kv(
-            "jitter last (us)",
-            (LiveStats::get(&live.last_jitter_ns) / 1000).to_string(),
-        ),
-        kv(
-            "jitter max (us)",
-            (LiveStats::get(&live.max_jitter_ns) / 1000).to_string(),
-        ),
-        kv(
-            "chunk latency (ms)",
-            format!("{:.1}", LiveStats::get(&live.last_latency_us) as f64 / 1e3),
-        ),
-        kv(
-            "chunks received",
-            LiveStats::get(&live.chunks_received).to_string(),
-        ),
-        kv(
-            "chunks rejected",
-            LiveStats::get(&live.chunks_rejected).to_string(),
-        ),
-        kv(
-            "safety events",
-            LiveStats::get(&live.safety_events).to_string(),
-        ),
-        kv("joint state age (s)", format!("{joint_state_age_s:.3}")),
-    ];
-    for (i, a) in camera_ages_s.iter().enumerate() {
-        values.push(kv(&format!("camera {i} age (s)"), format!("{a:.3}")));
-    }
-    // Capture stamp to decoded frame ready: transport, deserialization and decoding.
-    for (i, l) in camera_latency_ms.iter().enumerate() {
-        if let Some((p50, p99, max)) = l {
-            values.push(kv(
-                &format!("camera {i} latency p50 (ms)"),
-                format!("{p50:.2}"),
-            ));
-            values.push(kv(
-                &format!("camera {i} latency p99 (ms)"),
-                format!("{p99:.2}"),
-            ));
-            values.push(kv(
-                &format!("camera {i} latency max (ms)"),
-                format!("{max:.2}"),
-            ));
-        }
-    }
-    if let Some(o) = joint_state_clock_offset_s {
-        values.push(kv("joint state clock offset (s)", format!("{o:.3}")));
-        if SkewEstimator::skewed(o) && level == 0 {
-            level = 1;
-        }
-    }
-    for (i, o) in camera_clock_offsets_s.iter().enumerate() {
-        if let Some(o) = o {
-            values.push(kv(
-                &format!("camera {i} clock offset (s)"),
-                format!("{o:.3}"),
-            ));
-            if SkewEstimator::skewed(*o) && level == 0 {
-                level = 1;
-            }
-        }
-    }
-    msgs::DiagnosticArray {
-        header: msgs::Header {
-            stamp,
-            frame_id: String::new(),
-        },
-        status: vec![msgs::DiagnosticStatus {
-            level,
-            name: format!("{node}: control"),
-            message: mode.into(),
-            hardware_id: node.into(),
-            values,
-        }],
-    }
-}
-
-/// One warning per topic and reason per interval, with the count of those suppressed.
-pub struct RateLimitedLog {
-    every: Duration,
-    last: HashMap<String, (Instant, u64)>,
-}
-
-impl RateLimitedLog {
-    pub fn new(every: Duration) -> RateLimitedLog {
-        RateLimitedLog {
-            every,
-            last: HashMap::new(),
-        }
-    }
-
-    pub fn warn(&mut self, topic: &str, reason: &str) {
-        let key = format!("{topic}: {reason}");
-        let now = Instant::now();
-        let entry = self
-            .last
-            .entry(key)
-            .or_insert((now - self.every - Duration::from_millis(1), 0));
-        if now.duration_since(entry.0) >= self.every {
-            tracing::warn!(topic, reason, suppressed = entry.1, "input rejected");
-            *entry = (now, 0);
-        } else {
-            entry.1 += 1;
-        }
+    match text
+        .char_indices()
+        .find(|(_, c)| c.is_control() && *c != '\n' && *c != '\t')
+    {
+        Some((at, ch)) => Err(InputError::PromptControl { ch, at }),
+        None => Ok(text),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn latency_window_summarizes_the_last_samples() {
-        let mut w = super::LatencyWindow::default();
-        assert_eq!(w.summary_ms(), None);
-        for i in 0..1000 {
-            w.record(i as f64 * 1e-3);
-        }
-        w.record(f64::NAN);
-        // Only the last 256 (744..=999 ms) count.
-        let (p50, p99, max) = w.summary_ms().unwrap();
-        assert!(
-            (p50 - 872.0).abs() < 0.5 && (p99 - 996.0).abs() < 0.5,
-            "{p50} {p99}"
-        );
-        assert!((max - 999.0).abs() < 1e-9);
-    }
-
     use super::*;
 
     fn names() -> Vec<String> {
         vec!["a".into(), "b".into(), "c".into()]
     }
 
+    fn header(clock: &ClockMap, at: MonoTime) -> msgs::Header {
+        msgs::Header {
+            stamp: clock.to_ros(at),
+            frame_id: String::new(),
+        }
+    }
+
     fn js(names: &[&str], pos: &[f64], clock: &ClockMap, at: MonoTime) -> msgs::JointState {
         msgs::JointState {
-            header: msgs::Header {
-                stamp: clock.to_ros(at),
-                frame_id: String::new(),
-            },
+            header: header(clock, at),
             name: names.iter().map(|s| s.to_string()).collect(),
             position: pos.to_vec(),
             ..Default::default()
@@ -601,6 +455,63 @@ mod tests {
     }
 
     #[test]
+    fn when_joint_named_twice_expect_refused_and_nothing_merged() {
+        let clock = ClockMap::now();
+        let now = MonoTime::now();
+        let mut d = JointStateDecoder::new(&names());
+        let e = d
+            .decode(
+                &js(&["a", "b", "c", "a"], &[1.0, 2.0, 3.0, 4.0], &clock, now),
+                &clock,
+                now,
+            )
+            .unwrap_err();
+        assert_eq!(e.kind(), InputErrorKind::DuplicateJoint);
+        assert!(e.to_string().contains("`a` named twice"), "{e}");
+        // The refused message left no joint heard: no measurement from half of it.
+        assert!(d
+            .decode(&js(&["a", "b"], &[1.0, 2.0], &clock, now), &clock, now)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn when_stamp_nanosec_out_of_range_or_before_the_clock_expect_refused() {
+        let clock = ClockMap::now();
+        let now = MonoTime::now();
+        let mut d = JointStateDecoder::new(&names());
+        let mut m = js(&["a"], &[0.0], &clock, now);
+        m.header.stamp.nanosec = 1_000_000_000;
+        let e = d.decode(&m, &clock, now).unwrap_err();
+        assert_eq!(e.kind(), InputErrorKind::BadNanosec, "{e}");
+        for (sec, nanosec) in [(0, 0), (-5, 0), (i32::MIN, 999_999_999), (1, 2)] {
+            m.header.stamp = msgs::Time { sec, nanosec };
+            let e = d.decode(&m, &clock, now).unwrap_err();
+            assert_eq!(e.kind(), InputErrorKind::StampBeforeOrigin, "{e}");
+        }
+        // Far in the future (year 2038) is refused as such, without overflow.
+        m.header.stamp = msgs::Time {
+            sec: i32::MAX,
+            nanosec: 999_999_999,
+        };
+        let e = d.decode(&m, &clock, now).unwrap_err();
+        assert_eq!(e.kind(), InputErrorKind::FutureStamp, "{e}");
+    }
+
+    #[test]
+    fn when_unknown_joint_names_keep_coming_expect_bounded_memory() {
+        let clock = ClockMap::now();
+        let now = MonoTime::now();
+        let mut d = JointStateDecoder::new(&names());
+        for i in 0..1000 {
+            let n = format!("ghost{i}");
+            d.decode(&js(&[&n], &[0.0], &clock, now), &clock, now)
+                .unwrap();
+        }
+        assert_eq!(d.unknown_reported.len(), MAX_UNKNOWN_REPORTED);
+    }
+
+    #[test]
     fn when_compressed_png_or_garbage_expect_frame_or_reason() {
         let clock = ClockMap::now();
         let now = MonoTime::now();
@@ -610,10 +521,7 @@ mod tests {
         img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
             .unwrap();
         let msg = |data: Vec<u8>| msgs::CompressedImage {
-            header: msgs::Header {
-                stamp: clock.to_ros(now),
-                frame_id: String::new(),
-            },
+            header: header(&clock, now),
             format: "png".into(),
             data,
         };
@@ -631,38 +539,83 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn when_sender_clock_lags_expect_offset_estimated_and_flagged() {
-        let mut e = SkewEstimator::new(4);
-        let t0 = MonoTime::from_nanos(10_000_000_000);
-        let mut est = None;
-        // Stamps 1.5 s behind arrival, with 1-3 ms of transport delay on top.
-        for (i, delay) in [0.003, 0.001, 0.002, 0.0015].iter().enumerate() {
-            let arrival = t0.offset_seconds(i as f64 * 0.01);
-            est = e.observe(arrival, arrival.offset_seconds(-1.5 - delay));
+    /// A PNG (signature, IHDR claiming `w`x`h` RGB8, a short garbage IDAT, correct CRCs) whose
+    /// header a decoder reads in full before it finds the data bad.
+    pub(crate) fn png_header(w: u32, h: u32) -> Vec<u8> {
+        fn chunk(png: &mut Vec<u8>, kind: &[u8], body: &[u8]) {
+            png.extend((body.len() as u32).to_be_bytes());
+            let start = png.len();
+            png.extend(kind);
+            png.extend(body);
+            let mut crc = !0u32;
+            for b in &png[start..] {
+                crc ^= u32::from(*b);
+                for _ in 0..8 {
+                    crc = if crc & 1 == 1 {
+                        (crc >> 1) ^ 0xEDB8_8320
+                    } else {
+                        crc >> 1
+                    };
+                }
+            }
+            png.extend((!crc).to_be_bytes());
         }
-        let o = est.unwrap();
-        assert!((o - 1.501).abs() < 1e-6, "{o}");
-        assert!(SkewEstimator::skewed(o));
-        assert!(!SkewEstimator::skewed(0.004));
+        let mut png = vec![0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
+        let mut ihdr = w.to_be_bytes().to_vec();
+        ihdr.extend(h.to_be_bytes());
+        ihdr.extend([8, 2, 0, 0, 0]);
+        chunk(&mut png, b"IHDR", &ihdr);
+        chunk(&mut png, b"IDAT", &[0x78, 0x9c, 1, 2, 3, 4]);
+        png
     }
 
     #[test]
-    fn when_image_size_does_not_add_up_expect_refused() {
+    fn when_compressed_header_claims_absurd_size_expect_refused_before_decoding() {
         let clock = ClockMap::now();
         let now = MonoTime::now();
-        let img = |enc: &str, w, h, step, len| msgs::Image {
-            header: msgs::Header {
-                stamp: clock.to_ros(now),
-                frame_id: String::new(),
-            },
+        let msg = |data: Vec<u8>| msgs::CompressedImage {
+            header: header(&clock, now),
+            format: "png".into(),
+            data,
+        };
+        let e =
+            compressed_image(&msg(png_header(100_000, 100_000)), &clock, now, 8 << 20).unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                InputErrorKind::Dimensions | InputErrorKind::Compressed
+            ),
+            "{e}"
+        );
+        let e = compressed_image(&msg(png_header(4000, 4000)), &clock, now, 8 << 20).unwrap_err();
+        assert_eq!(e.kind(), InputErrorKind::TooLarge, "{e}");
+        // Within the cap but no pixel data: a decoding error, not a panic or a huge buffer.
+        let e = compressed_image(&msg(png_header(64, 48)), &clock, now, 8 << 20).unwrap_err();
+        assert_eq!(e.kind(), InputErrorKind::Compressed, "{e}");
+        let mut m = msg(vec![0, 1]);
+        m.format = "gif\u{1b}[2J".repeat(40);
+        let e = compressed_image(&m, &clock, now, 8 << 20).unwrap_err();
+        let text = e.to_string();
+        assert!(!text.contains('\u{1b}') && text.len() < 400, "{text}");
+    }
+
+    fn raw(clock: &ClockMap, enc: &str, w: u32, h: u32, step: u32, len: usize) -> msgs::Image {
+        msgs::Image {
+            header: header(clock, MonoTime::now()),
             height: h,
             width: w,
             encoding: enc.into(),
             is_bigendian: 0,
             step,
             data: vec![7; len],
-        };
+        }
+    }
+
+    #[test]
+    fn when_image_size_does_not_add_up_expect_refused() {
+        let clock = ClockMap::now();
+        let now = MonoTime::now();
+        let img = |enc, w, h, step, len| raw(&clock, enc, w, h, step, len);
         assert!(image(&img("rgb8", 4, 2, 12, 24), &clock, now, 1 << 20).is_ok());
         let f = image(&img("rgba8", 4, 2, 16, 32), &clock, now, 1 << 20).unwrap();
         assert_eq!((f.format, f.data.len()), (PixelFormat::Rgb8, 24));
@@ -680,5 +633,89 @@ mod tests {
             image(&img("rgb8", 4, 2, 12, 24), &clock, now, 10),
             Err(InputError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn when_image_empty_or_step_zero_expect_refused_with_reason() {
+        let clock = ClockMap::now();
+        let now = MonoTime::now();
+        let img = |enc, w, h, step, len| raw(&clock, enc, w, h, step, len);
+        let cases = [
+            // A camera driver not streaming yet: the frame that used to kill the ROS thread.
+            (
+                img("rgb8", 0, 0, 0, 0),
+                InputErrorKind::EmptyImage,
+                "empty image 0x0",
+            ),
+            (
+                img("rgb8", 0, 48, 0, 0),
+                InputErrorKind::EmptyImage,
+                "empty",
+            ),
+            (
+                img("mono8", 64, 0, 64, 0),
+                InputErrorKind::EmptyImage,
+                "empty",
+            ),
+            (img("rgb8", 64, 48, 0, 0), InputErrorKind::Step, "step 0"),
+            (
+                img("rgba8", 64, 48, 255, 255 * 48),
+                InputErrorKind::Step,
+                "row of 256",
+            ),
+            (
+                img("rgb8", u32::MAX, 1, u32::MAX, 16),
+                InputErrorKind::Dimensions,
+                "beyond",
+            ),
+            (
+                img("mono8", 2, u32::MAX, 2, 16),
+                InputErrorKind::Dimensions,
+                "beyond",
+            ),
+        ];
+        for (msg, kind, text) in cases {
+            let e = image(&msg, &clock, now, 1 << 20).unwrap_err();
+            assert_eq!(e.kind(), kind, "{e}");
+            assert!(e.to_string().contains(text), "{e}");
+        }
+        let e = image(&img("16UC1\n\u{7}", 4, 2, 8, 16), &clock, now, 1 << 20).unwrap_err();
+        assert_eq!(e.to_string().lines().count(), 1, "{e}");
+    }
+
+    #[test]
+    fn when_image_has_row_padding_or_big_endian_flag_expect_pixels_without_padding() {
+        let clock = ClockMap::now();
+        let now = MonoTime::now();
+        let mut m = raw(&clock, "bgra8", 2, 2, 10, 20);
+        m.data = (0..20).collect();
+        m.is_bigendian = 1;
+        let f = image(&m, &clock, now, 1 << 20).unwrap();
+        assert_eq!(f.format, PixelFormat::Bgr8);
+        assert_eq!(f.data, [0, 1, 2, 4, 5, 6, 10, 11, 12, 14, 15, 16]);
+    }
+
+    #[test]
+    fn when_prompt_too_long_or_with_control_characters_expect_refused() {
+        assert_eq!(
+            prompt("stack the blocks\n\tthen stop"),
+            Ok("stack the blocks\n\tthen stop")
+        );
+        assert!(prompt(&"é".repeat(MAX_PROMPT_BYTES / 2)).is_ok());
+        let e = prompt(&"x".repeat(MAX_PROMPT_BYTES + 1)).unwrap_err();
+        assert_eq!(e.kind(), InputErrorKind::PromptTooLong);
+        for bad in ["stack\u{1b}[2J", "a\0b", "\r", "x\u{85}"] {
+            let e = prompt(bad).unwrap_err();
+            assert_eq!(e.kind(), InputErrorKind::PromptControl, "{bad:?}");
+            assert!(e.to_string().contains("control character"), "{e}");
+        }
+    }
+
+    #[test]
+    fn when_string_shown_expect_escaped_and_bounded() {
+        assert_eq!(shown("rgb8"), "`rgb8`");
+        assert_eq!(shown("a\nb"), "`a\\nb`");
+        let long = shown(&"é".repeat(1000));
+        assert!(long.chars().count() <= SHOWN_CHARS + 3, "{long}");
     }
 }

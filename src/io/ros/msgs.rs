@@ -11,7 +11,24 @@ pub struct Time {
 }
 
 impl Time {
+    /// Seconds to a stamp, saturating at the ends of the `i32` seconds range (NaN: zero), so
+    /// the stamp is always well formed (`nanosec` below 1e9).
     pub fn from_seconds(s: f64) -> Time {
+        if s.is_nan() {
+            return Time::default();
+        }
+        if s >= i32::MAX as f64 + 1.0 {
+            return Time {
+                sec: i32::MAX,
+                nanosec: 999_999_999,
+            };
+        }
+        if s < i32::MIN as f64 {
+            return Time {
+                sec: i32::MIN,
+                nanosec: 0,
+            };
+        }
         let sec = s.floor();
         Time {
             sec: sec as i32,
@@ -160,3 +177,40 @@ pub struct TriggerResponse {
 }
 
 impl ros2_client::Message for TriggerResponse {}
+
+#[cfg(test)]
+mod tests {
+    use super::Time;
+
+    #[test]
+    fn when_seconds_out_of_range_expect_stamp_saturated_and_well_formed() {
+        assert_eq!(
+            Time::from_seconds(1.25),
+            Time {
+                sec: 1,
+                nanosec: 250_000_000
+            }
+        );
+        assert_eq!(
+            Time::from_seconds(-0.5),
+            Time {
+                sec: -1,
+                nanosec: 500_000_000
+            }
+        );
+        let top = Time {
+            sec: i32::MAX,
+            nanosec: 999_999_999,
+        };
+        assert_eq!(Time::from_seconds(1e12), top);
+        assert_eq!(Time::from_seconds(f64::INFINITY), top);
+        assert_eq!(
+            Time::from_seconds(-1e12),
+            Time {
+                sec: i32::MIN,
+                nanosec: 0
+            }
+        );
+        assert_eq!(Time::from_seconds(f64::NAN), Time::default());
+    }
+}

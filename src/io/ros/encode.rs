@@ -1,0 +1,284 @@
+//! Building the messages pi0d sends: the command (of the configured type), the status and the
+//! diagnostics. Kept apart from the decoders: nothing here reads a sender's data.
+
+use ros2_client::{MessageTypeName, Name, QosProfile};
+
+use super::msgs;
+use super::timing::SkewEstimator;
+use super::transport::Middleware;
+use super::RosError;
+use crate::config::CommandType;
+use crate::joints::MotionState;
+
+/// Builds one command message from the newest motion state and sends it.
+type SendCommand =
+    Box<dyn FnMut(msgs::Header, &[String], &MotionState) -> Result<(), String> + Send>;
+
+/// The command publisher: one `publish`, whatever message type the robot's controller takes.
+pub struct CommandPublisher {
+    kind: CommandType,
+    send: SendCommand,
+}
+
+impl CommandPublisher {
+    /// Advertises `topic` with the message type of `kind`. `period_s` (the control period) is
+    /// a trajectory point's `time_from_start`.
+    pub fn advertise(
+        mw: &mut impl Middleware,
+        topic: &Name,
+        kind: CommandType,
+        qos: &QosProfile,
+        period_s: f64,
+    ) -> Result<CommandPublisher, RosError> {
+        let ty = MessageTypeName::new;
+        let send: SendCommand = match kind {
+            CommandType::JointTrajectory => {
+                let p = mw.advertise(topic, ty("trajectory_msgs", "JointTrajectory"), qos)?;
+                Box::new(move |header, names, cmd| p.put(trajectory(header, names, cmd, period_s)))
+            }
+            CommandType::Float64MultiArray => {
+                let p = mw.advertise(topic, ty("std_msgs", "Float64MultiArray"), qos)?;
+                Box::new(move |_, _, cmd| p.put(multi_array(cmd)))
+            }
+            CommandType::JointState => {
+                let p = mw.advertise(topic, ty("sensor_msgs", "JointState"), qos)?;
+                Box::new(move |header, names, cmd| p.put(joint_command(header, names, cmd)))
+            }
+        };
+        Ok(CommandPublisher { kind, send })
+    }
+
+    pub fn kind(&self) -> CommandType {
+        self.kind
+    }
+
+    /// Sends `cmd` for the joints `names`, stamped `stamp` (where the message has a header).
+    pub fn publish(
+        &mut self,
+        stamp: msgs::Time,
+        names: &[String],
+        cmd: &MotionState,
+    ) -> Result<(), String> {
+        let header = msgs::Header {
+            stamp,
+            frame_id: String::new(),
+        };
+        (self.send)(header, names, cmd)
+    }
+}
+
+pub fn trajectory(
+    header: msgs::Header,
+    names: &[String],
+    cmd: &MotionState,
+    period_s: f64,
+) -> msgs::JointTrajectory {
+    msgs::JointTrajectory {
+        header,
+        joint_names: names.to_vec(),
+        points: vec![msgs::JointTrajectoryPoint {
+            positions: cmd.position.as_slice().to_vec(),
+            velocities: cmd.velocity.as_slice().to_vec(),
+            accelerations: cmd.acceleration.as_slice().to_vec(),
+            effort: Vec::new(),
+            time_from_start: msgs::Duration {
+                sec: 0,
+                nanosec: (period_s * 1e9) as u32,
+            },
+        }],
+    }
+}
+
+pub fn multi_array(cmd: &MotionState) -> msgs::Float64MultiArray {
+    msgs::Float64MultiArray {
+        layout: msgs::MultiArrayLayout::default(),
+        data: cmd.position.as_slice().to_vec(),
+    }
+}
+
+pub fn joint_command(
+    header: msgs::Header,
+    names: &[String],
+    cmd: &MotionState,
+) -> msgs::JointState {
+    msgs::JointState {
+        header,
+        name: names.to_vec(),
+        position: cmd.position.as_slice().to_vec(),
+        velocity: cmd.velocity.as_slice().to_vec(),
+        effort: Vec::new(),
+    }
+}
+
+/// How the inputs look from the ROS thread, for the diagnostics.
+pub struct InputHealth<'a> {
+    pub joint_state_age_s: f64,
+    pub camera_ages_s: &'a [f64],
+    /// Per camera: capture-to-decoded latency `(p50, p99, max)` in ms, once frames arrived.
+    pub camera_latency_ms: &'a [Option<(f64, f64, f64)>],
+    pub joint_state_clock_offset_s: Option<f64>,
+    /// Per camera: its sender's clock offset estimate, as for the joint states.
+    pub camera_clock_offsets_s: &'a [Option<f64>],
+    /// Samples refused since start (malformed, inconsistent, or their decoder faulted).
+    pub inputs_rejected: u64,
+    /// Of those, the ones whose decoder panicked.
+    pub decoder_faults: u64,
+}
+
+/// The daemon's health as one DiagnosticStatus: OK while running, WARN while holding or
+/// starting, ERROR while e-stopped; values carry rates, timing and input ages.
+pub fn diagnostics(
+    stamp: msgs::Time,
+    node: &str,
+    live: &crate::control::stats::LiveStats,
+    rate_hz: f64,
+    inputs: &InputHealth,
+) -> msgs::DiagnosticArray {
+    let InputHealth {
+        joint_state_age_s,
+        camera_ages_s,
+        camera_latency_ms,
+        joint_state_clock_offset_s,
+        camera_clock_offsets_s,
+        inputs_rejected,
+        decoder_faults,
+    } = *inputs;
+    use crate::control::stats::{mode_name, LiveStats};
+    let mode = mode_name(LiveStats::get(&live.mode));
+    let mut level = match mode {
+        "running" | "stopping" => 0,
+        "estopped" => 2,
+        _ => 1,
+    };
+    // A decoder that panicked is a bug pi0d survived, not a state to call OK.
+    if decoder_faults > 0 && level == 0 {
+        level = 1;
+    }
+    let kv = |k: &str, v: String| msgs::KeyValue {
+        key: k.into(),
+        value: v,
+    };
+    let mut values = vec![
+        kv("state", mode.into()),
+        kv(
+            "waiting for",
+            crate::safety::Waiting::from_code(LiveStats::get(&live.waiting))
+                .name()
+                .into(),
+        ),
+        kv("control rate (Hz)", format!("{rate_hz:.1}")),
+        kv("ticks", LiveStats::get(&live.ticks).to_string()),
+        kv("overruns", LiveStats::get(&live.overruns).to_string()),
+        kv(
+            "jitter last (us)",
+            (LiveStats::get(&live.last_jitter_ns) / 1000).to_string(),
+        ),
+        kv(
+            "jitter max (us)",
+            (LiveStats::get(&live.max_jitter_ns) / 1000).to_string(),
+        ),
+        kv(
+            "chunk latency (ms)",
+            format!("{:.1}", LiveStats::get(&live.last_latency_us) as f64 / 1e3),
+        ),
+        kv(
+            "chunks received",
+            LiveStats::get(&live.chunks_received).to_string(),
+        ),
+        kv(
+            "chunks rejected",
+            LiveStats::get(&live.chunks_rejected).to_string(),
+        ),
+        kv(
+            "safety events",
+            LiveStats::get(&live.safety_events).to_string(),
+        ),
+        kv("joint state age (s)", format!("{joint_state_age_s:.3}")),
+        kv("inputs rejected", inputs_rejected.to_string()),
+        kv("decoder faults", decoder_faults.to_string()),
+    ];
+    for (i, a) in camera_ages_s.iter().enumerate() {
+        values.push(kv(&format!("camera {i} age (s)"), format!("{a:.3}")));
+    }
+    // Capture stamp to decoded frame ready: transport, deserialization and decoding.
+    for (i, l) in camera_latency_ms.iter().enumerate() {
+        if let Some((p50, p99, max)) = l {
+            values.push(kv(
+                &format!("camera {i} latency p50 (ms)"),
+                format!("{p50:.2}"),
+            ));
+            values.push(kv(
+                &format!("camera {i} latency p99 (ms)"),
+                format!("{p99:.2}"),
+            ));
+            values.push(kv(
+                &format!("camera {i} latency max (ms)"),
+                format!("{max:.2}"),
+            ));
+        }
+    }
+    if let Some(o) = joint_state_clock_offset_s {
+        values.push(kv("joint state clock offset (s)", format!("{o:.3}")));
+        if SkewEstimator::skewed(o) && level == 0 {
+            level = 1;
+        }
+    }
+    for (i, o) in camera_clock_offsets_s.iter().enumerate() {
+        if let Some(o) = o {
+            values.push(kv(
+                &format!("camera {i} clock offset (s)"),
+                format!("{o:.3}"),
+            ));
+            if SkewEstimator::skewed(*o) && level == 0 {
+                level = 1;
+            }
+        }
+    }
+    msgs::DiagnosticArray {
+        header: msgs::Header {
+            stamp,
+            frame_id: String::new(),
+        },
+        status: vec![msgs::DiagnosticStatus {
+            level,
+            name: format!("{node}: control"),
+            message: mode.into(),
+            hardware_id: node.into(),
+            values,
+        }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::stats::LiveStats;
+
+    #[test]
+    fn when_inputs_refused_or_decoder_faulted_expect_counts_in_diagnostics() {
+        let live = LiveStats::default();
+        LiveStats::set(&live.mode, 1);
+        let health = |rejected, faults| InputHealth {
+            joint_state_age_s: 0.01,
+            camera_ages_s: &[0.02],
+            camera_latency_ms: &[None],
+            joint_state_clock_offset_s: None,
+            camera_clock_offsets_s: &[None],
+            inputs_rejected: rejected,
+            decoder_faults: faults,
+        };
+        let value = |d: &msgs::DiagnosticArray, key: &str| {
+            d.status[0]
+                .values
+                .iter()
+                .find(|kv| kv.key == key)
+                .map(|kv| kv.value.clone())
+        };
+        let d = diagnostics(msgs::Time::default(), "pi0d", &live, 200.0, &health(3, 0));
+        assert_eq!(value(&d, "inputs rejected").as_deref(), Some("3"));
+        assert_eq!(d.status[0].level, 0);
+        let d = diagnostics(msgs::Time::default(), "pi0d", &live, 200.0, &health(5, 2));
+        assert_eq!(value(&d, "decoder faults").as_deref(), Some("2"));
+        assert_eq!(d.status[0].level, 1, "a decoder fault is not OK");
+    }
+}

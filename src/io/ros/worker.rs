@@ -1,0 +1,661 @@
+//! The ROS thread's loop: the newest command out as soon as the control loop made it, then the
+//! subscriptions drained into the blackboard, then (once a second) status and diagnostics.
+//!
+//! No sample can end the loop: taking (deserializing) and decoding each one runs under
+//! `log::guarded`, so a decoder that panics refuses that sample, is reported and counted, and
+//! commands keep flowing.
+
+use std::fmt::Display;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::decode::{self, ClockMap, InputError, JointStateDecoder, LatencyWindow, SkewEstimator};
+use super::log::{guarded, Fault, RateLimitedLog, TopicId, WarnKind};
+use super::transport::Take;
+use super::{encode, msgs, CameraSub, Endpoints};
+use crate::config::RosConfig;
+use crate::control::stats::LiveStats;
+use crate::io::Blackboard;
+use crate::time::MonoTime;
+
+/// Samples taken from one reader per poll at most: a reader that kept failing on one sample
+/// (or a flood) must not keep the loop from the command.
+const MAX_TAKES_PER_POLL: usize = 256;
+
+/// The log of refusals and their counts.
+struct Report {
+    log: RateLimitedLog,
+    rejected: u64,
+    faults: u64,
+}
+
+impl Report {
+    fn refuse(&mut self, topic: TopicId, e: &InputError) {
+        self.rejected += 1;
+        self.log.warn(topic, WarnKind::Input(e.kind()), e);
+    }
+
+    fn fault(&mut self, topic: TopicId, f: &Fault) {
+        self.rejected += 1;
+        self.faults += 1;
+        self.log.warn(topic, WarnKind::DecoderFault, f);
+    }
+
+    fn warn(&mut self, topic: TopicId, kind: WarnKind, message: &dyn Display) {
+        self.log.warn(topic, kind, message);
+    }
+}
+
+enum Taken<M> {
+    Sample(M),
+    /// A sample was there but did not deserialize (reported).
+    Failed,
+    Empty,
+}
+
+fn take<M>(sub: &dyn Take<M>, topic: TopicId, report: &mut Report) -> Taken<M> {
+    match guarded(|| sub.take_next()) {
+        Ok(Ok(Some(m))) => Taken::Sample(m),
+        Ok(Ok(None)) => Taken::Empty,
+        Ok(Err(e)) => {
+            report.rejected += 1;
+            report.warn(
+                topic,
+                WarnKind::Undecodable,
+                &format_args!("undecodable sample: {e}"),
+            );
+            Taken::Failed
+        }
+        Err(f) => {
+            report.fault(topic, &f);
+            Taken::Failed
+        }
+    }
+}
+
+/// Hands each waiting sample of `sub` (a bounded number) to `each`.
+fn drain<M>(
+    sub: &dyn Take<M>,
+    topic: TopicId,
+    report: &mut Report,
+    mut each: impl FnMut(M, &mut Report),
+) {
+    for _ in 0..MAX_TAKES_PER_POLL {
+        match take(sub, topic, report) {
+            Taken::Sample(m) => each(m, report),
+            Taken::Failed => {}
+            Taken::Empty => break,
+        }
+    }
+}
+
+/// The newest sample waiting on `sub`; older ones are dropped undecoded.
+fn newest<M>(sub: &dyn Take<M>, topic: TopicId, report: &mut Report) -> Option<M> {
+    let mut newest = None;
+    drain(sub, topic, report, |m, _| newest = Some(m));
+    newest
+}
+
+struct Topics {
+    joint_states: TopicId,
+    cameras: Vec<TopicId>,
+    prompt: TopicId,
+    estop: TopicId,
+    reset: TopicId,
+    reset_service: TopicId,
+    command: TopicId,
+    status: TopicId,
+    diagnostics: TopicId,
+}
+
+/// What the loop measures about one camera's frames.
+struct CameraTiming {
+    latency: LatencyWindow,
+    latency_ms: Option<(f64, f64, f64)>,
+    /// Its sender's clock against ours (a few seconds of frames per estimate).
+    skew: SkewEstimator,
+}
+
+pub(super) struct Worker<'a> {
+    cfg: RosConfig,
+    names: Vec<String>,
+    period_s: f64,
+    ep: Endpoints,
+    board: &'a Blackboard,
+    live: &'a LiveStats,
+    clock: ClockMap,
+    report: Report,
+    topics: Topics,
+    joints: JointStateDecoder,
+    skew: SkewEstimator,
+    cameras: Vec<CameraTiming>,
+    last_sent: MonoTime,
+    next_status: MonoTime,
+}
+
+impl<'a> Worker<'a> {
+    pub(super) fn new(
+        cfg: RosConfig,
+        names: Vec<String>,
+        period: Duration,
+        ep: Endpoints,
+        board: &'a Blackboard,
+        live: &'a LiveStats,
+    ) -> Worker<'a> {
+        let mut log = RateLimitedLog::new(Duration::from_secs(5));
+        let topics = Topics {
+            joint_states: log.topic(&cfg.joint_states),
+            cameras: cfg.cameras.iter().map(|c| log.topic(c)).collect(),
+            prompt: log.topic(&cfg.prompt),
+            estop: log.topic(&cfg.estop),
+            reset: log.topic(&cfg.reset),
+            reset_service: log.topic(&cfg.reset_service),
+            command: log.topic(&cfg.command_topic),
+            status: log.topic(&cfg.status_topic),
+            diagnostics: log.topic(&cfg.diagnostics_topic),
+        };
+        let cameras = cfg
+            .cameras
+            .iter()
+            .map(|_| CameraTiming {
+                latency: LatencyWindow::default(),
+                latency_ms: None,
+                skew: SkewEstimator::new(30),
+            })
+            .collect();
+        Worker {
+            joints: JointStateDecoder::new(&names),
+            // One estimate per ~2 s at a 100 Hz joint-state rate.
+            skew: SkewEstimator::new(200),
+            clock: ClockMap::now(),
+            report: Report {
+                log,
+                rejected: 0,
+                faults: 0,
+            },
+            topics,
+            cameras,
+            last_sent: MonoTime::ZERO,
+            next_status: MonoTime::now(),
+            period_s: period.as_secs_f64(),
+            cfg,
+            names,
+            ep,
+            board,
+            live,
+        }
+    }
+
+    pub(super) fn run(mut self, stop: &AtomicBool, beat: &dyn Fn()) {
+        while !stop.load(Ordering::Relaxed) {
+            beat();
+            let now = MonoTime::now();
+            // A new command goes out as soon as the control loop has made it (polled every
+            // half millisecond), before the inputs are drained and decoded.
+            self.send_command();
+            self.joint_states(now);
+            self.cameras(now);
+            self.prompt();
+            self.estop_and_reset();
+            self.reset_service();
+            if now >= self.next_status {
+                self.next_status = now.offset_seconds(1.0);
+                self.status(now);
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+
+    fn send_command(&mut self) {
+        let (stamp, cmd) = self.board.command.load();
+        if stamp == self.last_sent || cmd.position.len() != self.names.len() {
+            return;
+        }
+        self.last_sent = stamp;
+        let stamp = self.clock.to_ros(stamp);
+        if let Err(e) = self.ep.command.publish(stamp, &self.names, &cmd) {
+            let topic = self.topics.command;
+            self.report.warn(topic, WarnKind::PublishFailed, &e);
+        }
+    }
+
+    fn joint_states(&mut self, now: MonoTime) {
+        let Worker {
+            ep,
+            report,
+            topics,
+            joints,
+            skew,
+            clock,
+            board,
+            names,
+            ..
+        } = self;
+        let topic = topics.joint_states;
+        drain(ep.joint_states.as_ref(), topic, report, |msg, report| {
+            // Every well-stamped sample counts for the skew, refused or not: a sender ahead of
+            // pi0d has all its samples refused, and the estimate says why.
+            if let Ok(stamp) = clock.to_mono(&msg.header.stamp) {
+                if let Some(o) = skew.observe(now, stamp) {
+                    if SkewEstimator::skewed(o) {
+                        report.warn(topic, WarnKind::ClockSkew, &format_args!("stamps are {o:.3} s behind arrival at best: clock skew between sender and pi0d (check NTP/PTP, or use_sim_time)"));
+                    }
+                }
+            }
+            match guarded(|| joints.decode(&msg, clock, now)) {
+                Ok(Ok(Some(m))) => board.joint_state.store(m),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => report.refuse(topic, &e),
+                Err(f) => {
+                    report.fault(topic, &f);
+                    // Nothing half-merged from the faulted sample is used: every joint must be
+                    // heard of again.
+                    *joints = JointStateDecoder::new(names);
+                }
+            }
+        });
+    }
+
+    fn cameras(&mut self, now: MonoTime) {
+        let cap = self.cfg.max_image_bytes;
+        for (k, cam) in self.ep.cameras.iter().enumerate() {
+            let (topic, clock, report) = (self.topics.cameras[k], &self.clock, &mut self.report);
+            // Only the newest frame matters; older ones are dropped undecoded.
+            let decoded = match cam {
+                CameraSub::Raw(sub) => newest(sub.as_ref(), topic, report)
+                    .map(|m| guarded(|| decode::image(&m, clock, now, cap))),
+                CameraSub::Compressed(sub) => newest(sub.as_ref(), topic, report)
+                    .map(|m| guarded(|| decode::compressed_image(&m, clock, now, cap))),
+            };
+            match decoded {
+                Some(Ok(Ok(frame))) => {
+                    let timing = &mut self.cameras[k];
+                    timing
+                        .latency
+                        .record(MonoTime::now().seconds_since(frame.stamp));
+                    if let Some(o) = timing.skew.observe(now, frame.stamp) {
+                        if SkewEstimator::skewed(o) {
+                            report.warn(topic, WarnKind::ClockSkew, &format_args!("stamps are {o:.3} s behind arrival at best: clock skew between the camera's sender and pi0d (check NTP/PTP)"));
+                        }
+                    }
+                    self.board.publish_frame(k, frame)
+                }
+                Some(Ok(Err(e))) => report.refuse(topic, &e),
+                Some(Err(f)) => report.fault(topic, &f),
+                None => {}
+            }
+        }
+    }
+
+    fn prompt(&mut self) {
+        let (topic, board) = (self.topics.prompt, self.board);
+        drain(
+            self.ep.prompt.as_ref(),
+            topic,
+            &mut self.report,
+            |msg, report| match guarded(|| decode::prompt(&msg.data).map(|_| ())) {
+                Ok(Ok(())) => {
+                    if let Ok(mut p) = board.prompt.lock() {
+                        tracing::info!(prompt = ?msg.data, "task prompt");
+                        *p = msg.data;
+                    }
+                }
+                Ok(Err(e)) => report.refuse(topic, &e),
+                Err(f) => report.fault(topic, &f),
+            },
+        );
+    }
+
+    fn estop_and_reset(&mut self) {
+        let board = self.board;
+        let (estop, reset) = (&self.cfg.estop, &self.cfg.reset);
+        drain(
+            self.ep.estop.as_ref(),
+            self.topics.estop,
+            &mut self.report,
+            |msg, _| {
+                if msg.data {
+                    tracing::warn!("e-stop pressed (topic {estop})");
+                }
+                board.estop.store(msg.data, Ordering::SeqCst);
+            },
+        );
+        drain(
+            self.ep.reset.as_ref(),
+            self.topics.reset,
+            &mut self.report,
+            |msg, _| {
+                if msg.data {
+                    tracing::info!("reset requested (topic {reset})");
+                    board.resets.fetch_add(1, Ordering::SeqCst);
+                }
+            },
+        );
+    }
+
+    fn reset_service(&mut self) {
+        let topic = self.topics.reset_service;
+        for _ in 0..MAX_TAKES_PER_POLL {
+            let id = match guarded(|| self.ep.reset_service.next_request()) {
+                Ok(Ok(Some(id))) => id,
+                Ok(Ok(None)) => break,
+                Ok(Err(e)) => {
+                    self.report.rejected += 1;
+                    self.report.warn(
+                        topic,
+                        WarnKind::BadRequest,
+                        &format_args!("bad request: {e}"),
+                    );
+                    continue;
+                }
+                Err(f) => {
+                    self.report.fault(topic, &f);
+                    continue;
+                }
+            };
+            let response = if self.board.estop.load(Ordering::SeqCst) {
+                msgs::TriggerResponse {
+                    success: false,
+                    message: "e-stop still pressed: release it first".into(),
+                }
+            } else {
+                self.board.resets.fetch_add(1, Ordering::SeqCst);
+                tracing::info!("reset requested (service {})", self.cfg.reset_service);
+                msgs::TriggerResponse {
+                    success: true,
+                    message:
+                        "reset requested; motion resumes with a chunk from a fresh observation"
+                            .into(),
+                }
+            };
+            if let Err(e) = self.ep.reset_service.reply(id, response) {
+                self.report.warn(
+                    topic,
+                    WarnKind::ReplyFailed,
+                    &format_args!("reply failed: {e}"),
+                );
+            }
+        }
+    }
+
+    fn status(&mut self, now: MonoTime) {
+        let board = self.board;
+        let js_age = now.seconds_since(board.joint_state.load().stamp);
+        let mut stamps = vec![MonoTime::ZERO; board.camera_stamps.len()];
+        board.read_camera_stamps(&mut stamps);
+        let cam_ages: Vec<f64> = stamps.iter().map(|s| now.seconds_since(*s)).collect();
+        for c in &mut self.cameras {
+            c.latency_ms = c.latency.summary_ms();
+        }
+        let latency_ms: Vec<_> = self.cameras.iter().map(|c| c.latency_ms).collect();
+        let camera_offsets: Vec<Option<f64>> =
+            self.cameras.iter().map(|c| c.skew.offset_s).collect();
+        let d = encode::diagnostics(
+            self.clock.to_ros(now),
+            &self.cfg.node,
+            self.live,
+            1.0 / self.period_s,
+            &encode::InputHealth {
+                joint_state_age_s: js_age,
+                camera_ages_s: &cam_ages,
+                camera_latency_ms: &latency_ms,
+                joint_state_clock_offset_s: self.skew.offset_s,
+                camera_clock_offsets_s: &camera_offsets,
+                inputs_rejected: self.report.rejected,
+                decoder_faults: self.report.faults,
+            },
+        );
+        LiveStats::set(&self.live.inputs_rejected, self.report.rejected);
+        LiveStats::set(&self.live.input_decoder_faults, self.report.faults);
+        if let Err(e) = self.ep.diagnostics.put(d) {
+            let topic = self.topics.diagnostics;
+            self.report.warn(topic, WarnKind::PublishFailed, &e);
+        }
+        let status = msgs::StringMsg {
+            data: format!(
+                "estop={} resets={}",
+                board.estop.load(Ordering::Relaxed),
+                board.resets.load(Ordering::Relaxed)
+            ),
+        };
+        if let Err(e) = self.ep.status.put(status) {
+            let topic = self.topics.status;
+            self.report.warn(topic, WarnKind::PublishFailed, &e);
+        }
+        // Warnings suppressed over the last interval, that no newer one has reported yet.
+        self.report.log.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::any::Any;
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::{Arc, Mutex};
+
+    use ros2_client::{MessageTypeName, Name, QosProfile, RmwRequestId, ServiceTypeName};
+
+    use super::*;
+    use crate::config::{Config, Io};
+    use crate::io::ros::transport::{Middleware, Msg, Put, Serve, SrvMsg};
+    use crate::io::ros::RosError;
+    use crate::joints::{JointVector, MotionState};
+
+    /// What a fake subscription yields, in order.
+    enum Step<M> {
+        Sample(M),
+        /// The middleware's deserializer panics on this sample.
+        Panic,
+        Undecodable,
+        /// Nothing more waiting in this poll.
+        Gap,
+    }
+
+    type Queue<M> = Arc<Mutex<VecDeque<Step<M>>>>;
+    type Sent<M> = Arc<Mutex<Vec<M>>>;
+
+    /// A middleware whose subscriptions yield scripted samples and whose publishers keep what
+    /// they are given, per topic.
+    #[derive(Default)]
+    struct Fake {
+        queues: HashMap<String, Box<dyn Any + Send>>,
+        sent: HashMap<String, Box<dyn Any + Send>>,
+    }
+
+    impl Fake {
+        fn script<M: Msg>(&mut self, topic: &str, steps: Vec<Step<M>>) {
+            let q: Queue<M> = Arc::new(Mutex::new(steps.into()));
+            self.queues.insert(topic.into(), Box::new(q));
+        }
+
+        fn sent<M: Msg>(&self, topic: &str) -> Vec<M> {
+            let s = self.sent[topic].downcast_ref::<Sent<M>>().unwrap();
+            s.lock().unwrap().clone()
+        }
+    }
+
+    struct FakeTake<M>(Queue<M>);
+
+    impl<M: Msg> Take<M> for FakeTake<M> {
+        fn take_next(&self) -> Result<Option<M>, String> {
+            let step = self.0.lock().unwrap().pop_front();
+            match step {
+                Some(Step::Sample(m)) => Ok(Some(m)),
+                Some(Step::Panic) => panic!("index out of bounds in the deserializer"),
+                Some(Step::Undecodable) => Err("CDR: unexpected end".into()),
+                Some(Step::Gap) | None => Ok(None),
+            }
+        }
+    }
+
+    struct FakePut<M>(Sent<M>);
+
+    impl<M: Msg> Put<M> for FakePut<M> {
+        fn put(&self, msg: M) -> Result<(), String> {
+            self.0.lock().unwrap().push(msg);
+            Ok(())
+        }
+    }
+
+    struct NoRequests;
+
+    impl<Req, Resp> Serve<Req, Resp> for NoRequests {
+        fn next_request(&self) -> Result<Option<RmwRequestId>, String> {
+            Ok(None)
+        }
+        fn reply(&self, _: RmwRequestId, _: Resp) -> Result<(), String> {
+            Err("no requests".into())
+        }
+    }
+
+    impl Middleware for Fake {
+        fn subscribe<M: Msg>(
+            &mut self,
+            topic: &Name,
+            _: MessageTypeName,
+            _: &QosProfile,
+        ) -> Result<Box<dyn Take<M>>, RosError> {
+            let q = self
+                .queues
+                .remove(&topic.to_string())
+                .and_then(|q| q.downcast::<Queue<M>>().ok())
+                .map_or_else(Queue::default, |q| *q);
+            Ok(Box::new(FakeTake(q)))
+        }
+
+        fn advertise<M: Msg>(
+            &mut self,
+            topic: &Name,
+            _: MessageTypeName,
+            _: &QosProfile,
+        ) -> Result<Box<dyn Put<M>>, RosError> {
+            let sent: Sent<M> = Sent::default();
+            self.sent.insert(topic.to_string(), Box::new(sent.clone()));
+            Ok(Box::new(FakePut(sent)))
+        }
+
+        fn serve<Req: SrvMsg, Resp: SrvMsg>(
+            &mut self,
+            _: &Name,
+            _: ServiceTypeName,
+            _: &QosProfile,
+        ) -> Result<Box<dyn Serve<Req, Resp>>, RosError> {
+            Ok(Box::new(NoRequests))
+        }
+    }
+
+    fn ros_config() -> (RosConfig, Vec<String>) {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim.toml");
+        let text = std::fs::read_to_string(&file)
+            .unwrap()
+            .replace("io = \"sim\"", "io = \"ros\"")
+            + "\n[ros]\ncameras = [\"/camera/image_raw\"]\n";
+        let cfg = Config::parse(&file, &text).unwrap();
+        let names = cfg.limits.names().map(str::to_string).collect();
+        match cfg.io {
+            Io::Ros(r) => (*r, names),
+            Io::Sim => unreachable!(),
+        }
+    }
+
+    fn image(clock: &ClockMap, width: u32, step: u32, data: Vec<u8>) -> msgs::Image {
+        msgs::Image {
+            header: msgs::Header {
+                stamp: clock.to_ros(MonoTime::now()),
+                frame_id: String::new(),
+            },
+            height: if width == 0 { 0 } else { 2 },
+            width,
+            encoding: "rgb8".into(),
+            is_bigendian: 0,
+            step,
+            data,
+        }
+    }
+
+    #[test]
+    fn when_samples_are_malformed_or_their_decoding_panics_expect_the_loop_to_go_on() {
+        let (cfg, names) = ros_config();
+        let clock = ClockMap::now();
+        let mut fake = Fake::default();
+        // A deserializer that panics, an undecodable sample, and the frame of a camera not
+        // streaming yet, the newest of its poll (it used to end the thread); then a good frame.
+        fake.script(
+            "/camera/image_raw",
+            vec![
+                Step::Panic,
+                Step::Undecodable,
+                Step::Sample(image(&clock, 0, 0, vec![])),
+                Step::Gap,
+                Step::Sample(image(&clock, 2, 6, vec![5; 12])),
+            ],
+        );
+        let js = msgs::JointState {
+            header: msgs::Header {
+                stamp: clock.to_ros(MonoTime::now()),
+                frame_id: String::new(),
+            },
+            name: names.clone(),
+            position: vec![0.1; names.len()],
+            ..Default::default()
+        };
+        fake.script(&cfg.joint_states, vec![Step::Panic, Step::Sample(js)]);
+        let prompts = ["stack\u{1b}[2J", "stack the blocks"];
+        let prompts = prompts.map(|p| Step::Sample(msgs::StringMsg { data: p.into() }));
+        fake.script(&cfg.prompt, prompts.into());
+        let ep = super::super::endpoints(&mut fake, &cfg, 0.005).unwrap();
+        let board = Blackboard::new(1, "idle");
+        let live = LiveStats::default();
+        let stop = AtomicBool::new(false);
+        let command_topic = cfg.command_topic.clone();
+        std::thread::scope(|s| {
+            let worker = Worker::new(
+                cfg,
+                names.clone(),
+                Duration::from_millis(5),
+                ep,
+                &board,
+                &live,
+            );
+            let ros = s.spawn(|| worker.run(&stop, &|| {}));
+            // The control loop's commands, one per millisecond, while the inputs are drained
+            // (a panic costs the hook's print, slow with RUST_BACKTRACE set: wait for them).
+            let sent = |fake: &Fake| fake.sent::<msgs::JointTrajectory>(&command_topic).len();
+            let cmd = MotionState::at_rest(JointVector::from_slice(&vec![0.2; names.len()]));
+            for i in 1..=10_000u64 {
+                board
+                    .command
+                    .store((MonoTime::from_nanos(i * 1_000_000), cmd));
+                std::thread::sleep(Duration::from_millis(1));
+                if sent(&fake) >= 20 {
+                    break;
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            assert!(ros.join().is_ok(), "the ROS thread ended in a panic");
+        });
+        assert!(board.joint_state.load().stamp > MonoTime::ZERO);
+        let frame = board.frames[0]
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("the good frame");
+        assert_eq!((frame.width, frame.height), (2, 2));
+        assert_eq!(*board.prompt.lock().unwrap(), "stack the blocks");
+        let commands = fake.sent::<msgs::JointTrajectory>(&command_topic);
+        assert!(commands.len() >= 20, "{} commands", commands.len());
+        assert_eq!(commands.last().unwrap().points[0].positions[0], 0.2);
+        let diagnostics = fake.sent::<msgs::DiagnosticArray>("/diagnostics");
+        let value = |key: &str| {
+            diagnostics[0].status[0]
+                .values
+                .iter()
+                .find(|kv| kv.key == key)
+                .map(|kv| kv.value.clone())
+        };
+        // Refused in the first poll (the diagnostics' moment): the two faults, the undecodable
+        // sample, the empty frame, the bad prompt.
+        assert_eq!(value("decoder faults").as_deref(), Some("2"));
+        assert_eq!(value("inputs rejected").as_deref(), Some("5"));
+    }
+}

@@ -1,0 +1,61 @@
+//! Panics: a hook logs every panic that no one handles (through `tracing`, which cannot fail on
+//! a closed stderr), and code that handles its own panics (a policy's inference, one decoded
+//! message) runs it through `caught`, which keeps the hook quiet. A leaf module, so the
+//! transports can use it too.
+
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+thread_local! {
+    /// Set while `caught` runs: the panic is handled by the caller, not logged by the hook.
+    static HANDLED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f`, turning a panic into `Err(message)`; the panic hook stays quiet for it (the caller
+/// reports it, rate-limited).
+pub fn caught<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    let was = HANDLED.with(|h| h.replace(true));
+    let r = catch_unwind(AssertUnwindSafe(f)).map_err(|p| panic_message(p.as_ref()));
+    HANDLED.with(|h| h.set(was));
+    r
+}
+
+/// Logs unhandled panics through `tracing` instead of the default hook's direct write (and
+/// without a backtrace walk, which takes long on the thread that panicked).
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        if HANDLED.with(|h| h.get()) {
+            return;
+        }
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("unnamed");
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let msg = panic_message(info.payload());
+        tracing::error!(thread = name, at = %at, "panic: {msg}");
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_panic_caught_expect_message_returned() {
+        assert_eq!(caught(|| 3), Ok(3));
+        assert_eq!(caught(|| -> i32 { panic!("x") }), Err("x".into()));
+        assert_eq!(
+            caught(|| -> i32 { panic!("{} {}", "y", 2) }),
+            Err("y 2".into())
+        );
+    }
+}
