@@ -148,6 +148,7 @@ fn tick_cost(joints: usize, ticks: usize) {
                 measured: &measured,
                 camera_stamps: &[],
                 estop: false,
+                estop_presses: 0,
                 resets: 0,
                 new_chunk,
                 overrun_streak: 0,

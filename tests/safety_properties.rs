@@ -272,6 +272,7 @@ fn simulate(case: &Case) -> Outcome {
                 measured: &measured,
                 camera_stamps: &[],
                 estop,
+                estop_presses: 0,
                 resets,
                 new_chunk,
                 overrun_streak: 0,

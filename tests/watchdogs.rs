@@ -3,11 +3,12 @@
 
 use pi0d::chunk::JointChunk;
 use pi0d::config::{Interpolation, MergeMode};
-use pi0d::control::controller::{ChunkOutcome, ControllerSettings, LateRejection};
+use pi0d::control::controller::{ChunkOutcome, ControllerSettings};
 use pi0d::control::{Controller, Executor, TickInputs, TickReport};
 use pi0d::joints::JointMeasurement;
 use pi0d::joints::JointVector;
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};
+use pi0d::safety::supervisor::LateRejection;
 use pi0d::safety::{HoldReason, Mode};
 use pi0d::time::MonoTime;
 
@@ -101,6 +102,7 @@ impl Rig {
                 measured: &self.measured,
                 camera_stamps: &[],
                 estop,
+                estop_presses: 0,
                 resets,
                 new_chunk: chunk,
                 overrun_streak,
@@ -152,6 +154,7 @@ fn when_chunk_predates_hold_expect_not_fresh_and_never_replayed() {
                 measured: &measured,
                 camera_stamps: &[],
                 estop: false,
+                estop_presses: 0,
                 resets: 0,
                 new_chunk: None,
                 overrun_streak: 0,

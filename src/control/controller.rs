@@ -1,6 +1,13 @@
-//! One control tick, without threads or clocks of its own: read inputs, run the safety state
-//! machine, pick the target from the executing chunk, pass it through the governor, and report.
-//! `daemon::control_thread` drives it at the configured rate; tests and benches drive it directly.
+//! One control tick, without threads or clocks of its own. The tick reads as its steps:
+//! 1. the safety supervisor takes the operator's inputs and the watchdogs (e-stop latch and
+//!    reset, stop request, stale inputs, overruns);
+//! 2. a newly arrived chunk is admitted (fresh, runnable) and merged by the executor;
+//! 3. the target is sampled once from the executing chunk and checked (finite, workspace);
+//! 4. the governor moves the command toward it within the limits (or brakes to rest);
+//! 5. an independent monitor checks what was commanded;
+//! 6. the next inference is requested early enough that the arm never pauses.
+//!
+//! `daemon::control` drives it at the configured rate; tests and benches drive it directly.
 
 use super::executor::{ChunkRejection, Executor};
 use super::stats::Histogram;
@@ -8,7 +15,12 @@ use crate::chunk::JointChunk;
 use crate::config::{Config, Workspace};
 use crate::joints::{JointMeasurement, JointVector, MotionState};
 use crate::robot::RobotLimits;
-use crate::safety::{Governor, HoldReason, LimitMonitor, Mode, SafetyEvent, Target, Waiting};
+use crate::safety::supervisor::{
+    Gate, LateRejection, SafetyInputs, StartRefused, Supervisor, SupervisorSettings, Transitions,
+};
+use crate::safety::{
+    Governor, GovernorReport, HoldReason, LimitMonitor, Mode, SafetyEvent, Target, Verdict, Waiting,
+};
 use crate::time::MonoTime;
 
 pub struct TickInputs<'a> {
@@ -17,6 +29,8 @@ pub struct TickInputs<'a> {
     /// Capture time of each camera's latest frame (`MonoTime::ZERO`: none yet).
     pub camera_stamps: &'a [MonoTime],
     pub estop: bool,
+    /// Count of e-stop presses so far (a press and release between ticks still latches).
+    pub estop_presses: u64,
     /// Count of reset requests so far; a change is one request.
     pub resets: u64,
     pub new_chunk: Option<Box<JointChunk>>,
@@ -26,24 +40,17 @@ pub struct TickInputs<'a> {
     pub inference_in_flight: bool,
 }
 
-/// Why a chunk that reached the control thread was not executed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LateRejection {
-    Stale,
-    OutOfOrder,
-    /// From an observation taken before the current hold, e-stop or reset.
-    NotFresh,
-    /// Arrived while inputs were stale, e-stopped or stopping.
-    NotRunnable,
-}
-
-impl LateRejection {
-    pub fn name(self) -> &'static str {
-        match self {
-            LateRejection::Stale => "stale",
-            LateRejection::OutOfOrder => "out_of_order",
-            LateRejection::NotFresh => "not_fresh",
-            LateRejection::NotRunnable => "not_runnable",
+impl TickInputs<'_> {
+    fn safety(&self) -> SafetyInputs<'_> {
+        SafetyInputs {
+            now: self.now,
+            measured: self.measured,
+            camera_stamps: self.camera_stamps,
+            estop: self.estop,
+            estop_presses: self.estop_presses,
+            resets: self.resets,
+            overrun_streak: self.overrun_streak,
+            stop_requested: self.stop_requested,
         }
     }
 }
@@ -54,37 +61,20 @@ pub enum ChunkOutcome {
     Rejected { reason: LateRejection, seq: u64 },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Transition {
-    pub at: MonoTime,
-    pub from: Mode,
-    pub to: Mode,
-}
-
 /// What one tick did; `Copy`, so reporting it never allocates.
 #[derive(Clone, Copy, Debug)]
 pub struct TickReport {
     pub mode: Mode,
     pub command: MotionState,
     pub request_inference: bool,
-    pub transitions: [Option<Transition>; 2],
+    pub transitions: Transitions,
     pub chunk: Option<ChunkOutcome>,
-    /// A reset was refused because the measured position is outside the limits.
+    /// A reset was refused because the arm still moves or stands outside its limits.
     pub reset_refused: bool,
     /// Stopping has reached rest: the daemon may exit.
     pub done: bool,
     /// What the arm waits for while starting, holding or e-stopped.
     pub waiting: Waiting,
-}
-
-/// Starting is refused when the arm stands outside its limits.
-#[derive(Debug, thiserror::Error)]
-#[error("measured position of joint `{joint}` is {position:.4}, outside its limits [{lower:.4}, {upper:.4}]: refusing to start")]
-pub struct StartRefused {
-    pub joint: String,
-    pub position: f64,
-    pub lower: f64,
-    pub upper: f64,
 }
 
 pub struct ControllerSettings {
@@ -96,32 +86,16 @@ pub struct ControllerSettings {
 }
 
 pub struct Controller {
-    settings: ControllerSettings,
+    request_threshold_s: f64,
+    warmup_chunks: u32,
     dt: f64,
     executor: Executor,
     governor: Governor,
     monitor: LimitMonitor,
-    workspace: Option<Workspace>,
-    mode: Mode,
-    /// Chunks must come from observations after this time (hold start, reset, start-up).
-    fresh_after: MonoTime,
+    safety: Supervisor,
     last_tick: MonoTime,
-    seen_resets: u64,
     accepted: u64,
-    events: [u64; SafetyEvent::COUNT],
     pub latency: Histogram,
-}
-
-fn check_start(limits: &RobotLimits, position: &JointVector) -> Result<(), StartRefused> {
-    match limits.first_outside(position) {
-        None => Ok(()),
-        Some((l, p)) => Err(StartRefused {
-            joint: l.name.clone(),
-            position: p,
-            lower: l.lower,
-            upper: l.upper,
-        }),
-    }
 }
 
 impl Controller {
@@ -164,33 +138,36 @@ impl Controller {
         start: &JointMeasurement,
         now: MonoTime,
     ) -> Result<Controller, StartRefused> {
-        check_start(&limits, &start.position)?;
+        let safety = Supervisor::new(
+            SupervisorSettings {
+                joint_state_timeout_s: settings.joint_state_timeout_s,
+                camera_timeout_s: settings.camera_timeout_s,
+                overrun_streak: settings.overrun_streak,
+            },
+            limits.clone(),
+            workspace,
+            start,
+        )?;
         let mut executor = executor;
         executor.set_limits(&limits.velocity, &limits.acceleration);
         let mut monitor = LimitMonitor::new(limits.clone(), dt);
         monitor.reset_at(&start.position);
         Ok(Controller {
-            settings,
+            request_threshold_s: settings.request_threshold_s,
+            warmup_chunks: settings.warmup_chunks,
             dt,
             executor,
             governor: Governor::new(limits, dt, start.position),
             monitor,
-            workspace,
-            mode: Mode::Starting,
-            // Any observation from the start-gate measurement on is fresh.
-            fresh_after: start
-                .stamp
-                .saturating_sub(std::time::Duration::from_nanos(1)),
+            safety,
             last_tick: now,
-            seen_resets: 0,
             accepted: 0,
-            events: [0; SafetyEvent::COUNT],
             latency: Histogram::new(100_000, 100_000),
         })
     }
 
     pub fn mode(&self) -> Mode {
-        self.mode
+        self.safety.mode()
     }
 
     pub fn commanded(&self) -> &MotionState {
@@ -202,60 +179,29 @@ impl Controller {
     }
 
     pub fn event_counts(&self) -> &[u64; SafetyEvent::COUNT] {
-        &self.events
+        self.safety.event_counts()
     }
 
-    fn count(&mut self, e: SafetyEvent) {
-        self.events[e as usize] += 1;
+    pub fn dt(&self) -> f64 {
+        self.dt
     }
 
-    fn set_mode(&mut self, to: Mode, now: MonoTime, report: &mut TickReport) {
-        if to == self.mode {
-            return;
+    fn drop_chunk(&mut self, recycle: &mut impl FnMut(Box<JointChunk>)) {
+        if let Some(c) = self.executor.clear() {
+            recycle(c);
         }
-        let t = Transition {
-            at: now,
-            from: self.mode,
-            to,
-        };
-        match &mut report.transitions {
-            [slot @ None, _] | [Some(_), slot @ None] => *slot = Some(t),
-            [_, last] => *last = Some(t),
-        }
-        self.mode = to;
     }
 
-    /// Enters a hold: the chunk is dropped (never replayed) and only chunks from later
-    /// observations are taken.
     fn hold(
         &mut self,
         reason: HoldReason,
         now: MonoTime,
-        report: &mut TickReport,
+        t: &mut Transitions,
         recycle: &mut impl FnMut(Box<JointChunk>),
     ) {
-        if self.mode == Mode::Holding(reason) {
-            return;
+        if self.safety.hold(reason, now, t) {
+            self.drop_chunk(recycle);
         }
-        if let Some(e) = SafetyEvent::for_hold(reason) {
-            self.count(e);
-        }
-        if let Some(c) = self.executor.clear() {
-            recycle(c);
-        }
-        self.fresh_after = now;
-        self.set_mode(Mode::Holding(reason), now, report);
-    }
-
-    /// The first watchdog that fires on stale inputs, if any.
-    fn stale_input(&self, i: &TickInputs) -> Option<HoldReason> {
-        if i.now.seconds_since(i.measured.stamp) > self.settings.joint_state_timeout_s {
-            return Some(HoldReason::StaleJointState);
-        }
-        i.camera_stamps
-            .iter()
-            .position(|s| i.now.seconds_since(*s) > self.settings.camera_timeout_s)
-            .map(|k| HoldReason::StaleCamera(k.min(255) as u8))
     }
 
     pub fn tick(
@@ -264,177 +210,143 @@ impl Controller {
         recycle: &mut impl FnMut(Box<JointChunk>),
     ) -> TickReport {
         let now = i.now;
-        let mut report = TickReport {
-            mode: self.mode,
-            command: *self.governor.state(),
-            request_inference: false,
-            transitions: [None, None],
-            chunk: None,
-            reset_refused: false,
-            done: false,
-            waiting: Waiting::Nothing,
-        };
+        let mut t: Transitions = [None, None];
 
-        // Latched e-stop and reset.
-        if i.estop && self.mode != Mode::EStopped {
-            self.count(SafetyEvent::EStop);
-            if let Some(c) = self.executor.clear() {
-                recycle(c);
-            }
-            self.set_mode(Mode::EStopped, now, &mut report);
+        // 1. Operator inputs and watchdogs.
+        let gate = self
+            .safety
+            .observe(&i.safety(), self.governor.state(), &mut t);
+        if let Some(p) = gate.reset_at {
+            self.governor.reset_at(&p);
+            self.monitor.reset_at(&p);
         }
-        if i.resets != self.seen_resets {
-            self.seen_resets = i.resets;
-            if self.mode == Mode::EStopped && !i.estop {
-                if self.governor.state().velocity.iter().any(|v| *v != 0.0) {
-                    // Not yet at rest: remember nothing; the operator resets again once stopped.
-                    report.reset_refused = true;
-                } else if check_start(self.governor.limits(), &i.measured.position).is_err() {
-                    report.reset_refused = true;
-                } else {
-                    self.count(SafetyEvent::Reset);
-                    // Motion restarts from where the arm really is (it may have been moved by hand).
-                    self.governor.reset_at(&i.measured.position);
-                    self.monitor.reset_at(&i.measured.position);
-                    self.fresh_after = now;
-                    self.set_mode(Mode::Holding(HoldReason::AfterReset), now, &mut report);
-                }
-            }
-        }
-        if i.stop_requested && !matches!(self.mode, Mode::Stopping | Mode::EStopped) {
-            if let Some(c) = self.executor.clear() {
-                recycle(c);
-            }
-            self.set_mode(Mode::Stopping, now, &mut report);
+        if gate.drop_chunk {
+            self.drop_chunk(recycle);
         }
 
-        // Watchdogs.
-        let stale = self.stale_input(&i);
-        let active = matches!(self.mode, Mode::Running | Mode::Starting | Mode::Holding(_));
-        if let (Some(reason), Mode::Running) = (stale, self.mode) {
-            self.hold(reason, now, &mut report, recycle);
-        }
-        if self.mode == Mode::Running && i.overrun_streak >= self.settings.overrun_streak {
-            self.hold(HoldReason::Overruns, now, &mut report, recycle);
-        }
+        // 2. A newly arrived chunk.
+        let chunk = i
+            .new_chunk
+            .take()
+            .and_then(|c| self.take_chunk(c, now, &gate, &mut t, recycle));
 
-        // A newly arrived chunk.
-        // While stopping, a chunk still in flight is simply returned to the pool.
-        let incoming = match i.new_chunk.take() {
-            Some(c) if self.mode == Mode::Stopping => {
-                recycle(c);
-                None
-            }
-            other => other,
-        };
-        if let Some(chunk) = incoming {
-            let seq = chunk.seq;
-            let outcome = if !active || stale.is_some() {
-                recycle(chunk);
-                ChunkOutcome::Rejected {
-                    reason: LateRejection::NotRunnable,
-                    seq,
-                }
-            } else if chunk.obs_stamp <= self.fresh_after {
-                recycle(chunk);
-                ChunkOutcome::Rejected {
-                    reason: LateRejection::NotFresh,
-                    seq,
-                }
-            } else {
-                let latency_s = now.seconds_since(chunk.obs_stamp);
-                let commanded = *self.governor.state();
-                match self.executor.accept(chunk, now, self.last_tick, &commanded) {
-                    Ok(old) => {
-                        if let Some(old) = old {
-                            recycle(old);
-                        }
-                        self.accepted += 1;
-                        if self.accepted > self.settings.warmup_chunks as u64 {
-                            self.latency.record((latency_s.max(0.0) * 1e9) as u64);
-                        }
-                        self.set_mode(Mode::Running, now, &mut report);
-                        ChunkOutcome::Accepted { latency_s, seq }
-                    }
-                    Err((chunk, why)) => {
-                        recycle(chunk);
-                        let reason = match why {
-                            ChunkRejection::Stale => LateRejection::Stale,
-                            ChunkRejection::OutOfOrder => LateRejection::OutOfOrder,
-                        };
-                        ChunkOutcome::Rejected { reason, seq }
-                    }
-                }
-            };
-            report.chunk = Some(outcome);
-        }
+        // 3. The target, sampled once (`JointVector` is Copy: no allocation) and checked.
+        let target = self.target(now, &mut t, recycle);
 
-        // Pick the target (sampled once per tick; `JointVector` is Copy, no allocation).
-        let mut target: Option<JointVector> = None;
-        if self.mode == Mode::Running {
-            match self.executor.target(now).copied() {
-                None => self.hold(HoldReason::ChunkStarved, now, &mut report, recycle),
-                Some(t) if !t.all_finite() => {
-                    self.hold(HoldReason::NonFiniteTarget, now, &mut report, recycle)
-                }
-                Some(t) => {
-                    let outside = self
-                        .workspace
-                        .as_ref()
-                        .is_some_and(|w| !w.contains(t.as_slice()));
-                    if outside {
-                        self.hold(HoldReason::Workspace, now, &mut report, recycle);
-                    } else {
-                        target = Some(t);
-                    }
-                }
-            }
-        }
+        // 4. The governor.
         let gov = match &target {
-            Some(t) => self.governor.step(Target::Track(t), &i.measured.position),
+            Some(p) => self.governor.step(Target::Track(p), &i.measured.position),
             None => self.governor.step(Target::Stop, &i.measured.position),
         };
-        if gov.position_clamped {
-            self.count(SafetyEvent::PositionClamped);
-        }
-        if gov.max_step_clamped {
-            self.count(SafetyEvent::MaxStepClamped);
-        }
-        if gov.jerk_override {
-            self.count(SafetyEvent::JerkOverride);
-        }
+        self.count_governor(&gov);
         if gov.limit_brake {
-            self.hold(HoldReason::PositionLimit, now, &mut report, recycle);
+            self.hold(HoldReason::PositionLimit, now, &mut t, recycle);
         }
+
+        // 5. The independent monitor.
         let command = *self.governor.state();
         self.monitor.observe(&command.position);
 
-        // Ask for the next chunk early enough that the robot never pauses.
-        let wants_chunk = match self.mode {
-            Mode::Running => self.executor.remaining_s(now) < self.settings.request_threshold_s,
+        // 6. The next inference, early enough that the arm never pauses.
+        let mode = self.safety.mode();
+        let wants_chunk = match mode {
+            Mode::Running => self.executor.remaining_s(now) < self.request_threshold_s,
             Mode::Starting | Mode::Holding(_) => true,
             Mode::EStopped | Mode::Stopping => false,
         };
-        report.request_inference = wants_chunk && stale.is_none() && !i.inference_in_flight;
-        // An e-stopped arm stays latched while the daemon shuts down; it is already holding.
-        report.done = gov.at_rest
-            && (self.mode == Mode::Stopping || (i.stop_requested && self.mode == Mode::EStopped));
-        report.waiting = match (self.mode, stale) {
-            (Mode::EStopped, _) => Waiting::Reset,
-            (Mode::Starting | Mode::Holding(_), Some(HoldReason::StaleCamera(k))) => {
-                Waiting::Camera(k)
-            }
-            (Mode::Starting | Mode::Holding(_), Some(_)) => Waiting::JointState,
-            (Mode::Starting | Mode::Holding(_), None) => Waiting::Chunk,
-            _ => Waiting::Nothing,
-        };
-        report.mode = self.mode;
-        report.command = command;
         self.last_tick = now;
-        report
+        TickReport {
+            mode,
+            command,
+            request_inference: wants_chunk && gate.stale.is_none() && !i.inference_in_flight,
+            transitions: t,
+            chunk,
+            reset_refused: gate.reset_refused,
+            // An e-stopped arm stays latched while the daemon shuts down; it is already holding.
+            done: gov.at_rest
+                && (mode == Mode::Stopping || (i.stop_requested && mode == Mode::EStopped)),
+            waiting: self.safety.waiting(gate.stale),
+        }
     }
 
-    pub fn dt(&self) -> f64 {
-        self.dt
+    /// Admits and merges a newly arrived chunk; while stopping, one still in flight simply
+    /// goes back to the pool.
+    fn take_chunk(
+        &mut self,
+        chunk: Box<JointChunk>,
+        now: MonoTime,
+        gate: &Gate,
+        t: &mut Transitions,
+        recycle: &mut impl FnMut(Box<JointChunk>),
+    ) -> Option<ChunkOutcome> {
+        if self.safety.mode() == Mode::Stopping {
+            recycle(chunk);
+            return None;
+        }
+        let seq = chunk.seq;
+        if let Err(reason) = self.safety.admit(chunk.obs_stamp, gate) {
+            recycle(chunk);
+            return Some(ChunkOutcome::Rejected { reason, seq });
+        }
+        let latency_s = now.seconds_since(chunk.obs_stamp);
+        let commanded = *self.governor.state();
+        Some(
+            match self.executor.accept(chunk, now, self.last_tick, &commanded) {
+                Ok(old) => {
+                    if let Some(old) = old {
+                        recycle(old);
+                    }
+                    self.accepted += 1;
+                    if self.accepted > self.warmup_chunks as u64 {
+                        self.latency.record((latency_s.max(0.0) * 1e9) as u64);
+                    }
+                    self.safety.run(now, t);
+                    ChunkOutcome::Accepted { latency_s, seq }
+                }
+                Err((chunk, why)) => {
+                    recycle(chunk);
+                    let reason = match why {
+                        ChunkRejection::Stale => LateRejection::Stale,
+                        ChunkRejection::OutOfOrder => LateRejection::OutOfOrder,
+                    };
+                    ChunkOutcome::Rejected { reason, seq }
+                }
+            },
+        )
+    }
+
+    /// The running chunk's target now, if the supervisor lets it run; otherwise the arm holds.
+    fn target(
+        &mut self,
+        now: MonoTime,
+        t: &mut Transitions,
+        recycle: &mut impl FnMut(Box<JointChunk>),
+    ) -> Option<JointVector> {
+        if self.safety.mode() != Mode::Running {
+            return None;
+        }
+        let Some(target) = self.executor.target(now).copied() else {
+            self.hold(HoldReason::ChunkStarved, now, t, recycle);
+            return None;
+        };
+        match self.safety.check(&target) {
+            Verdict::Ok => Some(target),
+            Verdict::Hold(reason) => {
+                self.hold(reason, now, t, recycle);
+                None
+            }
+        }
+    }
+
+    fn count_governor(&mut self, gov: &GovernorReport) {
+        for (hit, e) in [
+            (gov.position_clamped, SafetyEvent::PositionClamped),
+            (gov.max_step_clamped, SafetyEvent::MaxStepClamped),
+            (gov.jerk_override, SafetyEvent::JerkOverride),
+        ] {
+            if hit {
+                self.safety.count(e);
+            }
+        }
     }
 }

@@ -7,12 +7,13 @@ use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::control::controller::{ChunkOutcome, Transition};
+use crate::control::controller::ChunkOutcome;
 use crate::control::stats::{Histogram, LiveStats};
 use crate::control::ticker::Ticker;
 use crate::control::{Controller, TickInputs};
 use crate::daemon::worker::WorkerHandle;
 use crate::io::Blackboard;
+use crate::safety::supervisor::Transition;
 use crate::time::MonoTime;
 
 /// What the control thread reports to the supervisor. `Copy`: sending it never allocates.
@@ -141,6 +142,7 @@ impl ControlLoop {
             // A fault latched by the supervisor (a thread died) acts as an e-stop no reset clears.
             estop: self.board.estop.load(Ordering::Relaxed)
                 || self.board.fault.load(Ordering::Relaxed),
+            estop_presses: self.board.estop_presses.load(Ordering::Relaxed),
             resets: self.board.resets.load(Ordering::Relaxed),
             new_chunk: worker.try_chunk(),
             overrun_streak: self.streak,

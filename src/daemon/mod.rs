@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{Config, Io};
-use crate::control::controller::StartRefused;
 use crate::control::stats::{mode_name, LiveStats};
 use crate::control::Controller;
 use crate::io::ros::{RosError, RosIo};
@@ -33,6 +32,7 @@ use crate::io::sim::SimArm;
 use crate::io::Blackboard;
 use crate::joints::JointMeasurement;
 use crate::policy::PolicyBuildError;
+use crate::safety::supervisor::StartRefused;
 use crate::safety::Waiting;
 use crate::time::MonoTime;
 use control::{ControlEvent, ControlLoop, ControlResult};

@@ -24,6 +24,8 @@ pub struct Blackboard {
     pub frames: Vec<Mutex<Option<Arc<CameraFrame>>>>,
     pub prompt: Mutex<String>,
     pub estop: AtomicBool,
+    /// E-stop presses so far: a press released before the control loop looked still latches.
+    pub estop_presses: AtomicU64,
     /// Latched by the daemon's supervisor when a thread died: an e-stop that no reset clears.
     pub fault: AtomicBool,
     pub resets: AtomicU64,
@@ -39,10 +41,19 @@ impl Blackboard {
             frames: (0..cameras).map(|_| Mutex::new(None)).collect(),
             prompt: Mutex::new(prompt.to_string()),
             estop: AtomicBool::new(false),
+            estop_presses: AtomicU64::new(0),
             fault: AtomicBool::new(false),
             resets: AtomicU64::new(0),
             command: AtomicCell::new((MonoTime::ZERO, MotionState::default())),
         }
+    }
+
+    /// The e-stop input changed to `pressed`.
+    pub fn set_estop(&self, pressed: bool) {
+        if pressed {
+            self.estop_presses.fetch_add(1, Ordering::SeqCst);
+        }
+        self.estop.store(pressed, Ordering::SeqCst);
     }
 
     pub fn publish_frame(&self, camera: usize, frame: CameraFrame) {

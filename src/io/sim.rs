@@ -67,9 +67,9 @@ impl SimArm {
                 let e = &events[next_event];
                 tracing::info!(at_s = e.at_s, event = ?e.kind, "sim event");
                 match e.kind {
-                    SimEventKind::EStop => board.estop.store(true, Ordering::SeqCst),
+                    SimEventKind::EStop => board.set_estop(true),
                     SimEventKind::Reset => {
-                        board.estop.store(false, Ordering::SeqCst);
+                        board.set_estop(false);
                         board.resets.fetch_add(1, Ordering::SeqCst);
                     }
                     SimEventKind::StallJointStates { duration_s } => {

@@ -1,5 +1,6 @@
-//! Per-tick joint limiter: position (margins, soft limits, braking distance), velocity,
-//! acceleration and jerk.
+//! Per-tick joint governor: the smoothing law that tracks the executor's target within
+//! position (margins, soft limits, braking distance), velocity, acceleration and jerk limits;
+//! the hard limits it ends with are `limiter::enforce`, tested on their own.
 //!
 //! It tracks the executor's target exactly while that target is feasible (the governor is then
 //! transparent), and otherwise converges to it without overshoot: a square-root law on the
@@ -8,6 +9,7 @@
 //! velocity and acceleration can never be exceeded; the jerk limit gives way only when a hard
 //! limit needs it (counted as `jerk_override`). Nothing here allocates.
 
+use super::limiter::{braking_velocity, enforce, signed_braking, JointBounds};
 use crate::joints::{JointVector, MotionState};
 use crate::robot::{RobotLimits, SoftLimit};
 
@@ -61,23 +63,6 @@ pub struct Governor {
     had_goal: bool,
     prev_target_velocity: JointVector,
     tracking: bool,
-}
-
-/// Largest velocity toward a bound `distance` away from which a constant deceleration `decel`
-/// still stops in time, in discrete steps of `dt` (`v*dt + v²/2a <= distance`).
-fn braking_velocity(distance: f64, decel: f64, dt: f64) -> f64 {
-    if distance.is_infinite() {
-        return f64::INFINITY;
-    }
-    let d = distance.max(0.0);
-    // Rounding can leave -1e-16 at zero distance.
-    (-decel * dt + (decel * decel * dt * dt + 2.0 * decel * d).sqrt()).max(0.0)
-}
-
-/// `braking_velocity` with the sign of `x`: how much of a quantity may be built up toward a
-/// bound `x` away (negative: how much must be removed when already past it).
-fn signed_braking(x: f64, rate: f64, dt: f64) -> f64 {
-    braking_velocity(x.abs(), rate, dt).copysign(x)
 }
 
 impl Governor {
@@ -234,18 +219,15 @@ impl Governor {
             a_cmd = a_cmd.clamp(-amax, amax);
             let a_jerk = a_cmd.clamp(a - jmax * dt, a + jmax * dt);
 
-            // Hard limits: acceleration, velocity, and stopping before the position limits at the
-            // full deceleration. Always feasible from a state that met them last tick.
-            let vhi_hard = vmax.min(braking_velocity(upper - p, amax, dt));
-            let vlo_hard = (-vmax).max(-braking_velocity(p - lower, amax, dt));
-            let a_hi = amax.min((vhi_hard - v) / dt);
-            let a_lo = (-amax).max((vlo_hard - v) / dt);
-            let mut a_new = if a_lo <= a_hi {
-                a_jerk.clamp(a_lo, a_hi)
-            } else {
-                // Only reachable through rounding: brake toward zero velocity.
-                (-v / dt).clamp(-amax, amax)
+            // Hard limits last, apart from the smoothing law above (ros2_control's joint_limits
+            // shape): they hold whatever the law asked for.
+            let bounds = JointBounds {
+                lower,
+                upper,
+                velocity: vmax,
+                acceleration: amax,
             };
+            let mut a_new = enforce(&bounds, p, v, a_jerk, dt);
 
             let mut v_new = v + a_new * dt;
             // Freeze exactly at rest once a stop has converged.

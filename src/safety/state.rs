@@ -69,57 +69,44 @@ impl HoldReason {
     }
 }
 
-/// Counted safety events. The numeric value indexes a fixed counter array.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SafetyEvent {
-    EStop,
-    Reset,
-    StaleJointState,
-    StaleCamera,
-    ChunkStarved,
-    OverrunStreak,
-    Workspace,
-    PositionLimit,
-    NonFiniteTarget,
-    PositionClamped,
-    MaxStepClamped,
-    JerkOverride,
+/// A payload-free `Copy` enum with its snake-case names, `ALL` and `COUNT` from one list, so a
+/// new variant is added in one place.
+macro_rules! named_enum {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident { $($variant:ident => $text:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        $vis enum $name { $($variant,)+ }
+
+        impl $name {
+            pub const ALL: [$name; [$($name::$variant),+].len()] = [$($name::$variant),+];
+            pub const COUNT: usize = Self::ALL.len();
+
+            pub fn name(self) -> &'static str {
+                match self { $($name::$variant => $text,)+ }
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// Counted safety events. The numeric value indexes a fixed counter array.
+    pub enum SafetyEvent {
+        EStop => "estop",
+        Reset => "reset",
+        StaleJointState => "stale_joint_state",
+        StaleCamera => "stale_camera",
+        ChunkStarved => "chunk_starved",
+        OverrunStreak => "overrun_streak",
+        Workspace => "workspace",
+        PositionLimit => "position_limit",
+        NonFiniteTarget => "non_finite_target",
+        PositionClamped => "position_clamped",
+        MaxStepClamped => "max_step_clamped",
+        JerkOverride => "jerk_override",
+    }
 }
 
 impl SafetyEvent {
-    pub const ALL: [SafetyEvent; 12] = [
-        SafetyEvent::EStop,
-        SafetyEvent::Reset,
-        SafetyEvent::StaleJointState,
-        SafetyEvent::StaleCamera,
-        SafetyEvent::ChunkStarved,
-        SafetyEvent::OverrunStreak,
-        SafetyEvent::Workspace,
-        SafetyEvent::PositionLimit,
-        SafetyEvent::NonFiniteTarget,
-        SafetyEvent::PositionClamped,
-        SafetyEvent::MaxStepClamped,
-        SafetyEvent::JerkOverride,
-    ];
-    pub const COUNT: usize = Self::ALL.len();
-
-    pub fn name(self) -> &'static str {
-        match self {
-            SafetyEvent::EStop => "estop",
-            SafetyEvent::Reset => "reset",
-            SafetyEvent::StaleJointState => "stale_joint_state",
-            SafetyEvent::StaleCamera => "stale_camera",
-            SafetyEvent::ChunkStarved => "chunk_starved",
-            SafetyEvent::OverrunStreak => "overrun_streak",
-            SafetyEvent::Workspace => "workspace",
-            SafetyEvent::PositionLimit => "position_limit",
-            SafetyEvent::NonFiniteTarget => "non_finite_target",
-            SafetyEvent::PositionClamped => "position_clamped",
-            SafetyEvent::MaxStepClamped => "max_step_clamped",
-            SafetyEvent::JerkOverride => "jerk_override",
-        }
-    }
-
     pub fn for_hold(reason: HoldReason) -> Option<SafetyEvent> {
         Some(match reason {
             HoldReason::ChunkStarved => SafetyEvent::ChunkStarved,

@@ -317,7 +317,7 @@ impl<'a> Worker<'a> {
                 if msg.data {
                     tracing::warn!("e-stop pressed (topic {estop})");
                 }
-                board.estop.store(msg.data, Ordering::SeqCst);
+                board.set_estop(msg.data);
             },
         );
         drain(
