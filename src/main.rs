@@ -265,24 +265,34 @@ fn all_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// `path` can be created or replaced: its directory exists and is writable.
+/// The file `path` can be created or replaced: its directory exists and is writable.
 fn check_writable(path: &Path, what: &str) -> Result<(), Failure> {
-    let bad = |m: String| {
-        Failure::new(
-            ExitReason::InvalidInput,
-            anyhow::anyhow!("{what} {}: {m}", path.display()),
-        )
-    };
     if path.is_dir() {
-        return Err(bad("is a directory".into()));
+        return Err(Failure::new(
+            ExitReason::InvalidInput,
+            anyhow::anyhow!("{what} {}: is a directory", path.display()),
+        ));
     }
+    check_parent_writable(path, what)
+}
+
+/// Something can be created beside `path` (in its directory).
+fn check_parent_writable(path: &Path, what: &str) -> Result<(), Failure> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
     let probe = dir.join(format!(".pi0d-write-check-{}", std::process::id()));
-    std::fs::write(&probe, b"")
-        .map_err(|e| bad(format!("cannot write in {}: {e}", dir.display())))?;
+    std::fs::write(&probe, b"").map_err(|e| {
+        Failure::new(
+            ExitReason::InvalidInput,
+            anyhow::anyhow!(
+                "{what} {}: cannot write in {}: {e}",
+                path.display(),
+                dir.display()
+            ),
+        )
+    })?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
 }
@@ -485,7 +495,8 @@ fn infer_graphs(
 fn export(a: ExportArgs) -> Outcome {
     use pi0d::policy::export::pi0::ExportDtype;
     use pi0d::policy::export::{atc, export, ExportOptions, ExternalData};
-    check_writable(&a.out, "--out")?;
+    // Written beside `--out` and renamed into place.
+    check_parent_writable(&a.out, "--out")?;
     compute_threads(all_cores())?;
     let opts = ExportOptions {
         checkpoint: a.checkpoint,
