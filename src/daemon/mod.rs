@@ -61,6 +61,10 @@ pub enum DaemonError {
     Ros(#[from] RosError),
     #[error("the {0} thread died during start-up: {1}")]
     StartupThread(&'static str, String),
+    /// The middleware library panicked while creating its node (typically: it could not
+    /// create its threads or sockets).
+    #[error("the ROS 2 middleware failed while starting: {0}")]
+    MiddlewarePanic(String),
 }
 
 impl DaemonError {
@@ -69,7 +73,9 @@ impl DaemonError {
             DaemonError::StartRefused(_) => ExitReason::StartRefused,
             DaemonError::NoJointState(_) => ExitReason::NoJointState,
             DaemonError::Policy(_) => ExitReason::InvalidInput,
-            DaemonError::Spawn { .. } | DaemonError::Ros(_) => ExitReason::RuntimeFailure,
+            DaemonError::Spawn { .. } | DaemonError::Ros(_) | DaemonError::MiddlewarePanic(_) => {
+                ExitReason::RuntimeFailure
+            }
             DaemonError::StartupThread(..) => ExitReason::ThreadFault,
         }
     }
@@ -182,7 +188,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
             // The middleware's own threads are created here; a library that panics when it
             // cannot create them becomes a start-up error.
             let node = supervise::caught(move || node.connect())
-                .map_err(|m| DaemonError::StartupThread("ROS", m))??;
+                .map_err(DaemonError::MiddlewarePanic)??;
             let (board, live, stop) = (board.clone(), live.clone(), io_stop.clone());
             supervise::spawn(Role::Ros, move |h| {
                 node.run(&board, &live, &stop, &|| h.beat())
