@@ -347,6 +347,7 @@ pub enum SimEventName {
     Reset,
     StallJointStates,
     StallCamera,
+    Crash,
 }
 
 #[derive(Debug, Deserialize)]

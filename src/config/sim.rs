@@ -20,6 +20,8 @@ pub enum SimEventKind {
     Reset,
     StallJointStates { duration_s: f64 },
     StallCamera { camera: usize, duration_s: f64 },
+    // A drill for the thread supervisor: the simulator thread panics.
+    Crash,
 }
 
 #[derive(Clone, Debug)]
@@ -99,6 +101,7 @@ pub fn validate(c: &Check, raw: &RawSim, limits: &RobotLimits) -> Result<SimConf
         let kind = match e.event {
             SimEventName::Estop => SimEventKind::EStop,
             SimEventName::Reset => SimEventKind::Reset,
+            SimEventName::Crash => SimEventKind::Crash,
             SimEventName::StallJointStates => SimEventKind::StallJointStates { duration_s },
             SimEventName::StallCamera => {
                 let name = e.camera.as_deref().unwrap_or("");

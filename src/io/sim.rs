@@ -1,6 +1,6 @@
 //! The simulated arm: first-order position tracking under the URDF velocity limits, a delayed
 //! joint-state measurement, synthetic camera images, and scripted operator events (e-stop,
-//! reset, stalled sensors) for scenario tests.
+//! reset, stalled sensors, a crash of the simulator thread) for scenario tests.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,6 +77,9 @@ impl SimArm {
                     }
                     SimEventKind::StallCamera { camera, duration_s } => {
                         camera_stall_until[camera] = now.offset_seconds(duration_s)
+                    }
+                    SimEventKind::Crash => {
+                        panic!("sim event `crash` at {} s (drill)", e.at_s)
                     }
                 }
                 next_event += 1;

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod counting_alloc;
+pub mod procs;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -189,6 +190,28 @@ pub fn edited_checkpoint(
         .collect();
     safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
     dir
+}
+
+/// Cuts the f32 vector `name` of a safetensors file of f32 vectors (a lerobot normalizer's
+/// stats) to its first `keep` values, in place.
+pub fn truncate_f32_tensor(path: &Path, name: &str, keep: usize) {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = st
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    let t = tensors.iter_mut().find(|t| t.0 == name).expect("tensor");
+    t.1 = vec![keep];
+    t.2.truncate(keep * 4);
+    let views: Vec<_> = tensors
+        .iter()
+        .map(|(n, s, b)| {
+            let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b);
+            (n.clone(), v.unwrap())
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, path).unwrap();
 }
 
 /// The ONNX Runtime library of the venv `tools/test.sh` makes (or ORT_DYLIB_PATH).
