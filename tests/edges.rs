@@ -588,17 +588,16 @@ fn when_camera_never_fresh_expect_exit_8_start_timeout_naming_camera_and_field()
         &run.stderr,
     );
     assert!(
-        run.stderr.contains("control.start_timeout_s = 1 s") && run.stderr.contains("camera 0"),
+        run.stderr.contains("control.start_timeout_s = 1 s")
+            && run.stderr.contains("camera 0 (`front`)"),
         "{}",
         run.stderr
     );
     assert!(started.elapsed() < Duration::from_secs(5), "gave up at 1 s");
 }
 
-/// Daemon bug: `waiting_for` is read after the stop, when the arm is `stopping` and waits for
-/// nothing, so a start timeout's summary says `null` instead of what held the start.
+/// The summary says what held the start, not what the stopping arm waits for.
 #[test]
-#[ignore = "daemon bug: summary.waiting_for is null after a start timeout"]
 fn when_start_times_out_on_a_camera_expect_summary_waiting_for_fresh_camera() {
     let run = run_daemon("exit-8-waiting", &camera_never_fresh(), 5.0);
     assert_eq!(run.code(), 8, "{}", run.stderr);

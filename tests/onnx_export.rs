@@ -476,8 +476,9 @@ fn when_cli_exports_and_infers_expect_lerobot_actions_and_atc_commands() {
         .arg(&dir)
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("expected f32, f16 or bf16"));
+    // A bad command line: exit 2, naming the values.
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("[possible values: f32, f16, bf16]"));
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -344,6 +344,8 @@ fn supervise(
     let mut exit = ExitReason::Clean;
     let mut faults: Vec<String> = Vec::new();
     let mut control_fault = false;
+    // What the arm waited for when the start timed out (once stopping, it waits for nothing).
+    let mut start_waiting: Option<Waiting> = None;
 
     while !control.is_finished() {
         std::thread::sleep(SUPERVISE_PERIOD);
@@ -396,7 +398,8 @@ fn supervise(
         // Why the arm has not started yet, and for how long that may go on.
         let started = LiveStats::get(&live.chunks_accepted) > 0;
         if !started && exit == ExitReason::Clean {
-            let waiting = Waiting::from_code(LiveStats::get(&live.waiting));
+            let waiting =
+                start_waiting.unwrap_or_else(|| Waiting::from_code(LiveStats::get(&live.waiting)));
             if t >= cfg.control.start_timeout_s {
                 tracing::error!(
                     "the arm could not start within control.start_timeout_s = {} s: waiting for {}; stopping",
@@ -405,6 +408,7 @@ fn supervise(
                 );
                 stop_requested.store(true, Ordering::SeqCst);
                 exit = ExitReason::StartTimeout;
+                start_waiting = Some(waiting);
             } else if t >= next_start_warning {
                 tracing::warn!(
                     "not started after {t:.1} s: waiting for {} (gives up at control.start_timeout_s = {} s)",
@@ -445,7 +449,8 @@ fn supervise(
     status_line.finish();
     io_stop.store(true, Ordering::SeqCst);
     join_bounded(worker_thread, "inference");
-    let waiting = Waiting::from_code(LiveStats::get(&live.waiting));
+    let waiting =
+        start_waiting.unwrap_or_else(|| Waiting::from_code(LiveStats::get(&live.waiting)));
     let result: Option<ControlResult> = if control_fault {
         None
     } else {

@@ -81,8 +81,9 @@ pub fn waiting_detail(cfg: &Config, waiting: Waiting, ws: &WorkerStats) -> Strin
             "{waiting}: joint states are older than safety.joint_state_timeout_s = {} s (sensor stalled, delayed or clock skew?)",
             cfg.safety.joint_state_timeout_s
         ),
-        Waiting::Camera(_) => format!(
-            "{waiting}: its frames are older than safety.camera_timeout_s = {} s",
+        Waiting::Camera(k) => format!(
+            "{waiting} ({}): its frames are older than safety.camera_timeout_s = {} s (or none came)",
+            camera_name(cfg, k as usize),
             cfg.safety.camera_timeout_s
         ),
         Waiting::Chunk => {
@@ -105,6 +106,15 @@ pub fn waiting_detail(cfg: &Config, waiting: Waiting, ws: &WorkerStats) -> Strin
         }
         other => other.to_string(),
     }
+}
+
+/// How the configuration names camera `k`: the simulated camera's name, or its ROS topic.
+fn camera_name(cfg: &Config, k: usize) -> String {
+    match &cfg.io {
+        crate::config::Io::Sim => cfg.sim.cameras.get(k).map(|c| format!("`{}`", c.name)),
+        crate::config::Io::Ros(r) => r.cameras.get(k).map(|t| format!("topic {t}")),
+    }
+    .unwrap_or_else(|| "?".into())
 }
 
 pub fn build_summary(
