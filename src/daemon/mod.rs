@@ -99,6 +99,9 @@ const IO_STALL_S: f64 = 2.0;
 /// While the arm has not started: first warning after this long, then again every interval.
 const START_WARN_AFTER_S: f64 = 2.0;
 const START_WARN_EVERY_S: f64 = 10.0;
+/// A supervisor poll this late means the whole process was suspended (SIGSTOP, a paused VM):
+/// liveness is measured afresh from the resume, not blamed on one thread.
+const SUSPENDED_S: f64 = 0.5;
 /// How long shutdown waits for a thread to finish before leaving it to the process exit.
 const JOIN_WAIT_S: f64 = 2.0;
 
@@ -347,9 +350,20 @@ fn supervise(
     // What the arm waited for when the start timed out (once stopping, it waits for nothing).
     let mut start_waiting: Option<Waiting> = None;
 
+    let mut last_poll = MonoTime::now();
+    let mut liveness_from = MonoTime::now();
     while !control.is_finished() {
         std::thread::sleep(SUPERVISE_PERIOD);
         let now = MonoTime::now();
+        let gap = now.seconds_since(last_poll);
+        last_poll = now;
+        if gap > SUSPENDED_S {
+            tracing::warn!(
+                "the daemon was suspended for {gap:.1} s (SIGSTOP or a paused machine): the arm got no commands meanwhile; watchdogs hold it until inputs are fresh"
+            );
+            last_tick_change = now;
+            liveness_from = now;
+        }
         let t = now.seconds_since(run_start);
         log.drain(&events_rx, start);
         signals.log_ignored();
@@ -376,9 +390,16 @@ fn supervise(
             // Once stopping, the inference worker ends with the control loop: only a panic or a
             // stall is a fault then.
             let stopping = stop_requested.load(Ordering::Relaxed);
+            // Heartbeats older than the resume from a suspension do not count.
+            let io_health = match io.health(now) {
+                Health::Stalled(_) if now.seconds_since(liveness_from) < IO_STALL_S => {
+                    Health::Alive
+                }
+                h => h,
+            };
             let others = [
                 (Role::Inference, worker_thread.health(now, None)),
-                (io.role(), io.health(now)),
+                (io.role(), io_health),
             ];
             let fault = others.into_iter().find(|(_, h)| match h {
                 Health::Alive => false,
@@ -428,10 +449,17 @@ fn supervise(
         if now.seconds_since(last_status) >= cfg.control.status_interval_s {
             last_status = now;
             status_line.show(live, &worker_stats, t);
+            // When stderr has failed, systemd's status line is where the loss still shows.
+            let lost = log::lost_lines();
             notifier.status(&format!(
-                "{} | {} ticks",
+                "{} | {} ticks{}",
                 mode_name(LiveStats::get(&live.mode)),
-                LiveStats::get(&live.ticks)
+                LiveStats::get(&live.ticks),
+                if lost > 0 {
+                    format!(" | {lost} log lines lost (stderr failed)")
+                } else {
+                    String::new()
+                }
             ));
         }
         // Only a control loop that still ticks, in a daemon without a fault, keeps systemd's

@@ -2,7 +2,8 @@
 //! controlled stop (decelerate to rest, summary, exit); a second one during the stop exits at
 //! once with 130. Every other signal whose default action would kill the process (SIGHUP from a
 //! dropped SSH session, SIGUSR1/2, timers, SIGXFSZ, real-time signals) is logged and ignored:
-//! none of them may end a run without a controlled stop. SIGPIPE is already ignored by Rust's
+//! none of them may end a run without a controlled stop; nor may Ctrl-Z suspend it mid-motion
+//! (SIGTSTP, SIGTTIN, SIGTTOU are ignored too). SIGPIPE is already ignored by Rust's
 //! runtime (writes then fail, and `log` handles that).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,7 +12,9 @@ use std::sync::Arc;
 use signal_hook::consts::signal::*;
 
 const STOP: [i32; 5] = [SIGINT, SIGTERM, SIGQUIT, SIGXCPU, libc::SIGPWR];
-const IGNORED: [i32; 9] = [
+/// Also the terminal's stop signals: a daemon suspended by Ctrl-Z mid-motion would stop
+/// commanding the arm without a controlled stop.
+const IGNORED: [i32; 12] = [
     SIGHUP,
     SIGUSR1,
     SIGUSR2,
@@ -21,6 +24,9 @@ const IGNORED: [i32; 9] = [
     SIGIO,
     SIGXFSZ,
     libc::SIGSTKFLT,
+    SIGTSTP,
+    SIGTTIN,
+    SIGTTOU,
 ];
 
 pub struct Signals {
@@ -44,6 +50,9 @@ pub fn name(sig: i32) -> String {
         SIGIO => "SIGIO".into(),
         SIGXFSZ => "SIGXFSZ".into(),
         libc::SIGSTKFLT => "SIGSTKFLT".into(),
+        SIGTSTP => "SIGTSTP".into(),
+        SIGTTIN => "SIGTTIN".into(),
+        SIGTTOU => "SIGTTOU".into(),
         n => format!("signal {n}"),
     }
 }
