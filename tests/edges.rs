@@ -183,22 +183,39 @@ fn when_hup_usr1_usr2_arrive_expect_them_logged_ignored_and_run_to_duration() {
     let _serial = serial();
     let (mut run, dir) = start_run("ignored-signals", &sim_config(), 4.0);
     run.wait_for_log("to=running", 20.0);
-    for sig in [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2] {
+    // Ctrl-Z's SIGTSTP must not suspend it mid-motion either.
+    for sig in [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2, libc::SIGTSTP] {
         send_signal(&run.child, sig);
         std::thread::sleep(Duration::from_millis(50));
     }
     let (status, stderr) = run.finish(30.0);
     let s = summary_in(&dir).expect("summary");
     assert_exit(status, Some(&s), 0, "clean", &stderr);
-    assert!(s["signals_ignored"].as_u64().unwrap() >= 3, "{s}");
+    assert!(s["signals_ignored"].as_u64().unwrap() >= 4, "{s}");
     assert!(
         s["duration_s"].as_f64().unwrap() >= 3.9,
         "ran to its duration: {s}"
     );
-    for name in ["SIGHUP", "SIGUSR1", "SIGUSR2"] {
+    for name in ["SIGHUP", "SIGUSR1", "SIGUSR2", "SIGTSTP"] {
         assert!(stderr.contains(name), "{name} not logged:\n{stderr}");
     }
     assert!(stderr.contains("configuration reload is not supported"));
+}
+
+#[test]
+fn when_whole_process_suspended_expect_no_thread_blamed_and_clean_exit() {
+    let _serial = serial();
+    let (mut run, dir) = start_run("suspended", &sim_config(), 5.0);
+    run.wait_for_log("to=running", 20.0);
+    send_signal(&run.child, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(2500));
+    send_signal(&run.child, libc::SIGCONT);
+    let (status, stderr) = run.finish(30.0);
+    let s = summary_in(&dir).expect("summary");
+    // Every thread stood still together: that is a suspension, not a thread fault.
+    assert_exit(status, Some(&s), 0, "clean", &stderr);
+    assert!(stderr.contains("was suspended for"), "{stderr}");
+    assert_eq!(s["limit_violations"], 0, "{s}");
 }
 
 #[test]
