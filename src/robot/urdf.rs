@@ -218,6 +218,112 @@ impl<'a, 'input> Element<'a, 'input> {
     }
 }
 
+/// Every numeric attribute URDF defines, and how many numbers it holds. All of them are
+/// checked (also those pi0d does not use), so urdf-rs never meets a malformed number: its
+/// errors would not say where.
+const NUMBERS: &[(&str, &[&str], usize)] = &[
+    ("origin", &["xyz", "rpy"], 3),
+    ("axis", &["xyz"], 3),
+    ("box", &["size"], 3),
+    ("mesh", &["scale"], 3),
+    ("color", &["rgba"], 4),
+    ("mass", &["value"], 1),
+    ("inertia", &["ixx", "ixy", "ixz", "iyy", "iyz", "izz"], 1),
+    ("cylinder", &["radius", "length"], 1),
+    ("capsule", &["radius", "length"], 1),
+    ("sphere", &["radius"], 1),
+    ("limit", &["lower", "upper", "velocity", "effort"], 1),
+    ("dynamics", &["damping", "friction"], 1),
+    ("mimic", &["multiplier", "offset"], 1),
+    ("calibration", &["rising", "falling"], 1),
+    (
+        "safety_controller",
+        &[
+            "soft_lower_limit",
+            "soft_upper_limit",
+            "k_position",
+            "k_velocity",
+        ],
+        1,
+    ),
+];
+
+/// An error at `node`, naming the joint or link it belongs to and its line.
+fn error_at(
+    doc: &roxmltree::Document,
+    node: roxmltree::Node,
+    file: &Path,
+    message: String,
+) -> UrdfError {
+    let row = doc.text_pos_at(node.range().start).row;
+    let owner = node
+        .ancestors()
+        .find(|a| a.has_tag_name("joint") || a.has_tag_name("link"));
+    match owner {
+        Some(o) if o.has_tag_name("joint") => UrdfError::Joint {
+            file: file.to_path_buf(),
+            joint: o.attribute("name").unwrap_or("?").to_string(),
+            at: format!(" (line {row})"),
+            message,
+        },
+        Some(o) => UrdfError::Robot {
+            file: file.to_path_buf(),
+            message: format!(
+                "link `{}` (line {row}): {message}",
+                o.attribute("name").unwrap_or("?")
+            ),
+        },
+        None => UrdfError::Robot {
+            file: file.to_path_buf(),
+            message: format!("line {row}: {message}"),
+        },
+    }
+}
+
+fn check_numbers(doc: &roxmltree::Document, file: &Path) -> Result<(), UrdfError> {
+    for node in doc.descendants().filter(|n| n.is_element()) {
+        let tag = node.tag_name().name();
+        let Some((_, attrs, count)) = NUMBERS.iter().find(|(t, ..)| *t == tag) else {
+            continue;
+        };
+        for attr in attrs.iter() {
+            let Some(text) = node.attribute(*attr) else {
+                continue;
+            };
+            let values: Vec<Result<f64, _>> =
+                text.split_whitespace().map(str::parse::<f64>).collect();
+            let expected = match count {
+                1 => "a finite number",
+                3 => "three finite numbers",
+                _ => "four finite numbers",
+            };
+            let message = if values.len() != *count || values.iter().any(|v| v.is_err()) {
+                Some(if *count == 1 {
+                    "expected a number".to_string()
+                } else {
+                    format!("expected {expected}")
+                })
+            } else if values
+                .iter()
+                .any(|v| !v.as_ref().is_ok_and(|x| x.is_finite()))
+            {
+                Some(format!("expected {expected}"))
+            } else {
+                None
+            };
+            if let Some(m) = message {
+                return Err(error_at(
+                    doc,
+                    node,
+                    file,
+                    format!("<{tag} {attr}=\"{text}\">: {m}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks the XML and returns each joint's limits as written (`parse` runs it first).
 fn validate(
     file: &Path,
@@ -235,6 +341,7 @@ fn validate(
             root.tag_name().name()
         )));
     }
+    check_numbers(&doc, file)?;
     let robot_err = |message: String| UrdfError::Robot {
         file: file.to_path_buf(),
         message,
@@ -319,6 +426,12 @@ fn validate(
             None => None,
             Some(n) => {
                 let sub = Element { node: n, ..el };
+                if n.attribute("velocity").is_none() {
+                    return Err(sub.err(
+                        "<limit> has no velocity attribute (URDF requires velocity and effort)"
+                            .into(),
+                    ));
+                }
                 Some(UrdfLimit {
                     lower: sub.number("lower")?,
                     upper: sub.number("upper")?,
@@ -544,6 +657,59 @@ mod tests {
         );
         let e = err(&ARM.replace(r#"velocity="2""#, r#"velocity="inf""#));
         assert!(e.contains("`j1`") && e.contains("finite"), "{e}");
+    }
+
+    #[test]
+    fn when_any_urdf_number_is_malformed_expect_element_and_owner_named() {
+        let with_link = |inner: &str| {
+            ARM.replace(
+                r#"<link name="a"/>"#,
+                &format!(r#"<link name="a">{inner}</link>"#),
+            )
+        };
+        let e = err(&with_link(r#"<inertial><mass value="abc"/></inertial>"#));
+        assert!(
+            e.contains("link `a` (line 2): <mass value=\"abc\">: expected a number"),
+            "{e}"
+        );
+        let e = err(&with_link(
+            r#"<visual><geometry><box size="1 2"/></geometry></visual>"#,
+        ));
+        assert!(
+            e.contains("link `a`") && e.contains("expected three finite numbers"),
+            "{e}"
+        );
+        let e = err(&ARM.replace(
+            "</robot>",
+            r#"<material name="m"><color rgba="1 0 0"/></material></robot>"#,
+        ));
+        assert!(
+            e.contains("<color rgba=\"1 0 0\">: expected four finite numbers"),
+            "{e}"
+        );
+        let e = err(&ARM.replace(
+            r#"<axis xyz="0 0 1"/>"#,
+            r#"<axis xyz="0 0 1"/><dynamics damping="x"/>"#,
+        ));
+        assert!(
+            e.contains("`j1`") && e.contains("<dynamics damping=\"x\">"),
+            "{e}"
+        );
+        // Well-formed unused elements are accepted.
+        parse(
+            Path::new("t.urdf"),
+            &with_link(r#"<inertial><mass value="1.5"/></inertial>"#),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn when_limit_lacks_velocity_expect_joint_named() {
+        let e = err(&ARM.replace(r#" velocity="2""#, ""));
+        assert!(
+            e.contains("`j1`") && e.contains("no velocity attribute"),
+            "{e}"
+        );
     }
 
     #[test]
