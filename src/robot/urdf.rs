@@ -696,11 +696,8 @@ mod tests {
             "{e}"
         );
         // Well-formed unused elements are accepted.
-        parse(
-            Path::new("t.urdf"),
-            &with_link(r#"<inertial><mass value="1.5"/></inertial>"#),
-        )
-        .unwrap();
+        let inertial = r#"<inertial><mass value="1.5"/><inertia ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial>"#;
+        parse(Path::new("t.urdf"), &with_link(inertial)).unwrap();
     }
 
     #[test]
