@@ -47,8 +47,8 @@ use worker::{WorkerSetup, WorkerStats};
 pub enum DaemonError {
     #[error(transparent)]
     StartRefused(#[from] StartRefused),
-    #[error("no joint state received within {0:.1} s of start-up")]
-    NoJointState(f64),
+    #[error("no joint state received within {0:.1} s of start-up{1}")]
+    NoJointState(f64, &'static str),
     #[error(transparent)]
     Policy(#[from] PolicyBuildError),
     #[error("cannot start the {thread} thread")]
@@ -71,7 +71,7 @@ impl DaemonError {
     pub fn exit_reason(&self) -> ExitReason {
         match self {
             DaemonError::StartRefused(_) => ExitReason::StartRefused,
-            DaemonError::NoJointState(_) => ExitReason::NoJointState,
+            DaemonError::NoJointState(..) => ExitReason::NoJointState,
             DaemonError::Policy(_) => ExitReason::InvalidInput,
             DaemonError::Spawn { .. } | DaemonError::Ros(_) | DaemonError::MiddlewarePanic(_) => {
                 ExitReason::RuntimeFailure
@@ -247,7 +247,13 @@ fn wait_first_joint_state(
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    Err(DaemonError::NoJointState(FIRST_INPUT_TIMEOUT_S))
+    Err(DaemonError::NoJointState(
+        FIRST_INPUT_TIMEOUT_S,
+        match io.role() {
+            Role::Ros => " (check ros.joint_states, the domain (ros.domain_id / ROS_DOMAIN_ID), ros.loopback_only, and that the messages name every joint in robot.joints)",
+            _ => "",
+        },
+    ))
 }
 
 fn describe(h: &Health) -> String {

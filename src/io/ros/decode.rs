@@ -149,7 +149,13 @@ pub struct JointStateDecoder {
     /// Scratch: which joints the message being decoded names (duplicates are refused).
     named: Vec<bool>,
     unknown_reported: HashSet<String>,
+    /// When the first message arrived that did not yet complete a measurement.
+    partial_since: Option<MonoTime>,
+    missing_reported: bool,
 }
+
+/// Joint states that keep leaving some commanded joints out for this long are reported once.
+const MISSING_REPORT_S: f64 = 1.0;
 
 impl JointStateDecoder {
     pub fn new(names: &[String]) -> JointStateDecoder {
@@ -163,7 +169,32 @@ impl JointStateDecoder {
             heard: vec![false; names.len()],
             named: vec![false; names.len()],
             unknown_reported: HashSet::new(),
+            partial_since: None,
+            missing_reported: false,
         }
+    }
+
+    /// Once, after joint states have arrived for a while without naming every commanded joint:
+    /// the joints never heard of (a robot whose joint names differ from `robot.joints` would
+    /// otherwise only look like "no joint state").
+    pub fn missing_report(&mut self, now: MonoTime) -> Option<String> {
+        let since = self.partial_since?;
+        if self.missing_reported || now.seconds_since(since) < MISSING_REPORT_S {
+            return None;
+        }
+        self.missing_reported = true;
+        let mut missing: Vec<(&usize, &String)> = self
+            .index
+            .iter()
+            .filter(|(_, &i)| !self.heard[i])
+            .map(|(n, i)| (i, n))
+            .collect();
+        missing.sort();
+        let names: Vec<String> = missing.iter().map(|(_, n)| shown(n)).collect();
+        Some(format!(
+            "joint states arrive but never name {} (commanded in robot.joints): no measurement yet",
+            names.join(", ")
+        ))
     }
 
     pub fn decode(
@@ -213,7 +244,11 @@ impl JointStateDecoder {
                 }
             }
         }
-        Ok(self.heard.iter().all(|h| *h).then_some(JointMeasurement {
+        let complete = self.heard.iter().all(|h| *h);
+        if !complete && self.partial_since.is_none() {
+            self.partial_since = Some(now);
+        }
+        Ok(complete.then_some(JointMeasurement {
             stamp,
             position: self.position,
         }))
@@ -423,6 +458,26 @@ mod tests {
             .unwrap();
         assert_eq!(m.position.as_slice(), &[1.0, 2.0, 3.0]);
         assert!(m.stamp.seconds_since(now).abs() < 1e-6);
+    }
+
+    #[test]
+    fn when_joint_states_never_name_a_joint_expect_it_reported_once() {
+        let clock = ClockMap::now();
+        let now = MonoTime::now();
+        let mut d = JointStateDecoder::new(&names());
+        assert!(d
+            .decode(&js(&["a", "x"], &[1.0, 2.0], &clock, now), &clock, now)
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            d.missing_report(now),
+            None,
+            "not yet: 1 s of messages first"
+        );
+        let later = now.offset_seconds(1.5);
+        let r = d.missing_report(later).unwrap();
+        assert!(r.contains("never name `b`, `c`"), "{r}");
+        assert_eq!(d.missing_report(later), None, "once");
     }
 
     #[test]

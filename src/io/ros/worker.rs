@@ -229,9 +229,11 @@ impl<'a> Worker<'a> {
             clock,
             board,
             names,
+            cfg,
             ..
         } = self;
         let topic = topics.joint_states;
+        let shown_topic = &cfg.joint_states;
         drain(ep.joint_states.as_ref(), topic, report, |msg, report| {
             // Every well-stamped sample counts for the skew, refused or not: a sender ahead of
             // pi0d has all its samples refused, and the estimate says why.
@@ -244,7 +246,11 @@ impl<'a> Worker<'a> {
             }
             match guarded(|| joints.decode(&msg, clock, now)) {
                 Ok(Ok(Some(m))) => board.joint_state.store(m),
-                Ok(Ok(None)) => {}
+                Ok(Ok(None)) => {
+                    if let Some(m) = joints.missing_report(now) {
+                        tracing::warn!(topic = %shown_topic, "{m}");
+                    }
+                }
                 Ok(Err(e)) => report.refuse(topic, &e),
                 Err(f) => {
                     report.fault(topic, &f);
