@@ -348,6 +348,8 @@ pub enum SimEventName {
     StallJointStates,
     StallCamera,
     Crash,
+    CrashControl,
+    StallControl,
 }
 
 #[derive(Debug, Deserialize)]

@@ -18,10 +18,20 @@ pub struct CameraConfig {
 pub enum SimEventKind {
     EStop,
     Reset,
-    StallJointStates { duration_s: f64 },
-    StallCamera { camera: usize, duration_s: f64 },
+    StallJointStates {
+        duration_s: f64,
+    },
+    StallCamera {
+        camera: usize,
+        duration_s: f64,
+    },
     // A drill for the thread supervisor: the simulator thread panics.
     Crash,
+    /// Drills for the control thread: it panics, or stops ticking for `duration_s`.
+    CrashControl,
+    StallControl {
+        duration_s: f64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -85,7 +95,7 @@ pub fn validate(c: &Check, raw: &RawSim, limits: &RobotLimits) -> Result<SimConf
         let at_s = c.non_negative(&field("at_s"), e.at_s)?;
         let stall = matches!(
             e.event,
-            SimEventName::StallJointStates | SimEventName::StallCamera
+            SimEventName::StallJointStates | SimEventName::StallCamera | SimEventName::StallControl
         );
         c.unused(
             &field("duration_s"),
@@ -102,6 +112,8 @@ pub fn validate(c: &Check, raw: &RawSim, limits: &RobotLimits) -> Result<SimConf
             SimEventName::Estop => SimEventKind::EStop,
             SimEventName::Reset => SimEventKind::Reset,
             SimEventName::Crash => SimEventKind::Crash,
+            SimEventName::CrashControl => SimEventKind::CrashControl,
+            SimEventName::StallControl => SimEventKind::StallControl { duration_s },
             SimEventName::StallJointStates => SimEventKind::StallJointStates { duration_s },
             SimEventName::StallCamera => {
                 let name = e.camera.as_deref().unwrap_or("");

@@ -113,6 +113,17 @@ impl ControlLoop {
         }
     }
 
+    /// The simulator's drills for the supervisor (`crash_control`, `stall_control`).
+    fn drill(&self) {
+        match self.board.control_drill.swap(0, Ordering::Relaxed) {
+            0 => {}
+            1 => panic!("sim event `crash_control` (drill)"),
+            _ => std::thread::sleep(Duration::from_millis(
+                self.board.drill_stall_ms.load(Ordering::Relaxed),
+            )),
+        }
+    }
+
     /// Counts an overrunning tick and publishes timing figures.
     pub fn record_overrun(&mut self, overran: bool, jitter_ns: u64) {
         if overran {
@@ -128,6 +139,7 @@ impl ControlLoop {
 
     /// One control tick for the deadline `now`.
     pub fn step(&mut self, now: MonoTime) -> StepOutcome {
+        self.drill();
         let measured = self.board.joint_state.load();
         self.board.read_camera_stamps(&mut self.camera_stamps);
         let stopping = self.stop_requested.load(Ordering::Relaxed);

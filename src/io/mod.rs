@@ -26,6 +26,10 @@ pub struct Blackboard {
     pub estop: AtomicBool,
     /// E-stop presses so far: a press released before the control loop looked still latches.
     pub estop_presses: AtomicU64,
+    /// A drill for the control thread, set by the simulator's events: 1 panic, 2 stall for
+    /// `drill_stall_ms` (0: none).
+    pub control_drill: AtomicU64,
+    pub drill_stall_ms: AtomicU64,
     /// Latched by the daemon's supervisor when a thread died: an e-stop that no reset clears.
     pub fault: AtomicBool,
     pub resets: AtomicU64,
@@ -43,6 +47,8 @@ impl Blackboard {
             estop: AtomicBool::new(false),
             estop_presses: AtomicU64::new(0),
             fault: AtomicBool::new(false),
+            control_drill: AtomicU64::new(0),
+            drill_stall_ms: AtomicU64::new(0),
             resets: AtomicU64::new(0),
             command: AtomicCell::new((MonoTime::ZERO, MotionState::default())),
         }

@@ -81,6 +81,13 @@ impl SimArm {
                     SimEventKind::Crash => {
                         panic!("sim event `crash` at {} s (drill)", e.at_s)
                     }
+                    SimEventKind::CrashControl => board.control_drill.store(1, Ordering::SeqCst),
+                    SimEventKind::StallControl { duration_s } => {
+                        board
+                            .drill_stall_ms
+                            .store((duration_s * 1e3) as u64, Ordering::SeqCst);
+                        board.control_drill.store(2, Ordering::SeqCst);
+                    }
                 }
                 next_event += 1;
             }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod counting_alloc;
+pub mod edge;
 pub mod procs;
 
 use std::path::{Path, PathBuf};
