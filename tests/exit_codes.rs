@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::io::{BufRead, Read};
-use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use common::edge::*;
