@@ -43,6 +43,28 @@ fn when_config_field_is_bad_expect_exit_1_invalid_input_and_no_summary() {
 }
 
 #[test]
+fn when_summary_path_cannot_be_written_expect_exit_1_before_the_arm_moves() {
+    let dir = scratch_dir("summary-unwritable");
+    let cfg = write_config(&dir, &sim_config());
+    for bad in [dir.join("no/such/dir/summary.json"), dir.clone()] {
+        let started = Instant::now();
+        let out = pi0d()
+            .args(["run", "--quiet", "--duration", "30", "--config"])
+            .arg(&cfg)
+            .arg("--summary")
+            .arg(&bad)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_exit(out.status, None, 1, "invalid_input", &stderr);
+        assert!(stderr.contains("--summary"), "{stderr}");
+        // Refused at start, not after a 30 s run.
+        assert!(started.elapsed() < Duration::from_secs(10), "{stderr}");
+        assert!(!stderr.contains("start gate passed"), "{stderr}");
+    }
+}
+
+#[test]
 fn when_command_line_is_malformed_expect_exit_2_usage() {
     let dir = scratch_dir("exit-2");
     let cfg = write_config(&dir, &sim_config());
