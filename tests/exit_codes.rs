@@ -136,7 +136,8 @@ fn when_no_joint_state_ever_arrives_expect_exit_4_after_the_wait() {
         &stderr,
     );
     assert!(
-        stderr.contains("no joint state received within 10.0 s"),
+        stderr.contains("no joint state received within 10.0 s of start-up on /joint_states")
+            && stderr.contains(&format!("domain {domain}, loopback only")),
         "{stderr}"
     );
     let took = started.elapsed().as_secs_f64();

@@ -48,7 +48,7 @@ pub enum DaemonError {
     #[error(transparent)]
     StartRefused(#[from] StartRefused),
     #[error("no joint state received within {0:.1} s of start-up{1}")]
-    NoJointState(f64, &'static str),
+    NoJointState(f64, String),
     #[error(transparent)]
     Policy(#[from] PolicyBuildError),
     #[error("cannot start the {thread} thread")]
@@ -228,6 +228,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
 /// The first joint state, or `None` on a stop signal; an I/O thread that dies meanwhile is an
 /// error.
 fn wait_first_joint_state(
+    cfg: &Config,
     board: &Blackboard,
     io: &IoThread,
     stop: &AtomicBool,
@@ -249,9 +250,14 @@ fn wait_first_joint_state(
     }
     Err(DaemonError::NoJointState(
         FIRST_INPUT_TIMEOUT_S,
-        match io.role() {
-            Role::Ros => " (check ros.joint_states, the domain (ros.domain_id / ROS_DOMAIN_ID), ros.loopback_only, and that the messages name every joint in robot.joints)",
-            _ => "",
+        match &cfg.io {
+            Io::Ros(r) => format!(
+                " on {} (sensor_msgs/JointState, domain {}{}): check the topic, the domain (ROS_DOMAIN_ID), ros.loopback_only, and that the messages name every joint in robot.joints",
+                r.joint_states,
+                r.domain_id,
+                if r.loopback_only { ", loopback only" } else { "" }
+            ),
+            Io::Sim => String::new(),
         },
     ))
 }
@@ -276,7 +282,7 @@ fn supervise(
     start: MonoTime,
     io: &IoThread,
 ) -> Result<Summary, DaemonError> {
-    let Some(first) = wait_first_joint_state(board, io, &signals.stop)? else {
+    let Some(first) = wait_first_joint_state(cfg, board, io, &signals.stop)? else {
         tracing::info!("stop requested before the first joint state: nothing moved");
         return Ok(Summary::default());
     };
