@@ -359,7 +359,12 @@ impl<'a> Worker<'a> {
                     continue;
                 }
             };
-            let response = if self.board.estop.load(Ordering::SeqCst) {
+            let response = if self.board.fault.load(Ordering::SeqCst) {
+                msgs::TriggerResponse {
+                    success: false,
+                    message: "a daemon thread failed and latched the e-stop: no reset clears it; pi0d is stopping (see its log)".into(),
+                }
+            } else if self.board.estop.load(Ordering::SeqCst) {
                 msgs::TriggerResponse {
                     success: false,
                     message: "e-stop still pressed: release it first".into(),
