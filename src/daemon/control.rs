@@ -115,6 +115,10 @@ impl ControlLoop {
 
     /// The simulator's drills for the supervisor (`crash_control`, `stall_control`).
     fn drill(&self) {
+        // A read per tick; the shared line is written only when a drill is due.
+        if self.board.control_drill.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         match self.board.control_drill.swap(0, Ordering::Relaxed) {
             0 => {}
             1 => panic!("sim event `crash_control` (drill)"),

@@ -105,62 +105,20 @@ const SUSPENDED_S: f64 = 0.5;
 /// How long shutdown waits for a thread to finish before leaving it to the process exit.
 const JOIN_WAIT_S: f64 = 2.0;
 
-/// The thread that talks to the robot (or is it).
-struct IoThread(Supervised<()>);
-
-impl IoThread {
-    fn role(&self) -> Role {
-        self.0.role
-    }
-
-    fn health(&self, now: MonoTime) -> Health {
-        self.0.health(now, Some(IO_STALL_S))
-    }
-
-    fn is_finished(&self) -> bool {
-        self.0.is_finished()
-    }
-
-    fn join(self) {
-        self.0.join();
-    }
-}
-
-/// A thread shutdown waits for.
-trait Joinable {
-    fn finished(&self) -> bool;
-    fn join_now(self);
-}
-
-impl Joinable for IoThread {
-    fn finished(&self) -> bool {
-        self.is_finished()
-    }
-    fn join_now(self) {
-        self.join()
-    }
-}
-
-impl<T> Joinable for Supervised<T> {
-    fn finished(&self) -> bool {
-        self.is_finished()
-    }
-    fn join_now(self) {
-        self.join();
-    }
-}
-
 /// Waits up to `JOIN_WAIT_S` for a thread to finish, then joins it; a stuck one is left to the
 /// process exit rather than hanging shutdown.
-fn join_bounded(thread: impl Joinable, what: &str) {
+fn join_bounded<T>(thread: Supervised<T>) {
     let deadline = MonoTime::now().offset_seconds(JOIN_WAIT_S);
-    while !thread.finished() && MonoTime::now() < deadline {
+    while !thread.is_finished() && MonoTime::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    if thread.finished() {
-        thread.join_now();
+    if thread.is_finished() {
+        thread.join();
     } else {
-        tracing::error!("the {what} thread did not finish; leaving it");
+        tracing::error!(
+            "the {} thread did not finish; leaving it",
+            thread.role.name()
+        );
     }
 }
 
@@ -176,7 +134,8 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
     let start = MonoTime::now();
     let live = Arc::new(LiveStats::default());
     let spawn_err = |thread| move |source| DaemonError::Spawn { thread, source };
-    let io = IoThread(match &cfg.io {
+    // The thread that talks to the robot (or is it).
+    let io = match &cfg.io {
         Io::Sim => {
             let mut sim = SimArm::new(cfg.sim.clone(), &cfg.limits);
             let (board, stop) = (board.clone(), io_stop.clone());
@@ -198,7 +157,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
             })
             .map_err(spawn_err("ROS"))?
         }
-    });
+    };
 
     let result = supervise(
         &cfg,
@@ -211,8 +170,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
         &io,
     );
     io_stop.store(true, Ordering::SeqCst);
-    let role = io.role().name();
-    join_bounded(io, role);
+    join_bounded(io);
     notify::Notifier::from_env().stopping();
     let mut summary = result?;
     summary.signals_ignored = signals.ignored_total();
@@ -230,7 +188,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
 fn wait_first_joint_state(
     cfg: &Config,
     board: &Blackboard,
-    io: &IoThread,
+    io: &Supervised<()>,
     stop: &AtomicBool,
 ) -> Result<Option<JointMeasurement>, DaemonError> {
     let deadline = MonoTime::now().offset_seconds(FIRST_INPUT_TIMEOUT_S);
@@ -239,9 +197,9 @@ fn wait_first_joint_state(
         if js.stamp != MonoTime::ZERO {
             return Ok(Some(js));
         }
-        match io.health(MonoTime::now()) {
+        match io.health(MonoTime::now(), Some(IO_STALL_S)) {
             Health::Alive => {}
-            h => return Err(DaemonError::StartupThread(io.role().name(), describe(&h))),
+            h => return Err(DaemonError::StartupThread(io.role.name(), h.to_string())),
         }
         if stop.load(Ordering::Relaxed) {
             return Ok(None);
@@ -262,15 +220,6 @@ fn wait_first_joint_state(
     ))
 }
 
-fn describe(h: &Health) -> String {
-    match h {
-        Health::Alive => "alive".into(),
-        Health::Returned => "returned unexpectedly".into(),
-        Health::Panicked(m) => format!("panicked: {m}"),
-        Health::Stalled(s) => format!("stopped responding ({s:.1} s without a heartbeat)"),
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn supervise(
     cfg: &Config,
@@ -280,7 +229,7 @@ fn supervise(
     signals: &mut Signals,
     io_stop: &Arc<AtomicBool>,
     start: MonoTime,
-    io: &IoThread,
+    io: &Supervised<()>,
 ) -> Result<Summary, DaemonError> {
     let Some(first) = wait_first_joint_state(cfg, board, io, &signals.stop)? else {
         tracing::info!("stop requested before the first joint state: nothing moved");
@@ -403,7 +352,7 @@ fn supervise(
             // stall is a fault then.
             let stopping = stop_requested.load(Ordering::Relaxed);
             // Heartbeats older than the resume from a suspension do not count.
-            let io_health = match io.health(now) {
+            let io_health = match io.health(now, Some(IO_STALL_S)) {
                 Health::Stalled(_) if now.seconds_since(liveness_from) < IO_STALL_S => {
                     Health::Alive
                 }
@@ -411,7 +360,7 @@ fn supervise(
             };
             let others = [
                 (Role::Inference, worker_thread.health(now, None)),
-                (io.role(), io_health),
+                (io.role, io_health),
             ];
             let fault = others.into_iter().find(|(_, h)| match h {
                 Health::Alive => false,
@@ -419,7 +368,7 @@ fn supervise(
                 _ => true,
             });
             if let Some((role, h)) = fault {
-                let m = format!("{} thread {}", role.name(), describe(&h));
+                let m = format!("{} thread {h}", role.name());
                 tracing::error!("{m}: e-stop latched, decelerating to rest, then exiting");
                 faults.push(m);
                 board.fault.store(true, Ordering::SeqCst);
@@ -431,8 +380,7 @@ fn supervise(
         // Why the arm has not started yet, and for how long that may go on.
         let started = LiveStats::get(&live.chunks_accepted) > 0;
         if !started && exit == ExitReason::Clean {
-            let waiting =
-                start_waiting.unwrap_or_else(|| Waiting::from_code(LiveStats::get(&live.waiting)));
+            let waiting = Waiting::from_code(LiveStats::get(&live.waiting));
             if t >= cfg.control.start_timeout_s {
                 tracing::error!(
                     "the arm could not start within control.start_timeout_s = {} s: waiting for {}; stopping",
@@ -488,7 +436,7 @@ fn supervise(
     }
     status_line.finish();
     io_stop.store(true, Ordering::SeqCst);
-    join_bounded(worker_thread, "inference");
+    join_bounded(worker_thread);
     let waiting =
         start_waiting.unwrap_or_else(|| Waiting::from_code(LiveStats::get(&live.waiting)));
     let result: Option<ControlResult> = if control_fault {

@@ -83,6 +83,17 @@ pub enum Health {
     Stalled(f64),
 }
 
+impl std::fmt::Display for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Health::Alive => f.write_str("alive"),
+            Health::Returned => f.write_str("returned unexpectedly"),
+            Health::Panicked(m) => write!(f, "panicked: {m}"),
+            Health::Stalled(s) => write!(f, "stopped responding ({s:.1} s without a heartbeat)"),
+        }
+    }
+}
+
 pub struct Supervised<T> {
     pub role: Role,
     pub heart: Arc<Heartbeat>,
