@@ -21,6 +21,7 @@ use pi0d::daemon::{self, RunOptions};
 use pi0d::joints::JointMeasurement;
 use pi0d::joints::JointVector;
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};
+use pi0d::safety::supervisor::SafetyInputs;
 use pi0d::time::MonoTime;
 
 fn loop_under_load(rate_hz: f64, priority: i32, spin_us: f64, seconds: f64) {
@@ -144,15 +145,17 @@ fn tick_cost(joints: usize, ticks: usize) {
         let began = Instant::now();
         let report = ctl.tick(
             TickInputs {
-                now,
-                measured: &measured,
-                camera_stamps: &[],
-                estop: false,
-                estop_presses: 0,
-                resets: 0,
+                safety: SafetyInputs {
+                    now,
+                    measured: &measured,
+                    camera_stamps: &[],
+                    estop: false,
+                    estop_presses: 0,
+                    resets: 0,
+                    overrun_streak: 0,
+                    stop_requested: false,
+                },
                 new_chunk,
-                overrun_streak: 0,
-                stop_requested: false,
                 inference_in_flight: true,
             },
             &mut |c| recycled.push(c),

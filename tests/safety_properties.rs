@@ -15,6 +15,7 @@ use pi0d::control::{Controller, Executor, TickInputs};
 use pi0d::joints::JointMeasurement;
 use pi0d::joints::JointVector;
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};
+use pi0d::safety::supervisor::SafetyInputs;
 use pi0d::safety::SafetyEvent;
 use pi0d::time::MonoTime;
 
@@ -268,15 +269,17 @@ fn simulate(case: &Case) -> Outcome {
         let before = ctl.event_counts()[SafetyEvent::JerkOverride as usize];
         let report = ctl.tick(
             TickInputs {
-                now,
-                measured: &measured,
-                camera_stamps: &[],
-                estop,
-                estop_presses: 0,
-                resets,
+                safety: SafetyInputs {
+                    now,
+                    measured: &measured,
+                    camera_stamps: &[],
+                    estop,
+                    estop_presses: 0,
+                    resets,
+                    overrun_streak: 0,
+                    stop_requested: false,
+                },
                 new_chunk,
-                overrun_streak: 0,
-                stop_requested: false,
                 inference_in_flight: false,
             },
             &mut |_| {},

@@ -9,6 +9,7 @@ use pi0d::joints::JointMeasurement;
 use pi0d::joints::JointVector;
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};
 use pi0d::safety::supervisor::LateRejection;
+use pi0d::safety::supervisor::SafetyInputs;
 use pi0d::safety::{HoldReason, Mode};
 use pi0d::time::MonoTime;
 
@@ -98,15 +99,17 @@ impl Rig {
         self.measured.stamp = now.offset_seconds(-0.002);
         let r = self.ctl.tick(
             TickInputs {
-                now,
-                measured: &self.measured,
-                camera_stamps: &[],
-                estop,
-                estop_presses: 0,
-                resets,
+                safety: SafetyInputs {
+                    now,
+                    measured: &self.measured,
+                    camera_stamps: &[],
+                    estop,
+                    estop_presses: 0,
+                    resets,
+                    overrun_streak,
+                    stop_requested: false,
+                },
                 new_chunk: chunk,
-                overrun_streak,
-                stop_requested: false,
                 inference_in_flight: false,
             },
             &mut |_| {},
@@ -150,15 +153,17 @@ fn when_chunk_predates_hold_expect_not_fresh_and_never_replayed() {
         };
         rig.ctl.tick(
             TickInputs {
-                now,
-                measured: &measured,
-                camera_stamps: &[],
-                estop: false,
-                estop_presses: 0,
-                resets: 0,
+                safety: SafetyInputs {
+                    now,
+                    measured: &measured,
+                    camera_stamps: &[],
+                    estop: false,
+                    estop_presses: 0,
+                    resets: 0,
+                    overrun_streak: 0,
+                    stop_requested: false,
+                },
                 new_chunk: None,
-                overrun_streak: 0,
-                stop_requested: false,
                 inference_in_flight: false,
             },
             &mut |_| {},

@@ -24,35 +24,10 @@ use crate::safety::{
 use crate::time::MonoTime;
 
 pub struct TickInputs<'a> {
-    pub now: MonoTime,
-    pub measured: &'a JointMeasurement,
-    /// Capture time of each camera's latest frame (`MonoTime::ZERO`: none yet).
-    pub camera_stamps: &'a [MonoTime],
-    pub estop: bool,
-    /// Count of e-stop presses so far (a press and release between ticks still latches).
-    pub estop_presses: u64,
-    /// Count of reset requests so far; a change is one request.
-    pub resets: u64,
+    /// What the safety supervisor reads: time, measurements, operator inputs, overruns.
+    pub safety: SafetyInputs<'a>,
     pub new_chunk: Option<Box<JointChunk>>,
-    /// Consecutive control ticks that overran their deadline.
-    pub overrun_streak: u32,
-    pub stop_requested: bool,
     pub inference_in_flight: bool,
-}
-
-impl TickInputs<'_> {
-    fn safety(&self) -> SafetyInputs<'_> {
-        SafetyInputs {
-            now: self.now,
-            measured: self.measured,
-            camera_stamps: self.camera_stamps,
-            estop: self.estop,
-            estop_presses: self.estop_presses,
-            resets: self.resets,
-            overrun_streak: self.overrun_streak,
-            stop_requested: self.stop_requested,
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -209,13 +184,13 @@ impl Controller {
         mut i: TickInputs,
         recycle: &mut impl FnMut(Box<JointChunk>),
     ) -> TickReport {
-        let now = i.now;
+        let now = i.safety.now;
         let mut t: Transitions = [None, None];
 
         // 1. Operator inputs and watchdogs.
         let gate = self
             .safety
-            .observe(&i.safety(), self.governor.state(), &mut t);
+            .observe(&i.safety, self.governor.state(), &mut t);
         if let Some(p) = gate.reset_at {
             self.governor.reset_at(&p);
             self.monitor.reset_at(&p);
@@ -235,8 +210,12 @@ impl Controller {
 
         // 4. The governor.
         let gov = match &target {
-            Some(p) => self.governor.step(Target::Track(p), &i.measured.position),
-            None => self.governor.step(Target::Stop, &i.measured.position),
+            Some(p) => self
+                .governor
+                .step(Target::Track(p), &i.safety.measured.position),
+            None => self
+                .governor
+                .step(Target::Stop, &i.safety.measured.position),
         };
         self.count_governor(&gov);
         if gov.limit_brake {
@@ -264,7 +243,7 @@ impl Controller {
             reset_refused: gate.reset_refused,
             // An e-stopped arm stays latched while the daemon shuts down; it is already holding.
             done: gov.at_rest
-                && (mode == Mode::Stopping || (i.stop_requested && mode == Mode::EStopped)),
+                && (mode == Mode::Stopping || (i.safety.stop_requested && mode == Mode::EStopped)),
             waiting: self.safety.waiting(gate.stale),
         }
     }

@@ -13,7 +13,7 @@ use crate::control::ticker::Ticker;
 use crate::control::{Controller, TickInputs};
 use crate::daemon::worker::WorkerHandle;
 use crate::io::Blackboard;
-use crate::safety::supervisor::Transition;
+use crate::safety::supervisor::{SafetyInputs, Transition};
 use crate::time::MonoTime;
 
 /// What the control thread reports to the supervisor. `Copy`: sending it never allocates.
@@ -152,17 +152,19 @@ impl ControlLoop {
         }
         let worker = &self.worker;
         let inputs = TickInputs {
-            now,
-            measured: &measured,
-            camera_stamps: &self.camera_stamps,
-            // A fault latched by the supervisor (a thread died) acts as an e-stop no reset clears.
-            estop: self.board.estop.load(Ordering::Relaxed)
-                || self.board.fault.load(Ordering::Relaxed),
-            estop_presses: self.board.estop_presses.load(Ordering::Relaxed),
-            resets: self.board.resets.load(Ordering::Relaxed),
+            safety: SafetyInputs {
+                now,
+                measured: &measured,
+                camera_stamps: &self.camera_stamps,
+                // A fault latched by the supervisor (a thread died) acts as an e-stop no reset clears.
+                estop: self.board.estop.load(Ordering::Relaxed)
+                    || self.board.fault.load(Ordering::Relaxed),
+                estop_presses: self.board.estop_presses.load(Ordering::Relaxed),
+                resets: self.board.resets.load(Ordering::Relaxed),
+                overrun_streak: self.streak,
+                stop_requested: stopping,
+            },
             new_chunk: worker.try_chunk(),
-            overrun_streak: self.streak,
-            stop_requested: stopping,
             inference_in_flight: worker.in_flight(),
         };
         let report = self.ctl.tick(inputs, &mut |c| worker.recycle(c));
