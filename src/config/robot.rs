@@ -133,30 +133,21 @@ fn one_joint(
             )
         }
     };
-    let acceleration = match over.acceleration {
-        Some(a) => c.positive(&field("acceleration"), a)?,
-        None => d.acceleration.ok_or_else(|| {
+    // The URDF has no acceleration or jerk: a joint's own value, else the global default.
+    let required = |key: &str, own: Option<f64>, default: Option<f64>| match own {
+        Some(x) => c.positive(&field(key), x),
+        None => default.ok_or_else(|| {
             c.error(
-                "limits.acceleration",
+                &format!("limits.{key}"),
                 format!(
-                    "URDF has no acceleration limits: set limits.acceleration or {}",
-                    field("acceleration")
+                    "URDF has no {key} limits: set limits.{key} or {}",
+                    field(key)
                 ),
             )
-        })?,
+        }),
     };
-    let jerk = match over.jerk {
-        Some(j) => c.positive(&field("jerk"), j)?,
-        None => d.jerk.ok_or_else(|| {
-            c.error(
-                "limits.jerk",
-                format!(
-                    "URDF has no jerk limits: set limits.jerk or {}",
-                    field("jerk")
-                ),
-            )
-        })?,
-    };
+    let acceleration = required("acceleration", over.acceleration, d.acceleration)?;
+    let jerk = required("jerk", over.jerk, d.jerk)?;
     let margin = match over.position_margin {
         Some(m) => c.non_negative(&field("position_margin"), m)?,
         None => d.position_margin,
