@@ -94,3 +94,20 @@ impl RobotLimits {
             .map(|(l, p)| (l, *p))
     }
 }
+
+/// One revolute joint `j` in `[lower, upper]` (1 rad/s, 5 rad/s², 100 rad/s³), for unit tests.
+#[cfg(test)]
+pub fn one_test_joint(lower: f64, upper: f64) -> RobotLimits {
+    RobotLimits::new(vec![JointLimits {
+        name: "j".into(),
+        kind: JointKind::Revolute,
+        lower,
+        upper,
+        velocity: 1.0,
+        acceleration: 5.0,
+        jerk: 100.0,
+        effort: 0.0,
+        soft: None,
+        max_step: f64::INFINITY,
+    }])
+}

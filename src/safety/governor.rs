@@ -97,10 +97,6 @@ impl Governor {
         &self.state
     }
 
-    pub fn limits(&self) -> &RobotLimits {
-        &self.limits
-    }
-
     /// Whether `goal` moves some joint toward its position limit faster than the joint could
     /// stop before that limit at its deceleration limit (as ros2_control's joint_limits checks):
     /// then all joints brake together, keeping the arm's motion coordinated.
@@ -255,22 +251,7 @@ impl Governor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::robot::{JointKind, JointLimits};
-
-    fn limits(lower: f64, upper: f64) -> RobotLimits {
-        RobotLimits::new(vec![JointLimits {
-            name: "j".into(),
-            kind: JointKind::Revolute,
-            lower,
-            upper,
-            velocity: 1.0,
-            acceleration: 5.0,
-            jerk: 100.0,
-            effort: 0.0,
-            soft: None,
-            max_step: f64::INFINITY,
-        }])
-    }
+    use crate::robot::limits::one_test_joint as limits;
 
     #[test]
     fn when_target_is_feasible_expect_governor_transparent() {

@@ -301,21 +301,10 @@ impl Supervisor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::robot::{JointKind, JointLimits};
+    use crate::robot::limits::one_test_joint;
 
     fn limits() -> RobotLimits {
-        RobotLimits::new(vec![JointLimits {
-            name: "j".into(),
-            kind: JointKind::Revolute,
-            lower: -1.0,
-            upper: 1.0,
-            velocity: 1.0,
-            acceleration: 5.0,
-            jerk: 100.0,
-            effort: 0.0,
-            soft: None,
-            max_step: f64::INFINITY,
-        }])
+        one_test_joint(-1.0, 1.0)
     }
 
     struct Rig {
