@@ -602,18 +602,8 @@ mod tests {
             let start = png.len();
             png.extend(kind);
             png.extend(body);
-            let mut crc = !0u32;
-            for b in &png[start..] {
-                crc ^= u32::from(*b);
-                for _ in 0..8 {
-                    crc = if crc & 1 == 1 {
-                        (crc >> 1) ^ 0xEDB8_8320
-                    } else {
-                        crc >> 1
-                    };
-                }
-            }
-            png.extend((!crc).to_be_bytes());
+            let crc = crc32fast::hash(&png[start..]);
+            png.extend(crc.to_be_bytes());
         }
         let mut png = vec![0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
         let mut ihdr = w.to_be_bytes().to_vec();
