@@ -188,27 +188,19 @@ fn when_override_widens_urdf_limit_expect_warning() {
 fn when_ros_parameter_is_bad_expect_parameter_blamed_not_file() {
     use pi0d::config::ros_args;
     let text = sim_toml_with("");
-    let args: Vec<String> = ["-p", "control.rate_hz:=fast"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let ros = ros_args::parse(&args).unwrap();
-    let e = Config::parse_with(Path::new("w.toml"), &text, &ros)
-        .unwrap_err()
-        .to_string();
+    let refused_with = |param: &str| {
+        let ros = ros_args::parse(&["-p".to_string(), param.to_string()]).unwrap();
+        Config::parse_with(Path::new("w.toml"), &text, &ros)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = refused_with("control.rate_hz:=fast");
     assert!(
         e.starts_with("--ros-args parameter `control.rate_hz`: `control.rate_hz`:"),
         "{e}"
     );
     assert!(!e.contains("w.toml"), "{e}");
-    let args: Vec<String> = ["-p", "control.rate_hz:=5000"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let ros = ros_args::parse(&args).unwrap();
-    let e = Config::parse_with(Path::new("w.toml"), &text, &ros)
-        .unwrap_err()
-        .to_string();
+    let e = refused_with("control.rate_hz:=5000");
     assert!(
         e.contains("--ros-args parameter `control.rate_hz`") && e.contains("[10, 1000]"),
         "{e}"
