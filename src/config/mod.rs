@@ -146,33 +146,14 @@ impl Config {
                     }
                 }
             })?;
-        let mut cfg = Config::from_raw_with(file, raw, &origins)?;
-        let c = Check::new(file, &origins);
-        if let Io::Ros(r) = &cfg.io {
-            let topics = ros_topics(r);
-            for (from, to) in ros_args::unmatched_remaps(ros, &topics) {
-                c.warn(
-                    "ros",
-                    format!("remap {from}:={to} matches no topic pi0d uses"),
-                );
-            }
-        } else if !ros.remaps.is_empty() || ros.node.is_some() || ros.namespace.is_some() {
-            c.warn(
-                "ros",
-                "--ros-args remaps and node names are ignored: robot.io is \"sim\"",
-            );
-        }
-        cfg.warnings.extend(c.take_warnings());
-        Ok(cfg)
+        Config::from_raw(file, raw, ros, &origins)
     }
 
-    pub fn from_raw(file: &Path, raw: RawConfig) -> Result<Config, ConfigError> {
-        Config::from_raw_with(file, raw, &Origins::default())
-    }
-
-    fn from_raw_with(
+    /// Validates each section; `ros` only for the warnings about remaps that match nothing.
+    fn from_raw(
         file: &Path,
         raw: RawConfig,
+        ros: &ros_args::RosArgs,
         origins: &Origins,
     ) -> Result<Config, ConfigError> {
         let c = Check::new(file, origins);
@@ -229,6 +210,23 @@ impl Config {
             );
         }
         let realtime = realtime::validate(&c, &raw.realtime, control.rate_hz)?;
+        match &io {
+            Io::Ros(r) => {
+                for (from, to) in ros_args::unmatched_remaps(ros, &ros_topics(r)) {
+                    c.warn(
+                        "ros",
+                        format!("remap {from}:={to} matches no topic pi0d uses"),
+                    );
+                }
+            }
+            Io::Sim if !ros.remaps.is_empty() || ros.node.is_some() || ros.namespace.is_some() => {
+                c.warn(
+                    "ros",
+                    "--ros-args remaps and node names are ignored: robot.io is \"sim\"",
+                );
+            }
+            Io::Sim => {}
+        }
         Ok(Config {
             file: file.to_path_buf(),
             urdf: urdf_path,

@@ -1,7 +1,7 @@
 //! The configuration file as written: plain serde structs, unknown fields refused, choices as
 //! serde enums (an unknown value is refused naming the field and the allowed values).
 //! Fields that only some kinds use are `Option`s, so validation can tell "not given" from the
-//! default and warn about settings the chosen kind ignores. `super::Config::from_raw` turns
+//! default and warn about settings the chosen kind ignores. `super::Config::parse_with` turns
 //! this into the validated, typed configuration.
 
 use std::collections::BTreeMap;
