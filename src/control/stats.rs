@@ -83,8 +83,6 @@ pub struct LiveStats {
     pub safety_events: AtomicU64,
     /// `Waiting::code` of what the arm waits for.
     pub waiting: AtomicU64,
-    /// Chunks the control loop accepted (the arm has started once this is non-zero).
-    pub chunks_accepted: AtomicU64,
     /// Input messages the transport refused, and those whose decoder panicked (ROS).
     pub inputs_rejected: AtomicU64,
     pub input_decoder_faults: AtomicU64,

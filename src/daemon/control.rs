@@ -181,7 +181,6 @@ impl ControlLoop {
             LiveStats::add(&live.chunks_received, 1);
             match c {
                 ChunkOutcome::Accepted { latency_s, .. } => {
-                    LiveStats::add(&live.chunks_accepted, 1);
                     LiveStats::set(&live.last_latency_us, (latency_s * 1e6) as u64)
                 }
                 ChunkOutcome::Rejected { .. } => LiveStats::add(&live.chunks_rejected, 1),

@@ -378,7 +378,8 @@ fn supervise(
         }
 
         // Why the arm has not started yet, and for how long that may go on.
-        let started = LiveStats::get(&live.chunks_accepted) > 0;
+        // Every chunk the control loop saw was accepted or rejected.
+        let started = LiveStats::get(&live.chunks_received) > LiveStats::get(&live.chunks_rejected);
         if !started && exit == ExitReason::Clean {
             let waiting = Waiting::from_code(LiveStats::get(&live.waiting));
             if t >= cfg.control.start_timeout_s {
