@@ -67,7 +67,7 @@ impl Heartbeat {
     }
 
     /// Seconds since the last beat.
-    pub fn age_s(&self, now: MonoTime) -> f64 {
+    fn age_s(&self, now: MonoTime) -> f64 {
         now.seconds_since(MonoTime::from_nanos(self.last_ns.load(Ordering::Relaxed)))
     }
 }
@@ -96,7 +96,7 @@ impl std::fmt::Display for Health {
 
 pub struct Supervised<T> {
     pub role: Role,
-    pub heart: Arc<Heartbeat>,
+    heart: Arc<Heartbeat>,
     handle: JoinHandle<Option<T>>,
 }
 
@@ -145,12 +145,13 @@ impl<T> Supervised<T> {
                     .and_then(|m| m.clone())
                     .unwrap_or_default(),
             ),
-            _ => match stall_after_s {
-                Some(limit) if self.heart.age_s(now) > limit => {
-                    Health::Stalled(self.heart.age_s(now))
+            _ => {
+                let age = self.heart.age_s(now);
+                match stall_after_s {
+                    Some(limit) if age > limit => Health::Stalled(age),
+                    _ => Health::Alive,
                 }
-                _ => Health::Alive,
-            },
+            }
         }
     }
 
