@@ -51,6 +51,7 @@ fn loop_under_load(rate_hz: f64, priority: i32, spin_us: f64, seconds: f64) {
             duration_s: Some(seconds),
             summary: None,
             status: false,
+            dry_run: false,
         },
     )
     .expect("daemon runs");

@@ -52,6 +52,10 @@ struct RunArgs {
     /// No live status line.
     #[arg(long)]
     quiet: bool,
+    /// Run everything but send the commands on the shadow topic (ros.dry_run_topic), never
+    /// to the robot; the simulated arm does not move.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Args)]
@@ -311,6 +315,7 @@ fn run(a: RunArgs, ros: &RosArgs) -> Outcome {
         duration_s: a.duration,
         summary: a.summary,
         status: !a.quiet,
+        dry_run: a.dry_run,
     };
     let s = daemon::run(cfg, opts).map_err(|e| {
         let reason = e.exit_reason();
@@ -597,6 +602,12 @@ fn print_check(cfg: &Config) {
         "watchdogs: joint state {} s, camera {} s, overrun streak {}",
         cfg.safety.joint_state_timeout_s, cfg.safety.camera_timeout_s, cfg.safety.overrun_streak
     ));
+    if cfg.limits.scale < 1.0 {
+        say(&format!(
+            "limits: scaled to {} of every velocity, acceleration and jerk limit (limits.scale; the table shows the scaled values)",
+            cfg.limits.scale
+        ));
+    }
     say(&format!(
         "{:<20} {:<10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}",
         "joint", "kind", "lower", "upper", "vel", "acc", "jerk", "max_step"
@@ -629,16 +640,26 @@ fn print_check(cfg: &Config) {
     }
     match &cfg.io {
         pi0d::config::Io::Sim => say(&format!("io: sim, {} camera(s)", cfg.sim.cameras.len())),
-        pi0d::config::Io::Ros(r) => say(&format!(
-            "io: ros ({:?}), node {}{}{}, {} camera(s), commands {:?} on {}",
-            r.middleware,
-            r.namespace.trim_end_matches('/'),
-            "/",
-            r.node,
-            r.cameras.len(),
-            r.command_type,
-            r.command_topic
-        )),
+        pi0d::config::Io::Ros(r) => {
+            say(&format!(
+                "io: ros ({:?}), node {}{}{}, {} camera(s), commands {:?} on {} (dry run: {})",
+                r.middleware,
+                r.namespace.trim_end_matches('/'),
+                "/",
+                r.node,
+                r.cameras.len(),
+                r.command_type,
+                r.command_topic,
+                r.dry_run_topic,
+            ));
+            if r.command_type == pi0d::config::CommandType::JointTrajectory {
+                say(&format!(
+                    "trajectories: stamp 0 (start on receipt), the command at +{:.4} s, its velocity held {} s, then braking to rest within the limits",
+                    cfg.control.period.as_secs_f64(),
+                    r.trajectory_coast_s
+                ));
+            }
+        }
     }
     for w in &cfg.warnings {
         say(&format!("warning: {w}"));

@@ -11,11 +11,13 @@ use std::sync::{Arc, Mutex};
 
 use byteorder::LittleEndian;
 use pi0d::config::CommandType;
+use pi0d::control::lookahead::Lookahead;
 use pi0d::io::ros::encode::CommandPublisher;
 use pi0d::io::ros::msgs::*;
 use pi0d::io::ros::transport::{Middleware, Msg, Put, Serve, SrvMsg, Take};
 use pi0d::io::ros::RosError;
 use pi0d::joints::{JointVector, MotionState};
+use pi0d::robot::{JointKind, JointLimits, RobotLimits};
 use ros2_client::{MessageTypeName, Name, QosProfile, ServiceTypeName};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -232,6 +234,23 @@ impl Middleware for Recorder {
     }
 }
 
+/// Two joints with the limits a trajectory's braking tail keeps.
+fn two_joints() -> RobotLimits {
+    let joint = |name: &str| JointLimits {
+        name: name.into(),
+        kind: JointKind::Revolute,
+        lower: -3.0,
+        upper: 3.0,
+        velocity: 1.0,
+        acceleration: 2.0,
+        jerk: 50.0,
+        effort: 0.0,
+        soft: None,
+        max_step: f64::INFINITY,
+    };
+    RobotLimits::new(vec![joint("a"), joint("bb")])
+}
+
 #[test]
 fn when_command_published_as_each_type_expect_bytes_equal_to_rosbags() {
     let theirs = rosbags_bytes();
@@ -242,12 +261,8 @@ fn when_command_published_as_each_type_expect_bytes_equal_to_rosbags() {
     };
     let names = ["a".to_string(), "bb".to_string()];
     let topic = Name::new("/arm_controller", "joint_trajectory").unwrap();
+    let lookahead = Lookahead::new(&two_joints(), 0.05);
     for (kind, theirs_name, ty) in [
-        (
-            CommandType::JointTrajectory,
-            "trajectory_msgs/msg/JointTrajectory",
-            "trajectory_msgs/msg/JointTrajectory",
-        ),
         (
             CommandType::JointState,
             "command/sensor_msgs/msg/JointState",
@@ -262,13 +277,14 @@ fn when_command_published_as_each_type_expect_bytes_equal_to_rosbags() {
         let mut mw = Recorder::default();
         let qos = QosProfile::publisher_default();
         let mut publisher =
-            CommandPublisher::advertise(&mut mw, &topic, kind, &qos, 0.005).unwrap();
+            CommandPublisher::advertise(&mut mw, &topic, kind, &qos, 0.005, lookahead.clone())
+                .unwrap();
         assert_eq!(publisher.kind(), kind);
         let stamp = Time {
             sec: 12,
             nanosec: 5000,
         };
-        publisher.publish(stamp, &names, &cmd).unwrap();
+        publisher.publish(stamp, &names, &cmd, 0.0).unwrap();
         let sent = mw.0.lock().unwrap();
         assert_eq!(sent.len(), 1, "{kind:?}");
         assert_eq!(sent[0].0, ty, "{kind:?}");
@@ -277,4 +293,71 @@ fn when_command_published_as_each_type_expect_bytes_equal_to_rosbags() {
         assert_eq!(&mine[..], &payload[..mine.len()], "{kind:?}: bytes differ");
         assert!(payload[mine.len()..].iter().all(|b| *b == 0), "{kind:?}");
     }
+}
+
+/// The JointTrajectory command (its CDR checked against rosbags above) as sent: stamp zero,
+/// points on the command's line (the command due one period after its tick, less the time
+/// it waited), then braking to rest.
+#[test]
+fn when_command_published_as_trajectory_expect_stamp_zero_and_a_tail_to_rest() {
+    let cmd = MotionState {
+        position: JointVector::from_slice(&[1.0, 2.0]),
+        velocity: JointVector::from_slice(&[0.5, -0.5]),
+        acceleration: JointVector::from_slice(&[0.0, 0.25]),
+    };
+    let names = ["a".to_string(), "bb".to_string()];
+    let topic = Name::new("/arm_controller", "joint_trajectory").unwrap();
+    let mut mw = Recorder::default();
+    let mut publisher = CommandPublisher::advertise(
+        &mut mw,
+        &topic,
+        CommandType::JointTrajectory,
+        &QosProfile::publisher_default(),
+        0.005,
+        Lookahead::new(&two_joints(), 0.05),
+    )
+    .unwrap();
+    let stamp = Time {
+        sec: 12,
+        nanosec: 5000,
+    };
+    // Sent 2 ms after its tick: due 3 ms after receipt.
+    publisher.publish(stamp, &names, &cmd, 0.002).unwrap();
+    let sent = mw.0.lock().unwrap();
+    assert_eq!(sent[0].0, "trajectory_msgs/msg/JointTrajectory");
+    let (t, _) = cdr_encoding::from_bytes::<JointTrajectory, LittleEndian>(&sent[0].1).unwrap();
+    assert_eq!(t.header.stamp, Time::default(), "zero: start on receipt");
+    assert_eq!(t.joint_names, names);
+    // Half the 50 ms coast after the command (due 3 ms after receipt), `bb` still slowing
+    // at 0.25 rad/s².
+    let first = &t.points[0];
+    let (c, a) = (0.025, 0.25);
+    assert_eq!(
+        first.positions,
+        [1.0 + 0.5 * c, 2.0 - 0.5 * c + 0.5 * a * c * c]
+    );
+    assert_eq!(first.velocities, [0.5, -0.5 + a * c]);
+    assert_eq!(first.accelerations, [0.0, 0.25]);
+    assert_eq!(
+        (first.time_from_start.sec, first.time_from_start.nanosec),
+        (0, 28_000_000)
+    );
+    let ns = |p: &JointTrajectoryPoint| {
+        p.time_from_start.sec as i64 * 1_000_000_000 + p.time_from_start.nanosec as i64
+    };
+    assert!(t.points.windows(2).all(|w| ns(&w[1]) > ns(&w[0])));
+    let last = t.points.last().unwrap();
+    assert_eq!(last.velocities, [0.0, 0.0]);
+    // 50 ms coasting, then braking at 2 rad/s² to rest.
+    assert!(
+        (last.positions[0] - (1.0 + 0.025 + 0.0625)).abs() < 1e-9,
+        "{last:?}"
+    );
+    let v = -0.5 + a * 0.05;
+    let coast = -0.5 * 0.05 + 0.5 * a * 0.05 * 0.05;
+    let brake = -v * v / 4.0;
+    assert!(
+        (last.positions[1] - (2.0 + coast + brake)).abs() < 1e-9,
+        "{last:?}"
+    );
 }

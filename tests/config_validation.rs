@@ -156,6 +156,19 @@ fn when_settings_unused_by_chosen_kind_expect_warning_naming_them() {
         text.contains("w.toml: `policy.amplitude`: ignored"),
         "{text}"
     );
+    // A trajectory setting with another command type.
+    let text = sim_toml_with(
+        "[ros]\ncommand_type = \"float64_multi_array\"\ncommand_topic = \"/fwd/commands\"\ntrajectory_coast_s = 0.1\n",
+    )
+    .replace("io = \"sim\"", "io = \"ros\"");
+    let cfg = Config::parse(Path::new("w.toml"), &text).unwrap();
+    assert!(
+        cfg.warnings
+            .iter()
+            .any(|w| w.field == "ros.trajectory_coast_s"),
+        "{:?}",
+        cfg.warnings
+    );
 }
 
 #[test]

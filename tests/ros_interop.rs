@@ -37,6 +37,18 @@ fn exchange(
     peer_args: &[&str],
     pi0d_s: f64,
 ) -> Exchange {
+    exchange_with(name, cfg, domain, peer_args, pi0d_s, &[])
+}
+
+/// As `exchange`, with `pi0d_args` added to `pi0d run`.
+fn exchange_with(
+    name: &str,
+    cfg: &toml::Table,
+    domain: u16,
+    peer_args: &[&str],
+    pi0d_s: f64,
+    pi0d_args: &[&str],
+) -> Exchange {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let python = peer_python();
     let dir = scratch_dir(name);
@@ -54,7 +66,7 @@ fn exchange(
         .stdout(Stdio::null())
         .spawn()
         .expect("peer starts");
-    run_beside_peer(&dir, cfg, peer, pi0d_s)
+    run_beside_peer_with(&dir, cfg, peer, pi0d_s, pi0d_args)
 }
 
 #[test]
@@ -126,8 +138,14 @@ fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
         );
     }
     // Observation latency (capture stamp to decoded frame) per camera, and command latency
-    // (control tick to the peer), both measured and plausible on loopback.
+    // (write to the peer), both measured and plausible on loopback.
     assert_latencies(running, r);
+    // config/sim.toml: 6 rad/s² and 150 rad/s³ for the arm joints.
+    assert_controller_accepts(r, 6.0, 150.0);
+    eprintln!(
+        "command inter-arrival at the peer: {}",
+        r["interarrival_ms"]
+    );
 }
 
 #[test]
@@ -141,6 +159,9 @@ fn when_peer_presses_estop_then_calls_reset_service_expect_latch_and_fresh_resum
     let peer = ["--duration", "10", "--estop-at", "3", "--reset-at", "4.5"];
     let x = exchange("ros-estop", &cfg, domain, &peer, 7.0);
     assert_estop_latched_then_reset(&x);
+    // Through the e-stop's braking, the hold and the fresh resume, every trajectory is one
+    // the controller accepts and follows smoothly.
+    assert_controller_accepts(&x.report, 6.0, 150.0);
 }
 
 #[test]
@@ -220,4 +241,30 @@ fn when_peer_sends_malformed_images_and_prompts_expect_warnings_and_commands_kee
         assert!(stderr.contains(needle), "`{needle}` not in:\n{stderr}");
     }
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn when_dry_run_expect_nothing_on_the_robot_topic_and_the_full_stream_on_the_shadow() {
+    let domain = 20 + ((std::process::id() + 101) % 150) as u16;
+    let cfg = ros_config(domain);
+    let x = exchange_with(
+        "ros-dry-run",
+        &cfg,
+        domain,
+        &["--duration", "8"],
+        4.0,
+        &["--dry-run"],
+    );
+    let (s, r) = (&x.summary, &x.report);
+    assert_eq!(r["commands"], 0, "the robot's topic got commands: {r}");
+    // 200 Hz for ~3 s of running (discovery takes the first moments).
+    assert!(r["shadow_commands"].as_u64().unwrap() >= 300, "{r}");
+    assert_eq!(s["dry_run"], true);
+    assert!(s["chunks_accepted"].as_u64().unwrap() >= 2, "{s}");
+    assert!(
+        x.stderr
+            .contains("dry run: commands go to /pi0d/dry_run/arm_controller/joint_trajectory"),
+        "{}",
+        x.stderr
+    );
 }

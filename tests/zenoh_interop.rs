@@ -173,6 +173,8 @@ fn when_zenoh_robot_publishes_expect_commands_back_in_rmw_zenoh_format() {
     // Observation latency (capture stamp to decoded frame) per camera, and command latency
     // (control tick to the peer), both measured and plausible on loopback.
     assert_latencies(running, r);
+    // config/sim.toml: 6 rad/s² and 150 rad/s³ for the arm joints.
+    assert_controller_accepts(r, 6.0, 150.0);
 }
 
 #[test]

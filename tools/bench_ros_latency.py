@@ -4,8 +4,11 @@
 * observation latency: a camera frame's capture stamp (set by the peer just before it sends)
   to the decoded frame ready on pi0d's blackboard, for 640x480 raw rgb8 (921 KB) and 640x480
   JPEG, as pi0d measures it and reports in /diagnostics (p50 / p99 / max over its last frames);
-* command latency: a command's control-tick stamp to its arrival at the peer (includes waiting
-  for the next publish slot of the ROS thread).
+* command latency: a command's write (the DDS source timestamp, or rmw_zenoh's attachment
+  timestamp) to its arrival at the peer;
+* command timing: the interval between consecutive commands at the peer (p50 / p99 / max),
+  with small frames and with the camera load of `--size` at `--fps`; on DDS also between
+  pi0d's writes, which is pi0d's own timing without the Python peer's polling.
 
 Over DDS (the Cyclone DDS peer) and, when pi0d was built with `--features zenoh`, over Zenoh
 (the eclipse-zenoh peer). Run from the repository root after `./tools/test.sh` (it makes
@@ -100,7 +103,7 @@ def run(middleware: str, seconds: float, fps: float, size: str, tmp: Path):
     running = [d for d in r["diagnostics"] if d["message"] == "running"]
     if not running:
         sys.exit(f"no diagnostics from pi0d ({middleware}): {r}")
-    return running[-1]["values"], r["command_latency_ms"]
+    return running[-1]["values"], r["command_latency_ms"], r.get("interarrival_ms"), r.get("write_interval_ms")
 
 
 def main():
@@ -111,24 +114,31 @@ def main():
     args = ap.parse_args()
     if not BIN.exists():
         sys.exit(f"{BIN} missing: cargo build --release [--features zenoh]")
-    results = {}
+    results, light = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for mw in ["dds", "zenoh"]:
             try:
                 results[mw] = run(mw, args.seconds, args.fps, args.size, Path(tmp))
+                light[mw] = run(mw, args.seconds, 10.0, "64x48", Path(tmp))
             except SystemExit as e:
                 if mw == "zenoh" and "zenoh` feature" in str(e):
                     print("zenoh: pi0d was built without the `zenoh` feature; skipped")
                     continue
                 raise
+    row = lambda mw, label, q: print(  # noqa: E731
+        f"  {mw:8} {label:34} {q['p50']:8.2f} {q['p99']:8.2f} {q['max']:8.2f}") if q else None
     print(f"\n{args.size} frames at {args.fps:g} Hz, {args.seconds:g} s, loopback (ms):")
-    print(f"  {'':8} {'input':24} {'p50':>8} {'p99':>8} {'max':>8}")
-    for mw, (values, cmd) in results.items():
+    print(f"  {'':8} {'input':34} {'p50':>8} {'p99':>8} {'max':>8}")
+    for mw, (values, cmd, gaps, writes) in results.items():
         for cam, label in [(0, "raw rgb8 -> decoded"), (1, "JPEG -> decoded")]:
             v = [values.get(f"camera {cam} latency {q} (ms)", "n/a") for q in ("p50", "p99", "max")]
-            print(f"  {mw:8} {label:24} {v[0]:>8} {v[1]:>8} {v[2]:>8}")
-        if cmd:
-            print(f"  {mw:8} {'command tick -> peer':24} {cmd['p50']:8.2f} {cmd['p99']:8.2f} {cmd['max']:8.2f}")
+            print(f"  {mw:8} {label:34} {v[0]:>8} {v[1]:>8} {v[2]:>8}")
+        row(mw, "command write -> peer", cmd)
+        row(mw, f"command interval, {args.size} cameras", gaps)
+        row(mw, f"command write interval, {args.size}", writes)
+        _, cmd_l, gaps_l, writes_l = light[mw]
+        row(mw, "command interval, 64x48 cameras", gaps_l)
+        row(mw, "command write interval, 64x48", writes_l)
 
 
 if __name__ == "__main__":

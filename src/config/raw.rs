@@ -52,6 +52,8 @@ pub struct RawRobot {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimits {
+    /// Scales every velocity, acceleration and jerk limit (0 < scale <= 1), for a first run.
+    pub scale: Option<f64>,
     pub acceleration: Option<f64>,
     pub jerk: Option<f64>,
     pub position_margin: Option<f64>,
@@ -391,6 +393,11 @@ pub struct RawRos {
     pub command_type: CommandType,
     #[serde(default = "default_command_topic")]
     pub command_topic: String,
+    /// joint_trajectory only: how long a trajectory holds the command's velocity before its
+    /// braking tail (default 0.05 s).
+    pub trajectory_coast_s: Option<f64>,
+    /// Where `pi0d run --dry-run` sends the commands (default `/pi0d/dry_run` + command_topic).
+    pub dry_run_topic: Option<String>,
     #[serde(default = "default_status_topic")]
     pub status_topic: String,
     #[serde(default = "default_diagnostics_topic")]

@@ -73,7 +73,17 @@ pub fn joint_limits(
             &d,
         )?);
     }
-    Ok(RobotLimits::new(out))
+    let scale = match raw.scale {
+        Some(s) if s > 0.0 && s <= 1.0 => s,
+        Some(s) => {
+            return c.fail(
+                "limits.scale",
+                format!("expected more than 0 and at most 1 (a fraction of every velocity, acceleration and jerk limit), found {s}"),
+            )
+        }
+        None => 1.0,
+    };
+    Ok(RobotLimits::new(out).scaled(scale))
 }
 
 fn one_joint(

@@ -82,6 +82,12 @@ pub struct RosConfig {
     pub service_mapping: ServiceMappingKind,
     pub command_type: CommandType,
     pub command_topic: String,
+    /// joint_trajectory: the command's velocity is held this long before the braking tail.
+    pub trajectory_coast_s: f64,
+    /// The shadow command topic of a dry run.
+    pub dry_run_topic: String,
+    /// Set by `pi0d run --dry-run`: commands go to `dry_run_topic`, never to `command_topic`.
+    pub dry_run: bool,
     pub status_topic: String,
     pub diagnostics_topic: String,
     pub max_image_bytes: usize,
@@ -92,6 +98,20 @@ pub struct RosConfig {
     pub zenoh_connect: Vec<String>,
     pub zenoh_listen: Vec<String>,
     pub qos: RosQos,
+}
+
+/// Ten periods at 200 Hz: a late or lost message or two does not slow the arm.
+const DEFAULT_COAST_S: f64 = 0.05;
+
+impl RosConfig {
+    /// Where commands are published: the shadow topic in a dry run.
+    pub fn command_out(&self) -> &str {
+        if self.dry_run {
+            &self.dry_run_topic
+        } else {
+            &self.command_topic
+        }
+    }
 }
 
 /// rcl's limit on node names and on fully qualified topic names (less the DDS prefix).
@@ -179,6 +199,25 @@ pub fn validate(c: &Check, r: &RawRos) -> Result<RosConfig, ConfigError> {
             format!("\"{}\" is not a ROS namespace: it {why}", r.namespace),
         );
     }
+    let dry_run_topic = match &r.dry_run_topic {
+        Some(t) => t.clone(),
+        None => format!("/pi0d/dry_run{}", r.command_topic),
+    };
+    if dry_run_topic == r.command_topic {
+        return c.fail(
+            "ros.dry_run_topic",
+            format!("\"{dry_run_topic}\" is the robot's command topic: a dry run must not reach the robot"),
+        );
+    }
+    let trajectory_coast_s = match r.trajectory_coast_s {
+        Some(s) => c.in_range("ros.trajectory_coast_s", s, 0.01, 1.0)?,
+        None => DEFAULT_COAST_S,
+    };
+    c.unused(
+        "ros.trajectory_coast_s",
+        r.trajectory_coast_s.is_some() && r.command_type != CommandType::JointTrajectory,
+        "only ros.command_type = \"joint_trajectory\" uses it",
+    );
     let topics = [
         ("ros.joint_states", &r.joint_states),
         ("ros.prompt", &r.prompt),
@@ -188,6 +227,7 @@ pub fn validate(c: &Check, r: &RawRos) -> Result<RosConfig, ConfigError> {
         ("ros.command_topic", &r.command_topic),
         ("ros.status_topic", &r.status_topic),
         ("ros.diagnostics_topic", &r.diagnostics_topic),
+        ("ros.dry_run_topic", &dry_run_topic),
     ];
     let cameras = r
         .cameras
@@ -251,6 +291,9 @@ pub fn validate(c: &Check, r: &RawRos) -> Result<RosConfig, ConfigError> {
         service_mapping: r.service_mapping,
         command_type: r.command_type,
         command_topic: r.command_topic.clone(),
+        trajectory_coast_s,
+        dry_run_topic,
+        dry_run: false,
         status_topic: r.status_topic.clone(),
         diagnostics_topic: r.diagnostics_topic.clone(),
         max_image_bytes: r.max_image_bytes,

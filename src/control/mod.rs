@@ -3,6 +3,7 @@
 pub mod controller;
 pub mod executor;
 pub mod interpolate;
+pub mod lookahead;
 pub mod stats;
 pub mod ticker;
 

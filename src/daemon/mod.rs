@@ -86,6 +86,8 @@ pub struct RunOptions {
     pub summary: Option<PathBuf>,
     /// Print the live status line (off for tests that only read the summary).
     pub status: bool,
+    /// Commands go to the shadow topic (ROS) or nowhere (sim): nothing moves.
+    pub dry_run: bool,
 }
 
 /// How long start-up waits for the first joint state (DDS discovery takes a moment).
@@ -138,6 +140,10 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
     let io = match &cfg.io {
         Io::Sim => {
             let mut sim = SimArm::new(cfg.sim.clone(), &cfg.limits);
+            sim.dry_run = opts.dry_run;
+            if opts.dry_run {
+                tracing::warn!("dry run: the simulated arm ignores the commands");
+            }
             let (board, stop) = (board.clone(), io_stop.clone());
             supervise::spawn(Role::Sim, move |h| {
                 sim.run(&board, &stop, start, &|| h.beat())
@@ -145,8 +151,16 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
             .map_err(spawn_err("simulator"))?
         }
         Io::Ros(ros) => {
-            let names = cfg.limits.names().map(str::to_string).collect();
-            let node = RosIo::new((**ros).clone(), names, cfg.control.period);
+            let mut ros = (**ros).clone();
+            ros.dry_run = opts.dry_run;
+            if opts.dry_run {
+                tracing::warn!(
+                    "dry run: commands go to {}, nothing to the robot's {}",
+                    ros.dry_run_topic,
+                    ros.command_topic
+                );
+            }
+            let node = RosIo::new(ros, cfg.limits.clone(), cfg.control.period);
             // The middleware's own threads are created here; a library that panics when it
             // cannot create them becomes a start-up error.
             let node = supervise::caught(move || node.connect())
@@ -177,10 +191,27 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
     summary.inputs_rejected = LiveStats::get(&live.inputs_rejected);
     summary.input_decoder_faults = LiveStats::get(&live.input_decoder_faults);
     summary.log_lines_lost = log::lost_lines();
+    summary.dry_run = opts.dry_run;
+    summary.limits_scale = cfg.limits.scale;
     if let Some(path) = &opts.summary {
         report::write_summary(path, &summary);
     }
     Ok(summary)
+}
+
+/// What every status line starts with: a dry run, and scaled-down limits.
+fn status_tags(cfg: &Config, opts: &RunOptions) -> String {
+    let mut tags = String::new();
+    if opts.dry_run {
+        match &cfg.io {
+            Io::Ros(r) => tags += &format!("DRY RUN (commands on {}) | ", r.dry_run_topic),
+            Io::Sim => tags += "DRY RUN (the arm ignores commands) | ",
+        }
+    }
+    if cfg.limits.scale < 1.0 {
+        tags += &format!("limits x{} | ", cfg.limits.scale);
+    }
+    tags
 }
 
 /// The first joint state, or `None` on a stop signal; an I/O thread that dies meanwhile is an
@@ -302,7 +333,7 @@ fn supervise(
 
     let mut log = EventLog::default();
     let mut last_status = MonoTime::now();
-    let mut status_line = StatusLine::new(opts.status);
+    let mut status_line = StatusLine::new(opts.status, &status_tags(cfg, opts));
     let run_start = MonoTime::now();
     let mut next_start_warning = START_WARN_AFTER_S;
     let mut exit = ExitReason::Clean;

@@ -205,15 +205,18 @@ pub fn write_summary(path: &Path, s: &Summary) {
 /// otherwise (journald).
 pub struct StatusLine {
     enabled: bool,
+    /// Said at the start of every line (a dry run, scaled limits).
+    tags: String,
     tty: bool,
     last_ticks: u64,
     last_t: f64,
 }
 
 impl StatusLine {
-    pub fn new(enabled: bool) -> StatusLine {
+    pub fn new(enabled: bool, tags: &str) -> StatusLine {
         StatusLine {
             enabled,
+            tags: tags.to_string(),
             tty: std::io::stderr().is_terminal(),
             last_ticks: 0,
             last_t: 0.0,
@@ -235,7 +238,8 @@ impl StatusLine {
             w => format!("{mode}, waiting for {}", w.name()),
         };
         let line = format!(
-            "{:>7.1}s | {:6.1} Hz | jitter {:4} us (max {:5}) | overruns {} | latency {:5.1} ms | infer {:5.1} ms | {:<9} | chunks {} ({} rejected) | safety events {}",
+            "{}{:>7.1}s | {:6.1} Hz | jitter {:4} us (max {:5}) | overruns {} | latency {:5.1} ms | infer {:5.1} ms | {:<9} | chunks {} ({} rejected) | safety events {}",
+            self.tags,
             t,
             rate,
             LiveStats::get(&live.last_jitter_ns) / 1000,

@@ -54,6 +54,10 @@ pub struct Summary {
     pub signals_ignored: u64,
     /// Log lines lost to a failed stderr (a closed pipe, a full disk).
     pub log_lines_lost: u64,
+    /// A dry run: no command reached the robot.
+    pub dry_run: bool,
+    /// `limits.scale` (1 at full speed).
+    pub limits_scale: f64,
     pub exit: ExitReason,
     pub exit_code: u8,
 }

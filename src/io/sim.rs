@@ -15,6 +15,8 @@ use crate::robot::RobotLimits;
 use crate::time::{sleep_until, MonoTime};
 
 pub struct SimArm {
+    /// A dry run: the arm ignores the commands and stays where it is.
+    pub dry_run: bool,
     cfg: SimConfig,
     velocity_limit: JointVector,
     position: JointVector,
@@ -23,6 +25,7 @@ pub struct SimArm {
 impl SimArm {
     pub fn new(cfg: SimConfig, limits: &RobotLimits) -> SimArm {
         SimArm {
+            dry_run: false,
             position: cfg.initial_position,
             velocity_limit: limits.velocity,
             cfg,
@@ -93,7 +96,7 @@ impl SimArm {
             }
 
             let (_, command) = board.command.load();
-            if command.position.len() == self.position.len() {
+            if !self.dry_run && command.position.len() == self.position.len() {
                 self.step(&command.position, dt);
             }
             history.push_back(JointMeasurement {

@@ -55,9 +55,30 @@ pub struct RobotLimits {
     pub acceleration: JointVector,
     pub jerk: JointVector,
     pub max_step: JointVector,
+    /// The factor every velocity, acceleration and jerk limit was scaled by (`limits.scale`,
+    /// for a first run; 1 at full speed).
+    pub scale: f64,
 }
 
 impl RobotLimits {
+    /// The same joints with every velocity, acceleration and jerk limit times `scale`.
+    pub fn scaled(self, scale: f64) -> RobotLimits {
+        let joints = self
+            .joints
+            .into_iter()
+            .map(|j| JointLimits {
+                velocity: j.velocity * scale,
+                acceleration: j.acceleration * scale,
+                jerk: j.jerk * scale,
+                ..j
+            })
+            .collect();
+        RobotLimits {
+            scale: self.scale * scale,
+            ..RobotLimits::new(joints)
+        }
+    }
+
     pub fn new(joints: Vec<JointLimits>) -> RobotLimits {
         let column = |f: fn(&JointLimits) -> f64| {
             JointVector::from_slice(&joints.iter().map(f).collect::<Vec<_>>())
@@ -70,6 +91,7 @@ impl RobotLimits {
             jerk: column(|j| j.jerk),
             max_step: column(|j| j.max_step),
             joints,
+            scale: 1.0,
         }
     }
 

@@ -105,15 +105,22 @@ impl Run {
     }
 }
 
-/// Writes `config` and runs `pi0d run` for `duration_s` seconds.
+/// Writes `config` and runs `pi0d run --quiet` for `duration_s` seconds.
 pub fn run_daemon(name: &str, config: &toml::Table, duration_s: f64) -> Run {
+    run_daemon_with(name, config, duration_s, &["--quiet"])
+}
+
+/// As `run_daemon`, with `args` (`--quiet`, `--dry-run`) added to `pi0d run`.
+pub fn run_daemon_with(name: &str, config: &toml::Table, duration_s: f64, args: &[&str]) -> Run {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir(name);
     let cfg = dir.join("config.toml");
     std::fs::write(&cfg, toml::to_string(config).unwrap()).unwrap();
     let summary = dir.join("summary.json");
     let output = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args(["run", "--quiet", "--config"])
+        .arg("run")
+        .args(args)
+        .arg("--config")
         .arg(&cfg)
         .args(["--duration", &duration_s.to_string(), "--summary"])
         .arg(&summary)
@@ -264,8 +271,19 @@ pub struct Exchange {
 pub fn run_beside_peer(
     dir: &Path,
     cfg: &toml::Table,
+    peer: std::process::Child,
+    pi0d_s: f64,
+) -> Exchange {
+    run_beside_peer_with(dir, cfg, peer, pi0d_s, &[])
+}
+
+/// As `run_beside_peer`, with `args` added to `pi0d run`.
+pub fn run_beside_peer_with(
+    dir: &Path,
+    cfg: &toml::Table,
     mut peer: std::process::Child,
     pi0d_s: f64,
+    args: &[&str],
 ) -> Exchange {
     let cfg_path = dir.join("config.toml");
     std::fs::write(&cfg_path, toml::to_string(cfg).unwrap()).unwrap();
@@ -281,6 +299,7 @@ pub fn run_beside_peer(
         .arg(&cfg_path)
         .arg("--summary")
         .arg(&summary)
+        .args(args)
         .output()
         .unwrap();
     let peer_ok = peer.wait().unwrap().success();
@@ -346,4 +365,39 @@ pub fn with_backend(cfg: &mut toml::Table, backend: &str, settings: &[(&str, tom
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
     policy.insert(backend.into(), toml::Value::Table(table));
+}
+
+/// The peer's model of joint_trajectory_controller (tests/peers/jtc_model.py) refused none of
+/// pi0d's trajectories with the default parameters of any distribution; and the motion the
+/// recommended set-ups (rolling's blending, jazzy's `interpolate_from_desired_state`) make of
+/// the stream as pi0d wrote it, every message and every 7th lost, stays within twice
+/// `accel_limit` (rad/s², the configured one: the controller's splines overshoot where the
+/// command's acceleration steps, as when the governor brakes for an e-stop) and a jerk a small
+/// multiple of `jerk_limit` (third differences at the controller's 2 ms).
+pub fn assert_controller_accepts(report: &serde_json::Value, accel_limit: f64, jerk_limit: f64) {
+    let commands = report["commands"].as_u64().unwrap();
+    assert!(
+        report["jtc_written"].is_object(),
+        "no controller model: {report}"
+    );
+    for key in ["jtc", "jtc_lossy", "jtc_written", "jtc_written_lossy"] {
+        let Some(setups) = report[key].as_object() else {
+            continue; // a peer that only replays pi0d's write timeline
+        };
+        for (setup, d) in setups {
+            assert_eq!(d["refused"], 0, "{key} {setup}: {d}");
+            let m = &d["motion"];
+            eprintln!("{key} {setup}: {m}");
+            if key.starts_with("jtc_written") && (setup == "rolling" || setup.contains('+')) {
+                let acc = m["max_acceleration"].as_f64().unwrap();
+                let jerk = m["max_jerk"].as_f64().unwrap();
+                assert!(acc < 2.0 * accel_limit, "{key} {setup}: {m}");
+                assert!(jerk < 20.0 * jerk_limit, "{key} {setup}: {m}");
+            }
+        }
+        assert!(
+            report[key]["jazzy"]["accepted"].as_u64().unwrap() * 8 >= commands * 6,
+            "{key}: {report}"
+        );
+    }
 }

@@ -30,6 +30,7 @@ from cyclonedds.util import duration
 from PIL import Image as PILImage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jtc_model import check_stream, interarrival  # noqa: E402
 from ros_types import (  # noqa: E402
     Bool, CompressedImage, DiagnosticArray, Header, Image, JointState, JointTrajectory, String, Time,
     TriggerRequest, TriggerResponse,
@@ -84,6 +85,8 @@ def main():
     ap.add_argument("--clock-offset", type=float, default=0.0, help="stamp with a skewed clock (s)")
     ap.add_argument("--image-size", default="64x48", help="camera frames WxH (the JPEG one too)")
     ap.add_argument("--fps", type=float, default=10.0, help="camera rate")
+    ap.add_argument("--shadow-topic", default="/pi0d/dry_run/arm_controller/joint_trajectory",
+                    help="also count trajectories here (a dry run's commands)")
     ap.add_argument("--bad-frames-at", type=float, default=None,
                     help="send malformed images and prompts for a second from then on")
     args = ap.parse_args()
@@ -99,6 +102,7 @@ def main():
     prompt_w = DataWriter(dp, Topic(dp, "rt/pi0d/prompt", String), qos=reliable)
     estop_w = DataWriter(dp, Topic(dp, "rt/pi0d/estop", Bool), qos=reliable)
     cmd_r = DataReader(dp, Topic(dp, "rt/arm_controller/joint_trajectory", JointTrajectory), qos=reliable)
+    shadow_r = DataReader(dp, Topic(dp, "rt" + args.shadow_topic, JointTrajectory), qos=reliable)
     status_r = DataReader(dp, Topic(dp, "rt/pi0d/status", String), qos=reliable)
     diag_r = DataReader(dp, Topic(dp, "rt/diagnostics", DiagnosticArray), qos=reliable)
     req_w = DataWriter(dp, Topic(dp, "rq/pi0d/resetRequest", TriggerRequest), qos=reliable)
@@ -109,11 +113,13 @@ def main():
 
     position = list(START)
     commands, names_seen, first, last = 0, None, None, None
-    nonfinite, statuses = 0, 0
+    nonfinite, statuses, shadow = 0, 0, 0
     w, h = (int(x) for x in args.image_size.split("x"))
     jw, jh = (160, 120) if args.image_size == "64x48" else (w, h)
     raw_data = [128] * (w * h * 3)  # made once: building a large list per frame is slow in Python
     command_latency = []
+    received = []  # (arrival, wall clock, message) for the controller model
+    written_at = []  # the same on pi0d's write times: the stream without this peer's polling
     bad_sent, next_bad, bad_done = 0, 0.0, False
     commands_after_bad, at_bad_end = 0, None
     t0 = time.time()
@@ -126,8 +132,12 @@ def main():
             commands += 1
             if bad_done:
                 commands_after_bad += 1
-            st = msg.header.stamp
-            command_latency.append(time.time() - (st.sec + st.nanosec * 1e-9))
+            arrival = time.time()
+            # Write (source timestamp) to arrival: the stamp itself is zero ("start now").
+            command_latency.append(arrival - msg.sample_info.source_timestamp * 1e-9)
+            written = msg.sample_info.source_timestamp * 1e-9
+            received.append((arrival, arrival + CLOCK_OFFSET, msg))
+            written_at.append((written, arrival + CLOCK_OFFSET, msg))
             names_seen = list(msg.joint_names)
             p = list(msg.points[0].positions)
             if not all(math.isfinite(x) for x in p):
@@ -136,6 +146,7 @@ def main():
             first = first or p
             last = p
             position = p  # a perfect arm
+        shadow += sum(isinstance(m, JointTrajectory) for m in shadow_r.take(N=100))
         statuses += sum(isinstance(m, String) for m in status_r.take(N=100))
         for d in diag_r.take(N=10):
             if isinstance(d, DiagnosticArray) and d.status:
@@ -184,9 +195,17 @@ def main():
             if isinstance(rep, TriggerResponse) and list(rep.guid) == my_guid and rep.seq_low == 1:
                 reset_reply = {"success": bool(rep.success), "message": rep.message, "at": now - t0}
         time.sleep(0.002)
-    report = {"commands": commands, "joint_names": names_seen, "first": first, "last": last,
+    report = {"commands": commands, "shadow_commands": shadow, "joint_names": names_seen, "first": first, "last": last,
               "nonfinite": nonfinite, "statuses": statuses, "diagnostics": diagnostics,
               "reset_reply": reset_reply, "command_latency_ms": percentiles(command_latency),
+              "interarrival_ms": interarrival([r[0] for r in received]),
+              # Every message through each distribution's controller checks, and the motion
+              # the controller makes of the stream, whole and with every 7th message lost.
+              "jtc": check_stream(received, JOINTS),
+              "jtc_lossy": check_stream(received, JOINTS, drop_every=7),
+              "jtc_written": check_stream(written_at, JOINTS),
+              "jtc_written_lossy": check_stream(written_at, JOINTS, drop_every=7),
+              "write_interval_ms": interarrival([r[0] for r in written_at]),
               "bad_sent": bad_sent, "commands_after_bad": commands_after_bad,
               "moved_after_bad": None if at_bad_end is None or last is None
               else sum(abs(a - b) for a, b in zip(at_bad_end, last))}

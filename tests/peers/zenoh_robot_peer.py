@@ -37,6 +37,8 @@ TS.register(get_types_from_msg("bool success\nstring message", "std_srvs/msg/Tri
 T = TS.types
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import ros_type_hashes  # noqa: E402  (REP-2016 hashes from the message definitions)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jtc_model import check_stream  # noqa: E402
 
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "wrist_3", "gripper"]
 START = [0.0, 0.3, 0.6, -0.4, 0.0, 0.0, 0.02]
@@ -111,7 +113,8 @@ def main():
     lock = threading.Lock()
     state = {"position": list(START), "commands": 0, "names": None, "first": None, "last": None,
              "nonfinite": 0, "attachments": set(), "seqs": [], "keys": set(), "undecodable": 0,
-             "statuses": 0, "status_keys": set(), "diagnostics": [], "latency": []}
+             "statuses": 0, "status_keys": set(), "diagnostics": [], "latency": [],
+             "arrivals": [], "written": []}
 
     def on_command(sample):
         with lock:
@@ -125,8 +128,14 @@ def main():
             except Exception:  # noqa: BLE001 - counted and reported
                 state["undecodable"] += 1
                 return
-            st = msg.header.stamp
-            state["latency"].append(time.time() - (st.sec + st.nanosec * 1e-9))
+            # Write (the attachment's source timestamp) to arrival: the stamp itself is zero
+            # ("start now") for joint_trajectory_controller.
+            arrival = time.time()
+            if len(att) == 33:
+                written = struct.unpack("<q", att[8:16])[0] * 1e-9
+                state["latency"].append(arrival - written)
+                state["written"].append((written, arrival, msg))
+            state["arrivals"].append(arrival)
             state["commands"] += 1
             state["names"] = list(msg.joint_names)
             p = [float(x) for x in msg.points[0].positions]
@@ -222,7 +231,11 @@ def main():
                   "keys": sorted(state["keys"]), "statuses": state["statuses"],
                   "status_keys": sorted(state["status_keys"]), "sent_hashes": HASHES,
                   "diagnostics": state["diagnostics"][-3:], "reset_reply": reset_reply,
-                  "liveliness": tokens, "command_latency_ms": percentiles(state["latency"])}
+                  "liveliness": tokens, "command_latency_ms": percentiles(state["latency"]),
+                  "interarrival_ms": percentiles([b - a for a, b in zip(state["arrivals"], state["arrivals"][1:])]),
+                  # The controller model over the stream as pi0d wrote it (attachment stamps).
+                  "jtc_written": check_stream(state["written"], JOINTS),
+                  "jtc_written_lossy": check_stream(state["written"], JOINTS, drop_every=7)}
     session.close()
     Path(args.report).write_text(json.dumps(report))
 

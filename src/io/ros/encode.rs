@@ -8,11 +8,15 @@ use super::timing::SkewEstimator;
 use super::transport::Middleware;
 use super::RosError;
 use crate::config::CommandType;
+use crate::control::lookahead::{self, Lookahead, TimedState};
 use crate::joints::MotionState;
 
-/// Builds one command message from the newest motion state and sends it.
+/// Builds one command message from the newest motion state (made `age_s` ago) and sends it.
 type SendCommand =
-    Box<dyn FnMut(msgs::Header, &[String], &MotionState) -> Result<(), String> + Send>;
+    Box<dyn FnMut(msgs::Header, &[String], &MotionState, f64) -> Result<(), String> + Send>;
+
+/// A trajectory's first point is never sooner than this fraction of a period after receipt.
+const MIN_FIRST_POINT: f64 = 0.2;
 
 /// The command publisher: one `publish`, whatever message type the robot's controller takes.
 pub struct CommandPublisher {
@@ -21,28 +25,36 @@ pub struct CommandPublisher {
 }
 
 impl CommandPublisher {
-    /// Advertises `topic` with the message type of `kind`. `period_s` (the control period) is
-    /// a trajectory point's `time_from_start`.
+    /// Advertises `topic` with the message type of `kind`. A trajectory's first point is the
+    /// command, due one control period (`period_s`) after its tick: the time the message
+    /// waited in pi0d is taken off, so the controller's timeline follows the ticks, not the
+    /// moments of sending. `lookahead` plans the rest.
     pub fn advertise(
         mw: &mut impl Middleware,
         topic: &Name,
         kind: CommandType,
         qos: &QosProfile,
         period_s: f64,
+        lookahead: Lookahead,
     ) -> Result<CommandPublisher, RosError> {
         let ty = MessageTypeName::new;
         let send: SendCommand = match kind {
             CommandType::JointTrajectory => {
                 let p = mw.advertise(topic, ty("trajectory_msgs", "JointTrajectory"), qos)?;
-                Box::new(move |header, names, cmd| p.put(trajectory(header, names, cmd, period_s)))
+                let mut plan = Vec::with_capacity(lookahead::POINTS);
+                Box::new(move |_, names, cmd, age_s| {
+                    let first_s = (period_s - age_s.max(0.0)).max(MIN_FIRST_POINT * period_s);
+                    lookahead.plan(cmd, first_s, &mut plan);
+                    p.put(trajectory(names, &plan))
+                })
             }
             CommandType::Float64MultiArray => {
                 let p = mw.advertise(topic, ty("std_msgs", "Float64MultiArray"), qos)?;
-                Box::new(move |_, _, cmd| p.put(multi_array(cmd)))
+                Box::new(move |_, _, cmd, _| p.put(multi_array(cmd)))
             }
             CommandType::JointState => {
                 let p = mw.advertise(topic, ty("sensor_msgs", "JointState"), qos)?;
-                Box::new(move |header, names, cmd| p.put(joint_command(header, names, cmd)))
+                Box::new(move |header, names, cmd, _| p.put(joint_command(header, names, cmd)))
             }
         };
         Ok(CommandPublisher { kind, send })
@@ -52,40 +64,42 @@ impl CommandPublisher {
         self.kind
     }
 
-    /// Sends `cmd` for the joints `names`, stamped `stamp` (where the message has a header).
+    /// Sends `cmd` for the joints `names`, made by the tick at `stamp` (the header's stamp
+    /// where the message has one), `age_s` ago.
     pub fn publish(
         &mut self,
         stamp: msgs::Time,
         names: &[String],
         cmd: &MotionState,
+        age_s: f64,
     ) -> Result<(), String> {
         let header = msgs::Header {
             stamp,
             frame_id: String::new(),
         };
-        (self.send)(header, names, cmd)
+        (self.send)(header, names, cmd, age_s)
     }
 }
 
-pub fn trajectory(
-    header: msgs::Header,
-    names: &[String],
-    cmd: &MotionState,
-    period_s: f64,
-) -> msgs::JointTrajectory {
+/// A trajectory joint_trajectory_controller accepts with its default parameters: stamp zero
+/// ("start when received", so it never lies in the past whatever the clocks), the planned
+/// points with strictly increasing times, the last one at rest. (The tick's own stamp, with
+/// the controller following pi0d's timeline, measured no smoother at the controller model:
+/// its update quantization matters less than how the command's future is extrapolated.)
+pub fn trajectory(names: &[String], plan: &[TimedState]) -> msgs::JointTrajectory {
     msgs::JointTrajectory {
-        header,
+        header: msgs::Header::default(),
         joint_names: names.to_vec(),
-        points: vec![msgs::JointTrajectoryPoint {
-            positions: cmd.position.as_slice().to_vec(),
-            velocities: cmd.velocity.as_slice().to_vec(),
-            accelerations: cmd.acceleration.as_slice().to_vec(),
-            effort: Vec::new(),
-            time_from_start: msgs::Duration {
-                sec: 0,
-                nanosec: (period_s * 1e9) as u32,
-            },
-        }],
+        points: plan
+            .iter()
+            .map(|p| msgs::JointTrajectoryPoint {
+                positions: p.state.position.as_slice().to_vec(),
+                velocities: p.state.velocity.as_slice().to_vec(),
+                accelerations: p.state.acceleration.as_slice().to_vec(),
+                effort: Vec::new(),
+                time_from_start: msgs::Duration::from_seconds(p.t_s),
+            })
+            .collect(),
     }
 }
 

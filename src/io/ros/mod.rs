@@ -6,6 +6,7 @@
 
 pub mod decode;
 pub mod encode;
+mod frames;
 pub mod log;
 pub mod msgs;
 pub mod timing;
@@ -24,7 +25,9 @@ use transport::{Middleware, Put, Serve, Take};
 
 use super::Blackboard;
 use crate::config::{Middleware as MiddlewareKind, RosConfig, ServiceMappingKind, TopicQos};
+use crate::control::lookahead::Lookahead;
 use crate::control::stats::LiveStats;
+use crate::robot::RobotLimits;
 use encode::CommandPublisher;
 
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +87,7 @@ fn endpoints(
     mw: &mut impl Middleware,
     cfg: &RosConfig,
     control_period_s: f64,
+    lookahead: Lookahead,
 ) -> Result<Endpoints, RosError> {
     let q = &cfg.qos;
     let (camera_qos, inputs, commands, status_qos) = (
@@ -115,10 +119,11 @@ fn endpoints(
     let reset = mw.subscribe(&name(&cfg.reset)?, ty("std_msgs", "Bool"), &inputs)?;
     let command = CommandPublisher::advertise(
         mw,
-        &name(&cfg.command_topic)?,
+        &name(cfg.command_out())?,
         cfg.command_type,
         &commands,
         control_period_s,
+        lookahead,
     )?;
     let status = mw.advertise(
         &name(&cfg.status_topic)?,
@@ -204,24 +209,30 @@ impl RosNode {
     /// `beat` is called on every pass (the supervisor's liveness check).
     pub fn run(self, board: &Blackboard, live: &LiveStats, stop: &AtomicBool, beat: &dyn Fn()) {
         let RosNode { io, ep, _keep } = self;
-        worker::Worker::new(io.cfg, io.joint_names, io.period, ep, board, live).run(stop, beat)
+        let names = io.limits.names().map(str::to_string).collect();
+        worker::Worker::new(io.cfg, names, io.period, ep, board, live).run(stop, beat)
     }
 }
 
 /// The ROS 2 side of the daemon, running on its own thread.
 pub struct RosIo {
     cfg: RosConfig,
-    joint_names: Vec<String>,
+    /// The commanded joints (their names, and the limits a trajectory's braking tail keeps).
+    limits: RobotLimits,
     period: Duration,
 }
 
 impl RosIo {
-    pub fn new(cfg: RosConfig, joint_names: Vec<String>, control_period: Duration) -> RosIo {
+    pub fn new(cfg: RosConfig, limits: RobotLimits, control_period: Duration) -> RosIo {
         RosIo {
             cfg,
-            joint_names,
+            limits,
             period: control_period,
         }
+    }
+
+    fn lookahead(&self) -> Lookahead {
+        Lookahead::new(&self.limits, self.cfg.trajectory_coast_s)
     }
 
     /// Creates the node and its endpoints (so errors surface at start-up); `RosNode::run` then
@@ -256,7 +267,12 @@ impl RosIo {
                     },
                 };
                 (
-                    endpoints(&mut mw, &self.cfg, self.period.as_secs_f64())?,
+                    endpoints(
+                        &mut mw,
+                        &self.cfg,
+                        self.period.as_secs_f64(),
+                        self.lookahead(),
+                    )?,
                     Box::new(mw),
                 )
             }
@@ -302,7 +318,12 @@ impl RosIo {
             next_entity: 1 << 20,
         };
         Ok((
-            endpoints(&mut mw, &self.cfg, self.period.as_secs_f64())?,
+            endpoints(
+                &mut mw,
+                &self.cfg,
+                self.period.as_secs_f64(),
+                self.lookahead(),
+            )?,
             Box::new((mw, context)),
         ))
     }

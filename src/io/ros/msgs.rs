@@ -48,6 +48,17 @@ pub struct Duration {
     pub nanosec: u32,
 }
 
+impl Duration {
+    /// `s` (>= 0, finite) rounded to the nanosecond.
+    pub fn from_seconds(s: f64) -> Duration {
+        let ns = (s.max(0.0) * 1e9).round() as u64;
+        Duration {
+            sec: (ns / 1_000_000_000) as i32,
+            nanosec: (ns % 1_000_000_000) as u32,
+        }
+    }
+}
+
 /// std_msgs/Header
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Header {

@@ -7,9 +7,11 @@
 
 use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::decode::{self, ClockMap, InputError, JointStateDecoder, LatencyWindow, SkewEstimator};
+use super::decode::{self, ClockMap, InputError, JointStateDecoder, SkewEstimator};
+use super::frames::{Decoder, Handoff, RawFrame};
 use super::log::{guarded, Fault, RateLimitedLog, TopicId, WarnKind};
 use super::transport::Take;
 use super::{encode, msgs, CameraSub, Endpoints};
@@ -108,14 +110,6 @@ struct Topics {
     diagnostics: TopicId,
 }
 
-/// What the loop measures about one camera's frames.
-struct CameraTiming {
-    latency: LatencyWindow,
-    latency_ms: Option<(f64, f64, f64)>,
-    /// Its sender's clock against ours (a few seconds of frames per estimate).
-    skew: SkewEstimator,
-}
-
 pub(super) struct Worker<'a> {
     cfg: RosConfig,
     names: Vec<String>,
@@ -128,7 +122,8 @@ pub(super) struct Worker<'a> {
     topics: Topics,
     joints: JointStateDecoder,
     skew: SkewEstimator,
-    cameras: Vec<CameraTiming>,
+    /// Camera messages to the decoding thread, and what it measured.
+    frames: Arc<Handoff>,
     last_sent: MonoTime,
     next_status: MonoTime,
 }
@@ -154,15 +149,6 @@ impl<'a> Worker<'a> {
             status: log.topic(&cfg.status_topic),
             diagnostics: log.topic(&cfg.diagnostics_topic),
         };
-        let cameras = cfg
-            .cameras
-            .iter()
-            .map(|_| CameraTiming {
-                latency: LatencyWindow::default(),
-                latency_ms: None,
-                skew: SkewEstimator::new(30),
-            })
-            .collect();
         Worker {
             joints: JointStateDecoder::new(&names),
             // One estimate per ~2 s at a 100 Hz joint-state rate.
@@ -174,7 +160,7 @@ impl<'a> Worker<'a> {
                 faults: 0,
             },
             topics,
-            cameras,
+            frames: Arc::new(Handoff::new(cfg.cameras.len())),
             last_sent: MonoTime::ZERO,
             next_status: MonoTime::now(),
             period_s: period.as_secs_f64(),
@@ -187,23 +173,54 @@ impl<'a> Worker<'a> {
     }
 
     pub(super) fn run(mut self, stop: &AtomicBool, beat: &dyn Fn()) {
-        while !stop.load(Ordering::Relaxed) {
-            beat();
-            let now = MonoTime::now();
-            // A new command goes out as soon as the control loop has made it (polled every
-            // half millisecond), before the inputs are drained and decoded.
-            self.send_command();
-            self.joint_states(now);
-            self.cameras(now);
-            self.prompt();
-            self.estop_and_reset();
-            self.reset_service();
-            if now >= self.next_status {
-                self.next_status = now.offset_seconds(1.0);
-                self.status(now);
+        let board = self.board;
+        let decoder = Decoder::new(
+            self.frames.clone(),
+            board,
+            &self.cfg.cameras,
+            self.cfg.max_image_bytes,
+        );
+        std::thread::scope(|s| {
+            let spawned = std::thread::Builder::new()
+                .name("pi0d-frames".into())
+                .spawn_scoped(s, move || decoder.run());
+            // Without a thread of their own, frames are decoded here, between commands.
+            let mut inline = match spawned {
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the camera decoding thread: decoding on the ROS thread");
+                    Some(Decoder::new(
+                        self.frames.clone(),
+                        board,
+                        &self.cfg.cameras,
+                        self.cfg.max_image_bytes,
+                    ))
+                }
+            };
+            while !stop.load(Ordering::Relaxed) {
+                beat();
+                let now = MonoTime::now();
+                // A new command goes out as soon as the control loop has made it (polled
+                // every half millisecond), before the inputs are drained.
+                self.send_command();
+                self.joint_states(now);
+                self.cameras(now);
+                if let Some(d) = &mut inline {
+                    d.decode_waiting();
+                }
+                self.prompt();
+                self.estop_and_reset();
+                self.reset_service();
+                if now >= self.next_status {
+                    self.next_status = now.offset_seconds(1.0);
+                    self.status(now);
+                }
+                std::thread::sleep(Duration::from_micros(500));
             }
-            std::thread::sleep(Duration::from_micros(500));
-        }
+            self.frames.close();
+        });
+        // The last word, once the decoder has finished: what was refused until the end.
+        self.status(MonoTime::now());
     }
 
     fn send_command(&mut self) {
@@ -212,8 +229,9 @@ impl<'a> Worker<'a> {
             return;
         }
         self.last_sent = stamp;
+        let age_s = MonoTime::now().seconds_since(stamp);
         let stamp = self.clock.to_ros(stamp);
-        if let Err(e) = self.ep.command.publish(stamp, &self.names, &cmd) {
+        if let Err(e) = self.ep.command.publish(stamp, &self.names, &cmd, age_s) {
             let topic = self.topics.command;
             self.report.warn(topic, WarnKind::PublishFailed, &e);
         }
@@ -262,33 +280,19 @@ impl<'a> Worker<'a> {
         });
     }
 
+    /// Each camera's newest message, taken (older ones dropped undeserialized beyond the
+    /// copy) and handed to the decoding thread.
     fn cameras(&mut self, now: MonoTime) {
-        let cap = self.cfg.max_image_bytes;
         for (k, cam) in self.ep.cameras.iter().enumerate() {
-            let (topic, clock, report) = (self.topics.cameras[k], &self.clock, &mut self.report);
-            // Only the newest frame matters; older ones are dropped undecoded.
-            let decoded = match cam {
-                CameraSub::Raw(sub) => newest(sub.as_ref(), topic, report)
-                    .map(|m| guarded(|| decode::image(&m, clock, now, cap))),
-                CameraSub::Compressed(sub) => newest(sub.as_ref(), topic, report)
-                    .map(|m| guarded(|| decode::compressed_image(&m, clock, now, cap))),
-            };
-            match decoded {
-                Some(Ok(Ok(frame))) => {
-                    let timing = &mut self.cameras[k];
-                    timing
-                        .latency
-                        .record(MonoTime::now().seconds_since(frame.stamp));
-                    if let Some(o) = timing.skew.observe(now, frame.stamp) {
-                        if SkewEstimator::skewed(o) {
-                            report.warn(topic, WarnKind::ClockSkew, &format_args!("stamps are {o:.3} s behind arrival at best: clock skew between the camera's sender and pi0d (check NTP/PTP)"));
-                        }
-                    }
-                    self.board.publish_frame(k, frame)
+            let (topic, report) = (self.topics.cameras[k], &mut self.report);
+            let frame = match cam {
+                CameraSub::Raw(sub) => newest(sub.as_ref(), topic, report).map(RawFrame::Raw),
+                CameraSub::Compressed(sub) => {
+                    newest(sub.as_ref(), topic, report).map(RawFrame::Compressed)
                 }
-                Some(Ok(Err(e))) => report.refuse(topic, &e),
-                Some(Err(f)) => report.fault(topic, &f),
-                None => {}
+            };
+            if let Some(f) = frame {
+                self.frames.put(k, f, now);
             }
         }
     }
@@ -395,12 +399,11 @@ impl<'a> Worker<'a> {
         let mut stamps = vec![MonoTime::ZERO; board.camera_stamps.len()];
         board.read_camera_stamps(&mut stamps);
         let cam_ages: Vec<f64> = stamps.iter().map(|s| now.seconds_since(*s)).collect();
-        for c in &mut self.cameras {
-            c.latency_ms = c.latency.summary_ms();
-        }
-        let latency_ms: Vec<_> = self.cameras.iter().map(|c| c.latency_ms).collect();
-        let camera_offsets: Vec<Option<f64>> =
-            self.cameras.iter().map(|c| c.skew.offset_s).collect();
+        let frames = self.frames.stats();
+        let (rejected, faults) = (
+            self.report.rejected + frames.rejected,
+            self.report.faults + frames.faults,
+        );
         let d = encode::diagnostics(
             self.clock.to_ros(now),
             &self.cfg.node,
@@ -409,15 +412,15 @@ impl<'a> Worker<'a> {
             &encode::InputHealth {
                 joint_state_age_s: js_age,
                 camera_ages_s: &cam_ages,
-                camera_latency_ms: &latency_ms,
+                camera_latency_ms: &frames.latency_ms,
                 joint_state_clock_offset_s: self.skew.offset_s,
-                camera_clock_offsets_s: &camera_offsets,
-                inputs_rejected: self.report.rejected,
-                decoder_faults: self.report.faults,
+                camera_clock_offsets_s: &frames.clock_offsets_s,
+                inputs_rejected: rejected,
+                decoder_faults: faults,
             },
         );
-        LiveStats::set(&self.live.inputs_rejected, self.report.rejected);
-        LiveStats::set(&self.live.input_decoder_faults, self.report.faults);
+        LiveStats::set(&self.live.inputs_rejected, rejected);
+        LiveStats::set(&self.live.input_decoder_faults, faults);
         if let Err(e) = self.ep.diagnostics.put(d) {
             let topic = self.topics.diagnostics;
             self.report.warn(topic, WarnKind::PublishFailed, &e);
@@ -555,13 +558,19 @@ mod tests {
         }
     }
 
-    fn ros_config() -> (RosConfig, Vec<String>) {
-        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim.toml");
-        let text = std::fs::read_to_string(&file)
+    fn cfg_file() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim.toml")
+    }
+
+    fn cfg_text() -> String {
+        std::fs::read_to_string(cfg_file())
             .unwrap()
             .replace("io = \"sim\"", "io = \"ros\"")
-            + "\n[ros]\ncameras = [\"/camera/image_raw\"]\n";
-        let cfg = Config::parse(&file, &text).unwrap();
+            + "\n[ros]\ncameras = [\"/camera/image_raw\"]\n"
+    }
+
+    fn ros_config() -> (RosConfig, Vec<String>) {
+        let cfg = Config::parse(&cfg_file(), &cfg_text()).unwrap();
         let names = cfg.limits.names().map(str::to_string).collect();
         match cfg.io {
             Io::Ros(r) => (*r, names),
@@ -614,7 +623,9 @@ mod tests {
         let prompts = ["stack\u{1b}[2J", "stack the blocks"];
         let prompts = prompts.map(|p| Step::Sample(msgs::StringMsg { data: p.into() }));
         fake.script(&cfg.prompt, prompts.into());
-        let ep = super::super::endpoints(&mut fake, &cfg, 0.005).unwrap();
+        let limits = Config::parse(&cfg_file(), &cfg_text()).unwrap().limits;
+        let lookahead = crate::control::lookahead::Lookahead::new(&limits, 0.05);
+        let ep = super::super::endpoints(&mut fake, &cfg, 0.005, lookahead).unwrap();
         let board = Blackboard::new(1, "idle");
         let live = LiveStats::default();
         let stop = AtomicBool::new(false);
@@ -658,14 +669,14 @@ mod tests {
         assert_eq!(commands.last().unwrap().points[0].positions[0], 0.2);
         let diagnostics = fake.sent::<msgs::DiagnosticArray>("/diagnostics");
         let value = |key: &str| {
-            diagnostics[0].status[0]
+            diagnostics.last().unwrap().status[0]
                 .values
                 .iter()
                 .find(|kv| kv.key == key)
                 .map(|kv| kv.value.clone())
         };
-        // Refused in the first poll (the diagnostics' moment): the two faults, the undecodable
-        // sample, the empty frame, the bad prompt.
+        // Refused, as the last diagnostics (sent once the frame decoder finished) say: the two
+        // faults, the undecodable sample, the empty frame, the bad prompt.
         assert_eq!(value("decoder faults").as_deref(), Some("2"));
         assert_eq!(value("inputs rejected").as_deref(), Some("5"));
     }

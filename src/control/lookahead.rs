@@ -1,0 +1,295 @@
+//! The governed command as a short trajectory a position controller can run on its own: the
+//! command's velocity held for a moment (the points lie on the line through the command, due
+//! `first_s` from now), then every joint braking to rest at its deceleration limit, short of its
+//! position limits. The last point is at rest, so a `joint_trajectory_controller` with its
+//! default `allow_nonzero_velocity_at_trajectory_end = false` accepts it, and a stream that
+//! stops leaves the arm decelerating smoothly instead of halting at the last point.
+//!
+//! The command's own point is not sent: a controller installs a message at its next update (up
+//! to one of its periods late, 2 ms at 500 Hz), and a point due one control period out would
+//! turn that delay into a jerk of the whole arm; a point on the same line further out absorbs
+//! it. Each message replaces the previous one, so while the stream flows only the start of the
+//! coast is ever followed. Nothing here allocates once `out` has its capacity.
+
+use crate::joints::{JointVector, MotionState};
+use crate::robot::RobotLimits;
+
+/// One point of the look-ahead: a state `t_s` seconds after the message's start.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimedState {
+    pub t_s: f64,
+    pub state: MotionState,
+}
+
+/// Two points while coasting, three while braking.
+const COAST_POINTS: usize = 2;
+const BRAKE_POINTS: usize = 3;
+/// Points in a whole look-ahead.
+pub const POINTS: usize = COAST_POINTS + BRAKE_POINTS;
+
+#[derive(Clone, Debug)]
+pub struct Lookahead {
+    /// How long the command's velocity is held before braking (if no newer message came).
+    coast_s: f64,
+    lower: JointVector,
+    upper: JointVector,
+    velocity: JointVector,
+    deceleration: JointVector,
+}
+
+impl Lookahead {
+    pub fn new(limits: &RobotLimits, coast_s: f64) -> Lookahead {
+        Lookahead {
+            coast_s: coast_s.max(0.0),
+            lower: limits.lower,
+            upper: limits.upper,
+            velocity: limits.velocity,
+            deceleration: limits.acceleration,
+        }
+    }
+
+    /// The points that follow `cmd` (due `first_s` after the start) into `out` (cleared
+    /// first): times strictly increasing, the last point at rest.
+    pub fn plan(&self, cmd: &MotionState, first_s: f64, out: &mut Vec<TimedState>) {
+        out.clear();
+        let n = cmd.position.len();
+        // The longest stop sets the braking points' times; each joint follows its own profile.
+        let brake_s = (0..n)
+            .map(|j| cmd.velocity[j].abs() / self.deceleration[j])
+            .fold(0.0, f64::max)
+            .max(first_s);
+        let coast_s = self.coast_s.max(first_s);
+        let times = (1..=COAST_POINTS)
+            .map(|k| coast_s * k as f64 / COAST_POINTS as f64)
+            .chain((1..=BRAKE_POINTS).map(|k| coast_s + brake_s * k as f64 / BRAKE_POINTS as f64));
+        for tau in times {
+            let mut s = MotionState::at_rest(cmd.position);
+            for j in 0..n {
+                let (p, v, a) = self.joint_at(j, cmd, coast_s, tau);
+                s.position[j] = p;
+                s.velocity[j] = v;
+                s.acceleration[j] = a;
+            }
+            out.push(TimedState {
+                t_s: first_s + tau,
+                state: s,
+            });
+        }
+        // Exactly at rest: a controller compares the last velocity with a float epsilon.
+        if let Some(last) = out.last_mut() {
+            last.state.velocity = JointVector::zeros(n);
+            last.state.acceleration = JointVector::zeros(n);
+        }
+    }
+
+    /// Joint `j`'s position, velocity and acceleration `tau` after the command: coasting for at
+    /// most `coast_s` (less where the position limit needs the room to stop), then braking at
+    /// its deceleration limit, then at rest. While coasting, the command's acceleration goes
+    /// on (a deceleration down to rest, not beyond; a speed-up up to the velocity limit), so a
+    /// controller following the points accelerates and brakes with the arm.
+    fn joint_at(&self, j: usize, cmd: &MotionState, coast_s: f64, tau: f64) -> (f64, f64, f64) {
+        let (p, v) = (cmd.position[j], cmd.velocity[j]);
+        let dec = self.deceleration[j];
+        if v == 0.0 {
+            return (p, 0.0, 0.0);
+        }
+        let sign = v.signum();
+        let coast_acc = cmd.acceleration[j].clamp(-dec, dec);
+        let room = if v > 0.0 {
+            self.upper[j] - p
+        } else {
+            p - self.lower[j]
+        };
+        let coast = Coast {
+            p,
+            v,
+            a: coast_acc,
+            vmax: self.velocity[j].max(v.abs()),
+        };
+        // How far the joint gets coasting `c` and then braking: it must stay in its range.
+        let reach = |c: f64| {
+            let (pc, vc, _) = coast.at(c);
+            (pc - p) * sign + vc * vc / (2.0 * dec)
+        };
+        let mut c = coast_s;
+        if room.is_finite() && reach(c) > room {
+            // `reach` grows with `c` (braking at `dec` is at least as hard as coasting).
+            let (mut lo, mut hi) = (0.0, c);
+            for _ in 0..40 {
+                let mid = 0.5 * (lo + hi);
+                if reach(mid) > room {
+                    hi = mid;
+                } else {
+                    lo = mid;
+                }
+            }
+            c = lo;
+        }
+        if tau <= c {
+            return coast.at(tau);
+        }
+        let (pc, vc, _) = coast.at(c);
+        let brake = vc.abs() / dec;
+        let s = (tau - c).min(brake);
+        let pos = pc + vc * s - 0.5 * sign * dec * s * s;
+        if tau - c >= brake {
+            (pos, 0.0, 0.0)
+        } else {
+            (pos, vc - sign * dec * s, -sign * dec)
+        }
+    }
+}
+
+/// One joint coasting from `p` at `v` (not 0) with a constant acceleration `a`: one that
+/// slows it ends at rest, one that speeds it up ends at `vmax`.
+struct Coast {
+    p: f64,
+    v: f64,
+    a: f64,
+    vmax: f64,
+}
+
+impl Coast {
+    fn at(&self, t: f64) -> (f64, f64, f64) {
+        let Coast { p, v, a, vmax } = *self;
+        if a == 0.0 {
+            return (p + v * t, v, 0.0);
+        }
+        // When the acceleration ends: at rest, or at the velocity limit.
+        let end = if a * v < 0.0 {
+            (v / a).abs()
+        } else {
+            (vmax - v.abs()) / a.abs()
+        };
+        if t >= end {
+            let (pe, ve) = (p + v * end + 0.5 * a * end * end, v + a * end);
+            (pe + ve * (t - end), ve, 0.0)
+        } else {
+            (p + v * t + 0.5 * a * t * t, v + a * t, a)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::robot::limits::one_test_joint;
+    use proptest::prelude::*;
+
+    fn limits(n: usize) -> RobotLimits {
+        RobotLimits::new(
+            (0..n)
+                .map(|i| {
+                    let mut j = one_test_joint(-1.0, 1.0).joints.remove(0);
+                    j.name = format!("j{i}");
+                    j.acceleration = 2.0 + i as f64;
+                    j
+                })
+                .collect(),
+        )
+    }
+
+    proptest! {
+        /// Whatever the command, the look-ahead ends at rest, its times increase, no joint
+        /// leaves its range, and none brakes harder than its limit.
+        #[test]
+        fn when_any_command_is_planned_expect_a_controller_safe_tail(
+            p in prop::collection::vec(-1.0f64..1.0, 1..8),
+            vs in prop::collection::vec(-3.0f64..3.0, 8),
+            accs in prop::collection::vec(-8.0f64..8.0, 8),
+            coast in 0.0f64..0.2,
+        ) {
+            let n = p.len();
+            let lim = limits(n);
+            let mut cmd = MotionState::at_rest(JointVector::from_slice(&p));
+            for j in 0..n {
+                // A velocity the governor could have commanded there: one it can stop from.
+                let room = if vs[j] > 0.0 { 1.0 - p[j] } else { p[j] + 1.0 };
+                let vmax = (2.0 * lim.acceleration[j] * room).sqrt();
+                cmd.velocity[j] = vs[j].clamp(-vmax, vmax);
+                cmd.acceleration[j] = accs[j].clamp(-lim.acceleration[j], lim.acceleration[j]);
+            }
+            let mut out = Vec::new();
+            Lookahead::new(&lim, coast).plan(&cmd, 0.005, &mut out);
+            prop_assert_eq!(out.len(), POINTS);
+            prop_assert!(out[0].t_s > 0.005);
+            for w in out.windows(2) {
+                prop_assert!(w[1].t_s > w[0].t_s, "{} then {}", w[0].t_s, w[1].t_s);
+            }
+            let last = out.last().unwrap();
+            prop_assert!(last.state.velocity.iter().all(|v| *v == 0.0));
+            for s in &out {
+                for j in 0..n {
+                    let x = s.state.position[j];
+                    prop_assert!((-1.0 - 1e-9..=1.0 + 1e-9).contains(&x), "joint {} at {}", j, x);
+                    prop_assert!(s.state.acceleration[j].abs() <= lim.acceleration[j] + 1e-12);
+                    let v = s.state.velocity[j].abs();
+                    prop_assert!(v <= lim.velocity[j].max(cmd.velocity[j].abs()) + 1e-12, "{}", v);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn when_moving_freely_expect_coast_then_stop_at_the_braking_distance() {
+        let lim = limits(1);
+        let mut cmd = MotionState::at_rest(JointVector::from_slice(&[0.0]));
+        cmd.velocity[0] = 0.4;
+        let mut out = Vec::new();
+        Lookahead::new(&lim, 0.05).plan(&cmd, 0.005, &mut out);
+        // Coasting at 0.4 rad/s for 50 ms, then 0.4 / 2 s braking at 2 rad/s².
+        assert!((out[0].t_s - 0.03).abs() < 1e-12);
+        assert!((out[0].state.position[0] - 0.01).abs() < 1e-12);
+        assert!((out[1].state.position[0] - 0.02).abs() < 1e-12);
+        assert_eq!(out[1].state.velocity[0], 0.4);
+        let end = out.last().unwrap();
+        assert!((end.state.position[0] - (0.02 + 0.04)).abs() < 1e-12);
+        assert!((end.t_s - (0.005 + 0.05 + 0.2)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn when_the_command_brakes_expect_the_coast_to_go_on_braking_down_to_rest() {
+        let lim = limits(1);
+        let mut cmd = MotionState::at_rest(JointVector::from_slice(&[0.0]));
+        cmd.velocity[0] = 0.1;
+        cmd.acceleration[0] = -1.0;
+        let mut out = Vec::new();
+        Lookahead::new(&lim, 0.05).plan(&cmd, 0.005, &mut out);
+        // 25 ms in: 0.1 - 0.025 rad/s, still decelerating at 1 rad/s².
+        assert!(
+            (out[0].state.velocity[0] - 0.075).abs() < 1e-12,
+            "{:?}",
+            out[0]
+        );
+        assert_eq!(out[0].state.acceleration[0], -1.0);
+        // 50 ms at -1 rad/s² (0.1 -> 0.05 rad/s, 3.75 mrad), then braking at 2 rad/s²
+        // (0.625 mrad) to rest; it never reverses.
+        let end = out.last().unwrap();
+        assert!((end.state.position[0] - 0.004375).abs() < 1e-12, "{end:?}");
+        assert!(out.iter().all(|p| p.state.velocity[0] >= 0.0));
+        // Speeding up goes on too, up to the velocity limit (1 rad/s here).
+        cmd.acceleration[0] = 1.0;
+        Lookahead::new(&lim, 0.05).plan(&cmd, 0.005, &mut out);
+        assert!(
+            (out[0].state.velocity[0] - 0.125).abs() < 1e-12,
+            "{:?}",
+            out[0]
+        );
+        cmd.velocity[0] = 0.99;
+        Lookahead::new(&lim, 0.05).plan(&cmd, 0.005, &mut out);
+        assert_eq!(out[1].state.velocity[0], 1.0);
+        assert_eq!(out[1].state.acceleration[0], 0.0);
+    }
+
+    #[test]
+    fn when_close_to_a_limit_expect_braking_at_once() {
+        let lim = limits(1);
+        // 0.04 rad of room: exactly the braking distance from 0.4 rad/s at 2 rad/s².
+        let mut cmd = MotionState::at_rest(JointVector::from_slice(&[0.96]));
+        cmd.velocity[0] = 0.4;
+        let mut out = Vec::new();
+        Lookahead::new(&lim, 0.05).plan(&cmd, 0.005, &mut out);
+        assert!(out[0].state.velocity[0] < 0.4, "no coasting: {:?}", out[0]);
+        assert!((out.last().unwrap().state.position[0] - 1.0).abs() < 1e-12);
+    }
+}
