@@ -137,7 +137,10 @@ fn when_no_joint_state_ever_arrives_expect_exit_4_after_the_wait() {
     );
     assert!(
         stderr.contains("no joint state received within 10.0 s of start-up on /joint_states")
-            && stderr.contains(&format!("domain {domain}, loopback only")),
+            && stderr.contains(&format!(
+                "best effort keep-last 1, domain {domain}, loopback only"
+            ))
+            && stderr.contains("nothing arrived, and nothing else is published on the graph"),
         "{stderr}"
     );
     let took = started.elapsed().as_secs_f64();

@@ -268,3 +268,47 @@ fn when_dry_run_expect_nothing_on_the_robot_topic_and_the_full_stream_on_the_sha
         x.stderr
     );
 }
+
+#[test]
+fn when_joint_states_come_on_another_topic_expect_the_start_up_error_to_name_what_the_graph_has() {
+    let domain = 20 + ((std::process::id() + 17) % 150) as u16;
+    let cfg = ros_config(domain);
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir("ros-wrong-topic");
+    let cyclone = format!(
+        "file://{}",
+        root().join("tests/peers/cyclone_loopback.xml").display()
+    );
+    let mut peer = Command::new(peer_python())
+        .arg(root().join("tests/peers/robot_peer.py"))
+        .args([
+            "--domain",
+            &domain.to_string(),
+            "--duration",
+            "13",
+            "--report",
+        ])
+        .arg(dir.join("peer.json"))
+        .args(["--joint-states-topic", "/robot/joint_states"])
+        .env("CYCLONEDDS_URI", cyclone)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("peer starts");
+    let cfg_path = dir.join("config.toml");
+    std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["run", "--quiet", "--duration", "20", "--config"])
+        .arg(&cfg_path)
+        .output()
+        .unwrap();
+    let _ = peer.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("on /joint_states (sensor_msgs/JointState, best effort keep-last 1")
+            && stderr.contains(
+                "nothing arrived; JointState published on the graph: /robot/joint_states (sensor_msgs/msg/JointState, best effort)"
+            ),
+        "{stderr}"
+    );
+}

@@ -237,15 +237,26 @@ fn wait_first_joint_state(
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+    let seen = board
+        .startup_note
+        .lock()
+        .map(|n| n.clone())
+        .unwrap_or_default();
     Err(DaemonError::NoJointState(
         FIRST_INPUT_TIMEOUT_S,
         match &cfg.io {
-            Io::Ros(r) => format!(
-                " on {} (sensor_msgs/JointState, domain {}{}): check the topic, the domain (ROS_DOMAIN_ID), ros.loopback_only, and that the messages name every joint in robot.joints",
-                r.joint_states,
-                r.domain_id,
-                if r.loopback_only { ", loopback only" } else { "" }
-            ),
+            Io::Ros(r) => {
+                let q = r.qos.joint_states;
+                format!(
+                    " on {} (sensor_msgs/JointState, {} keep-last {}, domain {}{}): {}; check the topic, the domain (ROS_DOMAIN_ID), ros.loopback_only, the QoS (a reliable subscription does not match a best-effort publisher), and that the messages name every joint in robot.joints",
+                    r.joint_states,
+                    if q.reliable { "reliable" } else { "best effort" },
+                    q.depth,
+                    r.domain_id,
+                    if r.loopback_only { ", loopback only" } else { "" },
+                    if seen.is_empty() { "nothing arrived".to_string() } else { seen },
+                )
+            }
             Io::Sim => String::new(),
         },
     ))

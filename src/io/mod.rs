@@ -35,6 +35,9 @@ pub struct Blackboard {
     pub resets: AtomicU64,
     /// Latest command (written by the control thread every tick).
     pub command: AtomicCell<(MonoTime, MotionState)>,
+    /// Until the first joint state: what the transport saw instead (messages refused, or the
+    /// topics on the graph), for the start-up error.
+    pub startup_note: Mutex<String>,
 }
 
 impl Blackboard {
@@ -51,6 +54,13 @@ impl Blackboard {
             drill_stall_ms: AtomicU64::new(0),
             resets: AtomicU64::new(0),
             command: AtomicCell::new((MonoTime::ZERO, MotionState::default())),
+            startup_note: Mutex::new(String::new()),
+        }
+    }
+
+    pub fn note_startup(&self, note: String) {
+        if let Ok(mut n) = self.startup_note.lock() {
+            *n = note;
         }
     }
 

@@ -85,6 +85,7 @@ def main():
     ap.add_argument("--clock-offset", type=float, default=0.0, help="stamp with a skewed clock (s)")
     ap.add_argument("--image-size", default="64x48", help="camera frames WxH (the JPEG one too)")
     ap.add_argument("--fps", type=float, default=10.0, help="camera rate")
+    ap.add_argument("--joint-states-topic", default="/joint_states")
     ap.add_argument("--shadow-topic", default="/pi0d/dry_run/arm_controller/joint_trajectory",
                     help="also count trajectories here (a dry run's commands)")
     ap.add_argument("--bad-frames-at", type=float, default=None,
@@ -96,7 +97,7 @@ def main():
     dp = DomainParticipant(args.domain)
     reliable = Qos(Policy.Reliability.Reliable(duration(milliseconds=100)), Policy.History.KeepLast(10))
     best_effort = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1))
-    js_w = DataWriter(dp, Topic(dp, "rt/joint_states", JointState), qos=best_effort)
+    js_w = DataWriter(dp, Topic(dp, "rt" + args.joint_states_topic, JointState), qos=best_effort)
     img_w = DataWriter(dp, Topic(dp, "rt/camera/image_raw", Image), qos=best_effort)
     jpeg_w = DataWriter(dp, Topic(dp, "rt/wrist/image_raw/compressed", CompressedImage), qos=best_effort)
     prompt_w = DataWriter(dp, Topic(dp, "rt/pi0d/prompt", String), qos=reliable)

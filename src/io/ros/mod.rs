@@ -71,6 +71,9 @@ enum CameraSub {
     Compressed(Box<dyn Take<msgs::CompressedImage>>),
 }
 
+/// What other nodes publish, as the middleware discovered it: `(topic, "type, reliability")`.
+type GraphProbe = Box<dyn Fn() -> Vec<(String, String)> + Send>;
+
 struct Endpoints {
     joint_states: Box<dyn Take<msgs::JointState>>,
     cameras: Vec<CameraSub>,
@@ -81,6 +84,8 @@ struct Endpoints {
     status: Box<dyn Put<msgs::StringMsg>>,
     diagnostics: Box<dyn Put<msgs::DiagnosticArray>>,
     reset_service: Box<dyn Serve<msgs::TriggerRequest, msgs::TriggerResponse>>,
+    /// Where the middleware can list the graph (DDS discovery).
+    graph: Option<GraphProbe>,
 }
 
 fn endpoints(
@@ -150,7 +155,19 @@ fn endpoints(
         status,
         diagnostics,
         reset_service,
+        graph: None,
     })
+}
+
+/// A DDS topic as ROS names it: `rt/joint_states` and `sensor_msgs::msg::dds_::JointState_`
+/// are `/joint_states` and `sensor_msgs/msg/JointState`; other DDS topics are left out.
+fn ros_topic(name: &str, ty: &str) -> Option<(String, String)> {
+    let topic = name.strip_prefix("rt")?;
+    let ty = ty.replace("::dds_::", "::").replace("::", "/");
+    Some((
+        topic.to_string(),
+        ty.strip_suffix('_').unwrap_or(&ty).to_string(),
+    ))
 }
 
 /// The Zenoh session configuration from `ros.zenoh_*`, or `None` for rmw_zenoh's defaults.
@@ -255,6 +272,7 @@ impl RosIo {
                     .map_err(|e| create_err("DDS participant", e))?;
                 let context = ros2_client::dds::Context::from_domain_participant(dp)
                     .map_err(|e| create_err("ROS 2 context", e))?;
+                let probe = context.clone();
                 let node = context
                     .new_node(node_name, options)
                     .map_err(|e| create_err("node", e))?;
@@ -266,15 +284,35 @@ impl RosIo {
                         ServiceMappingKind::Cyclone => ServiceMapping::Cyclone,
                     },
                 };
-                (
-                    endpoints(
-                        &mut mw,
-                        &self.cfg,
-                        self.period.as_secs_f64(),
-                        self.lookahead(),
-                    )?,
-                    Box::new(mw),
-                )
+                let mut ep = endpoints(
+                    &mut mw,
+                    &self.cfg,
+                    self.period.as_secs_f64(),
+                    self.lookahead(),
+                )?;
+                ep.graph = Some(Box::new(move || {
+                    use ros2_client::dds::rustdds::{policy, RTPSEntity};
+                    // Other participants' writers: what is published, and how.
+                    let dp = probe.domain_participant();
+                    let own = dp.guid().prefix;
+                    dp.discovered_writers()
+                        .iter()
+                        .map(|w| &w.publication_topic_data)
+                        .filter(|t| t.key.prefix != own)
+                        .filter_map(|t| {
+                            let (name, ty) = ros_topic(&t.topic_name, &t.type_name)?;
+                            let best_effort =
+                                matches!(t.reliability, Some(policy::Reliability::BestEffort));
+                            let qos = if best_effort {
+                                "best effort"
+                            } else {
+                                "reliable"
+                            };
+                            Some((name, format!("{ty}, {qos}")))
+                        })
+                        .collect()
+                }));
+                (ep, Box::new(mw))
             }
             MiddlewareKind::Zenoh => self.zenoh(node_name, options)?,
         };
@@ -340,5 +378,23 @@ impl RosIo {
                 "this pi0d was built without the `zenoh` feature (cargo build --features zenoh)"
                     .into(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn when_dds_topics_listed_expect_ros_names_and_types() {
+        assert_eq!(
+            super::ros_topic(
+                "rt/robot/joint_states",
+                "sensor_msgs::msg::dds_::JointState_"
+            ),
+            Some((
+                "/robot/joint_states".to_string(),
+                "sensor_msgs/msg/JointState".to_string()
+            ))
+        );
+        assert_eq!(super::ros_topic("DCPSParticipant", "x"), None);
     }
 }

@@ -124,6 +124,8 @@ pub(super) struct Worker<'a> {
     skew: SkewEstimator,
     /// Camera messages to the decoding thread, and what it measured.
     frames: Arc<Handoff>,
+    /// Joint-state messages taken before the first measurement (for the start-up note).
+    joint_states_seen: u64,
     last_sent: MonoTime,
     next_status: MonoTime,
 }
@@ -161,6 +163,7 @@ impl<'a> Worker<'a> {
             },
             topics,
             frames: Arc::new(Handoff::new(cfg.cameras.len())),
+            joint_states_seen: 0,
             last_sent: MonoTime::ZERO,
             next_status: MonoTime::now(),
             period_s: period.as_secs_f64(),
@@ -248,11 +251,14 @@ impl<'a> Worker<'a> {
             board,
             names,
             cfg,
+            joint_states_seen,
             ..
         } = self;
         let topic = topics.joint_states;
         let shown_topic = &cfg.joint_states;
+        let starting = board.joint_state.load().stamp == MonoTime::ZERO;
         drain(ep.joint_states.as_ref(), topic, report, |msg, report| {
+            *joint_states_seen += 1;
             // Every well-stamped sample counts for the skew, refused or not: a sender ahead of
             // pi0d has all its samples refused, and the estimate says why.
             if let Ok(stamp) = clock.to_mono(&msg.header.stamp) {
@@ -267,9 +273,19 @@ impl<'a> Worker<'a> {
                 Ok(Ok(None)) => {
                     if let Some(m) = joints.missing_report(now) {
                         tracing::warn!(topic = %shown_topic, "{m}");
+                        board
+                            .note_startup(format!("{} message(s) arrived; {m}", joint_states_seen));
                     }
                 }
-                Ok(Err(e)) => report.refuse(topic, &e),
+                Ok(Err(e)) => {
+                    if starting {
+                        board.note_startup(format!(
+                            "{} message(s) arrived, none usable; the last refused: {e}",
+                            joint_states_seen
+                        ));
+                    }
+                    report.refuse(topic, &e)
+                }
                 Err(f) => {
                     report.fault(topic, &f);
                     // Nothing half-merged from the faulted sample is used: every joint must be
@@ -393,7 +409,45 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// Before the first joint state: what the graph holds instead, when nothing came at all.
+    fn startup_note(&self) {
+        if self.joint_states_seen > 0 || self.board.joint_state.load().stamp != MonoTime::ZERO {
+            return;
+        }
+        let note = match &self.ep.graph {
+            None => "nothing arrived (this middleware does not list the graph)".to_string(),
+            Some(probe) => {
+                let topics = probe();
+                let (states, others): (Vec<_>, Vec<_>) = topics
+                    .iter()
+                    .partition(|(_, ty)| ty.starts_with("sensor_msgs/msg/JointState,"));
+                let list = |v: &[&(String, String)]| {
+                    v.iter()
+                        .take(10)
+                        .map(|(n, t)| format!("{n} ({t})"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                if !states.is_empty() {
+                    format!(
+                        "nothing arrived; JointState published on the graph: {}",
+                        list(&states)
+                    )
+                } else if others.is_empty() {
+                    "nothing arrived, and nothing else is published on the graph (another domain, or no network between the two?)".to_string()
+                } else {
+                    format!(
+                        "nothing arrived, and no JointState is published on the graph; it has: {}",
+                        list(&others)
+                    )
+                }
+            }
+        };
+        self.board.note_startup(note);
+    }
+
     fn status(&mut self, now: MonoTime) {
+        self.startup_note();
         let board = self.board;
         let js_age = now.seconds_since(board.joint_state.load().stamp);
         let mut stamps = vec![MonoTime::ZERO; board.camera_stamps.len()];
