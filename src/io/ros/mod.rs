@@ -7,6 +7,7 @@
 pub mod decode;
 pub mod encode;
 mod frames;
+mod intake;
 pub mod log;
 pub mod msgs;
 pub mod timing;

@@ -5,102 +5,22 @@
 //! `log::guarded`, so a decoder that panics refuses that sample, is reported and counted, and
 //! commands keep flowing.
 
-use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::decode::{self, ClockMap, InputError, JointStateDecoder, SkewEstimator};
-use super::frames::{Decoder, Handoff, RawFrame};
-use super::log::{guarded, Fault, RateLimitedLog, TopicId, WarnKind};
-use super::transport::Take;
-use super::{encode, msgs, CameraSub, Endpoints};
+use super::decode::{self, ClockMap, JointStateDecoder, SkewEstimator};
+use super::frames::{Cameras, FrameStats};
+use super::intake::{drain, Report, MAX_TAKES_PER_POLL};
+use super::log::{guarded, RateLimitedLog, TopicId, WarnKind};
+use super::{encode, msgs, Endpoints};
 use crate::config::RosConfig;
 use crate::control::stats::LiveStats;
 use crate::io::Blackboard;
 use crate::time::MonoTime;
 
-/// Samples taken from one reader per poll at most: a reader that kept failing on one sample
-/// (or a flood) must not keep the loop from the command.
-const MAX_TAKES_PER_POLL: usize = 256;
-
-/// The log of refusals and their counts.
-struct Report {
-    log: RateLimitedLog,
-    rejected: u64,
-    faults: u64,
-}
-
-impl Report {
-    fn refuse(&mut self, topic: TopicId, e: &InputError) {
-        self.rejected += 1;
-        self.log.warn(topic, WarnKind::Input(e.kind()), e);
-    }
-
-    fn fault(&mut self, topic: TopicId, f: &Fault) {
-        self.rejected += 1;
-        self.faults += 1;
-        self.log.warn(topic, WarnKind::DecoderFault, f);
-    }
-
-    fn warn(&mut self, topic: TopicId, kind: WarnKind, message: &dyn Display) {
-        self.log.warn(topic, kind, message);
-    }
-}
-
-enum Taken<M> {
-    Sample(M),
-    /// A sample was there but did not deserialize (reported).
-    Failed,
-    Empty,
-}
-
-fn take<M>(sub: &dyn Take<M>, topic: TopicId, report: &mut Report) -> Taken<M> {
-    match guarded(|| sub.take_next()) {
-        Ok(Ok(Some(m))) => Taken::Sample(m),
-        Ok(Ok(None)) => Taken::Empty,
-        Ok(Err(e)) => {
-            report.rejected += 1;
-            report.warn(
-                topic,
-                WarnKind::Undecodable,
-                &format_args!("undecodable sample: {e}"),
-            );
-            Taken::Failed
-        }
-        Err(f) => {
-            report.fault(topic, &f);
-            Taken::Failed
-        }
-    }
-}
-
-/// Hands each waiting sample of `sub` (a bounded number) to `each`.
-fn drain<M>(
-    sub: &dyn Take<M>,
-    topic: TopicId,
-    report: &mut Report,
-    mut each: impl FnMut(M, &mut Report),
-) {
-    for _ in 0..MAX_TAKES_PER_POLL {
-        match take(sub, topic, report) {
-            Taken::Sample(m) => each(m, report),
-            Taken::Failed => {}
-            Taken::Empty => break,
-        }
-    }
-}
-
-/// The newest sample waiting on `sub`; older ones are dropped undecoded.
-fn newest<M>(sub: &dyn Take<M>, topic: TopicId, report: &mut Report) -> Option<M> {
-    let mut newest = None;
-    drain(sub, topic, report, |m, _| newest = Some(m));
-    newest
-}
-
 struct Topics {
     joint_states: TopicId,
-    cameras: Vec<TopicId>,
     prompt: TopicId,
     estop: TopicId,
     reset: TopicId,
@@ -122,8 +42,8 @@ pub(super) struct Worker<'a> {
     topics: Topics,
     joints: JointStateDecoder,
     skew: SkewEstimator,
-    /// Camera messages to the decoding thread, and what it measured.
-    frames: Arc<Handoff>,
+    /// What the camera thread measured.
+    frames: Arc<Mutex<FrameStats>>,
     /// Joint-state messages taken before the first measurement (for the start-up note).
     joint_states_seen: u64,
     last_sent: MonoTime,
@@ -142,7 +62,6 @@ impl<'a> Worker<'a> {
         let mut log = RateLimitedLog::new(Duration::from_secs(5));
         let topics = Topics {
             joint_states: log.topic(&cfg.joint_states),
-            cameras: cfg.cameras.iter().map(|c| log.topic(c)).collect(),
             prompt: log.topic(&cfg.prompt),
             estop: log.topic(&cfg.estop),
             reset: log.topic(&cfg.reset),
@@ -156,13 +75,9 @@ impl<'a> Worker<'a> {
             // One estimate per ~2 s at a 100 Hz joint-state rate.
             skew: SkewEstimator::new(200),
             clock: ClockMap::now(),
-            report: Report {
-                log,
-                rejected: 0,
-                faults: 0,
-            },
+            report: Report::new(log),
             topics,
-            frames: Arc::new(Handoff::new(cfg.cameras.len())),
+            frames: Arc::default(),
             joint_states_seen: 0,
             last_sent: MonoTime::ZERO,
             next_status: MonoTime::now(),
@@ -176,30 +91,31 @@ impl<'a> Worker<'a> {
     }
 
     pub(super) fn run(mut self, stop: &AtomicBool, beat: &dyn Fn()) {
-        let board = self.board;
-        let decoder = Decoder::new(
-            self.frames.clone(),
-            board,
+        // Handed to the camera thread through a slot, so that they stay here if no thread
+        // can be started for them.
+        let cameras = Mutex::new(Some(Cameras::new(
+            std::mem::take(&mut self.ep.cameras),
             &self.cfg.cameras,
+            self.board,
             self.cfg.max_image_bytes,
-        );
+            self.frames.clone(),
+        )));
+        let cameras_stop = AtomicBool::new(false);
         std::thread::scope(|s| {
+            let (slot, cameras_stop) = (&cameras, &cameras_stop);
             let spawned = std::thread::Builder::new()
-                .name("pi0d-frames".into())
-                .spawn_scoped(s, move || decoder.run());
-            // Without a thread of their own, frames are decoded here, between commands.
-            let mut inline = match spawned {
-                Ok(_) => None,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot start the camera decoding thread: decoding on the ROS thread");
-                    Some(Decoder::new(
-                        self.frames.clone(),
-                        board,
-                        &self.cfg.cameras,
-                        self.cfg.max_image_bytes,
-                    ))
-                }
-            };
+                .name("pi0d-cameras".into())
+                .spawn_scoped(s, move || {
+                    if let Some(c) = slot.lock().ok().and_then(|mut c| c.take()) {
+                        c.run(cameras_stop)
+                    }
+                });
+            // Without a thread of their own, the cameras are polled here between commands.
+            let mut inline = None;
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "cannot start the camera thread: cameras are taken and decoded on the ROS thread");
+                inline = cameras.lock().ok().and_then(|mut c| c.take());
+            }
             while !stop.load(Ordering::Relaxed) {
                 beat();
                 let now = MonoTime::now();
@@ -207,9 +123,8 @@ impl<'a> Worker<'a> {
                 // every half millisecond), before the inputs are drained.
                 self.send_command();
                 self.joint_states(now);
-                self.cameras(now);
-                if let Some(d) = &mut inline {
-                    d.decode_waiting();
+                if let Some(c) = &mut inline {
+                    c.poll();
                 }
                 self.prompt();
                 self.estop_and_reset();
@@ -220,9 +135,9 @@ impl<'a> Worker<'a> {
                 }
                 std::thread::sleep(Duration::from_micros(500));
             }
-            self.frames.close();
+            cameras_stop.store(true, Ordering::Relaxed);
         });
-        // The last word, once the decoder has finished: what was refused until the end.
+        // The last word, once the camera thread has finished: what was refused until the end.
         self.status(MonoTime::now());
     }
 
@@ -294,23 +209,6 @@ impl<'a> Worker<'a> {
                 }
             }
         });
-    }
-
-    /// Each camera's newest message, taken (older ones dropped undeserialized beyond the
-    /// copy) and handed to the decoding thread.
-    fn cameras(&mut self, now: MonoTime) {
-        for (k, cam) in self.ep.cameras.iter().enumerate() {
-            let (topic, report) = (self.topics.cameras[k], &mut self.report);
-            let frame = match cam {
-                CameraSub::Raw(sub) => newest(sub.as_ref(), topic, report).map(RawFrame::Raw),
-                CameraSub::Compressed(sub) => {
-                    newest(sub.as_ref(), topic, report).map(RawFrame::Compressed)
-                }
-            };
-            if let Some(f) = frame {
-                self.frames.put(k, f, now);
-            }
-        }
     }
 
     fn prompt(&mut self) {
@@ -453,7 +351,7 @@ impl<'a> Worker<'a> {
         let mut stamps = vec![MonoTime::ZERO; board.camera_stamps.len()];
         board.read_camera_stamps(&mut stamps);
         let cam_ages: Vec<f64> = stamps.iter().map(|s| now.seconds_since(*s)).collect();
-        let frames = self.frames.stats();
+        let frames = self.frames.lock().map(|f| f.clone()).unwrap_or_default();
         let (rejected, faults) = (
             self.report.rejected + frames.rejected,
             self.report.faults + frames.faults,
@@ -466,9 +364,9 @@ impl<'a> Worker<'a> {
             &encode::InputHealth {
                 joint_state_age_s: js_age,
                 camera_ages_s: &cam_ages,
-                camera_latency_ms: &frames.latency_ms,
+                camera_latency_ms: &padded(&frames.latency_ms, cam_ages.len()),
                 joint_state_clock_offset_s: self.skew.offset_s,
-                camera_clock_offsets_s: &frames.clock_offsets_s,
+                camera_clock_offsets_s: &padded(&frames.clock_offsets_s, cam_ages.len()),
                 inputs_rejected: rejected,
                 decoder_faults: faults,
             },
@@ -495,6 +393,11 @@ impl<'a> Worker<'a> {
     }
 }
 
+/// Per-camera values, one per camera (`None` before the camera thread reported).
+fn padded<T: Clone>(v: &[Option<T>], n: usize) -> Vec<Option<T>> {
+    (0..n).map(|k| v.get(k).cloned().flatten()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::any::Any;
@@ -505,7 +408,7 @@ mod tests {
 
     use super::*;
     use crate::config::{Config, Io};
-    use crate::io::ros::transport::{Middleware, Msg, Put, Serve, SrvMsg};
+    use crate::io::ros::transport::{Middleware, Msg, Put, Serve, SrvMsg, Take};
     use crate::io::ros::RosError;
     use crate::joints::{JointVector, MotionState};
 
