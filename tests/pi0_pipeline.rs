@@ -6,6 +6,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use pi0d::config::CameraSource;
+use pi0d::policy::cameras::{bind, ModelCameras};
 use pi0d::policy::pi0::pipeline::{BackendOptions, Pi0Pipeline, PipelineOptions};
 use pi0d::policy::pi0::preprocess::{frame_to_model_input, resize_with_pad};
 use pi0d::policy::pi0::tensorfile::{TensorFile, Values};
@@ -137,6 +139,13 @@ fn end_to_end(kind: &str) {
 }
 
 fn end_to_end_on(kind: &str, backend: impl Fn(&Path) -> BackendOptions) {
+    end_to_end_with(kind, backend, false)
+}
+
+/// `swapped`: the observation holds the cameras in the other order, and the cameras are bound
+/// by the checkpoint's names (`cam0`, `cam1` in its config.json; `cam2` optional and absent)
+/// as `[ros.cameras]` and `policy.optional_cameras` would.
+fn end_to_end_with(kind: &str, backend: impl Fn(&Path) -> BackendOptions, swapped: bool) {
     let dir = fixtures().join("cases").join(format!("{kind}_end_to_end"));
     let case: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
@@ -166,7 +175,28 @@ fn end_to_end_on(kind: &str, backend: impl Fn(&Path) -> BackendOptions) {
     let (tokens, _) = p.tokenize(&p.prompt(task, &norm)).unwrap();
     assert_eq!(tokens, want_tokens, "{kind}: prompt tokens");
 
-    let refs: Vec<Option<&CameraFrame>> = frames.iter().map(Some).collect();
+    let mut refs: Vec<Option<&CameraFrame>> = frames.iter().map(Some).collect();
+    if swapped {
+        // The checkpoint has a third camera, not in the observation (lerobot masks it).
+        assert_eq!(p.camera_names, ["cam0", "cam1", "cam2"]);
+        refs.reverse();
+        let sources: Vec<CameraSource> = ["cam1", "cam0"]
+            .iter()
+            .map(|n| CameraSource {
+                model_name: Some(n.to_string()),
+                shown: format!("ros.cameras.{n}"),
+            })
+            .collect();
+        let model = ModelCameras {
+            names: &p.camera_names,
+            count: p.cameras,
+            source: "config.json",
+        };
+        assert!(bind(&model, &sources, &[]).is_err(), "cam2 has no source");
+        let slots = bind(&model, &sources, &["cam2".into()]).unwrap();
+        assert_eq!(slots, [Some(1), Some(0), None]);
+        p.set_camera_slots(slots);
+    }
     let (actions, _) = p.run(&refs, state, task, noise).unwrap();
     let want = TensorFile::read(&dir.join("expected.safetensors")).unwrap();
     let (_, want) = want.f32("actions", &[Some(1), Some(50), Some(7)]).unwrap();
@@ -182,6 +212,11 @@ fn end_to_end_on(kind: &str, backend: impl Fn(&Path) -> BackendOptions) {
 #[test]
 fn when_raw_observation_expect_pi0_actions_as_lerobot_pipeline() {
     end_to_end("pi0");
+}
+
+#[test]
+fn when_cameras_arrive_in_another_order_but_are_bound_by_name_expect_the_same_actions() {
+    end_to_end_with("pi0", |_| BackendOptions::Cpu, true);
 }
 
 #[test]

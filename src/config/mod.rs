@@ -64,6 +64,15 @@ pub enum Io {
     Ros(Box<RosConfig>),
 }
 
+/// One camera slot of the inputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CameraSource {
+    /// The model camera it feeds, by name; `None` when matched by position.
+    pub model_name: Option<String>,
+    /// How the configuration names it (`ros.cameras.front = "/cam"`).
+    pub shown: String,
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub file: PathBuf,
@@ -81,6 +90,36 @@ pub struct Config {
 }
 
 impl Config {
+    /// The inputs' camera slots, in order: the model camera each feeds (`None`: matched by
+    /// position) and how the configuration names it, for messages.
+    pub fn camera_sources(&self) -> Vec<CameraSource> {
+        match &self.io {
+            Io::Sim => self
+                .sim
+                .cameras
+                .iter()
+                .enumerate()
+                .map(|(i, c)| CameraSource {
+                    model_name: Some(c.name.clone()),
+                    shown: format!("sim.cameras[{i}] (`{}`)", c.name),
+                })
+                .collect(),
+            Io::Ros(r) => r
+                .cameras
+                .iter()
+                .zip(&r.camera_names)
+                .enumerate()
+                .map(|(i, (topic, name))| CameraSource {
+                    model_name: name.clone(),
+                    shown: match name {
+                        Some(n) => format!("ros.cameras.{n} = \"{topic}\""),
+                        None => format!("ros.cameras[{i}] = \"{topic}\""),
+                    },
+                })
+                .collect(),
+        }
+    }
+
     /// Camera slots the inputs provide, in order.
     pub fn camera_count(&self) -> usize {
         match &self.io {

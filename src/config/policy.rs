@@ -162,6 +162,8 @@ pub struct PolicyConfig {
     /// The task prompt until one arrives from outside.
     pub prompt: String,
     pub fault: Option<FaultConfig>,
+    /// Model cameras that may have no source (fed as missing, masked images).
+    pub optional_cameras: Vec<String>,
 }
 
 impl PolicyConfig {
@@ -250,6 +252,12 @@ pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyCo
             ),
         );
     }
+    if let Some(dup) = first_duplicate(&raw.optional_cameras) {
+        return c.fail(
+            "policy.optional_cameras",
+            format!("camera `{dup}` is listed twice"),
+        );
+    }
     let fault = match &raw.fault {
         None => None,
         Some(f) => Some(FaultConfig {
@@ -270,6 +278,7 @@ pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyCo
         latency_s: c.non_negative("policy.latency_s", raw.latency_s.unwrap_or(0.0))?,
         prompt: raw.prompt.clone(),
         fault,
+        optional_cameras: raw.optional_cameras.clone(),
     })
 }
 
@@ -289,6 +298,11 @@ fn warn_unused(c: &Check, raw: &RawPolicy) {
     };
     let pi0 = raw.kind == PolicyKind::Pi0;
     let scripted = raw.kind == PolicyKind::Scripted;
+    not(
+        "policy.optional_cameras",
+        !raw.optional_cameras.is_empty() && !pi0,
+        "pi0",
+    );
     not(
         "policy.amplitude",
         raw.amplitude.is_some() && !scripted,

@@ -194,6 +194,9 @@ pub struct RawPolicy {
     pub onnx: Option<RawOnnx>,
     pub acl: Option<RawAcl>,
     pub fault: Option<RawFault>,
+    /// pi0: model cameras that may have no source; they are fed as missing (masked) images.
+    #[serde(default)]
+    pub optional_cameras: Vec<String>,
 }
 
 fn default_chunk_steps() -> usize {
@@ -378,7 +381,7 @@ pub struct RawRos {
     #[serde(default = "default_joint_states")]
     pub joint_states: String,
     #[serde(default)]
-    pub cameras: Vec<String>,
+    pub cameras: RawCameras,
     #[serde(default = "default_prompt_topic")]
     pub prompt: String,
     #[serde(default = "default_estop_topic")]
@@ -414,6 +417,24 @@ pub struct RawRos {
     pub zenoh_listen: Vec<String>,
     #[serde(default)]
     pub qos: RawQosSet,
+}
+
+/// `ros.cameras`: a table from the model's camera names to topics, or (for policies whose
+/// cameras have no names) a list of topics in the policy's camera order.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a table of model camera name = topic (e.g. { front = \"/camera/image_raw\" }), or a list of topics"
+)]
+pub enum RawCameras {
+    Named(BTreeMap<String, String>),
+    Ordered(Vec<String>),
+}
+
+impl Default for RawCameras {
+    fn default() -> Self {
+        RawCameras::Ordered(Vec::new())
+    }
 }
 
 /// `[ros.qos]`: QoS per kind of topic.

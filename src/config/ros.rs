@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::check::Check;
-use super::raw::{RawQos, RawRos, Reliability};
+use super::raw::{RawCameras, RawQos, RawRos, Reliability};
 use super::ConfigError;
 
 /// Reliability and keep-last depth of a topic.
@@ -72,8 +72,11 @@ pub struct RosConfig {
     /// Keep DDS traffic on 127.0.0.1 (tests, single-machine setups).
     pub loopback_only: bool,
     pub joint_states: String,
-    /// sensor_msgs/Image topics, in the policy's camera order.
+    /// sensor_msgs/Image (or CompressedImage) topics, one per camera slot.
     pub cameras: Vec<String>,
+    /// Per slot: the model camera it feeds (`ros.cameras` as a table), or `None` (a list,
+    /// matched by position).
+    pub camera_names: Vec<Option<String>>,
     pub prompt: String,
     pub estop: String,
     pub reset: String,
@@ -229,11 +232,25 @@ pub fn validate(c: &Check, r: &RawRos) -> Result<RosConfig, ConfigError> {
         ("ros.diagnostics_topic", &r.diagnostics_topic),
         ("ros.dry_run_topic", &dry_run_topic),
     ];
-    let cameras = r
-        .cameras
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (format!("ros.cameras[{i}]"), t));
+    let (camera_fields, camera_topics, camera_names): (
+        Vec<String>,
+        Vec<String>,
+        Vec<Option<String>>,
+    ) = match &r.cameras {
+        RawCameras::Ordered(list) => (
+            (0..list.len())
+                .map(|i| format!("ros.cameras[{i}]"))
+                .collect(),
+            list.clone(),
+            vec![None; list.len()],
+        ),
+        RawCameras::Named(map) => (
+            map.keys().map(|k| format!("ros.cameras.{k}")).collect(),
+            map.values().cloned().collect(),
+            map.keys().cloned().map(Some).collect(),
+        ),
+    };
+    let cameras = camera_fields.iter().cloned().zip(camera_topics.iter());
     for (field, t) in topics
         .iter()
         .map(|(f, t)| (f.to_string(), *t))
@@ -243,12 +260,9 @@ pub fn validate(c: &Check, r: &RawRos) -> Result<RosConfig, ConfigError> {
             return c.fail(&field, format!("\"{t}\" is not a ROS topic name: it {why}"));
         }
     }
-    for (i, t) in r.cameras.iter().enumerate() {
-        if r.cameras[..i].contains(t) {
-            return c.fail(
-                &format!("ros.cameras[{i}]"),
-                format!("topic \"{t}\" is listed twice"),
-            );
+    for (i, t) in camera_topics.iter().enumerate() {
+        if camera_topics[..i].contains(t) {
+            return c.fail(&camera_fields[i], format!("topic \"{t}\" is listed twice"));
         }
     }
     let zenoh = r.middleware == Middleware::Zenoh;
@@ -283,7 +297,8 @@ pub fn validate(c: &Check, r: &RawRos) -> Result<RosConfig, ConfigError> {
         namespace: r.namespace.clone(),
         loopback_only: r.loopback_only,
         joint_states: r.joint_states.clone(),
-        cameras: r.cameras.clone(),
+        cameras: camera_topics,
+        camera_names,
         prompt: r.prompt.clone(),
         estop: r.estop.clone(),
         reset: r.reset.clone(),

@@ -305,6 +305,15 @@ pub fn apply(table: &mut toml::Table, ros: &RosArgs) -> Result<Origins, ConfigEr
                             }
                         }
                     }
+                    // `ros.cameras` as a table of model camera name = topic.
+                    toml::Value::Table(items) if key == "cameras" => {
+                        for (name, item) in items.iter_mut() {
+                            if item.as_str() == Some(from) {
+                                *item = toml::Value::String(to.clone());
+                                origins.set(&format!("ros.{key}.{name}"), remap.clone());
+                            }
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -396,6 +405,10 @@ mod tests {
         assert_eq!(t["ros"]["joint_states"].as_str(), Some("/arm/joint_states"));
         assert_eq!(t["ros"]["cameras"][0].as_str(), Some("/wrist/image"));
         assert_eq!(t["ros"]["node"].as_str(), Some("x"));
+        // Cameras by name are remapped the same way.
+        let mut t: toml::Table = "[ros]\ncameras = { front = \"/cam\" }\n".parse().unwrap();
+        apply(&mut t, &r).unwrap();
+        assert_eq!(t["ros"]["cameras"]["front"].as_str(), Some("/wrist/image"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Policies produce action chunks from observations. Inference always runs on the worker thread
 //! (`worker`), never on the control thread.
 
+pub mod cameras;
 pub mod export;
 pub mod faulty;
 pub mod graph;
@@ -73,6 +74,8 @@ pub enum PolicyBuildError {
         /// Where the model's width came from.
         width_source: String,
     },
+    #[error("{checkpoint}: {message}")]
+    Cameras { checkpoint: String, message: String },
 }
 
 /// Builds the configured policy (with its fault injector, if any).
@@ -104,7 +107,7 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
             seed,
             backend,
         } => {
-            let pipeline = pi0::pipeline::Pi0Pipeline::load(&pi0::pipeline::PipelineOptions {
+            let mut pipeline = pi0::pipeline::Pi0Pipeline::load(&pi0::pipeline::PipelineOptions {
                 checkpoint: checkpoint.clone(),
                 arch: arch.clone(),
                 tokenizer: tokenizer.clone(),
@@ -121,6 +124,23 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
                     width_source: pipeline.width_source.clone(),
                 });
             }
+            let names_from = if checkpoint.is_dir() {
+                checkpoint.join("config.json").display().to_string()
+            } else {
+                format!("{} (no config.json)", checkpoint.display())
+            };
+            let model = cameras::ModelCameras {
+                names: &pipeline.camera_names,
+                count: pipeline.cameras,
+                source: &names_from,
+            };
+            let slots = cameras::bind(&model, &cfg.camera_sources(), &p.optional_cameras).map_err(
+                |message| PolicyBuildError::Cameras {
+                    checkpoint: checkpoint.display().to_string(),
+                    message,
+                },
+            )?;
+            pipeline.set_camera_slots(slots);
             Box::new(pi0::pipeline::Pi0Policy::new(
                 pipeline,
                 p.step_period_s,

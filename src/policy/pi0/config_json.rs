@@ -25,6 +25,9 @@ pub struct PolicyConfigJson {
     pub image_resolution: [usize; 2],
     pub input_features: HashMap<String, FeatureJson>,
     pub output_features: HashMap<String, FeatureJson>,
+    /// The model's cameras (`observation.images.<name>`, VISUAL) in the file's order, which is
+    /// the order lerobot feeds them to the model in.
+    pub camera_names: Vec<String>,
     /// Whether these came from a `config.json` (a bare `.safetensors` has none: the robot's
     /// state and action widths are then unknown).
     pub from_file: bool,
@@ -52,9 +55,47 @@ impl Default for PolicyConfigJson {
             image_resolution: [224, 224],
             input_features: HashMap::new(),
             output_features: HashMap::new(),
+            camera_names: Vec::new(),
             from_file: false,
         }
     }
+}
+
+/// The keys of `input_features` in the file's order (a parsed `serde_json::Map` sorts them);
+/// empty when there are none (the fields themselves are checked by `PolicyConfigJson::parse`).
+fn input_feature_keys(text: &str) -> Vec<String> {
+    use serde::de::{IgnoredAny, MapAccess, Visitor};
+
+    #[derive(Default)]
+    struct KeysInOrder(Vec<String>);
+
+    impl<'de> Deserialize<'de> for KeysInOrder {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Keys;
+            impl<'de> Visitor<'de> for Keys {
+                type Value = KeysInOrder;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<KeysInOrder, A::Error> {
+                    let mut keys = Vec::new();
+                    while let Some(k) = m.next_key::<String>()? {
+                        m.next_value::<IgnoredAny>()?;
+                        keys.push(k);
+                    }
+                    Ok(KeysInOrder(keys))
+                }
+            }
+            d.deserialize_map(Keys)
+        }
+    }
+
+    #[derive(Deserialize)]
+    struct Top {
+        #[serde(default)]
+        input_features: KeysInOrder,
+    }
+    serde_json::from_str::<Top>(text).map_or_else(|_| Vec::new(), |t| t.input_features.0)
 }
 
 /// The JSON object in `text` (`path` for messages).
@@ -124,8 +165,18 @@ impl PolicyConfigJson {
             image_resolution: field(path, &obj, "image_resolution", d.image_resolution)?,
             input_features: field(path, &obj, "input_features", d.input_features)?,
             output_features: field(path, &obj, "output_features", d.output_features)?,
+            camera_names: Vec::new(),
             from_file: true,
         };
+        let mut c = c;
+        c.camera_names = input_feature_keys(text)
+            .into_iter()
+            .filter(|k| c.input_features.get(k).is_some_and(|f| f.kind == "VISUAL"))
+            .map(|k| match k.strip_prefix("observation.images.") {
+                Some(name) => name.to_string(),
+                None => k,
+            })
+            .collect();
         at_least_1(path, "chunk_size", c.chunk_size)?;
         at_least_1(path, "max_state_dim", c.max_state_dim)?;
         at_least_1(path, "max_action_dim", c.max_action_dim)?;
@@ -238,6 +289,15 @@ mod tests {
             m.contains("ck/config.json") && m.contains("`chunk_size`") && m.contains("string"),
             "{m}"
         );
+        // Cameras in the file's order (not sorted), VISUAL features only.
+        let c = PolicyConfigJson::parse(
+            p,
+            r#"{"input_features": {"observation.images.wrist": {"type": "VISUAL", "shape": [3, 224, 224]},
+                "observation.state": {"type": "STATE", "shape": [7]},
+                "observation.images.base": {"type": "VISUAL", "shape": [3, 224, 224]}}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.camera_names, ["wrist", "base"]);
         let e = PolicyConfigJson::parse(p, r#"{"input_features": {"a": {"type": "STATE"}}}"#)
             .unwrap_err();
         assert!(full(&e).contains("`input_features`"), "{}", full(&e));

@@ -124,6 +124,11 @@ pub struct Pi0Pipeline {
     pub action_dim: usize,
     /// Camera slots the model was trained with; missing ones are fed as masked -1 images.
     pub cameras: usize,
+    /// Their names (`observation.images.<name>` in config.json, in its order); empty when the
+    /// checkpoint does not name them (a bare safetensors file).
+    pub camera_names: Vec<String>,
+    /// Per model camera: the observation image it is fed from (`None`: always missing).
+    camera_slots: Vec<Option<usize>>,
     /// Where `state_dim` and `action_dim` come from ("from DIR/config.json", or the model's
     /// padded width for a bare safetensors file), for messages about them.
     pub width_source: String,
@@ -339,8 +344,23 @@ impl Pi0Pipeline {
             state_dim,
             action_dim,
             cameras,
+            camera_names: if cfg.camera_names.len() == cameras {
+                cfg.camera_names.clone()
+            } else {
+                Vec::new()
+            },
+            camera_slots: (0..cameras).map(Some).collect(),
             width_source: widths.source,
         })
+    }
+
+    /// Which observation image feeds each model camera (`None`: missing, fed masked). Missing
+    /// cameras are masked in place: lerobot appends them after the present ones instead, which
+    /// gives the same actions, since masked image tokens neither attend nor advance the
+    /// positions of the tokens after them (`cumsum` of the mask).
+    pub fn set_camera_slots(&mut self, slots: Vec<Option<usize>>) {
+        debug_assert_eq!(slots.len(), self.cameras);
+        self.camera_slots = slots;
     }
 
     /// Bytes `prompt` adds around the task text (pi0.5's state digits and framing).
@@ -430,7 +450,8 @@ impl Pi0Pipeline {
         let mut images = Vec::with_capacity(self.cameras);
         let mut masks = Vec::with_capacity(self.cameras);
         for k in 0..self.cameras {
-            match frames.get(k).copied().flatten() {
+            let slot = self.camera_slots.get(k).copied().flatten();
+            match slot.and_then(|i| frames.get(i).copied().flatten()) {
                 Some(f) => {
                     images.push(
                         frame_to_model_input(f, a.image_size)

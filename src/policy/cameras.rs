@@ -1,0 +1,188 @@
+//! Which of the inputs' camera slots feeds each of the model's cameras: by name when the
+//! configuration names them (`[ros.cameras]` as a table, or the simulator's camera names),
+//! else by position. A model camera with no source must be declared optional (it is then fed
+//! as lerobot feeds a missing camera: an all -1 image, masked); a source the model has no
+//! camera for is refused. Either way both sides are named.
+
+use crate::config::CameraSource;
+
+/// What the model's cameras are: their names (in the model's order), or only their count.
+pub struct ModelCameras<'a> {
+    pub names: &'a [String],
+    pub count: usize,
+    /// Where the names come from, for messages (`DIR/config.json`).
+    pub source: &'a str,
+}
+
+impl ModelCameras<'_> {
+    fn describe(&self) -> String {
+        if self.names.is_empty() {
+            format!("{} unnamed camera(s) ({})", self.count, self.source)
+        } else {
+            let names: Vec<String> = self
+                .names
+                .iter()
+                .map(|n| format!("`{n}` (observation.images.{n})"))
+                .collect();
+            format!("{} in {}", names.join(", "), self.source)
+        }
+    }
+
+    fn shown(&self, k: usize) -> String {
+        match self.names.get(k) {
+            Some(n) => format!("`{n}` (observation.images.{n} in {})", self.source),
+            None => format!("camera {k} of {}", self.describe()),
+        }
+    }
+}
+
+/// Per model camera, the slot of `sources` that feeds it (`None`: an optional camera with no
+/// source). `optional` names model cameras that may go without one.
+pub fn bind(
+    model: &ModelCameras,
+    sources: &[CameraSource],
+    optional: &[String],
+) -> Result<Vec<Option<usize>>, String> {
+    for name in optional {
+        if !model.names.contains(name) {
+            return Err(format!(
+                "policy.optional_cameras: `{name}` is not a camera of the model, which has {}",
+                model.describe()
+            ));
+        }
+    }
+    let mut slots: Vec<Option<usize>> = vec![None; model.count];
+    for (i, src) in sources.iter().enumerate() {
+        let k = match &src.model_name {
+            Some(name) => match model.names.iter().position(|n| n == name) {
+                Some(k) => k,
+                None if model.names.is_empty() => {
+                    return Err(format!(
+                        "{}: the model does not name its cameras ({}), so cameras are matched by position: list the topics as ros.cameras = [...] in the model's order",
+                        src.shown, model.source
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "{}: the model has no camera `{name}`; it has {}",
+                        src.shown,
+                        model.describe()
+                    ))
+                }
+            },
+            None if i < model.count => i,
+            None => {
+                return Err(format!(
+                    "{}: one camera too many; the model has {}",
+                    src.shown,
+                    model.describe()
+                ))
+            }
+        };
+        if let Some(j) = slots[k] {
+            return Err(format!(
+                "{} and {} both feed the model's camera {}",
+                sources[j].shown,
+                src.shown,
+                model.shown(k)
+            ));
+        }
+        slots[k] = Some(i);
+    }
+    for (k, slot) in slots.iter().enumerate() {
+        let optional = model.names.get(k).is_some_and(|n| optional.contains(n));
+        if slot.is_none() && !optional {
+            let hint = match model.names.get(k) {
+                Some(n) => format!(
+                    "map it (ros.cameras.{n} = \"/topic\", or a simulated camera named `{n}`) or list it in policy.optional_cameras"
+                ),
+                None => "add its topic to ros.cameras".to_string(),
+            };
+            return Err(format!(
+                "the model's camera {} has no source: {hint}",
+                model.shown(k)
+            ));
+        }
+    }
+    Ok(slots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(names: &[&str]) -> Vec<CameraSource> {
+        names
+            .iter()
+            .map(|n| CameraSource {
+                model_name: Some(n.to_string()),
+                shown: format!("ros.cameras.{n} = \"/{n}\""),
+            })
+            .collect()
+    }
+
+    fn positional(n: usize) -> Vec<CameraSource> {
+        (0..n)
+            .map(|i| CameraSource {
+                model_name: None,
+                shown: format!("ros.cameras[{i}] = \"/c{i}\""),
+            })
+            .collect()
+    }
+
+    fn model<'a>(names: &'a [String], count: usize) -> ModelCameras<'a> {
+        ModelCameras {
+            names,
+            count,
+            source: "ck/config.json",
+        }
+    }
+
+    #[test]
+    fn when_cameras_are_named_expect_them_bound_by_name_whatever_the_order() {
+        let names = vec!["base".to_string(), "wrist".to_string()];
+        let slots = bind(&model(&names, 2), &named(&["wrist", "base"]), &[]).unwrap();
+        assert_eq!(slots, [Some(1), Some(0)]);
+    }
+
+    #[test]
+    fn when_a_model_camera_has_no_source_expect_refused_unless_optional() {
+        let names = vec!["base".to_string(), "wrist".to_string()];
+        let e = bind(&model(&names, 2), &named(&["base"]), &[]).unwrap_err();
+        assert!(
+            e.contains("`wrist` (observation.images.wrist in ck/config.json) has no source")
+                && e.contains("policy.optional_cameras"),
+            "{e}"
+        );
+        let slots = bind(&model(&names, 2), &named(&["base"]), &["wrist".into()]).unwrap();
+        assert_eq!(slots, [Some(0), None]);
+    }
+
+    #[test]
+    fn when_a_source_is_extra_or_unknown_expect_both_sides_named() {
+        let names = vec!["front".to_string()];
+        let e = bind(&model(&names, 1), &named(&["front", "top"]), &[]).unwrap_err();
+        assert!(
+            e.contains("ros.cameras.top = \"/top\"")
+                && e.contains("`front` (observation.images.front)"),
+            "{e}"
+        );
+        let e = bind(&model(&names, 1), &positional(2), &[]).unwrap_err();
+        assert!(
+            e.contains("ros.cameras[1]") && e.contains("one camera too many"),
+            "{e}"
+        );
+        let e = bind(&model(&names, 1), &positional(0), &[]).unwrap_err();
+        assert!(e.contains("`front`") && e.contains("has no source"), "{e}");
+        let e = bind(&model(&names, 1), &named(&["front"]), &["wrist".into()]).unwrap_err();
+        assert!(e.contains("policy.optional_cameras: `wrist`"), "{e}");
+    }
+
+    #[test]
+    fn when_the_model_names_no_cameras_expect_positions_and_names_refused() {
+        let slots = bind(&model(&[], 2), &positional(2), &[]).unwrap();
+        assert_eq!(slots, [Some(0), Some(1)]);
+        let e = bind(&model(&[], 1), &named(&["front"]), &[]).unwrap_err();
+        assert!(e.contains("matched by position"), "{e}");
+    }
+}

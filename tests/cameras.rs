@@ -1,0 +1,119 @@
+//! The model's cameras mapped by name through `pi0d check` (the real binary, the bundled
+//! one-camera pi0 whose config.json names its camera `front`): a missing camera, an extra one
+//! and an unknown optional one are refused naming both sides; a declared optional camera
+//! passes; over ROS, a positional list must match the model's count.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use toml::Value;
+
+fn check(name: &str, cfg: &toml::Table) -> (Option<i32>, String) {
+    let dir = scratch_dir(name);
+    let path = dir.join("config.toml");
+    std::fs::write(&path, toml::to_string(cfg).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+/// The bundled pi0 model over ROS, with `ros.cameras` as given.
+fn ros_model(cameras: Value) -> toml::Table {
+    let mut cfg = sim_model_config();
+    cfg["robot"]["io"] = Value::String("ros".into());
+    cfg.remove("sim");
+    let mut ros = toml::Table::new();
+    ros.insert("cameras".into(), cameras);
+    cfg.insert("ros".into(), Value::Table(ros));
+    cfg
+}
+
+fn named(pairs: &[(&str, &str)]) -> Value {
+    table(
+        &pairs
+            .iter()
+            .map(|(k, v)| (*k, Value::String(v.to_string())))
+            .collect::<Vec<_>>(),
+    )
+}
+
+#[test]
+fn when_the_model_camera_is_mapped_by_name_expect_check_to_pass() {
+    let (code, text) = check(
+        "cameras-ok",
+        &ros_model(named(&[("front", "/camera/color/image_raw/compressed")])),
+    );
+    assert_eq!(code, Some(0), "{text}");
+}
+
+#[test]
+fn when_a_camera_is_extra_expect_refused_naming_it_and_the_models_cameras() {
+    let cfg = ros_model(named(&[
+        ("front", "/front/compressed"),
+        ("wrist", "/wrist/image_raw"),
+    ]));
+    let (code, text) = check("cameras-extra", &cfg);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("ros.cameras.wrist = \"/wrist/image_raw\": the model has no camera `wrist`")
+            && text.contains("`front` (observation.images.front)")
+            && text.contains("tiny-pi0/config.json"),
+        "{text}"
+    );
+    // Two topics by position for a one-camera model.
+    let list = Value::Array(vec![
+        Value::String("/a/image_raw".into()),
+        Value::String("/b/image_raw".into()),
+    ]);
+    let (code, text) = check("cameras-extra-list", &ros_model(list));
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("ros.cameras[1] = \"/b/image_raw\": one camera too many"),
+        "{text}"
+    );
+}
+
+#[test]
+fn when_a_camera_is_missing_expect_refused_unless_declared_optional() {
+    let cfg = ros_model(named(&[]));
+    let (code, text) = check("cameras-missing", &cfg);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("the model's camera `front` (observation.images.front in ")
+            && text.contains("has no source")
+            && text.contains("policy.optional_cameras"),
+        "{text}"
+    );
+    let mut cfg = cfg;
+    cfg["policy"].as_table_mut().unwrap().insert(
+        "optional_cameras".into(),
+        Value::Array(vec![Value::String("front".into())]),
+    );
+    let (code, text) = check("cameras-optional", &cfg);
+    assert_eq!(code, Some(0), "{text}");
+    // An optional camera the model does not have.
+    cfg["policy"]["optional_cameras"] = Value::Array(vec![Value::String("top".into())]);
+    let (code, text) = check("cameras-optional-unknown", &cfg);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("policy.optional_cameras: `top`"), "{text}");
+}
+
+#[test]
+fn when_the_simulated_camera_has_another_name_expect_refused_naming_both() {
+    let mut cfg = sim_model_config();
+    cfg["sim"]["cameras"][0]["name"] = Value::String("top".into());
+    let (code, text) = check("cameras-sim-name", &cfg);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("sim.cameras[0] (`top`): the model has no camera `top`")
+            && text.contains("`front`"),
+        "{text}"
+    );
+}
