@@ -52,8 +52,8 @@ struct RunArgs {
     /// No live status line.
     #[arg(long)]
     quiet: bool,
-    /// Run everything but send the commands on the shadow topic (ros.dry_run_topic), never
-    /// to the robot; the simulated arm does not move.
+    /// Run everything but send the commands on shadow topics (ros.dry_run_prefix + each
+    /// output's topic), never to the robot; the simulated arm does not move.
     #[arg(long)]
     dry_run: bool,
 }
@@ -642,19 +642,26 @@ fn print_check(cfg: &Config) {
         pi0d::config::Io::Sim => say(&format!("io: sim, {} camera(s)", cfg.sim.cameras.len())),
         pi0d::config::Io::Ros(r) => {
             say(&format!(
-                "io: ros ({:?}), node {}{}{}, {} camera(s), commands {:?} on {} (dry run: {})",
+                "io: ros ({:?}), node {}{}{}, {} camera(s)",
                 r.middleware,
                 r.namespace.trim_end_matches('/'),
                 "/",
                 r.node,
                 r.cameras.len(),
-                r.command_type,
-                r.command_topic,
-                r.dry_run_topic,
             ));
-            if r.command_type == pi0d::config::CommandType::JointTrajectory {
+            for g in &r.commands {
                 say(&format!(
-                    "trajectories: stamp 0 (start on receipt), the command at +{:.4} s, its velocity held {} s, then braking to rest within the limits",
+                    "commands: {} as {:?} on {} at {} Hz (dry run: {})",
+                    g.joints.join(", "),
+                    g.kind,
+                    g.topic,
+                    g.rate_hz,
+                    r.shadow_topic(g),
+                ));
+            }
+            if r.sends_trajectories() {
+                say(&format!(
+                    "trajectories: stamp 0 (start on receipt), points on the command's course (due +{:.4} s) for {} s, then braking to rest within the limits",
                     cfg.control.period.as_secs_f64(),
                     r.trajectory_coast_s
                 ));

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use byteorder::LittleEndian;
-use pi0d::config::CommandType;
+use pi0d::config::{CommandGroup, CommandType};
 use pi0d::control::lookahead::Lookahead;
 use pi0d::io::ros::encode::CommandPublisher;
 use pi0d::io::ros::msgs::*;
@@ -18,6 +18,7 @@ use pi0d::io::ros::transport::{Middleware, Msg, Put, Serve, SrvMsg, Take};
 use pi0d::io::ros::RosError;
 use pi0d::joints::{JointVector, MotionState};
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};
+use pi0d::time::MonoTime;
 use ros2_client::{MessageTypeName, Name, QosProfile, ServiceTypeName};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -234,6 +235,17 @@ impl Middleware for Recorder {
     }
 }
 
+/// One output for both joints, at the control rate (200 Hz).
+fn group(kind: CommandType) -> CommandGroup {
+    CommandGroup {
+        joints: vec!["a".into(), "bb".into()],
+        indices: vec![0, 1],
+        topic: "/arm_controller/joint_trajectory".into(),
+        kind,
+        rate_hz: 200.0,
+    }
+}
+
 /// Two joints with the limits a trajectory's braking tail keeps.
 fn two_joints() -> RobotLimits {
     let joint = |name: &str| JointLimits {
@@ -259,9 +271,9 @@ fn when_command_published_as_each_type_expect_bytes_equal_to_rosbags() {
         velocity: JointVector::from_slice(&[0.5, -0.5]),
         acceleration: JointVector::from_slice(&[0.0, 0.25]),
     };
-    let names = ["a".to_string(), "bb".to_string()];
     let topic = Name::new("/arm_controller", "joint_trajectory").unwrap();
     let lookahead = Lookahead::new(&two_joints(), 0.05);
+    let tick = MonoTime::from_nanos(1_000_000);
     for (kind, theirs_name, ty) in [
         (
             CommandType::JointState,
@@ -277,14 +289,14 @@ fn when_command_published_as_each_type_expect_bytes_equal_to_rosbags() {
         let mut mw = Recorder::default();
         let qos = QosProfile::publisher_default();
         let mut publisher =
-            CommandPublisher::advertise(&mut mw, &topic, kind, &qos, 0.005, lookahead.clone())
+            CommandPublisher::advertise(&mut mw, &topic, &group(kind), &qos, 0.005, &lookahead)
                 .unwrap();
         assert_eq!(publisher.kind(), kind);
         let stamp = Time {
             sec: 12,
             nanosec: 5000,
         };
-        publisher.publish(stamp, &names, &cmd, 0.0).unwrap();
+        assert!(publisher.publish(tick, stamp, &cmd, 0.0).unwrap());
         let sent = mw.0.lock().unwrap();
         assert_eq!(sent.len(), 1, "{kind:?}");
         assert_eq!(sent[0].0, ty, "{kind:?}");
@@ -311,10 +323,10 @@ fn when_command_published_as_trajectory_expect_stamp_zero_and_a_tail_to_rest() {
     let mut publisher = CommandPublisher::advertise(
         &mut mw,
         &topic,
-        CommandType::JointTrajectory,
+        &group(CommandType::JointTrajectory),
         &QosProfile::publisher_default(),
         0.005,
-        Lookahead::new(&two_joints(), 0.05),
+        &Lookahead::new(&two_joints(), 0.05),
     )
     .unwrap();
     let stamp = Time {
@@ -322,16 +334,17 @@ fn when_command_published_as_trajectory_expect_stamp_zero_and_a_tail_to_rest() {
         nanosec: 5000,
     };
     // Sent 2 ms after its tick: due 3 ms after receipt.
-    publisher.publish(stamp, &names, &cmd, 0.002).unwrap();
+    let tick = MonoTime::from_nanos(1_000_000);
+    assert!(publisher.publish(tick, stamp, &cmd, 0.002).unwrap());
     let sent = mw.0.lock().unwrap();
     assert_eq!(sent[0].0, "trajectory_msgs/msg/JointTrajectory");
     let (t, _) = cdr_encoding::from_bytes::<JointTrajectory, LittleEndian>(&sent[0].1).unwrap();
     assert_eq!(t.header.stamp, Time::default(), "zero: start on receipt");
     assert_eq!(t.joint_names, names);
-    // Half the 50 ms coast after the command (due 3 ms after receipt), `bb` still slowing
-    // at 0.25 rad/s².
+    // The end of the 50 ms coast after the command (due 3 ms after receipt), `bb` still
+    // slowing at 0.25 rad/s².
     let first = &t.points[0];
-    let (c, a) = (0.025, 0.25);
+    let (c, a) = (0.05, 0.25);
     assert_eq!(
         first.positions,
         [1.0 + 0.5 * c, 2.0 - 0.5 * c + 0.5 * a * c * c]
@@ -340,7 +353,7 @@ fn when_command_published_as_trajectory_expect_stamp_zero_and_a_tail_to_rest() {
     assert_eq!(first.accelerations, [0.0, 0.25]);
     assert_eq!(
         (first.time_from_start.sec, first.time_from_start.nanosec),
-        (0, 28_000_000)
+        (0, 53_000_000)
     );
     let ns = |p: &JointTrajectoryPoint| {
         p.time_from_start.sec as i64 * 1_000_000_000 + p.time_from_start.nanosec as i64
@@ -360,4 +373,49 @@ fn when_command_published_as_trajectory_expect_stamp_zero_and_a_tail_to_rest() {
         (last.positions[1] - (2.0 + coast + brake)).abs() < 1e-9,
         "{last:?}"
     );
+}
+
+/// An output of some joints, slower than the loop: its joints only, in its order, and only
+/// as often as its rate lets it.
+#[test]
+fn when_an_output_has_some_joints_and_a_lower_rate_expect_those_joints_at_that_rate() {
+    let cmd = MotionState::at_rest(JointVector::from_slice(&[1.0, 2.0, 3.0]));
+    let gripper = CommandGroup {
+        joints: vec!["g".into(), "a".into()],
+        indices: vec![2, 0],
+        topic: "/gripper/commands".into(),
+        kind: CommandType::Float64MultiArray,
+        rate_hz: 50.0,
+    };
+    let mut mw = Recorder::default();
+    let topic = Name::new("/gripper", "commands").unwrap();
+    let limits = RobotLimits::new(
+        ["a", "b", "g"]
+            .iter()
+            .map(|n| JointLimits {
+                name: n.to_string(),
+                ..two_joints().joints[0].clone()
+            })
+            .collect(),
+    );
+    let mut p = CommandPublisher::advertise(
+        &mut mw,
+        &topic,
+        &gripper,
+        &QosProfile::publisher_default(),
+        0.005,
+        &Lookahead::new(&limits, 0.05),
+    )
+    .unwrap();
+    // 200 Hz ticks for 100 ms: 50 Hz sends every 4th.
+    let sent: usize = (0..20)
+        .map(|i| {
+            let tick = MonoTime::from_nanos(1_000_000_000 + i * 5_000_000);
+            p.publish(tick, Time::default(), &cmd, 0.0).unwrap() as usize
+        })
+        .sum();
+    assert_eq!(sent, 5);
+    let msgs = mw.0.lock().unwrap();
+    let (m, _) = cdr_encoding::from_bytes::<Float64MultiArray, LittleEndian>(&msgs[0].1).unwrap();
+    assert_eq!(m.data, [3.0, 1.0]);
 }

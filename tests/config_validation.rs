@@ -26,6 +26,7 @@ fn when_config_valid_expect_it_loads() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     all.push(root.join("config/sim.toml"));
     all.push(root.join("config/pi0d.example.toml"));
+    all.push(root.join("config/ur5e.toml"));
     assert!(all.len() >= 4);
     for f in all {
         if let Err(e) = Config::load(&f) {

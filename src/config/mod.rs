@@ -5,6 +5,7 @@
 //! widen the URDF's limits, are kept as warnings.
 
 pub mod check;
+pub mod commands;
 pub mod control;
 pub mod policy;
 pub mod raw;
@@ -19,6 +20,7 @@ pub mod workspace;
 use std::path::{Path, PathBuf};
 
 pub use check::{ConfigWarning, Origin, Origins};
+pub use commands::CommandGroup;
 pub use control::{ControlConfig, Interpolation, MergeMode};
 pub use policy::{
     AclOptions, BackendOptions, ExecutionProvider, FaultConfig, FaultKind, OnnxOptions,
@@ -235,7 +237,7 @@ impl Config {
                     raw.sim.is_some(),
                     "robot.io is \"ros\"; the [sim] section drives only the simulated arm",
                 );
-                Io::Ros(Box::new(ros::validate(&c, r)?))
+                Io::Ros(Box::new(ros::validate(&c, r, names, control.rate_hz)?))
             }
         };
         let sim = sim::validate(&c, raw.sim.as_ref().unwrap_or(&Default::default()), &limits)?;
@@ -290,10 +292,10 @@ fn ros_topics(r: &RosConfig) -> Vec<&str> {
         &r.estop,
         &r.reset,
         &r.reset_service,
-        &r.command_topic,
         &r.status_topic,
         &r.diagnostics_topic,
     ];
     t.extend(r.cameras.iter().map(String::as_str));
+    t.extend(r.commands.iter().map(|g| g.topic.as_str()));
     t
 }

@@ -392,15 +392,18 @@ pub struct RawRos {
     pub reset_service: String,
     #[serde(default = "default_service_mapping")]
     pub service_mapping: ServiceMappingKind,
-    #[serde(default = "default_command_type")]
-    pub command_type: CommandType,
-    #[serde(default = "default_command_topic")]
-    pub command_topic: String,
+    /// One output for every joint (default joint_trajectory on
+    /// /arm_controller/joint_trajectory), unless `commands` lists the outputs.
+    pub command_type: Option<CommandType>,
+    pub command_topic: Option<String>,
+    #[serde(default)]
+    pub commands: Vec<RawCommandGroup>,
     /// joint_trajectory only: how long a trajectory holds the command's velocity before its
     /// braking tail (default 0.05 s).
     pub trajectory_coast_s: Option<f64>,
-    /// Where `pi0d run --dry-run` sends the commands (default `/pi0d/dry_run` + command_topic).
-    pub dry_run_topic: Option<String>,
+    /// `pi0d run --dry-run` sends each output's commands to this prefix + its topic
+    /// (default `/pi0d/dry_run`).
+    pub dry_run_prefix: Option<String>,
     #[serde(default = "default_status_topic")]
     pub status_topic: String,
     #[serde(default = "default_diagnostics_topic")]
@@ -417,6 +420,17 @@ pub struct RawRos {
     pub zenoh_listen: Vec<String>,
     #[serde(default)]
     pub qos: RawQosSet,
+}
+
+/// `[[ros.commands]]`: one command output.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCommandGroup {
+    pub joints: Vec<String>,
+    pub topic: String,
+    #[serde(rename = "type", default = "default_command_type")]
+    pub kind: CommandType,
+    pub rate_hz: Option<f64>,
 }
 
 /// `ros.cameras`: a table from the model's camera names to topics, or (for policies whose
@@ -489,9 +503,6 @@ fn default_service_mapping() -> ServiceMappingKind {
 }
 fn default_command_type() -> CommandType {
     CommandType::JointTrajectory
-}
-fn default_command_topic() -> String {
-    "/arm_controller/joint_trajectory".into()
 }
 fn default_status_topic() -> String {
     "/pi0d/status".into()

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::check::Check;
+use super::commands::CommandGroup;
 use super::raw::{RawCameras, RawQos, RawRos, Reliability};
 use super::ConfigError;
 
@@ -83,13 +84,13 @@ pub struct RosConfig {
     /// std_srvs/Trigger service that requests a reset.
     pub reset_service: String,
     pub service_mapping: ServiceMappingKind,
-    pub command_type: CommandType,
-    pub command_topic: String,
+    /// The command outputs; together they carry every joint once.
+    pub commands: Vec<CommandGroup>,
     /// joint_trajectory: the command's velocity is held this long before the braking tail.
     pub trajectory_coast_s: f64,
-    /// The shadow command topic of a dry run.
-    pub dry_run_topic: String,
-    /// Set by `pi0d run --dry-run`: commands go to `dry_run_topic`, never to `command_topic`.
+    /// A dry run publishes each output on this prefix + its topic.
+    pub dry_run_prefix: String,
+    /// Set by `pi0d run --dry-run`: commands go to the shadow topics, never to the robot's.
     pub dry_run: bool,
     pub status_topic: String,
     pub diagnostics_topic: String,
@@ -107,13 +108,24 @@ pub struct RosConfig {
 const DEFAULT_COAST_S: f64 = 0.05;
 
 impl RosConfig {
-    /// Where commands are published: the shadow topic in a dry run.
-    pub fn command_out(&self) -> &str {
+    /// Where `group`'s commands are published: its shadow topic in a dry run.
+    pub fn command_out(&self, group: &CommandGroup) -> String {
         if self.dry_run {
-            &self.dry_run_topic
+            self.shadow_topic(group)
         } else {
-            &self.command_topic
+            group.topic.clone()
         }
+    }
+
+    pub fn shadow_topic(&self, group: &CommandGroup) -> String {
+        format!("{}{}", self.dry_run_prefix, group.topic)
+    }
+
+    /// Whether any output sends JointTrajectory.
+    pub fn sends_trajectories(&self) -> bool {
+        self.commands
+            .iter()
+            .any(|g| g.kind == CommandType::JointTrajectory)
     }
 }
 
@@ -168,7 +180,12 @@ pub fn topic_problem(topic: &str) -> Option<&'static str> {
     topic[1..].split('/').find_map(bad_token)
 }
 
-pub fn validate(c: &Check, r: &RawRos) -> Result<RosConfig, ConfigError> {
+pub fn validate(
+    c: &Check,
+    r: &RawRos,
+    robot_joints: &[String],
+    control_rate_hz: f64,
+) -> Result<RosConfig, ConfigError> {
     let domain_id = match r.domain_id {
         Some(d) => d,
         None => match std::env::var("ROS_DOMAIN_ID") {
@@ -202,14 +219,21 @@ pub fn validate(c: &Check, r: &RawRos) -> Result<RosConfig, ConfigError> {
             format!("\"{}\" is not a ROS namespace: it {why}", r.namespace),
         );
     }
-    let dry_run_topic = match &r.dry_run_topic {
-        Some(t) => t.clone(),
-        None => format!("/pi0d/dry_run{}", r.command_topic),
-    };
-    if dry_run_topic == r.command_topic {
+    let commands = super::commands::validate(c, r, robot_joints, control_rate_hz)?;
+    let dry_run_prefix = r
+        .dry_run_prefix
+        .clone()
+        .unwrap_or_else(|| "/pi0d/dry_run".into());
+    if dry_run_prefix == "/" {
         return c.fail(
-            "ros.dry_run_topic",
-            format!("\"{dry_run_topic}\" is the robot's command topic: a dry run must not reach the robot"),
+            "ros.dry_run_prefix",
+            "\"/\" would put a dry run's commands on the robot's own topics",
+        );
+    }
+    if let Some(why) = namespace_problem(&dry_run_prefix) {
+        return c.fail(
+            "ros.dry_run_prefix",
+            format!("\"{dry_run_prefix}\" is not a ROS namespace: it {why}"),
         );
     }
     let trajectory_coast_s = match r.trajectory_coast_s {
@@ -218,8 +242,11 @@ pub fn validate(c: &Check, r: &RawRos) -> Result<RosConfig, ConfigError> {
     };
     c.unused(
         "ros.trajectory_coast_s",
-        r.trajectory_coast_s.is_some() && r.command_type != CommandType::JointTrajectory,
-        "only ros.command_type = \"joint_trajectory\" uses it",
+        r.trajectory_coast_s.is_some()
+            && !commands
+                .iter()
+                .any(|g| g.kind == CommandType::JointTrajectory),
+        "only joint_trajectory outputs use it",
     );
     let topics = [
         ("ros.joint_states", &r.joint_states),
@@ -227,10 +254,8 @@ pub fn validate(c: &Check, r: &RawRos) -> Result<RosConfig, ConfigError> {
         ("ros.estop", &r.estop),
         ("ros.reset", &r.reset),
         ("ros.reset_service", &r.reset_service),
-        ("ros.command_topic", &r.command_topic),
         ("ros.status_topic", &r.status_topic),
         ("ros.diagnostics_topic", &r.diagnostics_topic),
-        ("ros.dry_run_topic", &dry_run_topic),
     ];
     let (camera_fields, camera_topics, camera_names): (
         Vec<String>,
@@ -304,10 +329,9 @@ pub fn validate(c: &Check, r: &RawRos) -> Result<RosConfig, ConfigError> {
         reset: r.reset.clone(),
         reset_service: r.reset_service.clone(),
         service_mapping: r.service_mapping,
-        command_type: r.command_type,
-        command_topic: r.command_topic.clone(),
+        commands,
         trajectory_coast_s,
-        dry_run_topic,
+        dry_run_prefix,
         dry_run: false,
         status_topic: r.status_topic.clone(),
         diagnostics_topic: r.diagnostics_topic.clone(),

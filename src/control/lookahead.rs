@@ -21,8 +21,9 @@ pub struct TimedState {
     pub state: MotionState,
 }
 
-/// Two points while coasting, three while braking.
-const COAST_POINTS: usize = 2;
+/// One point where the coast ends (the first one the controller heads for), three while
+/// braking.
+const COAST_POINTS: usize = 1;
 const BRAKE_POINTS: usize = 3;
 /// Points in a whole look-ahead.
 pub const POINTS: usize = COAST_POINTS + BRAKE_POINTS;
@@ -45,6 +46,24 @@ impl Lookahead {
             upper: limits.upper,
             velocity: limits.velocity,
             deceleration: limits.acceleration,
+        }
+    }
+
+    /// The same for the joints `indices` only (in that order).
+    pub fn select(&self, indices: &[usize]) -> Lookahead {
+        let pick = |v: &JointVector| {
+            let mut out = JointVector::zeros(indices.len());
+            for (k, &j) in indices.iter().enumerate() {
+                out[k] = v[j];
+            }
+            out
+        };
+        Lookahead {
+            coast_s: self.coast_s,
+            lower: pick(&self.lower),
+            upper: pick(&self.upper),
+            velocity: pick(&self.velocity),
+            deceleration: pick(&self.deceleration),
         }
     }
 
@@ -238,10 +257,9 @@ mod tests {
         let mut out = Vec::new();
         Lookahead::new(&lim, 0.05).plan(&cmd, 0.005, &mut out);
         // Coasting at 0.4 rad/s for 50 ms, then 0.4 / 2 s braking at 2 rad/s².
-        assert!((out[0].t_s - 0.03).abs() < 1e-12);
-        assert!((out[0].state.position[0] - 0.01).abs() < 1e-12);
-        assert!((out[1].state.position[0] - 0.02).abs() < 1e-12);
-        assert_eq!(out[1].state.velocity[0], 0.4);
+        assert!((out[0].t_s - 0.055).abs() < 1e-12);
+        assert!((out[0].state.position[0] - 0.02).abs() < 1e-12);
+        assert_eq!(out[0].state.velocity[0], 0.4);
         let end = out.last().unwrap();
         assert!((end.state.position[0] - (0.02 + 0.04)).abs() < 1e-12);
         assert!((end.t_s - (0.005 + 0.05 + 0.2)).abs() < 1e-12);
@@ -255,9 +273,9 @@ mod tests {
         cmd.acceleration[0] = -1.0;
         let mut out = Vec::new();
         Lookahead::new(&lim, 0.05).plan(&cmd, 0.005, &mut out);
-        // 25 ms in: 0.1 - 0.025 rad/s, still decelerating at 1 rad/s².
+        // 50 ms in: 0.1 - 0.05 rad/s, still decelerating at 1 rad/s².
         assert!(
-            (out[0].state.velocity[0] - 0.075).abs() < 1e-12,
+            (out[0].state.velocity[0] - 0.05).abs() < 1e-12,
             "{:?}",
             out[0]
         );
@@ -271,14 +289,14 @@ mod tests {
         cmd.acceleration[0] = 1.0;
         Lookahead::new(&lim, 0.05).plan(&cmd, 0.005, &mut out);
         assert!(
-            (out[0].state.velocity[0] - 0.125).abs() < 1e-12,
+            (out[0].state.velocity[0] - 0.15).abs() < 1e-12,
             "{:?}",
             out[0]
         );
         cmd.velocity[0] = 0.99;
         Lookahead::new(&lim, 0.05).plan(&cmd, 0.005, &mut out);
-        assert_eq!(out[1].state.velocity[0], 1.0);
-        assert_eq!(out[1].state.acceleration[0], 0.0);
+        assert_eq!(out[0].state.velocity[0], 1.0);
+        assert_eq!(out[0].state.acceleration[0], 0.0);
     }
 
     #[test]

@@ -154,11 +154,13 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
             let mut ros = (**ros).clone();
             ros.dry_run = opts.dry_run;
             if opts.dry_run {
-                tracing::warn!(
-                    "dry run: commands go to {}, nothing to the robot's {}",
-                    ros.dry_run_topic,
-                    ros.command_topic
-                );
+                for g in &ros.commands {
+                    tracing::warn!(
+                        "dry run: commands go to {}, nothing to the robot's {}",
+                        ros.shadow_topic(g),
+                        g.topic
+                    );
+                }
             }
             let node = RosIo::new(ros, cfg.limits.clone(), cfg.control.period);
             // The middleware's own threads are created here; a library that panics when it
@@ -204,7 +206,10 @@ fn status_tags(cfg: &Config, opts: &RunOptions) -> String {
     let mut tags = String::new();
     if opts.dry_run {
         match &cfg.io {
-            Io::Ros(r) => tags += &format!("DRY RUN (commands on {}) | ", r.dry_run_topic),
+            Io::Ros(r) => {
+                let shadows: Vec<String> = r.commands.iter().map(|g| r.shadow_topic(g)).collect();
+                tags += &format!("DRY RUN (commands on {}) | ", shadows.join(", "))
+            }
             Io::Sim => tags += "DRY RUN (the arm ignores commands) | ",
         }
     }

@@ -32,8 +32,8 @@ from PIL import Image as PILImage
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jtc_model import check_stream, interarrival  # noqa: E402
 from ros_types import (  # noqa: E402
-    Bool, CompressedImage, DiagnosticArray, Header, Image, JointState, JointTrajectory, String, Time,
-    TriggerRequest, TriggerResponse,
+    Bool, CompressedImage, DiagnosticArray, Float64MultiArray, Header, Image, JointState, JointTrajectory,
+    String, Time, TriggerRequest, TriggerResponse,
 )
 
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "wrist_3", "gripper"]
@@ -86,6 +86,14 @@ def main():
     ap.add_argument("--image-size", default="64x48", help="camera frames WxH (the JPEG one too)")
     ap.add_argument("--fps", type=float, default=10.0, help="camera rate")
     ap.add_argument("--joint-states-topic", default="/joint_states")
+    ap.add_argument("--joints", default=",".join(JOINTS), help="the robot's joints, comma-separated")
+    ap.add_argument("--start", default=",".join(map(str, START)), help="their start positions")
+    ap.add_argument("--command-topic", default="/arm_controller/joint_trajectory",
+                    help="JointTrajectory commands (its controller's joints: all but --gripper-joints)")
+    ap.add_argument("--gripper-topic", default=None, help="Float64MultiArray commands for --gripper-joints")
+    ap.add_argument("--gripper-joints", default="")
+    ap.add_argument("--raw-topic", default="/camera/image_raw", help="raw camera ('' for none)")
+    ap.add_argument("--jpeg-topic", default="/wrist/image_raw/compressed", help="JPEG camera ('' for none)")
     ap.add_argument("--shadow-topic", default="/pi0d/dry_run/arm_controller/joint_trajectory",
                     help="also count trajectories here (a dry run's commands)")
     ap.add_argument("--bad-frames-at", type=float, default=None,
@@ -98,11 +106,19 @@ def main():
     reliable = Qos(Policy.Reliability.Reliable(duration(milliseconds=100)), Policy.History.KeepLast(10))
     best_effort = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1))
     js_w = DataWriter(dp, Topic(dp, "rt" + args.joint_states_topic, JointState), qos=best_effort)
-    img_w = DataWriter(dp, Topic(dp, "rt/camera/image_raw", Image), qos=best_effort)
-    jpeg_w = DataWriter(dp, Topic(dp, "rt/wrist/image_raw/compressed", CompressedImage), qos=best_effort)
+    img_w = DataWriter(dp, Topic(dp, "rt" + args.raw_topic, Image), qos=best_effort) if args.raw_topic else None
+    jpeg_w = (DataWriter(dp, Topic(dp, "rt" + args.jpeg_topic, CompressedImage), qos=best_effort)
+              if args.jpeg_topic else None)
+    joints = args.joints.split(",")
+    index = {n: i for i, n in enumerate(joints)}
+    gripper_joints = [g for g in args.gripper_joints.split(",") if g]
+    arm_joints = [n for n in joints if n not in gripper_joints]
+    grip_r = (DataReader(dp, Topic(dp, "rt" + args.gripper_topic, Float64MultiArray), qos=reliable)
+              if args.gripper_topic else None)
+    gripper_commands, gripper_last = 0, None
     prompt_w = DataWriter(dp, Topic(dp, "rt/pi0d/prompt", String), qos=reliable)
     estop_w = DataWriter(dp, Topic(dp, "rt/pi0d/estop", Bool), qos=reliable)
-    cmd_r = DataReader(dp, Topic(dp, "rt/arm_controller/joint_trajectory", JointTrajectory), qos=reliable)
+    cmd_r = DataReader(dp, Topic(dp, "rt" + args.command_topic, JointTrajectory), qos=reliable)
     shadow_r = DataReader(dp, Topic(dp, "rt" + args.shadow_topic, JointTrajectory), qos=reliable)
     status_r = DataReader(dp, Topic(dp, "rt/pi0d/status", String), qos=reliable)
     diag_r = DataReader(dp, Topic(dp, "rt/diagnostics", DiagnosticArray), qos=reliable)
@@ -112,7 +128,7 @@ def main():
     reset_sent, reset_reply = False, None
     diagnostics = []
 
-    position = list(START)
+    position = [float(x) for x in args.start.split(",")]
     commands, names_seen, first, last = 0, None, None, None
     nonfinite, statuses, shadow = 0, 0, 0
     w, h = (int(x) for x in args.image_size.split("x"))
@@ -146,7 +162,15 @@ def main():
                 continue
             first = first or p
             last = p
-            position = p  # a perfect arm
+            for n, x in zip(msg.joint_names, p):  # a perfect arm
+                position[index[n]] = x
+        if grip_r is not None:
+            for msg in grip_r.take(N=100):
+                if isinstance(msg, Float64MultiArray):
+                    gripper_commands += 1
+                    gripper_last = list(msg.data)
+                    for n, x in zip(gripper_joints, msg.data):
+                        position[index[n]] = x
         shadow += sum(isinstance(m, JointTrajectory) for m in shadow_r.take(N=100))
         statuses += sum(isinstance(m, String) for m in status_r.take(N=100))
         for d in diag_r.take(N=10):
@@ -156,7 +180,7 @@ def main():
                                     "values": {kv.key: kv.value for kv in st.values}})
         if now >= next_js:
             next_js += 0.01
-            js_w.write(JointState(header=Header(stamp=stamp()), name=JOINTS, position=position))
+            js_w.write(JointState(header=Header(stamp=stamp()), name=joints, position=position))
         if now >= next_img:
             next_img += 1.0 / args.fps
             shade = int(now * 50) % 256
@@ -164,9 +188,11 @@ def main():
             PILImage.new("RGB", (jw, jh), (shade, 40, 200)).save(buf, format="JPEG", quality=80)
             jpeg = list(buf.getvalue())
             # Stamped just before each write: pi0d's camera latency is transport + decoding.
-            img_w.write(Image(header=Header(stamp=stamp()), height=h, width=w, encoding="rgb8",
-                              step=w * 3, data=raw_data))
-            jpeg_w.write(CompressedImage(header=Header(stamp=stamp()), format="jpeg", data=jpeg))
+            if img_w is not None:
+                img_w.write(Image(header=Header(stamp=stamp()), height=h, width=w, encoding="rgb8",
+                                  step=w * 3, data=raw_data))
+            if jpeg_w is not None:
+                jpeg_w.write(CompressedImage(header=Header(stamp=stamp()), format="jpeg", data=jpeg))
         bad_at = args.bad_frames_at
         if bad_at is not None and not bad_done and now - t0 > bad_at and now >= next_bad:
             if now - t0 > bad_at + 1.0:
@@ -202,10 +228,12 @@ def main():
               "interarrival_ms": interarrival([r[0] for r in received]),
               # Every message through each distribution's controller checks, and the motion
               # the controller makes of the stream, whole and with every 7th message lost.
-              "jtc": check_stream(received, JOINTS),
-              "jtc_lossy": check_stream(received, JOINTS, drop_every=7),
-              "jtc_written": check_stream(written_at, JOINTS),
-              "jtc_written_lossy": check_stream(written_at, JOINTS, drop_every=7),
+              "jtc": check_stream(received, arm_joints),
+              "jtc_lossy": check_stream(received, arm_joints, drop_every=7),
+              "jtc_written": check_stream(written_at, arm_joints),
+              "jtc_written_lossy": check_stream(written_at, arm_joints, drop_every=7),
+              "gripper_commands": gripper_commands, "gripper_last": gripper_last,
+              "final_position": position,
               "write_interval_ms": interarrival([r[0] for r in written_at]),
               "bad_sent": bad_sent, "commands_after_bad": commands_after_bad,
               "moved_after_bad": None if at_bad_end is None or last is None

@@ -118,3 +118,22 @@ class TriggerResponse(IdlStruct, typename="std_srvs.srv.dds_.Trigger_Response_")
     seq_low: uint32 = 0
     success: bool = False
     message: str = ""
+
+
+@dataclass
+class MultiArrayDimension(IdlStruct, typename="std_msgs.msg.dds_.MultiArrayDimension_"):
+    label: str = ""
+    size: uint32 = 0
+    stride: uint32 = 0
+
+
+@dataclass
+class MultiArrayLayout(IdlStruct, typename="std_msgs.msg.dds_.MultiArrayLayout_"):
+    dim: sequence[MultiArrayDimension] = field(default_factory=list)
+    data_offset: uint32 = 0
+
+
+@dataclass
+class Float64MultiArray(IdlStruct, typename="std_msgs.msg.dds_.Float64MultiArray_"):
+    layout: MultiArrayLayout = field(default_factory=MultiArrayLayout)
+    data: sequence[float64] = field(default_factory=list)

@@ -7,9 +7,10 @@ use super::msgs;
 use super::timing::SkewEstimator;
 use super::transport::Middleware;
 use super::RosError;
-use crate::config::CommandType;
+use crate::config::{CommandGroup, CommandType};
 use crate::control::lookahead::{self, Lookahead, TimedState};
-use crate::joints::MotionState;
+use crate::joints::{JointVector, MotionState};
+use crate::time::MonoTime;
 
 /// Builds one command message from the newest motion state (made `age_s` ago) and sends it.
 type SendCommand =
@@ -18,29 +19,36 @@ type SendCommand =
 /// A trajectory's first point is never sooner than this fraction of a period after receipt.
 const MIN_FIRST_POINT: f64 = 0.2;
 
-/// The command publisher: one `publish`, whatever message type the robot's controller takes.
+/// One command output's publisher: its joints taken from the governed command, at its rate,
+/// as the message type its controller takes.
 pub struct CommandPublisher {
     kind: CommandType,
+    names: Vec<String>,
+    indices: Vec<usize>,
+    /// Ticks closer together than this are not all sent (an output slower than the loop).
+    min_interval_s: f64,
+    last_tick: Option<MonoTime>,
     send: SendCommand,
 }
 
 impl CommandPublisher {
-    /// Advertises `topic` with the message type of `kind`. A trajectory's first point is the
-    /// command, due one control period (`period_s`) after its tick: the time the message
-    /// waited in pi0d is taken off, so the controller's timeline follows the ticks, not the
-    /// moments of sending. `lookahead` plans the rest.
+    /// Advertises `topic` for `group`. A trajectory's points follow the command, due one
+    /// control period (`period_s`) after its tick: the time the message waited in pi0d is
+    /// taken off, so the controller's timeline follows the ticks, not the moments of sending.
+    /// `lookahead` (for every robot joint) plans them.
     pub fn advertise(
         mw: &mut impl Middleware,
         topic: &Name,
-        kind: CommandType,
+        group: &CommandGroup,
         qos: &QosProfile,
         period_s: f64,
-        lookahead: Lookahead,
+        lookahead: &Lookahead,
     ) -> Result<CommandPublisher, RosError> {
         let ty = MessageTypeName::new;
-        let send: SendCommand = match kind {
+        let send: SendCommand = match group.kind {
             CommandType::JointTrajectory => {
                 let p = mw.advertise(topic, ty("trajectory_msgs", "JointTrajectory"), qos)?;
+                let lookahead = lookahead.select(&group.indices);
                 let mut plan = Vec::with_capacity(lookahead::POINTS);
                 Box::new(move |_, names, cmd, age_s| {
                     let first_s = (period_s - age_s.max(0.0)).max(MIN_FIRST_POINT * period_s);
@@ -57,27 +65,60 @@ impl CommandPublisher {
                 Box::new(move |header, names, cmd, _| p.put(joint_command(header, names, cmd)))
             }
         };
-        Ok(CommandPublisher { kind, send })
+        Ok(CommandPublisher {
+            kind: group.kind,
+            names: group.joints.clone(),
+            indices: group.indices.clone(),
+            // Half a period of slack, so that a 100 Hz output of a 200 Hz loop sends every
+            // second tick despite jitter.
+            min_interval_s: 1.0 / group.rate_hz - 0.5 * period_s,
+            last_tick: None,
+            send,
+        })
     }
 
     pub fn kind(&self) -> CommandType {
         self.kind
     }
 
-    /// Sends `cmd` for the joints `names`, made by the tick at `stamp` (the header's stamp
-    /// where the message has one), `age_s` ago.
+    /// Sends this output's joints of `cmd`, made by the tick at `tick` (`stamp` on the ROS
+    /// clock, the header's stamp where the message has one), `age_s` ago; `Ok(false)` when
+    /// the output's rate skips this tick.
     pub fn publish(
         &mut self,
+        tick: MonoTime,
         stamp: msgs::Time,
-        names: &[String],
         cmd: &MotionState,
         age_s: f64,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
+        if let Some(last) = self.last_tick {
+            if tick.seconds_since(last) < self.min_interval_s {
+                return Ok(false);
+            }
+        }
+        self.last_tick = Some(tick);
         let header = msgs::Header {
             stamp,
             frame_id: String::new(),
         };
-        (self.send)(header, names, cmd, age_s)
+        let ours = select(cmd, &self.indices);
+        (self.send)(header, &self.names, &ours, age_s).map(|()| true)
+    }
+}
+
+/// The joints `indices` of `cmd`, in that order.
+fn select(cmd: &MotionState, indices: &[usize]) -> MotionState {
+    let pick = |v: &JointVector| {
+        let mut out = JointVector::zeros(indices.len());
+        for (k, &j) in indices.iter().enumerate() {
+            out[k] = v[j];
+        }
+        out
+    };
+    MotionState {
+        position: pick(&cmd.position),
+        velocity: pick(&cmd.velocity),
+        acceleration: pick(&cmd.acceleration),
     }
 }
 

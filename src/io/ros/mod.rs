@@ -81,7 +81,8 @@ struct Endpoints {
     prompt: Box<dyn Take<msgs::StringMsg>>,
     estop: Box<dyn Take<msgs::BoolMsg>>,
     reset: Box<dyn Take<msgs::BoolMsg>>,
-    command: CommandPublisher,
+    /// One publisher per command output.
+    command: Vec<CommandPublisher>,
     status: Box<dyn Put<msgs::StringMsg>>,
     diagnostics: Box<dyn Put<msgs::DiagnosticArray>>,
     reset_service: Box<dyn Serve<msgs::TriggerRequest, msgs::TriggerResponse>>,
@@ -123,14 +124,17 @@ fn endpoints(
     let prompt = mw.subscribe(&name(&cfg.prompt)?, ty("std_msgs", "String"), &inputs)?;
     let estop = mw.subscribe(&name(&cfg.estop)?, ty("std_msgs", "Bool"), &inputs)?;
     let reset = mw.subscribe(&name(&cfg.reset)?, ty("std_msgs", "Bool"), &inputs)?;
-    let command = CommandPublisher::advertise(
-        mw,
-        &name(cfg.command_out())?,
-        cfg.command_type,
-        &commands,
-        control_period_s,
-        lookahead,
-    )?;
+    let mut command = Vec::with_capacity(cfg.commands.len());
+    for group in &cfg.commands {
+        command.push(CommandPublisher::advertise(
+            mw,
+            &name(&cfg.command_out(group))?,
+            group,
+            &commands,
+            control_period_s,
+            &lookahead,
+        )?);
+    }
     let status = mw.advertise(
         &name(&cfg.status_topic)?,
         ty("std_msgs", "String"),

@@ -25,7 +25,7 @@ struct Topics {
     estop: TopicId,
     reset: TopicId,
     reset_service: TopicId,
-    command: TopicId,
+    commands: Vec<TopicId>,
     status: TopicId,
     diagnostics: TopicId,
 }
@@ -66,7 +66,11 @@ impl<'a> Worker<'a> {
             estop: log.topic(&cfg.estop),
             reset: log.topic(&cfg.reset),
             reset_service: log.topic(&cfg.reset_service),
-            command: log.topic(&cfg.command_topic),
+            commands: cfg
+                .commands
+                .iter()
+                .map(|g| log.topic(&cfg.command_out(g)))
+                .collect(),
             status: log.topic(&cfg.status_topic),
             diagnostics: log.topic(&cfg.diagnostics_topic),
         };
@@ -148,10 +152,12 @@ impl<'a> Worker<'a> {
         }
         self.last_sent = stamp;
         let age_s = MonoTime::now().seconds_since(stamp);
-        let stamp = self.clock.to_ros(stamp);
-        if let Err(e) = self.ep.command.publish(stamp, &self.names, &cmd, age_s) {
-            let topic = self.topics.command;
-            self.report.warn(topic, WarnKind::PublishFailed, &e);
+        let ros_stamp = self.clock.to_ros(stamp);
+        for (k, out) in self.ep.command.iter_mut().enumerate() {
+            if let Err(e) = out.publish(stamp, ros_stamp, &cmd, age_s) {
+                self.report
+                    .warn(self.topics.commands[k], WarnKind::PublishFailed, &e);
+            }
         }
     }
 
@@ -586,7 +592,7 @@ mod tests {
         let board = Blackboard::new(1, "idle");
         let live = LiveStats::default();
         let stop = AtomicBool::new(false);
-        let command_topic = cfg.command_topic.clone();
+        let command_topic = cfg.commands[0].topic.clone();
         std::thread::scope(|s| {
             let worker = Worker::new(
                 cfg,

@@ -1,0 +1,141 @@
+//! `[[ros.commands]]`: the command outputs. Each is a subset of `robot.joints` with its own
+//! topic, message type and rate (an arm to a joint_trajectory_controller, a gripper to a
+//! position controller); together they cover every joint exactly once, since the governor
+//! moves every joint and a joint it moves must reach the robot. Without the section, one
+//! output carries every joint (`ros.command_type` on `ros.command_topic`).
+
+use super::check::Check;
+use super::raw::{RawCommandGroup, RawRos};
+use super::ros::{topic_problem, CommandType};
+use super::ConfigError;
+
+/// One command output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CommandGroup {
+    /// Its joints, in the order the message lists them.
+    pub joints: Vec<String>,
+    /// Where each is in `robot.joints` (the governed command's order).
+    pub indices: Vec<usize>,
+    pub topic: String,
+    pub kind: CommandType,
+    /// At most this many messages a second (the control rate by default).
+    pub rate_hz: f64,
+}
+
+const DEFAULT_COMMAND_TOPIC: &str = "/arm_controller/joint_trajectory";
+
+pub fn validate(
+    c: &Check,
+    r: &RawRos,
+    robot_joints: &[String],
+    control_rate_hz: f64,
+) -> Result<Vec<CommandGroup>, ConfigError> {
+    if r.commands.is_empty() {
+        let topic = r
+            .command_topic
+            .clone()
+            .unwrap_or_else(|| DEFAULT_COMMAND_TOPIC.to_string());
+        if let Some(why) = topic_problem(&topic) {
+            return c.fail(
+                "ros.command_topic",
+                format!("\"{topic}\" is not a ROS topic name: it {why}"),
+            );
+        }
+        return Ok(vec![CommandGroup {
+            joints: robot_joints.to_vec(),
+            indices: (0..robot_joints.len()).collect(),
+            topic,
+            kind: r.command_type.unwrap_or(CommandType::JointTrajectory),
+            rate_hz: control_rate_hz,
+        }]);
+    }
+    for (field, given) in [
+        ("ros.command_topic", r.command_topic.is_some()),
+        ("ros.command_type", r.command_type.is_some()),
+    ] {
+        if given {
+            return c.fail(
+                field,
+                "give either ros.command_topic and ros.command_type (one output for every joint) or [[ros.commands]], not both",
+            );
+        }
+    }
+    let mut owner: Vec<Option<usize>> = vec![None; robot_joints.len()];
+    let mut out = Vec::with_capacity(r.commands.len());
+    for (g, raw) in r.commands.iter().enumerate() {
+        out.push(group(c, g, raw, robot_joints, control_rate_hz, &mut owner)?);
+        let topic = &raw.topic;
+        if let Some(h) = r.commands[..g].iter().position(|o| o.topic == *topic) {
+            return c.fail(
+                &format!("ros.commands[{g}].topic"),
+                format!("\"{topic}\" is ros.commands[{h}]'s topic too"),
+            );
+        }
+    }
+    if let Some(j) = owner.iter().position(Option::is_none) {
+        return c.fail(
+            "ros.commands",
+            format!(
+                "joint `{}` is in no command group: every joint the governor moves must be commanded",
+                robot_joints[j]
+            ),
+        );
+    }
+    Ok(out)
+}
+
+fn group(
+    c: &Check,
+    g: usize,
+    raw: &RawCommandGroup,
+    robot_joints: &[String],
+    control_rate_hz: f64,
+    owner: &mut [Option<usize>],
+) -> Result<CommandGroup, ConfigError> {
+    let field = |f: &str| format!("ros.commands[{g}].{f}");
+    if raw.joints.is_empty() {
+        return c.fail(&field("joints"), "expected at least one joint");
+    }
+    let mut indices = Vec::with_capacity(raw.joints.len());
+    for name in &raw.joints {
+        let Some(j) = robot_joints.iter().position(|n| n == name) else {
+            return c.fail(
+                &field("joints"),
+                format!("joint `{name}` is not in robot.joints"),
+            );
+        };
+        if let Some(h) = owner[j] {
+            let other = if h == g {
+                "listed twice here".to_string()
+            } else {
+                format!("also in ros.commands[{h}]")
+            };
+            return c.fail(&field("joints"), format!("joint `{name}` is {other}"));
+        }
+        owner[j] = Some(g);
+        indices.push(j);
+    }
+    if let Some(why) = topic_problem(&raw.topic) {
+        return c.fail(
+            &field("topic"),
+            format!("\"{}\" is not a ROS topic name: it {why}", raw.topic),
+        );
+    }
+    let rate_hz = match raw.rate_hz {
+        None => control_rate_hz,
+        Some(r) if r > 0.0 && r <= control_rate_hz => r,
+        Some(r) => {
+            return c.fail(
+                &field("rate_hz"),
+                format!("expected more than 0 and at most the control rate ({control_rate_hz} Hz), found {r}"),
+            )
+        }
+    };
+    Ok(CommandGroup {
+        joints: raw.joints.clone(),
+        indices,
+        topic: raw.topic.clone(),
+        kind: raw.kind,
+        rate_hz,
+    })
+}

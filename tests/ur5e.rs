@@ -1,0 +1,152 @@
+//! The UR-class example end to end: `config/ur5e.toml` (UR5e-like URDF, the scaled
+//! joint_trajectory_controller topic, a separately commanded gripper, a RealSense-style
+//! compressed camera) run by the real binary against the Cyclone DDS peer playing that robot.
+//! The peer checks every arm trajectory with its model of joint_trajectory_controller
+//! (tests/peers/jtc_model.py, default parameters of humble, jazzy and rolling; the arm's six
+//! joints are the controller's) and takes the gripper's Float64MultiArray at its own rate.
+//! Only the policy differs from the example: the scripted motion, as no UR5e checkpoint ships.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+use toml::Value;
+
+const ARM: [&str; 6] = [
+    "shoulder_pan_joint",
+    "shoulder_lift_joint",
+    "elbow_joint",
+    "wrist_1_joint",
+    "wrist_2_joint",
+    "wrist_3_joint",
+];
+const GRIPPER: &str = "gripper_finger_joint";
+
+fn example(domain: u16) -> toml::Table {
+    let text = std::fs::read_to_string(root().join("config/ur5e.toml")).unwrap();
+    let mut cfg: toml::Table = text.parse().unwrap();
+    cfg["robot"]["urdf"] = Value::String(root().join("urdf/ur5e.urdf").display().to_string());
+    let p = cfg["policy"].as_table_mut().unwrap();
+    for key in ["checkpoint", "threads"] {
+        p.remove(key);
+    }
+    p.insert("kind".into(), Value::String("scripted".into()));
+    p.insert("amplitude".into(), Value::Float(0.3));
+    p.insert("frequency_hz".into(), Value::Float(0.2));
+    p.insert("latency_s".into(), Value::Float(0.08));
+    let ros = cfg["ros"].as_table_mut().unwrap();
+    ros.insert("domain_id".into(), Value::Integer(domain as i64));
+    ros.insert("loopback_only".into(), Value::Boolean(true));
+    // The Python peer publishes joint states at 100 Hz (the UR driver: 500 Hz).
+    cfg["safety"]["joint_state_timeout_s"] = Value::Float(0.3);
+    cfg
+}
+
+#[test]
+fn when_the_ur5e_example_runs_against_a_peer_playing_that_robot_expect_both_controllers_fed() {
+    let domain = 20 + ((std::process::id() + 23) % 150) as u16;
+    let cfg = example(domain);
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir("ur5e");
+    let cyclone = format!(
+        "file://{}",
+        root().join("tests/peers/cyclone_loopback.xml").display()
+    );
+    let joints: Vec<&str> = ARM.iter().copied().chain([GRIPPER]).collect();
+    let peer = Command::new(peer_python())
+        .arg(root().join("tests/peers/robot_peer.py"))
+        .args([
+            "--domain",
+            &domain.to_string(),
+            "--duration",
+            "9",
+            "--report",
+        ])
+        .arg(dir.join("peer.json"))
+        .args(["--joints", &joints.join(",")])
+        .args(["--start", "0,-1.57,1.57,-1.57,-1.57,0,0.04"])
+        .args([
+            "--command-topic",
+            "/scaled_joint_trajectory_controller/joint_trajectory",
+        ])
+        .args(["--gripper-topic", "/gripper_position_controller/commands"])
+        .args(["--gripper-joints", GRIPPER])
+        .args(["--raw-topic", ""])
+        .args(["--jpeg-topic", "/camera/camera/color/image_raw/compressed"])
+        .env("CYCLONEDDS_URI", cyclone)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("peer starts");
+    let x = run_beside_peer(&dir, &cfg, peer, 5.0);
+    let (s, r) = (&x.summary, &x.report);
+    assert_eq!(s["limit_violations"], 0, "{s}");
+    assert_eq!(s["limits_scale"], 0.25);
+    assert!(
+        s["chunks_accepted"].as_u64().unwrap() >= 3,
+        "{s}\n{}",
+        x.stderr
+    );
+    // The arm's controller: its six joints, every trajectory accepted and smooth. Limits are
+    // the example's, scaled by 0.25: 1 rad/s² and 20 rad/s³.
+    let names: Vec<&str> = r["joint_names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(names, ARM);
+    assert!(r["commands"].as_u64().unwrap() >= 300, "{r}");
+    assert_controller_accepts(r, 1.0, 20.0);
+    // The gripper's forward controller: its one joint at 50 Hz, not 200.
+    let grip = r["gripper_commands"].as_u64().unwrap();
+    let arm = r["commands"].as_u64().unwrap();
+    assert!(grip >= 100 && grip * 3 < arm, "gripper {grip}, arm {arm}");
+    assert_eq!(r["gripper_last"].as_array().unwrap().len(), 1);
+    // The arm and the gripper moved.
+    let first = r["first"].as_array().unwrap();
+    let last = r["last"].as_array().unwrap();
+    let moved: f64 = first
+        .iter()
+        .zip(last)
+        .map(|(a, b)| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs())
+        .sum();
+    assert!(moved > 0.01, "{r}");
+    let g = r["gripper_last"][0].as_f64().unwrap();
+    assert!(
+        (0.002..=0.083).contains(&g) && (g - 0.04).abs() > 1e-4,
+        "gripper at {g}"
+    );
+    // The RealSense-style camera reached the model's camera `front`.
+    let diags = r["diagnostics"].as_array().unwrap();
+    let running = diags
+        .iter()
+        .find(|d| d["message"] == "running")
+        .unwrap_or_else(|| panic!("{r}"));
+    let age: f64 = running["values"]["camera 0 age (s)"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((0.0..0.5).contains(&age), "camera age {age}");
+}
+
+#[test]
+fn when_the_ur5e_example_is_checked_expect_it_valid_with_both_outputs_and_the_scaled_limits() {
+    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["check", "--config"])
+        .arg(root().join("config/ur5e.toml"))
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    for needle in [
+        "on /scaled_joint_trajectory_controller/joint_trajectory at 200 Hz",
+        "gripper_finger_joint as Float64MultiArray on /gripper_position_controller/commands at 50 Hz",
+        "scaled to 0.25",
+        "policy: pi0 loaded",
+    ] {
+        assert!(text.contains(needle), "`{needle}` not in:\n{text}");
+    }
+}
