@@ -143,3 +143,57 @@ impl ActionMap {
         out.extend(self.joint_of_action.iter().map(|&j| joints[j]));
     }
 }
+
+/// Where one entry of the policy's state vector comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum StateSource {
+    /// The measured position of this joint (command index).
+    Joint(usize),
+    /// A value the dataset held constant (a fixed joint, a padding slot).
+    Constant(f64),
+}
+
+/// The policy's state vector, entry by entry (`policy.state`; by default the measured
+/// positions in action order).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateLayout {
+    pub sources: Vec<StateSource>,
+}
+
+impl StateLayout {
+    pub fn len(&self) -> usize {
+        self.sources.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sources.is_empty()
+    }
+
+    /// The state vector from the measured joint positions.
+    pub fn gather(&self, joints: &JointVector, out: &mut Vec<f64>) {
+        out.clear();
+        out.extend(self.sources.iter().map(|s| match *s {
+            StateSource::Joint(j) => joints[j],
+            StateSource::Constant(c) => c,
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_state_mixes_joints_and_constants_expect_them_in_its_order() {
+        let layout = StateLayout {
+            sources: vec![
+                StateSource::Joint(2),
+                StateSource::Constant(0.5),
+                StateSource::Joint(0),
+            ],
+        };
+        let mut out = Vec::new();
+        layout.gather(&JointVector::from_slice(&[1.0, 2.0, 3.0]), &mut out);
+        assert_eq!(out, [3.0, 0.5, 1.0]);
+    }
+}

@@ -377,6 +377,7 @@ fn when_reset_arrives_after_a_latched_thread_fault_expect_control_loop_stays_est
     let setup = WorkerSetup {
         limits: cfg.limits.clone(),
         map: cfg.policy.action_map.clone(),
+        state: cfg.policy.state.clone(),
         safety: cfg.safety.clone(),
         chunk_steps: cfg.policy.chunk_steps,
     };

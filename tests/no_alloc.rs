@@ -59,6 +59,7 @@ fn when_control_tick_runs_expect_no_allocation() {
         WorkerSetup {
             limits: cfg.limits.clone(),
             map: cfg.policy.action_map.clone(),
+            state: cfg.policy.state.clone(),
             safety: cfg.safety.clone(),
             chunk_steps: cfg.policy.chunk_steps,
         },

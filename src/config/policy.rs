@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::check::{first_duplicate, Check};
-use super::raw::{BackendKind, PolicyKind, ProviderKind, RawAcl, RawOnnx, RawPolicy};
+use super::raw::{
+    BackendKind, PolicyKind, ProviderKind, RawAcl, RawOnnx, RawPolicy, RawStateEntry,
+};
 use super::ConfigError;
-use crate::joints::ActionMap;
+use crate::joints::{ActionMap, StateLayout, StateSource};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -155,6 +157,8 @@ pub enum PolicySource {
 pub struct PolicyConfig {
     pub source: PolicySource,
     pub action_map: ActionMap,
+    /// The state vector the policy is given.
+    pub state: StateLayout,
     pub chunk_steps: usize,
     pub step_period_s: f64,
     /// Extra latency added to every inference (simulates a slower model).
@@ -269,6 +273,7 @@ pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyCo
     };
     Ok(PolicyConfig {
         source,
+        state: state_layout(c, raw, names, &joint_of_action)?,
         action_map: ActionMap {
             action_names: raw.action_joints.clone(),
             joint_of_action,
@@ -283,6 +288,44 @@ pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyCo
 }
 
 /// Settings the chosen kind and backend do not read.
+/// `policy.state`, or the measured positions in action order.
+fn state_layout(
+    c: &Check,
+    raw: &RawPolicy,
+    names: &[String],
+    joint_of_action: &[usize],
+) -> Result<StateLayout, ConfigError> {
+    let Some(entries) = &raw.state else {
+        return Ok(StateLayout {
+            sources: joint_of_action
+                .iter()
+                .map(|&j| StateSource::Joint(j))
+                .collect(),
+        });
+    };
+    if entries.is_empty() {
+        return c.fail("policy.state", "expected at least one entry");
+    }
+    let mut sources = Vec::with_capacity(entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        sources.push(match e {
+            RawStateEntry::Joint(name) => match names.iter().position(|n| n == name) {
+                Some(j) => StateSource::Joint(j),
+                None => {
+                    return c.fail(
+                        &format!("policy.state[{i}]"),
+                        format!("joint `{name}` is not in robot.joints"),
+                    )
+                }
+            },
+            RawStateEntry::Constant(x) => {
+                StateSource::Constant(c.finite(&format!("policy.state[{i}]"), *x)?)
+            }
+        });
+    }
+    Ok(StateLayout { sources })
+}
+
 fn warn_unused(c: &Check, raw: &RawPolicy) {
     let kind = match raw.kind {
         PolicyKind::Pi0 => "pi0",
@@ -303,6 +346,7 @@ fn warn_unused(c: &Check, raw: &RawPolicy) {
         !raw.optional_cameras.is_empty() && !pi0,
         "pi0",
     );
+    not("policy.state", raw.state.is_some() && !pi0, "pi0");
     not(
         "policy.amplitude",
         raw.amplitude.is_some() && !scripted,

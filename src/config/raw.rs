@@ -197,6 +197,19 @@ pub struct RawPolicy {
     /// pi0: model cameras that may have no source; they are fed as missing (masked) images.
     #[serde(default)]
     pub optional_cameras: Vec<String>,
+    /// The state vector entry by entry: joint names and constants (default: action_joints).
+    pub state: Option<Vec<RawStateEntry>>,
+}
+
+/// One entry of `policy.state`.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a joint name (its measured position) or a number (a constant)"
+)]
+pub enum RawStateEntry {
+    Joint(String),
+    Constant(f64),
 }
 
 fn default_chunk_steps() -> usize {

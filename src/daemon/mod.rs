@@ -297,6 +297,7 @@ fn supervise(
         WorkerSetup {
             limits: cfg.limits.clone(),
             map: cfg.policy.action_map.clone(),
+            state: cfg.policy.state.clone(),
             safety: cfg.safety.clone(),
             chunk_steps: cfg.policy.chunk_steps,
         },

@@ -11,7 +11,7 @@ use super::supervise::{caught, Role, Supervised};
 use crate::chunk::JointChunk;
 use crate::config::SafetyConfig;
 use crate::io::Blackboard;
-use crate::joints::ActionMap;
+use crate::joints::{ActionMap, StateLayout};
 use crate::policy::{Observation, Policy};
 use crate::robot::RobotLimits;
 use crate::safety::validate::{check_chunk, ChunkFaultKind};
@@ -83,6 +83,8 @@ impl WorkerHandle {
 pub struct WorkerSetup {
     pub limits: RobotLimits,
     pub map: ActionMap,
+    /// The policy's state vector, from the measured positions.
+    pub state: StateLayout,
     pub safety: SafetyConfig,
     pub chunk_steps: usize,
 }
@@ -123,7 +125,7 @@ pub fn spawn(
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             stats.requests.fetch_add(1, Ordering::Relaxed);
-            if board.observe(&setup.map, &mut obs) {
+            if board.observe(&setup.state, &mut obs) {
                 seq += 1;
                 if let Some(chunk) = infer_one(
                     policy.as_mut(),

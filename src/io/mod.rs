@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::atomic::AtomicCell;
 
-use crate::joints::ActionMap;
 use crate::joints::JointMeasurement;
 use crate::joints::MotionState;
+use crate::joints::StateLayout;
 use crate::policy::{CameraFrame, Observation};
 use crate::time::MonoTime;
 
@@ -87,14 +87,14 @@ impl Blackboard {
         }
     }
 
-    /// A consistent observation for the policy, with the state in action order.
-    pub fn observe(&self, map: &ActionMap, out: &mut Observation) -> bool {
+    /// A consistent observation for the policy, its state laid out as `state` says.
+    pub fn observe(&self, state: &StateLayout, out: &mut Observation) -> bool {
         let js = self.joint_state.load();
         if js.stamp == MonoTime::ZERO {
             return false;
         }
         out.stamp = js.stamp;
-        map.gather(&js.position, &mut out.state);
+        state.gather(&js.position, &mut out.state);
         out.images.clear();
         for f in &self.frames {
             out.images.push(f.lock().ok().and_then(|g| g.clone()));

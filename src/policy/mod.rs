@@ -65,7 +65,7 @@ pub enum PolicyBuildError {
     #[error(transparent)]
     Model(#[from] pi0::pipeline::PipelineError),
     #[error(
-        "{checkpoint}: the model acts on {model} joints ({width_source}) but policy.action_joints lists {config}"
+        "{checkpoint}: the model acts on {model} joints (output_features.action, {width_source}) but policy.action_joints lists {config}"
     )]
     ActionWidth {
         checkpoint: String,
@@ -76,6 +76,27 @@ pub enum PolicyBuildError {
     },
     #[error("{checkpoint}: {message}")]
     Cameras { checkpoint: String, message: String },
+    #[error(
+        "{checkpoint}: the model's state (input_features.observation.state) has {model} entries ({width_source}) but {layout} {config}"
+    )]
+    StateWidth {
+        checkpoint: String,
+        model: usize,
+        config: usize,
+        width_source: String,
+        layout: &'static str,
+    },
+}
+
+/// Whether the state's layout was given (`policy.state`) or is the action order.
+fn cfg_has_state_layout(p: &crate::config::PolicyConfig) -> bool {
+    let default: Vec<crate::joints::StateSource> = p
+        .action_map
+        .joint_of_action
+        .iter()
+        .map(|&j| crate::joints::StateSource::Joint(j))
+        .collect();
+    p.state.sources != default
 }
 
 /// Builds the configured policy (with its fault injector, if any).
@@ -114,14 +135,25 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
                 threads: *threads,
                 backend: backend.clone(),
             })?;
-            if pipeline.action_dim != p.action_map.action_dim()
-                || pipeline.state_dim != p.action_map.action_dim()
-            {
+            if pipeline.action_dim != p.action_map.action_dim() {
                 return Err(PolicyBuildError::ActionWidth {
                     checkpoint: checkpoint.display().to_string(),
                     model: pipeline.action_dim,
                     config: p.action_map.action_dim(),
                     width_source: pipeline.width_source.clone(),
+                });
+            }
+            if pipeline.state_dim != p.state.len() {
+                return Err(PolicyBuildError::StateWidth {
+                    checkpoint: checkpoint.display().to_string(),
+                    model: pipeline.state_dim,
+                    config: p.state.len(),
+                    width_source: pipeline.width_source.clone(),
+                    layout: if cfg_has_state_layout(p) {
+                        "policy.state lists"
+                    } else {
+                        "policy.action_joints (the state's default layout) lists"
+                    },
                 });
             }
             let names_from = if checkpoint.is_dir() {
