@@ -60,6 +60,15 @@ impl JointVector {
         self.as_slice().iter()
     }
 
+    /// The entries `indices`, in that order.
+    pub fn select(&self, indices: &[usize]) -> JointVector {
+        let mut out = JointVector::zeros(indices.len());
+        for (k, &j) in indices.iter().enumerate() {
+            out[k] = self[j];
+        }
+        out
+    }
+
     pub fn all_finite(&self) -> bool {
         self.iter().all(|x| x.is_finite())
     }

@@ -4,10 +4,15 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 use toml::Value;
+
+/// The status lines of a run's log (at least two of them).
+fn status_lines(stderr: &str) -> Vec<&str> {
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(" Hz | ")).collect();
+    assert!(lines.len() >= 2, "{stderr}");
+    lines
+}
 
 fn scaled(scale: f64) -> toml::Table {
     let mut cfg = sim_config();
@@ -42,12 +47,7 @@ fn when_limits_scaled_down_expect_every_command_within_the_scaled_limits() {
         assert!(a <= acc * 1.001, "{joint}: acceleration {a} > {acc}");
     }
     // Every status line says the limits are scaled.
-    let lines: Vec<&str> = run
-        .stderr
-        .lines()
-        .filter(|l| l.contains(" Hz | "))
-        .collect();
-    assert!(lines.len() >= 2, "{}", run.stderr);
+    let lines = status_lines(&run.stderr);
     assert!(
         lines.iter().all(|l| l.contains("limits x0.25")),
         "{lines:?}"
@@ -56,17 +56,8 @@ fn when_limits_scaled_down_expect_every_command_within_the_scaled_limits() {
 
 #[test]
 fn when_limits_scaled_down_expect_check_to_show_the_scaled_table() {
-    let dir = scratch_dir("first-run-check");
-    let path = dir.join("config.toml");
-    std::fs::write(&path, toml::to_string(&scaled(0.5)).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}");
+    let (code, text) = check_config("first-run-check", &scaled(0.5));
+    assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("scaled to 0.5 of every velocity"), "{text}");
     // The elbow's acceleration (6 rad/s² in config/sim.toml) appears halved.
     let elbow = text
@@ -79,17 +70,9 @@ fn when_limits_scaled_down_expect_check_to_show_the_scaled_table() {
 #[test]
 fn when_limits_scale_is_out_of_range_expect_refused_naming_it() {
     for bad in [0.0, 1.5, -0.2] {
-        let dir = scratch_dir("first-run-bad-scale");
-        let path = dir.join("config.toml");
-        std::fs::write(&path, toml::to_string(&scaled(bad)).unwrap()).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-            .args(["check", "--config"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{bad}: {stderr}");
-        assert!(stderr.contains("`limits.scale`"), "{bad}: {stderr}");
+        let (code, text) = check_config("first-run-bad-scale", &scaled(bad));
+        assert_eq!(code, Some(1), "{bad}: {text}");
+        assert!(text.contains("`limits.scale`"), "{bad}: {text}");
     }
 }
 
@@ -102,11 +85,6 @@ fn when_dry_run_on_the_sim_expect_it_said_in_every_status_line_and_in_the_summar
     assert_eq!(s["dry_run"], true, "{s}");
     // The model, executor and governor all ran: chunks were executed.
     assert!(s["chunks_accepted"].as_u64().unwrap() >= 2, "{s}");
-    let lines: Vec<&str> = run
-        .stderr
-        .lines()
-        .filter(|l| l.contains(" Hz | "))
-        .collect();
-    assert!(lines.len() >= 2, "{}", run.stderr);
+    let lines = status_lines(&run.stderr);
     assert!(lines.iter().all(|l| l.contains("DRY RUN")), "{lines:?}");
 }

@@ -9,24 +9,8 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 use toml::Value;
-
-fn check(name: &str, cfg: &toml::Table) -> (Option<i32>, String) {
-    let dir = scratch_dir(name);
-    let path = dir.join("config.toml");
-    std::fs::write(&path, toml::to_string(cfg).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code(), text)
-}
 
 /// The bundled pi0 model over ROS, with `ros.cameras` as given.
 fn ros_model(cameras: Value) -> toml::Table {
@@ -50,7 +34,7 @@ fn named(pairs: &[(&str, &str)]) -> Value {
 
 #[test]
 fn when_the_model_camera_is_mapped_by_name_expect_check_to_pass() {
-    let (code, text) = check(
+    let (code, text) = check_config(
         "cameras-ok",
         &ros_model(named(&[("front", "/camera/color/image_raw/compressed")])),
     );
@@ -63,7 +47,7 @@ fn when_a_camera_is_extra_expect_refused_naming_it_and_the_models_cameras() {
         ("front", "/front/compressed"),
         ("wrist", "/wrist/image_raw"),
     ]));
-    let (code, text) = check("cameras-extra", &cfg);
+    let (code, text) = check_config("cameras-extra", &cfg);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("ros.cameras.wrist = \"/wrist/image_raw\": the model has no camera `wrist`")
@@ -76,7 +60,7 @@ fn when_a_camera_is_extra_expect_refused_naming_it_and_the_models_cameras() {
         Value::String("/a/image_raw".into()),
         Value::String("/b/image_raw".into()),
     ]);
-    let (code, text) = check("cameras-extra-list", &ros_model(list));
+    let (code, text) = check_config("cameras-extra-list", &ros_model(list));
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("ros.cameras[1] = \"/b/image_raw\": one camera too many"),
@@ -87,7 +71,7 @@ fn when_a_camera_is_extra_expect_refused_naming_it_and_the_models_cameras() {
 #[test]
 fn when_a_camera_is_missing_expect_refused_unless_declared_optional() {
     let cfg = ros_model(named(&[]));
-    let (code, text) = check("cameras-missing", &cfg);
+    let (code, text) = check_config("cameras-missing", &cfg);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("the model's camera `front` (observation.images.front in ")
@@ -100,11 +84,11 @@ fn when_a_camera_is_missing_expect_refused_unless_declared_optional() {
         "optional_cameras".into(),
         Value::Array(vec![Value::String("front".into())]),
     );
-    let (code, text) = check("cameras-optional", &cfg);
+    let (code, text) = check_config("cameras-optional", &cfg);
     assert_eq!(code, Some(0), "{text}");
     // An optional camera the model does not have.
     cfg["policy"]["optional_cameras"] = Value::Array(vec![Value::String("top".into())]);
-    let (code, text) = check("cameras-optional-unknown", &cfg);
+    let (code, text) = check_config("cameras-optional-unknown", &cfg);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("policy.optional_cameras: `top`"), "{text}");
 }
@@ -113,7 +97,7 @@ fn when_a_camera_is_missing_expect_refused_unless_declared_optional() {
 fn when_the_simulated_camera_has_another_name_expect_refused_naming_both() {
     let mut cfg = sim_model_config();
     cfg["sim"]["cameras"][0]["name"] = Value::String("top".into());
-    let (code, text) = check("cameras-sim-name", &cfg);
+    let (code, text) = check_config("cameras-sim-name", &cfg);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("sim.cameras[0] (`top`): the model has no camera `top`")
@@ -151,7 +135,7 @@ fn when_the_state_layout_has_another_width_expect_refused_naming_the_feature() {
     .map(|n| joint(n))
     .collect();
     entries.push(Value::Float(0.0));
-    let (code, text) = check("state-width", &with_state(entries));
+    let (code, text) = check_config("state-width", &with_state(entries));
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("input_features.observation.state) has 7 entries")
@@ -173,7 +157,7 @@ fn when_the_state_is_laid_out_apart_from_the_actions_expect_it_accepted_and_run(
         Value::Float(0.02),
     ];
     let cfg = with_state(entries);
-    let (code, text) = check("state-ok", &cfg);
+    let (code, text) = check_config("state-ok", &cfg);
     assert_eq!(code, Some(0), "{text}");
     let run = run_daemon("state-run", &cfg, 3.0);
     assert_eq!(run.code(), 0, "{}", run.stderr);
@@ -186,7 +170,7 @@ fn when_the_state_is_laid_out_apart_from_the_actions_expect_it_accepted_and_run(
 
 #[test]
 fn when_the_state_names_an_unknown_joint_or_a_non_number_expect_refused_naming_the_entry() {
-    let (code, text) = check(
+    let (code, text) = check_config(
         "state-unknown",
         &with_state(vec![joint("elbow"), joint("knee")]),
     );
@@ -195,7 +179,7 @@ fn when_the_state_names_an_unknown_joint_or_a_non_number_expect_refused_naming_t
         text.contains("`policy.state[1]`: joint `knee` is not in robot.joints"),
         "{text}"
     );
-    let (code, text) = check("state-bool", &with_state(vec![Value::Boolean(true)]));
+    let (code, text) = check_config("state-bool", &with_state(vec![Value::Boolean(true)]));
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("policy.state")

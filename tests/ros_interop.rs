@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::*;
 use toml::Value;
@@ -50,22 +50,8 @@ fn exchange_with(
     pi0d_args: &[&str],
 ) -> Exchange {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let python = peer_python();
     let dir = scratch_dir(name);
-    let report = dir.join("peer.json");
-    let cyclone = format!(
-        "file://{}",
-        root().join("tests/peers/cyclone_loopback.xml").display()
-    );
-    let peer = Command::new(&python)
-        .arg(root().join("tests/peers/robot_peer.py"))
-        .args(["--domain", &domain.to_string(), "--report"])
-        .arg(&report)
-        .args(peer_args)
-        .env("CYCLONEDDS_URI", cyclone)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("peer starts");
+    let peer = cyclone_peer(domain, &dir.join("peer.json"), peer_args);
     run_beside_peer_with(&dir, cfg, peer, pi0d_s, pi0d_args)
 }
 
@@ -84,14 +70,8 @@ fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
     assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}");
     assert!(r["commands"].as_u64().unwrap() >= 200, "peer got {r}");
     assert_eq!(r["nonfinite"], 0);
-    let names: Vec<&str> = r["joint_names"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
     assert_eq!(
-        names,
+        strings(&r["joint_names"]),
         [
             "shoulder_pan",
             "shoulder_lift",
@@ -103,16 +83,7 @@ fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
         ]
     );
     // The commands moved the (peer's) arm away from where it started.
-    let (first, last) = (
-        r["first"].as_array().unwrap(),
-        r["last"].as_array().unwrap(),
-    );
-    let moved: f64 = first
-        .iter()
-        .zip(last)
-        .map(|(a, b)| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs())
-        .sum();
-    assert!(moved > 0.01, "commands did not move the arm: {r}");
+    assert!(moved(r) > 0.01, "commands did not move the arm: {r}");
     // The prompt sent by the peer reached the daemon.
     assert!(stderr.contains("stack the blocks"), "{stderr}");
     assert!(r["statuses"].as_u64().unwrap() >= 2, "status topic: {r}");
@@ -275,25 +246,16 @@ fn when_joint_states_come_on_another_topic_expect_the_start_up_error_to_name_wha
     let cfg = ros_config(domain);
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("ros-wrong-topic");
-    let cyclone = format!(
-        "file://{}",
-        root().join("tests/peers/cyclone_loopback.xml").display()
-    );
-    let mut peer = Command::new(peer_python())
-        .arg(root().join("tests/peers/robot_peer.py"))
-        .args([
-            "--domain",
-            &domain.to_string(),
+    let mut peer = cyclone_peer(
+        domain,
+        &dir.join("peer.json"),
+        &[
             "--duration",
             "13",
-            "--report",
-        ])
-        .arg(dir.join("peer.json"))
-        .args(["--joint-states-topic", "/robot/joint_states"])
-        .env("CYCLONEDDS_URI", cyclone)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("peer starts");
+            "--joint-states-topic",
+            "/robot/joint_states",
+        ],
+    );
     let cfg_path = dir.join("config.toml");
     std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))

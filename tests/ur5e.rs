@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::*;
 use toml::Value;
@@ -49,35 +49,30 @@ fn when_the_ur5e_example_runs_against_a_peer_playing_that_robot_expect_both_cont
     let cfg = example(domain);
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("ur5e");
-    let cyclone = format!(
-        "file://{}",
-        root().join("tests/peers/cyclone_loopback.xml").display()
-    );
     let joints: Vec<&str> = ARM.iter().copied().chain([GRIPPER]).collect();
-    let peer = Command::new(peer_python())
-        .arg(root().join("tests/peers/robot_peer.py"))
-        .args([
-            "--domain",
-            &domain.to_string(),
+    let joints = joints.join(",");
+    let peer = cyclone_peer(
+        domain,
+        &dir.join("peer.json"),
+        &[
             "--duration",
             "9",
-            "--report",
-        ])
-        .arg(dir.join("peer.json"))
-        .args(["--joints", &joints.join(",")])
-        .args(["--start", "0,-1.57,1.57,-1.57,-1.57,0,0.04"])
-        .args([
+            "--joints",
+            &joints,
+            "--start",
+            "0,-1.57,1.57,-1.57,-1.57,0,0.04",
             "--command-topic",
             "/scaled_joint_trajectory_controller/joint_trajectory",
-        ])
-        .args(["--gripper-topic", "/gripper_position_controller/commands"])
-        .args(["--gripper-joints", GRIPPER])
-        .args(["--raw-topic", ""])
-        .args(["--jpeg-topic", "/camera/camera/color/image_raw/compressed"])
-        .env("CYCLONEDDS_URI", cyclone)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("peer starts");
+            "--gripper-topic",
+            "/gripper_position_controller/commands",
+            "--gripper-joints",
+            GRIPPER,
+            "--raw-topic",
+            "",
+            "--jpeg-topic",
+            "/camera/camera/color/image_raw/compressed",
+        ],
+    );
     let x = run_beside_peer(&dir, &cfg, peer, 5.0);
     let (s, r) = (&x.summary, &x.report);
     assert_eq!(s["limit_violations"], 0, "{s}");
@@ -89,13 +84,7 @@ fn when_the_ur5e_example_runs_against_a_peer_playing_that_robot_expect_both_cont
     );
     // The arm's controller: its six joints, every trajectory accepted and smooth. Limits are
     // the example's, scaled by 0.25: 1 rad/s² and 20 rad/s³.
-    let names: Vec<&str> = r["joint_names"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
-    assert_eq!(names, ARM);
+    assert_eq!(strings(&r["joint_names"]), ARM);
     assert!(r["commands"].as_u64().unwrap() >= 300, "{r}");
     assert_controller_accepts(r, 1.0, 20.0);
     // The gripper's forward controller: its one joint at 50 Hz, not 200.
@@ -104,14 +93,7 @@ fn when_the_ur5e_example_runs_against_a_peer_playing_that_robot_expect_both_cont
     assert!(grip >= 100 && grip * 3 < arm, "gripper {grip}, arm {arm}");
     assert_eq!(r["gripper_last"].as_array().unwrap().len(), 1);
     // The arm and the gripper moved.
-    let first = r["first"].as_array().unwrap();
-    let last = r["last"].as_array().unwrap();
-    let moved: f64 = first
-        .iter()
-        .zip(last)
-        .map(|(a, b)| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs())
-        .sum();
-    assert!(moved > 0.01, "{r}");
+    assert!(moved(r) > 0.01, "{r}");
     let g = r["gripper_last"][0].as_f64().unwrap();
     assert!(
         (0.002..=0.083).contains(&g) && (g - 0.04).abs() > 1e-4,

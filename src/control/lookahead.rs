@@ -51,19 +51,12 @@ impl Lookahead {
 
     /// The same for the joints `indices` only (in that order).
     pub fn select(&self, indices: &[usize]) -> Lookahead {
-        let pick = |v: &JointVector| {
-            let mut out = JointVector::zeros(indices.len());
-            for (k, &j) in indices.iter().enumerate() {
-                out[k] = v[j];
-            }
-            out
-        };
         Lookahead {
             coast_s: self.coast_s,
-            lower: pick(&self.lower),
-            upper: pick(&self.upper),
-            velocity: pick(&self.velocity),
-            deceleration: pick(&self.deceleration),
+            lower: self.lower.select(indices),
+            upper: self.upper.select(indices),
+            velocity: self.velocity.select(indices),
+            deceleration: self.deceleration.select(indices),
         }
     }
 

@@ -401,3 +401,59 @@ pub fn assert_controller_accepts(report: &serde_json::Value, accel_limit: f64, j
         );
     }
 }
+
+/// Writes `cfg` and runs `pi0d check` on it: the exit code and stdout + stderr.
+pub fn check_config(name: &str, cfg: &toml::Table) -> (Option<i32>, String) {
+    let dir = scratch_dir(name);
+    let path = dir.join("config.toml");
+    std::fs::write(&path, toml::to_string(cfg).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+/// Starts the Cyclone DDS robot peer (tests/peers/robot_peer.py) on `domain`, reporting to
+/// `report`, with `args` added.
+pub fn cyclone_peer(domain: u16, report: &Path, args: &[&str]) -> std::process::Child {
+    let cyclone = format!(
+        "file://{}",
+        root().join("tests/peers/cyclone_loopback.xml").display()
+    );
+    Command::new(peer_python())
+        .arg(root().join("tests/peers/robot_peer.py"))
+        .args(["--domain", &domain.to_string(), "--report"])
+        .arg(report)
+        .args(args)
+        .env("CYCLONEDDS_URI", cyclone)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("peer starts")
+}
+
+/// A JSON array of strings.
+pub fn strings(v: &serde_json::Value) -> Vec<&str> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect()
+}
+
+/// How far the peer's arm moved between the first and the last command it received (sum
+/// over joints).
+pub fn moved(report: &serde_json::Value) -> f64 {
+    let (first, last) = (
+        report["first"].as_array().unwrap(),
+        report["last"].as_array().unwrap(),
+    );
+    first
+        .iter()
+        .zip(last)
+        .map(|(a, b)| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs())
+        .sum()
+}

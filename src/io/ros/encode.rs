@@ -9,7 +9,7 @@ use super::transport::Middleware;
 use super::RosError;
 use crate::config::{CommandGroup, CommandType};
 use crate::control::lookahead::{self, Lookahead, TimedState};
-use crate::joints::{JointVector, MotionState};
+use crate::joints::MotionState;
 use crate::time::MonoTime;
 
 /// Builds one command message from the newest motion state (made `age_s` ago) and sends it.
@@ -108,17 +108,10 @@ impl CommandPublisher {
 
 /// The joints `indices` of `cmd`, in that order.
 fn select(cmd: &MotionState, indices: &[usize]) -> MotionState {
-    let pick = |v: &JointVector| {
-        let mut out = JointVector::zeros(indices.len());
-        for (k, &j) in indices.iter().enumerate() {
-            out[k] = v[j];
-        }
-        out
-    };
     MotionState {
-        position: pick(&cmd.position),
-        velocity: pick(&cmd.velocity),
-        acceleration: pick(&cmd.acceleration),
+        position: cmd.position.select(indices),
+        velocity: cmd.velocity.select(indices),
+        acceleration: cmd.acceleration.select(indices),
     }
 }
 
