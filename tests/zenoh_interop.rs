@@ -44,17 +44,18 @@ fn zenoh_config(domain: u16, port: u16) -> toml::Table {
     cfg
 }
 
-fn exchange(name: &str, domain: u16, peer_args: &[&str], pi0d_s: f64) -> Exchange {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = scratch_dir(name);
-    let port = free_port();
-    let cfg = zenoh_config(domain, port);
-    let report = dir.join("peer.json");
+/// Starts the Zenoh peer on `port` and waits until it listens.
+fn zenoh_peer(
+    domain: u16,
+    port: u16,
+    report: &std::path::Path,
+    peer_args: &[&str],
+) -> std::process::Child {
     let peer = Command::new(peer_python())
         .arg(root().join("tests/peers/zenoh_robot_peer.py"))
         .args(["--listen", &format!("tcp/127.0.0.1:{port}")])
         .args(["--domain", &domain.to_string(), "--report"])
-        .arg(&report)
+        .arg(report)
         .args(peer_args)
         .stdout(Stdio::null())
         .spawn()
@@ -68,7 +69,50 @@ fn exchange(name: &str, domain: u16, peer_args: &[&str], pi0d_s: f64) -> Exchang
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    peer
+}
+
+fn exchange(name: &str, domain: u16, peer_args: &[&str], pi0d_s: f64) -> Exchange {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir(name);
+    let port = free_port();
+    let cfg = zenoh_config(domain, port);
+    let peer = zenoh_peer(domain, port, &dir.join("peer.json"), peer_args);
     run_beside_peer(&dir, &cfg, peer, pi0d_s)
+}
+
+#[test]
+fn when_zenoh_joint_states_come_on_another_topic_expect_the_start_up_error_to_name_it() {
+    let domain = 30 + ((std::process::id() + 61) % 150) as u16;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir("zenoh-wrong-topic");
+    let port = free_port();
+    let cfg = zenoh_config(domain, port);
+    let mut peer = zenoh_peer(
+        domain,
+        port,
+        &dir.join("peer.json"),
+        &[
+            "--duration",
+            "13",
+            "--joint-states-topic",
+            "/robot/joint_states",
+        ],
+    );
+    let cfg_path = dir.join("config.toml");
+    std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["run", "--quiet", "--duration", "20", "--config"])
+        .arg(&cfg_path)
+        .output()
+        .unwrap();
+    let _ = peer.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("nothing arrived; JointState published on the graph: /robot/joint_states (sensor_msgs/msg/JointState, samples arriving)"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -93,6 +93,7 @@ def percentiles(seconds):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--listen", required=True)
+    ap.add_argument("--joint-states-topic", default="/joint_states")
     ap.add_argument("--domain", type=int, default=0)
     ap.add_argument("--duration", type=float, required=True)
     ap.add_argument("--report", required=True)
@@ -163,7 +164,7 @@ def main():
         session.declare_subscriber(f"{d}/pi0d/status/{dds_type('std_msgs/msg/String')}/*", on_status),
         session.declare_subscriber(f"{d}/diagnostics/{dds_type('diagnostic_msgs/msg/DiagnosticArray')}/*", on_diagnostics),
     ]
-    js = Sender(session, d, "/joint_states", "sensor_msgs/msg/JointState")
+    js = Sender(session, d, args.joint_states_topic, "sensor_msgs/msg/JointState")
     raw = Sender(session, d, "/camera/image_raw", "sensor_msgs/msg/Image")
     jpeg = Sender(session, d, "/wrist/image_raw/compressed", "sensor_msgs/msg/CompressedImage")
     prompt = Sender(session, d, "/pi0d/prompt", "std_msgs/msg/String")

@@ -360,15 +360,71 @@ impl RosIo {
                 .map_err(|e| create_err("node name", e))?,
             next_entity: 1 << 20,
         };
-        Ok((
-            endpoints(
-                &mut mw,
-                &self.cfg,
-                self.period.as_secs_f64(),
-                self.lookahead(),
-            )?,
-            Box::new((mw, context)),
-        ))
+        let mut ep = endpoints(
+            &mut mw,
+            &self.cfg,
+            self.period.as_secs_f64(),
+            self.lookahead(),
+        )?;
+        let (probe, seen) = self.zenoh_joint_state_probe(&context)?;
+        ep.graph = Some(Box::new(move || {
+            seen.lock()
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default()
+        }));
+        Ok((ep, Box::new((mw, context, probe))))
+    }
+
+    /// Which topics JointState samples arrive on, whatever their name (Zenoh has no graph
+    /// listing of types here): `(topic, "sensor_msgs/msg/JointState, seen")` per topic, for
+    /// the start-up error. Our own outputs are left out.
+    #[cfg(feature = "zenoh")]
+    #[allow(clippy::type_complexity)]
+    fn zenoh_joint_state_probe(
+        &self,
+        context: &ros2_client::zenoh::Context,
+    ) -> Result<
+        (
+            ::zenoh::pubsub::Subscriber<()>,
+            std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<(String, String)>>>,
+        ),
+        RosError,
+    > {
+        use ::zenoh::Wait;
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+        let domain = self.cfg.domain_id.to_string();
+        let ours: Vec<String> = self
+            .cfg
+            .commands
+            .iter()
+            .map(|g| self.cfg.command_out(g))
+            .collect();
+        let sink = seen.clone();
+        let key = format!("{domain}/**/sensor_msgs::msg::dds_::JointState_/*");
+        let sub = context
+            .session()
+            .declare_subscriber(key)
+            .callback(move |sample| {
+                // <domain>/<topic chunks>/<type>/<hash>
+                let key = sample.key_expr().as_str();
+                let mut parts: Vec<&str> = key.split('/').collect();
+                if parts.len() < 4 {
+                    return;
+                }
+                parts.truncate(parts.len() - 2);
+                let topic = format!("/{}", parts[1..].join("/"));
+                if ours.contains(&topic) {
+                    return;
+                }
+                if let Ok(mut s) = sink.lock() {
+                    if s.len() < 32 {
+                        s.insert((topic, "sensor_msgs/msg/JointState, samples arriving".into()));
+                    }
+                }
+            })
+            .wait()
+            .map_err(|e| create_err("Zenoh JointState probe", e))?;
+        Ok((sub, seen))
     }
 
     #[cfg(not(feature = "zenoh"))]

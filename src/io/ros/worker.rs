@@ -338,7 +338,7 @@ impl<'a> Worker<'a> {
                         list(&states)
                     )
                 } else if others.is_empty() {
-                    "nothing arrived, and nothing else is published on the graph (another domain, or no network between the two?)".to_string()
+                    "nothing arrived, and no JointState is published on the graph (another domain, or no network between the two?)".to_string()
                 } else {
                     format!(
                         "nothing arrived, and no JointState is published on the graph; it has: {}",
