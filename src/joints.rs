@@ -167,6 +167,9 @@ pub enum StateSource {
 #[derive(Clone, Debug, PartialEq)]
 pub struct StateLayout {
     pub sources: Vec<StateSource>,
+    /// The setting that laid it out (`policy.state`, or `policy.action_joints` by default),
+    /// as messages name it.
+    pub field: &'static str,
 }
 
 impl StateLayout {
@@ -200,6 +203,7 @@ mod tests {
                 StateSource::Constant(0.5),
                 StateSource::Joint(0),
             ],
+            field: "policy.state",
         };
         let mut out = Vec::new();
         layout.gather(&JointVector::from_slice(&[1.0, 2.0, 3.0]), &mut out);

@@ -301,6 +301,7 @@ fn state_layout(
                 .iter()
                 .map(|&j| StateSource::Joint(j))
                 .collect(),
+            field: "policy.action_joints (the state's default layout)",
         });
     };
     if entries.is_empty() {
@@ -323,7 +324,10 @@ fn state_layout(
             }
         });
     }
-    Ok(StateLayout { sources })
+    Ok(StateLayout {
+        sources,
+        field: "policy.state",
+    })
 }
 
 fn warn_unused(c: &Check, raw: &RawPolicy) {

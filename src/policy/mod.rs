@@ -77,7 +77,7 @@ pub enum PolicyBuildError {
     #[error("{checkpoint}: {message}")]
     Cameras { checkpoint: String, message: String },
     #[error(
-        "{checkpoint}: the model's state (input_features.observation.state) has {model} entries ({width_source}) but {layout} {config}"
+        "{checkpoint}: the model's state (input_features.observation.state) has {model} entries ({width_source}) but {layout} lists {config}"
     )]
     StateWidth {
         checkpoint: String,
@@ -86,17 +86,6 @@ pub enum PolicyBuildError {
         width_source: String,
         layout: &'static str,
     },
-}
-
-/// Whether the state's layout was given (`policy.state`) or is the action order.
-fn cfg_has_state_layout(p: &crate::config::PolicyConfig) -> bool {
-    let default: Vec<crate::joints::StateSource> = p
-        .action_map
-        .joint_of_action
-        .iter()
-        .map(|&j| crate::joints::StateSource::Joint(j))
-        .collect();
-    p.state.sources != default
 }
 
 /// Builds the configured policy (with its fault injector, if any).
@@ -149,11 +138,7 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
                     model: pipeline.state_dim,
                     config: p.state.len(),
                     width_source: pipeline.width_source.clone(),
-                    layout: if cfg_has_state_layout(p) {
-                        "policy.state lists"
-                    } else {
-                        "policy.action_joints (the state's default layout) lists"
-                    },
+                    layout: p.state.field,
                 });
             }
             let names_from = if checkpoint.is_dir() {

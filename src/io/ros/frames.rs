@@ -34,6 +34,17 @@ pub(super) struct FrameStats {
     pub faults: u64,
 }
 
+impl FrameStats {
+    /// Nothing measured yet for `cameras` cameras.
+    pub fn new(cameras: usize) -> FrameStats {
+        FrameStats {
+            latency_ms: vec![None; cameras],
+            clock_offsets_s: vec![None; cameras],
+            ..FrameStats::default()
+        }
+    }
+}
+
 /// What one camera's frames measure.
 struct CameraTiming {
     latency: LatencyWindow,

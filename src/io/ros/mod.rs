@@ -86,7 +86,8 @@ struct Endpoints {
     status: Box<dyn Put<msgs::StringMsg>>,
     diagnostics: Box<dyn Put<msgs::DiagnosticArray>>,
     reset_service: Box<dyn Serve<msgs::TriggerRequest, msgs::TriggerResponse>>,
-    /// Where the middleware can list the graph (DDS discovery).
+    /// What the middleware saw published instead of our joint states (DDS discovery, or a
+    /// Zenoh probe); dropped once they flow.
     graph: Option<GraphProbe>,
 }
 
@@ -253,8 +254,10 @@ impl RosIo {
         }
     }
 
-    fn lookahead(&self) -> Lookahead {
-        Lookahead::new(&self.limits, self.cfg.trajectory_coast_s)
+    /// The node's endpoints on `mw`, as configured.
+    fn endpoints(&self, mw: &mut impl Middleware) -> Result<Endpoints, RosError> {
+        let lookahead = Lookahead::new(&self.limits, self.cfg.trajectory_coast_s);
+        endpoints(mw, &self.cfg, self.period.as_secs_f64(), lookahead)
     }
 
     /// Creates the node and its endpoints (so errors surface at start-up); `RosNode::run` then
@@ -289,12 +292,7 @@ impl RosIo {
                         ServiceMappingKind::Cyclone => ServiceMapping::Cyclone,
                     },
                 };
-                let mut ep = endpoints(
-                    &mut mw,
-                    &self.cfg,
-                    self.period.as_secs_f64(),
-                    self.lookahead(),
-                )?;
+                let mut ep = self.endpoints(&mut mw)?;
                 ep.graph = Some(Box::new(move || {
                     use ros2_client::dds::rustdds::{policy, RTPSEntity};
                     // Other participants' writers: what is published, and how.
@@ -360,39 +358,24 @@ impl RosIo {
                 .map_err(|e| create_err("node name", e))?,
             next_entity: 1 << 20,
         };
-        let mut ep = endpoints(
-            &mut mw,
-            &self.cfg,
-            self.period.as_secs_f64(),
-            self.lookahead(),
-        )?;
-        let (probe, seen) = self.zenoh_joint_state_probe(&context)?;
-        ep.graph = Some(Box::new(move || {
-            seen.lock()
-                .map(|s| s.iter().cloned().collect())
-                .unwrap_or_default()
-        }));
-        Ok((ep, Box::new((mw, context, probe))))
+        let mut ep = self.endpoints(&mut mw)?;
+        ep.graph = Some(self.zenoh_joint_state_probe(&context)?);
+        Ok((ep, Box::new((mw, context))))
     }
 
     /// Which topics JointState samples arrive on, whatever their name (Zenoh has no graph
-    /// listing of types here): `(topic, "sensor_msgs/msg/JointState, seen")` per topic, for
-    /// the start-up error. Our own outputs are left out.
+    /// listing of types here): `(topic, "sensor_msgs/msg/JointState, samples arriving")` per
+    /// topic, for the start-up error. Our own outputs are left out. The probe owns its
+    /// subscription: dropping it (once joint states flow) ends it.
     #[cfg(feature = "zenoh")]
-    #[allow(clippy::type_complexity)]
     fn zenoh_joint_state_probe(
         &self,
         context: &ros2_client::zenoh::Context,
-    ) -> Result<
-        (
-            ::zenoh::pubsub::Subscriber<()>,
-            std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<(String, String)>>>,
-        ),
-        RosError,
-    > {
+    ) -> Result<GraphProbe, RosError> {
         use ::zenoh::Wait;
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
-        let domain = self.cfg.domain_id.to_string();
+        use std::collections::BTreeSet;
+        use std::sync::{Arc, Mutex};
+        let seen = Arc::new(Mutex::new(BTreeSet::<(String, String)>::new()));
         let ours: Vec<String> = self
             .cfg
             .commands
@@ -400,7 +383,10 @@ impl RosIo {
             .map(|g| self.cfg.command_out(g))
             .collect();
         let sink = seen.clone();
-        let key = format!("{domain}/**/sensor_msgs::msg::dds_::JointState_/*");
+        let key = format!(
+            "{}/**/sensor_msgs::msg::dds_::JointState_/*",
+            self.cfg.domain_id
+        );
         let sub = context
             .session()
             .declare_subscriber(key)
@@ -424,7 +410,12 @@ impl RosIo {
             })
             .wait()
             .map_err(|e| create_err("Zenoh JointState probe", e))?;
-        Ok((sub, seen))
+        Ok(Box::new(move || {
+            let _subscription = &sub;
+            seen.lock()
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default()
+        }))
     }
 
     #[cfg(not(feature = "zenoh"))]

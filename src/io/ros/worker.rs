@@ -81,7 +81,7 @@ impl<'a> Worker<'a> {
             clock: ClockMap::now(),
             report: Report::new(log),
             topics,
-            frames: Arc::default(),
+            frames: Arc::new(Mutex::new(FrameStats::new(cfg.cameras.len()))),
             joint_states_seen: 0,
             last_sent: MonoTime::ZERO,
             next_status: MonoTime::now(),
@@ -314,8 +314,13 @@ impl<'a> Worker<'a> {
     }
 
     /// Before the first joint state: what the graph holds instead, when nothing came at all.
-    fn startup_note(&self) {
-        if self.joint_states_seen > 0 || self.board.joint_state.load().stamp != MonoTime::ZERO {
+    /// Once joint states flow, the probe is dropped (over Zenoh it is a subscription).
+    fn startup_note(&mut self) {
+        if self.board.joint_state.load().stamp != MonoTime::ZERO {
+            self.ep.graph = None;
+            return;
+        }
+        if self.joint_states_seen > 0 {
             return;
         }
         let note = match &self.ep.graph {
@@ -370,9 +375,9 @@ impl<'a> Worker<'a> {
             &encode::InputHealth {
                 joint_state_age_s: js_age,
                 camera_ages_s: &cam_ages,
-                camera_latency_ms: &padded(&frames.latency_ms, cam_ages.len()),
+                camera_latency_ms: &frames.latency_ms,
                 joint_state_clock_offset_s: self.skew.offset_s,
-                camera_clock_offsets_s: &padded(&frames.clock_offsets_s, cam_ages.len()),
+                camera_clock_offsets_s: &frames.clock_offsets_s,
                 inputs_rejected: rejected,
                 decoder_faults: faults,
             },
@@ -397,11 +402,6 @@ impl<'a> Worker<'a> {
         // Warnings suppressed over the last interval, that no newer one has reported yet.
         self.report.log.flush();
     }
-}
-
-/// Per-camera values, one per camera (`None` before the camera thread reported).
-fn padded<T: Clone>(v: &[Option<T>], n: usize) -> Vec<Option<T>> {
-    (0..n).map(|k| v.get(k).cloned().flatten()).collect()
 }
 
 #[cfg(test)]
