@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 use toml::Value;
 
@@ -246,7 +244,7 @@ fn when_joint_states_come_on_another_topic_expect_the_start_up_error_to_name_wha
     let cfg = ros_config(domain);
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("ros-wrong-topic");
-    let mut peer = cyclone_peer(
+    let peer = cyclone_peer(
         domain,
         &dir.join("peer.json"),
         &[
@@ -256,16 +254,8 @@ fn when_joint_states_come_on_another_topic_expect_the_start_up_error_to_name_wha
             "/robot/joint_states",
         ],
     );
-    let cfg_path = dir.join("config.toml");
-    std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args(["run", "--quiet", "--duration", "20", "--config"])
-        .arg(&cfg_path)
-        .output()
-        .unwrap();
-    let _ = peer.wait();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    let (code, stderr) = run_until_it_stops(&dir, &cfg, peer);
+    assert_eq!(code, Some(4), "{stderr}");
     assert!(
         stderr.contains("on /joint_states (sensor_msgs/JointState, best effort keep-last 1")
             && stderr.contains(

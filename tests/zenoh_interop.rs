@@ -88,7 +88,7 @@ fn when_zenoh_joint_states_come_on_another_topic_expect_the_start_up_error_to_na
     let dir = scratch_dir("zenoh-wrong-topic");
     let port = free_port();
     let cfg = zenoh_config(domain, port);
-    let mut peer = zenoh_peer(
+    let peer = zenoh_peer(
         domain,
         port,
         &dir.join("peer.json"),
@@ -99,16 +99,8 @@ fn when_zenoh_joint_states_come_on_another_topic_expect_the_start_up_error_to_na
             "/robot/joint_states",
         ],
     );
-    let cfg_path = dir.join("config.toml");
-    std::fs::write(&cfg_path, toml::to_string(&cfg).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args(["run", "--quiet", "--duration", "20", "--config"])
-        .arg(&cfg_path)
-        .output()
-        .unwrap();
-    let _ = peer.wait();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    let (code, stderr) = run_until_it_stops(&dir, &cfg, peer);
+    assert_eq!(code, Some(4), "{stderr}");
     assert!(
         stderr.contains("nothing arrived; JointState published on the graph: /robot/joint_states (sensor_msgs/msg/JointState, samples arriving)"),
         "{stderr}"

@@ -457,3 +457,24 @@ pub fn moved(report: &serde_json::Value) -> f64 {
         .map(|(a, b)| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs())
         .sum()
 }
+
+/// Runs `pi0d run` on `cfg` (for at most 20 s) beside `peer`, for runs that end on their own
+/// (a start-up error): its exit code and stderr.
+pub fn run_until_it_stops(
+    dir: &Path,
+    cfg: &toml::Table,
+    mut peer: std::process::Child,
+) -> (Option<i32>, String) {
+    let cfg_path = dir.join("config.toml");
+    std::fs::write(&cfg_path, toml::to_string(cfg).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["run", "--quiet", "--duration", "20", "--config"])
+        .arg(&cfg_path)
+        .output()
+        .unwrap();
+    let _ = peer.wait();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
