@@ -1,8 +1,10 @@
-//! Prints the cost model of the exported pi0 graphs (docs/ascend.md's tables):
+//! Prints the cost model of the exported pi0 graphs (docs/ascend.md's tables, the README's
+//! hardware estimates):
 //! `cargo run --release --example npu_cost`.
 
 use pi0d::policy::export::cost::{
     chunk_ms, prefix_cost, real_pi0, step_cost, ASCEND, BANDWIDTH_EFFICIENCY, COMPUTE_EFFICIENCY,
+    GPU,
 };
 
 fn main() {
@@ -32,7 +34,7 @@ fn main() {
     );
     println!("| chip | fp16 TFLOPS | GB/s | cameras | prefix | 10 steps | chunk |");
     println!("|---|---|---|---|---|---|---|");
-    for chip in ASCEND {
+    for chip in ASCEND.iter().chain(GPU) {
         for cams in 1..=3 {
             let (p, s) = chunk_ms(&a, cams, prompt, chip);
             println!(

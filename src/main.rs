@@ -650,10 +650,16 @@ fn print_check(cfg: &Config) {
                 r.cameras.len(),
             ));
             for g in &r.commands {
+                let kind = match g.kind {
+                    pi0d::config::CommandType::GripperCommand => format!(
+                        "control_msgs/action/GripperCommand goals (max_effort {}, sent when the target moves)",
+                        g.max_effort
+                    ),
+                    k => format!("{k:?}"),
+                };
                 say(&format!(
-                    "commands: {} as {:?} on {} at {} Hz (dry run: {})",
+                    "commands: {} as {kind} on {} at {} Hz (dry run: {})",
                     g.joints.join(", "),
-                    g.kind,
                     g.topic,
                     g.rate_hz,
                     r.shadow_topic(g),

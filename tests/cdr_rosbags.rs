@@ -14,12 +14,12 @@ use pi0d::config::{CommandGroup, CommandType};
 use pi0d::control::lookahead::Lookahead;
 use pi0d::io::ros::encode::CommandPublisher;
 use pi0d::io::ros::msgs::*;
-use pi0d::io::ros::transport::{Middleware, Msg, Put, Serve, SrvMsg, Take};
+use pi0d::io::ros::transport::{Middleware, Msg, Put, SendGoal, Serve, SrvMsg, Take};
 use pi0d::io::ros::RosError;
 use pi0d::joints::{JointVector, MotionState};
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};
 use pi0d::time::MonoTime;
-use ros2_client::{MessageTypeName, Name, QosProfile, ServiceTypeName};
+use ros2_client::{ActionTypeName, MessageTypeName, Name, QosProfile, ServiceTypeName};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -176,8 +176,8 @@ fn when_messages_serialized_expect_bytes_equal_to_rosbags_both_ways() {
     );
     assert_eq!(
         theirs.len(),
-        10,
-        "every message type pi0d uses is compared (and two commands)"
+        11,
+        "every message type pi0d uses is compared (and three commands)"
     );
 }
 
@@ -233,6 +233,26 @@ impl Middleware for Recorder {
     ) -> Result<Box<dyn Serve<Req, Resp>>, RosError> {
         Err(unsupported("service"))
     }
+
+    /// Records each goal (the goal itself: the DDS client prefixes the goal id).
+    fn action_client<G: SrvMsg, R: SrvMsg, F: SrvMsg>(
+        &mut self,
+        _: &Name,
+        ty: ActionTypeName,
+        _: &QosProfile,
+    ) -> Result<Box<dyn SendGoal<G>>, RosError> {
+        let ty = format!("{}/action/{}_Goal", ty.package_name(), ty.type_name());
+        Ok(Box::new(RecordingPut(self.clone(), ty)))
+    }
+}
+
+impl<G: Msg> SendGoal<G> for RecordingPut {
+    fn send(&mut self, goal: G) -> Result<(), String> {
+        self.put(goal)
+    }
+    fn replies(&mut self) -> Result<(u64, u64), String> {
+        Ok((1, 0))
+    }
 }
 
 /// One output for both joints, at the control rate (200 Hz).
@@ -243,6 +263,7 @@ fn group(kind: CommandType) -> CommandGroup {
         topic: "/arm_controller/joint_trajectory".into(),
         kind,
         rate_hz: 200.0,
+        max_effort: 0.0,
     }
 }
 
@@ -274,6 +295,31 @@ fn when_command_published_as_each_type_expect_bytes_equal_to_rosbags() {
     let topic = Name::new("/arm_controller", "joint_trajectory").unwrap();
     let lookahead = Lookahead::new(&two_joints(), 0.05);
     let tick = MonoTime::from_nanos(1_000_000);
+    // A gripper_command goal for joint `a` (1.0), with max_effort 40.
+    let mut mw = Recorder::default();
+    let mut goals = CommandPublisher::advertise(
+        &mut mw,
+        &Name::new("/gripper_controller", "gripper_cmd").unwrap(),
+        &CommandGroup {
+            joints: vec!["a".into()],
+            indices: vec![0],
+            topic: "/gripper_controller/gripper_cmd".into(),
+            kind: CommandType::GripperCommand,
+            rate_hz: 20.0,
+            max_effort: 40.0,
+        },
+        &QosProfile::publisher_default(),
+        0.005,
+        &lookahead,
+        true,
+    )
+    .unwrap();
+    assert!(goals.publish(tick, Time::default(), &cmd, 0.0).unwrap());
+    let sent = mw.0.lock().unwrap();
+    assert_eq!(sent[0].0, "control_msgs/action/GripperCommand_Goal");
+    let payload = &theirs["command/control_msgs/action/GripperCommand_Goal"][4..];
+    assert_eq!(&sent[0].1[..], payload, "gripper goal: bytes differ");
+    drop(sent);
     for (kind, theirs_name, ty) in [
         (
             CommandType::JointState,
@@ -288,9 +334,16 @@ fn when_command_published_as_each_type_expect_bytes_equal_to_rosbags() {
     ] {
         let mut mw = Recorder::default();
         let qos = QosProfile::publisher_default();
-        let mut publisher =
-            CommandPublisher::advertise(&mut mw, &topic, &group(kind), &qos, 0.005, &lookahead)
-                .unwrap();
+        let mut publisher = CommandPublisher::advertise(
+            &mut mw,
+            &topic,
+            &group(kind),
+            &qos,
+            0.005,
+            &lookahead,
+            true,
+        )
+        .unwrap();
         assert_eq!(publisher.kind(), kind);
         let stamp = Time {
             sec: 12,
@@ -327,6 +380,7 @@ fn when_command_published_as_trajectory_expect_stamp_zero_and_a_tail_to_rest() {
         &QosProfile::publisher_default(),
         0.005,
         &Lookahead::new(&two_joints(), 0.05),
+        true,
     )
     .unwrap();
     let stamp = Time {
@@ -386,6 +440,7 @@ fn when_an_output_has_some_joints_and_a_lower_rate_expect_those_joints_at_that_r
         topic: "/gripper/commands".into(),
         kind: CommandType::Float64MultiArray,
         rate_hz: 50.0,
+        max_effort: 0.0,
     };
     let mut mw = Recorder::default();
     let topic = Name::new("/gripper", "commands").unwrap();
@@ -405,6 +460,7 @@ fn when_an_output_has_some_joints_and_a_lower_rate_expect_those_joints_at_that_r
         &QosProfile::publisher_default(),
         0.005,
         &Lookahead::new(&limits, 0.05),
+        true,
     )
     .unwrap();
     // 200 Hz ticks for 100 ms: 50 Hz sends every 4th.

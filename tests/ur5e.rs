@@ -132,3 +132,101 @@ fn when_the_ur5e_example_is_checked_expect_it_valid_with_both_outputs_and_the_sc
         assert!(text.contains(needle), "`{needle}` not in:\n{text}");
     }
 }
+
+/// The example with its gripper behind gripper_action_controller instead: `gripper_command`
+/// goals on `/gripper_controller/gripper_cmd` (rmw_cyclonedds's request layout, as the peer
+/// serves it). The peer plays the controller: it accepts every goal with a new id, each
+/// preempting the last, forwards the goal's position to the joint, and from 4.5 s on refuses
+/// every goal (a controller that went inactive), which pi0d must report.
+#[test]
+fn when_the_gripper_is_behind_gripper_action_controller_expect_goals_it_accepts_and_refusals_reported(
+) {
+    let domain = 20 + ((std::process::id() + 61) % 150) as u16;
+    let mut cfg = example(domain);
+    let ros = cfg["ros"].as_table_mut().unwrap();
+    ros.insert("service_mapping".into(), Value::String("cyclone".into()));
+    let grip = ros["commands"].as_array_mut().unwrap()[1]
+        .as_table_mut()
+        .unwrap();
+    grip.insert(
+        "topic".into(),
+        Value::String("/gripper_controller/gripper_cmd".into()),
+    );
+    grip.insert("type".into(), Value::String("gripper_command".into()));
+    grip.remove("rate_hz");
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir("ur5e-gripper-action");
+    let joints: Vec<&str> = ARM.iter().copied().chain([GRIPPER]).collect();
+    let joints = joints.join(",");
+    let peer = cyclone_peer(
+        domain,
+        &dir.join("peer.json"),
+        &[
+            "--duration",
+            "9",
+            "--joints",
+            &joints,
+            "--start",
+            "0,-1.57,1.57,-1.57,-1.57,0,0.04",
+            "--command-topic",
+            "/scaled_joint_trajectory_controller/joint_trajectory",
+            "--gripper-action",
+            "/gripper_controller/gripper_cmd",
+            "--gripper-joints",
+            GRIPPER,
+            "--refuse-goals-after",
+            "4.5",
+            "--raw-topic",
+            "",
+            "--jpeg-topic",
+            "/camera/camera/color/image_raw/compressed",
+        ],
+    );
+    let x = run_beside_peer(&dir, &cfg, peer, 6.0);
+    let (s, r) = (&x.summary, &x.report);
+    assert_eq!(s["limit_violations"], 0, "{s}");
+    assert_controller_accepts(r, 1.0, 20.0);
+    let goals = r["gripper_goals"].as_array().unwrap();
+    let at = |g: &serde_json::Value| g["at"].as_f64().unwrap();
+    let accepted: Vec<_> = goals.iter().filter(|g| g["accepted"] == true).collect();
+    assert!(
+        accepted.len() >= 20,
+        "{} goals accepted: {r}",
+        accepted.len()
+    );
+    // Every goal: a fresh id, the URDF's effort limit (235 N), a position within the joint's
+    // limits less its margin.
+    assert_eq!(r["duplicate_goal_ids"], 0);
+    for g in goals {
+        assert_eq!(g["max_effort"], 235.0, "{g}");
+        let p = g["position"].as_f64().unwrap();
+        assert!((0.002..=0.083).contains(&p), "goal position {p}");
+    }
+    // At most 20 goals a second (gripper_action_controller starts a goal handle for each).
+    for (i, g) in goals.iter().enumerate() {
+        let in_window = goals[i..]
+            .iter()
+            .take_while(|h| at(h) < at(g) + 1.0)
+            .count();
+        assert!(
+            in_window <= 22,
+            "{in_window} goals within 1 s from {}",
+            at(g)
+        );
+    }
+    // The gripper followed the accepted goals.
+    let last = accepted.last().unwrap()["position"].as_f64().unwrap();
+    assert!((last - 0.04).abs() > 1e-4, "gripper stayed at {last}");
+    assert_eq!(r["gripper_last"][0].as_f64().unwrap(), last);
+    // The refusals were reported, naming the action.
+    assert!(
+        goals.iter().any(|g| g["accepted"] == false),
+        "no goal came after 4.5 s: {r}"
+    );
+    assert!(
+        x.stderr.contains("/gripper_controller/gripper_cmd")
+            && x.stderr.contains("the action server refused"),
+        "{}",
+        x.stderr
+    );
+}

@@ -3,6 +3,14 @@
 
     cargo build --release --features onnx
     ~/venvs/golden/bin/python tools/bench_pi0.py [--threads 2] [--depth 1] [--repeat 3]
+    ~/venvs/golden/bin/python tools/bench_pi0.py --full [--repeat 1]
+
+`--full` builds the real pi0 with lerobot's own, unpatched configuration (PaliGemma with
+SigLIP So400m at 27 layers, Gemma 2B at 18, the Gemma 300M expert at 18, the 257152-token
+vocabulary) and random bf16 weights, as lerobot's `dtype="bfloat16"` keeps them (norms and
+the vision embedding in f32), and times it in lerobot, in pi0d's native path on the bf16
+checkpoint, and as f32 graphs on ONNX Runtime's CPU provider. It needs about 20 GB of memory
+and 20 GB of disk under --workdir (the 6.5 GB checkpoint and the 13 GB f32 graphs).
 
 For the tiny test model and a pi0-shaped model (real widths and head sizes: SigLIP 1152 x 4304,
 Gemma 2048 x 16384, expert 1024 x 4096, 8 heads / 1 KV head of 256; depth reduced to --depth so
@@ -32,6 +40,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+# lerobot's own model builders, kept before make_golden swaps in its tiny ones.
+import lerobot.policies.pi0.modeling_pi0 as _pi0_mod  # noqa: E402
+
+_REAL = {k: getattr(_pi0_mod, k) for k in
+         ("get_gemma_config", "PaliGemmaForConditionalGenerationWithPiGemma", "PiGemmaForCausalLM")}
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_golden as mg  # noqa: E402
 
@@ -48,6 +62,27 @@ def shapes(kind: str, depth: int):
         VISION=dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=depth, num_attention_heads=16),
         ARCH={"vision_heads": 16, "heads": 8, "kv_heads": 1, "head_dim": 256},
     )
+
+
+def build_full(out: Path):
+    """The real pi0 in lerobot's bf16 mode, 2 cameras, 48 prompt tokens (random weights)."""
+    for k, v in _REAL.items():
+        setattr(mg.pi0_mod, k, v)
+    torch.manual_seed(0)
+    inputs, outputs = mg.features(2)
+    cfg = mg.PI0Config(dtype="bfloat16", device="cpu", input_features=inputs, output_features=outputs)
+    t = time.perf_counter()
+    policy = mg.PI0Policy(cfg)
+    policy.eval()
+    print(f"  built the real pi0 in lerobot in {time.perf_counter() - t:.0f} s", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    mg.save_model(policy, str(out / "model.safetensors"))
+    policy.config._save_pretrained(out)
+    # No arch.json: pi0d's defaults are the real pi0's head counts.
+    gen = torch.Generator().manual_seed(5)
+    batch = mg.make_inputs(gen, 2, [], 1, [20], 48, False)
+    save_file({k: v.contiguous() for k, v in batch.items()}, str(out / "inputs.safetensors"))
+    return policy, batch
 
 
 def build(kind: str, depth: int, out: Path):
@@ -131,7 +166,7 @@ def onnx_times(ck: Path, threads: int, repeat: int, library: Path):
     graphs = ck / "graphs"
     subprocess.run(
         [str(BIN), "export", "--checkpoint", str(ck), "--cameras", "2", "--prompt-len", "48",
-         "--out", str(graphs)],
+         "--dtype", "f32", "--out", str(graphs)],
         capture_output=True, text=True, check=True,
     )
     run = subprocess.run(
@@ -194,6 +229,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", choices=["tiny", "pi0"], default=None)
     ap.add_argument("--onnx-library", type=Path, default=None)
+    ap.add_argument("--full", action="store_true", help="the real pi0 at full size, bf16 (see above)")
+    ap.add_argument("--workdir", type=Path, default=None, help="where --full writes (default: a temp dir)")
     args = ap.parse_args()
     library = args.onnx_library or onnx_library()
     if library is None:
@@ -209,6 +246,9 @@ def main():
     peak = max(torch_peak, kernel_peak)
     print(f"threads {args.threads}; f32 GEMM peak measured: PyTorch {torch.__version__} "
           f"(1024x2048x16384) {torch_peak:.0f} GFLOP/s, pi0d kernel in cache {kernel_peak:.0f} GFLOP/s")
+    if args.full:
+        full(args, library)
+        return
     kinds = [args.only] if args.only else ["tiny", "pi0"]
     with tempfile.TemporaryDirectory() as tmp:
         for kind in kinds:
@@ -229,6 +269,26 @@ def main():
                 gf = prefix_flops(pol, 20, 2) / (r["prefix_ms"] / 1e3) / 1e9
                 print(f"  prefix matmuls: {gf:.0f} GFLOP/s = {100 * gf / peak:.0f} % of the measured peak")
             print(f"  pi0d peak RSS {r['rss_mb']:.0f} MiB = {r['rss_mb'] / weights_mb:.2f} x the weights")
+
+
+def full(args, library: Path):
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        ck = Path(tmp) / "pi0-full"
+        policy, batch = build_full(ck)
+        weights_mb = (ck / "model.safetensors").stat().st_size / 2**20
+        t = torch_times(policy, batch, args.repeat)
+        del policy
+        r = pi0d_times(ck, args.threads, args.repeat)
+        o = onnx_times(ck, args.threads, args.repeat, library)
+        print(f"\nreal pi0 (SigLIP 27, Gemma 18, expert 18 layers), bf16 checkpoint {weights_mb:.0f} MiB; "
+              "2 cameras, 48 tokens; ONNX Runtime on f32 graphs")
+        print(f"  {'':10} {'PyTorch ms':>12} {'pi0d ms':>10} {'ratio':>7} {'ORT-CPU ms':>11} {'pi0d/ORT':>9}")
+        for k in ["prefix_ms", "step_ms", "total_ms"]:
+            print(f"  {k[:-3]:10} {t[k]:12.1f} {r[k]:10.1f} {r[k] / t[k]:7.2f} {o[k]:11.1f} {r[k] / o[k]:9.2f}")
+        print(f"  pi0d peak RSS {r['rss_mb']:.0f} MiB = {r['rss_mb'] / weights_mb:.2f} x the checkpoint")
+        horizon = 50 / 50.0
+        print(f"  a 50-step chunk at 50 Hz lasts {horizon * 1e3:.0f} ms: pi0d's chunk takes "
+              f"{r['total_ms'] / (horizon * 1e3):.1f} x that on this machine")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 //! `[[ros.commands]]`: the command outputs. Each is a subset of `robot.joints` with its own
 //! topic, message type and rate (an arm to a joint_trajectory_controller, a gripper to a
-//! position controller); together they cover every joint exactly once, since the governor
-//! moves every joint and a joint it moves must reach the robot. Without the section, one
-//! output carries every joint (`ros.command_type` on `ros.command_topic`).
+//! position controller or gripper_action_controller's action); together they cover every joint
+//! exactly once, since the governor moves every joint and a joint it moves must reach the robot.
+//! Without the section, one output carries every joint (`ros.command_type` on
+//! `ros.command_topic`).
 
 use super::check::Check;
 use super::raw::{RawCommandGroup, RawRos};
-use super::ros::{topic_problem, CommandType};
+use super::ros::{topic_problem, CommandType, Middleware};
 use super::ConfigError;
+use crate::robot::RobotLimits;
 
 /// One command output.
 #[derive(Clone, Debug, PartialEq)]
@@ -16,20 +18,31 @@ pub struct CommandGroup {
     pub joints: Vec<String>,
     /// Where each is in `robot.joints` (the governed command's order).
     pub indices: Vec<usize>,
+    /// The topic, or the action's name for gripper_command.
     pub topic: String,
     pub kind: CommandType,
-    /// At most this many messages a second (the control rate by default).
+    /// At most this many messages a second (the control rate by default; for gripper_command
+    /// goals, at most `GOAL_RATE_HZ`).
     pub rate_hz: f64,
+    /// gripper_command: the effort each goal allows (N or N·m), the URDF's effort limit unless
+    /// configured.
+    pub max_effort: f64,
 }
 
 const DEFAULT_COMMAND_TOPIC: &str = "/arm_controller/joint_trajectory";
 
+/// gripper_command's default goal rate: gripper_action_controller starts a goal handle and a
+/// status timer for every goal (monitored at its `action_monitor_rate`, 20 Hz by default).
+pub const GOAL_RATE_HZ: f64 = 20.0;
+
 pub fn validate(
     c: &Check,
     r: &RawRos,
-    robot_joints: &[String],
+    limits: &RobotLimits,
     control_rate_hz: f64,
 ) -> Result<Vec<CommandGroup>, ConfigError> {
+    let robot_joints: Vec<String> = limits.names().map(str::to_string).collect();
+    let robot_joints = &robot_joints[..];
     if r.commands.is_empty() {
         let topic = r
             .command_topic
@@ -41,13 +54,17 @@ pub fn validate(
                 format!("\"{topic}\" is not a ROS topic name: it {why}"),
             );
         }
-        return Ok(vec![CommandGroup {
+        let kind = r.command_type.unwrap_or(CommandType::JointTrajectory);
+        let g = CommandGroup {
             joints: robot_joints.to_vec(),
             indices: (0..robot_joints.len()).collect(),
             topic,
-            kind: r.command_type.unwrap_or(CommandType::JointTrajectory),
-            rate_hz: control_rate_hz,
-        }]);
+            kind,
+            rate_hz: default_rate(kind, control_rate_hz),
+            max_effort: limits.joints.first().map_or(0.0, |j| j.effort),
+        };
+        kind_fits(c, "ros.command_type", "robot.joints", &g, r.middleware)?;
+        return Ok(vec![g]);
     }
     for (field, given) in [
         ("ros.command_topic", r.command_topic.is_some()),
@@ -63,7 +80,14 @@ pub fn validate(
     let mut owner: Vec<Option<usize>> = vec![None; robot_joints.len()];
     let mut out = Vec::with_capacity(r.commands.len());
     for (g, raw) in r.commands.iter().enumerate() {
-        out.push(group(c, g, raw, robot_joints, control_rate_hz, &mut owner)?);
+        out.push(group(c, g, raw, limits, control_rate_hz, &mut owner)?);
+        kind_fits(
+            c,
+            &format!("ros.commands[{g}].type"),
+            &format!("ros.commands[{g}].joints"),
+            &out[g],
+            r.middleware,
+        )?;
         let topic = &raw.topic;
         if let Some(h) = r.commands[..g].iter().position(|o| o.topic == *topic) {
             return c.fail(
@@ -84,14 +108,53 @@ pub fn validate(
     Ok(out)
 }
 
+/// The rate an output without `rate_hz` sends at.
+fn default_rate(kind: CommandType, control_rate_hz: f64) -> f64 {
+    match kind {
+        CommandType::GripperCommand => GOAL_RATE_HZ.min(control_rate_hz),
+        _ => control_rate_hz,
+    }
+}
+
+/// Whether `g`'s message type can carry its joints over `middleware`.
+fn kind_fits(
+    c: &Check,
+    type_field: &str,
+    joints_field: &str,
+    g: &CommandGroup,
+    middleware: Middleware,
+) -> Result<(), ConfigError> {
+    if g.kind != CommandType::GripperCommand {
+        return Ok(());
+    }
+    if g.joints.len() != 1 {
+        return c.fail(
+            joints_field,
+            format!(
+                "a gripper_command goal carries one joint, found {} ({})",
+                g.joints.len(),
+                g.joints.join(", ")
+            ),
+        );
+    }
+    if middleware == Middleware::Zenoh {
+        return c.fail(
+            type_field,
+            "gripper_command (a ROS 2 action) is supported over DDS only; over Zenoh command the gripper through a position controller (float64_multi_array)",
+        );
+    }
+    Ok(())
+}
+
 fn group(
     c: &Check,
     g: usize,
     raw: &RawCommandGroup,
-    robot_joints: &[String],
+    limits: &RobotLimits,
     control_rate_hz: f64,
     owner: &mut [Option<usize>],
 ) -> Result<CommandGroup, ConfigError> {
+    let robot_joints: Vec<&str> = limits.names().collect();
     let field = |f: &str| format!("ros.commands[{g}].{f}");
     if raw.joints.is_empty() {
         return c.fail(&field("joints"), "expected at least one joint");
@@ -122,12 +185,31 @@ fn group(
         );
     }
     let rate_hz = match raw.rate_hz {
-        None => control_rate_hz,
+        None => default_rate(raw.kind, control_rate_hz),
         Some(r) if r > 0.0 && r <= control_rate_hz => r,
         Some(r) => {
             return c.fail(
                 &field("rate_hz"),
                 format!("expected more than 0 and at most the control rate ({control_rate_hz} Hz), found {r}"),
+            )
+        }
+    };
+    let max_effort = match raw.max_effort {
+        None => limits.joints[indices[0]].effort,
+        Some(_) if raw.kind != CommandType::GripperCommand => {
+            return c.fail(
+                &field("max_effort"),
+                format!(
+                    "only gripper_command goals carry an effort; this output is {}",
+                    raw.kind.name()
+                ),
+            )
+        }
+        Some(e) if e.is_finite() && e > 0.0 => e,
+        Some(e) => {
+            return c.fail(
+                &field("max_effort"),
+                format!("expected a finite effort above 0, found {e} (gripper_action_controller's effort adapter clamps its command to it)"),
             )
         }
     };
@@ -137,5 +219,6 @@ fn group(
         topic: raw.topic.clone(),
         kind: raw.kind,
         rate_hz,
+        max_effort,
     })
 }

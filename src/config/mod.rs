@@ -237,7 +237,7 @@ impl Config {
                     raw.sim.is_some(),
                     "robot.io is \"ros\"; the [sim] section drives only the simulated arm",
                 );
-                Io::Ros(Box::new(ros::validate(&c, r, names, control.rate_hz)?))
+                Io::Ros(Box::new(ros::validate(&c, r, &limits, control.rate_hz)?))
             }
         };
         let sim = sim::validate(&c, raw.sim.as_ref().unwrap_or(&Default::default()), &limits)?;

@@ -444,6 +444,8 @@ pub struct RawCommandGroup {
     #[serde(rename = "type", default = "default_command_type")]
     pub kind: CommandType,
     pub rate_hz: Option<f64>,
+    /// gripper_command only: the goal's max_effort (default the joint's URDF effort limit).
+    pub max_effort: Option<f64>,
 }
 
 /// `ros.cameras`: a table from the model's camera names to topics, or (for policies whose

@@ -63,6 +63,22 @@ pub enum CommandType {
     Float64MultiArray,
     /// sensor_msgs/JointState with positions and velocities.
     JointState,
+    /// control_msgs/action/GripperCommand goals (gripper_action_controller's
+    /// `<controller>/gripper_cmd`): one joint's position and the effort it may use. Every goal
+    /// preempts the one before, so the newest position is the gripper's target.
+    GripperCommand,
+}
+
+impl CommandType {
+    /// Its name in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            CommandType::JointTrajectory => "joint_trajectory",
+            CommandType::Float64MultiArray => "float64_multi_array",
+            CommandType::JointState => "joint_state",
+            CommandType::GripperCommand => "gripper_command",
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -183,7 +199,7 @@ pub fn topic_problem(topic: &str) -> Option<&'static str> {
 pub fn validate(
     c: &Check,
     r: &RawRos,
-    robot_joints: &[String],
+    limits: &crate::robot::RobotLimits,
     control_rate_hz: f64,
 ) -> Result<RosConfig, ConfigError> {
     let domain_id = match r.domain_id {
@@ -219,7 +235,7 @@ pub fn validate(
             format!("\"{}\" is not a ROS namespace: it {why}", r.namespace),
         );
     }
-    let commands = super::commands::validate(c, r, robot_joints, control_rate_hz)?;
+    let commands = super::commands::validate(c, r, limits, control_rate_hz)?;
     let dry_run_prefix = r
         .dry_run_prefix
         .clone()

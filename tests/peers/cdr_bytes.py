@@ -6,9 +6,12 @@ Rust and compares the bytes both ways."""
 import json
 
 import numpy as np
-from rosbags.typesys import Stores, get_typestore
+from rosbags.typesys import Stores, get_typestore, get_types_from_msg
 
 ts = get_typestore(Stores.ROS2_JAZZY)
+# control_msgs is not in the store: its definitions as control_msgs ships them.
+ts.register(get_types_from_msg("float64 position\nfloat64 max_effort", "control_msgs/msg/GripperCommand"))
+ts.register(get_types_from_msg("control_msgs/GripperCommand command", "control_msgs/action/GripperCommand_Goal"))
 T = ts.types
 
 
@@ -72,6 +75,10 @@ msgs = {
     "command/std_msgs/msg/Float64MultiArray": T["std_msgs/msg/Float64MultiArray"](
         layout=T["std_msgs/msg/MultiArrayLayout"](dim=[], data_offset=0),
         data=np.array([1.0, 2.0]),
+    ),
+    # Joint a's position as a gripper_action_controller goal, max_effort 40.
+    "command/control_msgs/action/GripperCommand_Goal": T["control_msgs/action/GripperCommand_Goal"](
+        command=T["control_msgs/msg/GripperCommand"](position=1.0, max_effort=40.0),
     ),
 }
 print(json.dumps({name: ts.serialize_cdr(m, name.removeprefix("command/")).hex() for name, m in msgs.items()}))

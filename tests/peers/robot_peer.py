@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jtc_model import check_stream, interarrival  # noqa: E402
 from ros_types import (  # noqa: E402
     Bool, CompressedImage, DiagnosticArray, Float64MultiArray, Header, Image, JointState, JointTrajectory,
-    String, Time, TriggerRequest, TriggerResponse,
+    String, Time, TriggerRequest, TriggerResponse, GripperSendGoalRequest, GripperSendGoalResponse,
 )
 
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "wrist_3", "gripper"]
@@ -92,6 +92,11 @@ def main():
                     help="JointTrajectory commands (its controller's joints: all but --gripper-joints)")
     ap.add_argument("--gripper-topic", default=None, help="Float64MultiArray commands for --gripper-joints")
     ap.add_argument("--gripper-joints", default="")
+    ap.add_argument("--gripper-action", default=None,
+                    help="serve control_msgs/action/GripperCommand goals for --gripper-joints here, "
+                         "as gripper_action_controller does (each accepted goal preempts the last)")
+    ap.add_argument("--refuse-goals-after", type=float, default=None,
+                    help="from then on, refuse every goal (a controller that is not active)")
     ap.add_argument("--raw-topic", default="/camera/image_raw", help="raw camera ('' for none)")
     ap.add_argument("--jpeg-topic", default="/wrist/image_raw/compressed", help="JPEG camera ('' for none)")
     ap.add_argument("--shadow-topic", default="/pi0d/dry_run/arm_controller/joint_trajectory",
@@ -116,6 +121,14 @@ def main():
     grip_r = (DataReader(dp, Topic(dp, "rt" + args.gripper_topic, Float64MultiArray), qos=reliable)
               if args.gripper_topic else None)
     gripper_commands, gripper_last = 0, None
+    goal_r = goal_w = None
+    if args.gripper_action:
+        base = args.gripper_action + "/_action/send_goal"
+        goal_r = DataReader(dp, Topic(dp, "rq" + base + "Request", GripperSendGoalRequest), qos=reliable)
+        goal_w = DataWriter(dp, Topic(dp, "rr" + base + "Reply", GripperSendGoalResponse), qos=reliable)
+    goals = []  # (arrival, position, max_effort, accepted)
+    goal_ids = set()
+    duplicate_goal_ids = 0
     prompt_w = DataWriter(dp, Topic(dp, "rt/pi0d/prompt", String), qos=reliable)
     estop_w = DataWriter(dp, Topic(dp, "rt/pi0d/estop", Bool), qos=reliable)
     cmd_r = DataReader(dp, Topic(dp, "rt" + args.command_topic, JointTrajectory), qos=reliable)
@@ -171,6 +184,24 @@ def main():
                     gripper_last = list(msg.data)
                     for n, x in zip(gripper_joints, msg.data):
                         position[index[n]] = x
+        if goal_r is not None:
+            for req in goal_r.take(N=100):
+                if not isinstance(req, GripperSendGoalRequest):
+                    continue
+                gid = bytes(req.goal_id)
+                # rclcpp_action refuses a goal id it already has.
+                accepted = gid not in goal_ids and (
+                    args.refuse_goals_after is None or now - t0 < args.refuse_goals_after)
+                duplicate_goal_ids += gid in goal_ids
+                goal_ids.add(gid)
+                c = req.goal.command
+                goals.append((now - t0, c.position, c.max_effort, accepted))
+                if accepted and math.isfinite(c.position):
+                    # The position adapter forwards the goal's position to the joint.
+                    position[index[gripper_joints[0]]] = c.position
+                    gripper_last = [c.position]
+                goal_w.write(GripperSendGoalResponse(guid=req.guid, seq_high=req.seq_high, seq_low=req.seq_low,
+                                                     accepted=accepted, stamp=stamp()))
         shadow += sum(isinstance(m, JointTrajectory) for m in shadow_r.take(N=100))
         statuses += sum(isinstance(m, String) for m in status_r.take(N=100))
         for d in diag_r.take(N=10):
@@ -233,6 +264,9 @@ def main():
               "jtc_written": check_stream(written_at, arm_joints),
               "jtc_written_lossy": check_stream(written_at, arm_joints, drop_every=7),
               "gripper_commands": gripper_commands, "gripper_last": gripper_last,
+              "gripper_goals": [{"at": a, "position": p, "max_effort": e, "accepted": ok}
+                                for a, p, e, ok in goals],
+              "duplicate_goal_ids": duplicate_goal_ids,
               "final_position": position,
               "write_interval_ms": interarrival([r[0] for r in written_at]),
               "bad_sent": bad_sent, "commands_after_bad": commands_after_bad,

@@ -137,3 +137,34 @@ class MultiArrayLayout(IdlStruct, typename="std_msgs.msg.dds_.MultiArrayLayout_"
 class Float64MultiArray(IdlStruct, typename="std_msgs.msg.dds_.Float64MultiArray_"):
     layout: MultiArrayLayout = field(default_factory=MultiArrayLayout)
     data: sequence[float64] = field(default_factory=list)
+
+
+# control_msgs/action/GripperCommand's send_goal service as rmw_cyclonedds lays it on DDS
+# (request header first, as for Trigger), served by gripper_action_controller.
+@dataclass
+class GripperCommandMsg(IdlStruct, typename="control_msgs.msg.dds_.GripperCommand_"):
+    position: float64 = 0.0
+    max_effort: float64 = 0.0
+
+
+@dataclass
+class GripperCommandGoal(IdlStruct, typename="control_msgs.action.dds_.GripperCommand_Goal_"):
+    command: GripperCommandMsg = field(default_factory=GripperCommandMsg)
+
+
+@dataclass
+class GripperSendGoalRequest(IdlStruct, typename="control_msgs.action.dds_.GripperCommand_SendGoal_Request_"):
+    guid: array[uint8, 8] = field(default_factory=lambda: [0] * 8)
+    seq_high: int32 = 0
+    seq_low: uint32 = 0
+    goal_id: array[uint8, 16] = field(default_factory=lambda: [0] * 16)  # unique_identifier_msgs/UUID
+    goal: GripperCommandGoal = field(default_factory=GripperCommandGoal)
+
+
+@dataclass
+class GripperSendGoalResponse(IdlStruct, typename="control_msgs.action.dds_.GripperCommand_SendGoal_Response_"):
+    guid: array[uint8, 8] = field(default_factory=lambda: [0] * 8)
+    seq_high: int32 = 0
+    seq_low: uint32 = 0
+    accepted: bool = False
+    stamp: Time = field(default_factory=Time)

@@ -1,20 +1,29 @@
 //! Building the messages pi0d sends: the command (of the configured type), the status and the
 //! diagnostics. Kept apart from the decoders: nothing here reads a sender's data.
 
-use ros2_client::{MessageTypeName, Name, QosProfile};
+use ros2_client::{ActionTypeName, MessageTypeName, Name, QosProfile};
 
 use super::msgs;
 use super::timing::SkewEstimator;
-use super::transport::Middleware;
+use super::transport::{Middleware, SendGoal};
 use super::RosError;
 use crate::config::{CommandGroup, CommandType};
 use crate::control::lookahead::{self, Lookahead, TimedState};
 use crate::joints::MotionState;
 use crate::time::MonoTime;
 
+/// Why a command did not reach its controller.
+#[derive(Debug)]
+pub enum CommandError {
+    /// The middleware did not send it.
+    Failed(String),
+    /// Sent, but the receiver refused it (or never answered).
+    Refused(String),
+}
+
 /// Builds one command message from the newest motion state (made `age_s` ago) and sends it.
 type SendCommand =
-    Box<dyn FnMut(msgs::Header, &[String], &MotionState, f64) -> Result<(), String> + Send>;
+    Box<dyn FnMut(msgs::Header, &[String], &MotionState, f64) -> Result<(), CommandError> + Send>;
 
 /// A trajectory's first point is never sooner than this fraction of a period after receipt.
 const MIN_FIRST_POINT: f64 = 0.2;
@@ -35,7 +44,8 @@ impl CommandPublisher {
     /// Advertises `topic` for `group`. A trajectory's points follow the command, due one
     /// control period (`period_s`) after its tick: the time the message waited in pi0d is
     /// taken off, so the controller's timeline follows the ticks, not the moments of sending.
-    /// `lookahead` (for every robot joint) plans them.
+    /// `lookahead` (for every robot joint) plans them. `answers_expected`: whether an action
+    /// server should answer (not in a dry run, whose shadow actions have none).
     pub fn advertise(
         mw: &mut impl Middleware,
         topic: &Name,
@@ -43,6 +53,7 @@ impl CommandPublisher {
         qos: &QosProfile,
         period_s: f64,
         lookahead: &Lookahead,
+        answers_expected: bool,
     ) -> Result<CommandPublisher, RosError> {
         let ty = MessageTypeName::new;
         let send: SendCommand = match group.kind {
@@ -54,15 +65,32 @@ impl CommandPublisher {
                     let first_s = (period_s - age_s.max(0.0)).max(MIN_FIRST_POINT * period_s);
                     lookahead.plan(cmd, first_s, &mut plan);
                     p.put(trajectory(names, &plan))
+                        .map_err(CommandError::Failed)
                 })
             }
             CommandType::Float64MultiArray => {
                 let p = mw.advertise(topic, ty("std_msgs", "Float64MultiArray"), qos)?;
-                Box::new(move |_, _, cmd, _| p.put(multi_array(cmd)))
+                Box::new(move |_, _, cmd, _| p.put(multi_array(cmd)).map_err(CommandError::Failed))
             }
             CommandType::JointState => {
                 let p = mw.advertise(topic, ty("sensor_msgs", "JointState"), qos)?;
-                Box::new(move |header, names, cmd, _| p.put(joint_command(header, names, cmd)))
+                Box::new(move |header, names, cmd, _| {
+                    p.put(joint_command(header, names, cmd))
+                        .map_err(CommandError::Failed)
+                })
+            }
+            CommandType::GripperCommand => {
+                let client = mw.action_client::<
+                    msgs::GripperCommandGoal,
+                    msgs::GripperCommandResult,
+                    msgs::GripperCommandResult,
+                >(
+                    topic,
+                    ActionTypeName::new("control_msgs", "GripperCommand"),
+                    qos,
+                )?;
+                let mut goals = GripperGoals::new(client, group.max_effort, answers_expected);
+                Box::new(move |_, _, cmd, _| goals.step(cmd.position[0], MonoTime::now()))
             }
         };
         Ok(CommandPublisher {
@@ -90,7 +118,7 @@ impl CommandPublisher {
         stamp: msgs::Time,
         cmd: &MotionState,
         age_s: f64,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, CommandError> {
         if let Some(last) = self.last_tick {
             if tick.seconds_since(last) < self.min_interval_s {
                 return Ok(false);
@@ -103,6 +131,89 @@ impl CommandPublisher {
         };
         let ours = select(cmd, &self.indices);
         (self.send)(header, &self.names, &ours, age_s).map(|()| true)
+    }
+}
+
+/// A gripper_command target that moved less than this (m or rad) is not sent again.
+const GOAL_DEADBAND: f64 = 1e-6;
+/// An unanswered goal is sent again (and reported) after this long.
+const GOAL_RESEND_S: f64 = 1.0;
+
+/// gripper_command goals for one joint: sent when its target moves (at most at the output's
+/// rate; a still target sends nothing, so a holding arm does not churn the controller's goal
+/// handles), again when unanswered, with the server's replies counted and refusals reported.
+pub struct GripperGoals {
+    client: Box<dyn SendGoal<msgs::GripperCommandGoal>>,
+    max_effort: f64,
+    answers_expected: bool,
+    /// The last goal's position and when it was sent.
+    last: Option<(f64, MonoTime)>,
+    /// When the oldest goal sent since the last acceptance went out.
+    unanswered_since: Option<MonoTime>,
+    pub accepted: u64,
+    pub refused: u64,
+}
+
+impl GripperGoals {
+    pub fn new(
+        client: Box<dyn SendGoal<msgs::GripperCommandGoal>>,
+        max_effort: f64,
+        answers_expected: bool,
+    ) -> GripperGoals {
+        GripperGoals {
+            client,
+            max_effort,
+            answers_expected,
+            last: None,
+            unanswered_since: None,
+            accepted: 0,
+            refused: 0,
+        }
+    }
+
+    /// Takes the replies so far and sends `position` if it is due; an error says what the
+    /// server did wrong (refused goals, or none accepted for a while).
+    pub fn step(&mut self, position: f64, now: MonoTime) -> Result<(), CommandError> {
+        let (accepted, refused) = self.client.replies().map_err(CommandError::Failed)?;
+        self.accepted += accepted;
+        self.refused += refused;
+        if accepted > 0 {
+            self.unanswered_since = None;
+        }
+        let due = match self.last {
+            None => true,
+            Some((p, at)) => {
+                (position - p).abs() > GOAL_DEADBAND
+                    || (self.unanswered_since.is_some() && now.seconds_since(at) >= GOAL_RESEND_S)
+            }
+        };
+        if due {
+            let goal = msgs::GripperCommandGoal {
+                command: msgs::GripperCommand {
+                    position,
+                    max_effort: self.max_effort,
+                },
+            };
+            self.client.send(goal).map_err(CommandError::Failed)?;
+            self.last = Some((position, now));
+            self.unanswered_since.get_or_insert(now);
+        }
+        if refused > 0 {
+            return Err(CommandError::Refused(format!(
+                "the action server refused {refused} goal(s) ({} refused, {} accepted in all): the gripper does not follow",
+                self.refused, self.accepted
+            )));
+        }
+        match self.unanswered_since {
+            Some(t) if self.answers_expected && now.seconds_since(t) >= GOAL_RESEND_S => {
+                Err(CommandError::Refused(format!(
+                    "no goal accepted for {:.1} s ({} accepted in all): is the gripper controller loaded and active (`ros2 control list_controllers`)?",
+                    now.seconds_since(t),
+                    self.accepted
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -301,6 +412,95 @@ pub fn diagnostics(
 mod tests {
     use super::*;
     use crate::control::stats::LiveStats;
+    use std::sync::{Arc, Mutex};
+
+    /// An action server seen through `SendGoal`: the goals it got, the replies it will give.
+    #[derive(Clone, Default)]
+    struct Server {
+        goals: Arc<Mutex<Vec<msgs::GripperCommandGoal>>>,
+        replies: Arc<Mutex<(u64, u64)>>,
+    }
+
+    impl SendGoal<msgs::GripperCommandGoal> for Server {
+        fn send(&mut self, goal: msgs::GripperCommandGoal) -> Result<(), String> {
+            self.goals.lock().unwrap().push(goal);
+            Ok(())
+        }
+        fn replies(&mut self) -> Result<(u64, u64), String> {
+            Ok(std::mem::take(&mut *self.replies.lock().unwrap()))
+        }
+    }
+
+    #[test]
+    fn when_the_gripper_target_moves_expect_a_goal_each_time_and_none_while_it_stays() {
+        let server = Server::default();
+        let mut g = GripperGoals::new(Box::new(server.clone()), 40.0, true);
+        let t0 = MonoTime::now();
+        let at = |s: f64| t0.offset_seconds(s);
+        for (k, p) in [0.01, 0.02, 0.03].into_iter().enumerate() {
+            g.step(p, at(0.05 * k as f64)).unwrap();
+            *server.replies.lock().unwrap() = (1, 0);
+        }
+        // Still: nothing more, though accepted goals are counted.
+        for k in 3..30 {
+            g.step(0.03, at(0.05 * k as f64)).unwrap();
+        }
+        let goals = server.goals.lock().unwrap().clone();
+        let positions: Vec<f64> = goals.iter().map(|g| g.command.position).collect();
+        assert_eq!(positions, [0.01, 0.02, 0.03]);
+        assert!(goals.iter().all(|g| g.command.max_effort == 40.0));
+        assert_eq!(g.accepted, 3);
+    }
+
+    #[test]
+    fn when_no_server_answers_expect_the_goal_sent_again_each_second_and_reported() {
+        let server = Server::default();
+        let mut g = GripperGoals::new(Box::new(server.clone()), 10.0, true);
+        let t0 = MonoTime::now();
+        g.step(0.02, t0).unwrap();
+        g.step(0.02, t0.offset_seconds(0.5)).unwrap();
+        let Err(CommandError::Refused(e)) = g.step(0.02, t0.offset_seconds(1.0)) else {
+            panic!("silence not reported")
+        };
+        assert!(e.contains("no goal accepted for 1.0 s"), "{e}");
+        assert!(e.contains("list_controllers"), "{e}");
+        assert_eq!(
+            server.goals.lock().unwrap().len(),
+            2,
+            "sent again after 1 s"
+        );
+        // A moving target does not hide the silence.
+        for k in 1..10 {
+            let r = g.step(
+                0.02 + 0.001 * k as f64,
+                t0.offset_seconds(1.0 + 0.05 * k as f64),
+            );
+            assert!(r.is_err());
+        }
+        // Once accepted, quiet again.
+        *server.replies.lock().unwrap() = (1, 0);
+        g.step(0.05, t0.offset_seconds(2.0)).unwrap();
+        // In a dry run (no server by design) the same silence is not an error.
+        let mut dry = GripperGoals::new(Box::new(Server::default()), 10.0, false);
+        dry.step(0.02, t0).unwrap();
+        dry.step(0.02, t0.offset_seconds(3.0)).unwrap();
+    }
+
+    #[test]
+    fn when_the_server_refuses_goals_expect_it_reported_with_the_counts() {
+        let server = Server::default();
+        let mut g = GripperGoals::new(Box::new(server.clone()), 10.0, true);
+        let t0 = MonoTime::now();
+        g.step(0.02, t0).unwrap();
+        *server.replies.lock().unwrap() = (1, 2);
+        let Err(CommandError::Refused(e)) = g.step(0.03, t0.offset_seconds(0.05)) else {
+            panic!("refusal not reported")
+        };
+        assert!(
+            e.contains("refused 2 goal(s) (2 refused, 1 accepted in all)"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn when_inputs_refused_or_decoder_faulted_expect_counts_in_diagnostics() {

@@ -22,6 +22,8 @@ pub enum WarnKind {
     /// A sender's stamps are off from pi0d's clock.
     ClockSkew,
     PublishFailed,
+    /// The receiver of a command refused it (an action server refusing goals, or silent).
+    CommandRefused,
     ReplyFailed,
     BadRequest,
 }
@@ -201,6 +203,9 @@ impl RateLimitedLog {
                 tracing::warn!(topic, %reason, suppressed, "input rejected")
             }
             WarnKind::ClockSkew => tracing::warn!(topic, %reason, suppressed, "clock skew"),
+            WarnKind::CommandRefused => {
+                tracing::warn!(topic, %reason, suppressed, "commands not taken")
+            }
             WarnKind::PublishFailed => {
                 tracing::warn!(topic, %reason, suppressed, "publish failed")
             }

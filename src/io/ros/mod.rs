@@ -134,6 +134,7 @@ fn endpoints(
             &commands,
             control_period_s,
             &lookahead,
+            !cfg.dry_run,
         )?);
     }
     let status = mw.advertise(

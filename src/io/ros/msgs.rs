@@ -189,6 +189,32 @@ pub struct TriggerResponse {
 
 impl ros2_client::Message for TriggerResponse {}
 
+/// control_msgs/msg/GripperCommand
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GripperCommand {
+    pub position: f64,
+    pub max_effort: f64,
+}
+
+/// control_msgs/action/GripperCommand's goal.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GripperCommandGoal {
+    pub command: GripperCommand,
+}
+
+impl ros2_client::Message for GripperCommandGoal {}
+
+/// control_msgs/action/GripperCommand's result (and, with the same fields, its feedback).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GripperCommandResult {
+    pub position: f64,
+    pub effort: f64,
+    pub stalled: bool,
+    pub reached_goal: bool,
+}
+
+impl ros2_client::Message for GripperCommandResult {}
+
 #[cfg(test)]
 mod tests {
     use super::Time;

@@ -2,7 +2,9 @@
 //! `zenoh`). Both come from ros2-client with different entity types; the thread sees them through
 //! three small traits, so its logic (draining, decoding, publishing at the control rate) is one.
 
-use ros2_client::{MessageTypeName, Name, QosProfile, RmwRequestId, ServiceTypeName};
+use ros2_client::{
+    ActionTypeName, MessageTypeName, Name, QosProfile, RmwRequestId, ServiceTypeName,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -35,6 +37,15 @@ pub trait Serve<Req, Resp>: Send {
     fn reply(&self, id: RmwRequestId, resp: Resp) -> Result<(), String>;
 }
 
+/// An action client that only sends goals: the newest goal is the target (each preempts the
+/// one before at servers such as gripper_action_controller), so results are not awaited.
+pub trait SendGoal<G>: Send {
+    /// Sends `goal` with a fresh goal id.
+    fn send(&mut self, goal: G) -> Result<(), String>;
+    /// The replies to sent goals that arrived since the last call: (accepted, refused).
+    fn replies(&mut self) -> Result<(u64, u64), String>;
+}
+
 /// Makes entities on one node.
 pub trait Middleware {
     fn subscribe<M: Msg>(
@@ -57,11 +68,20 @@ pub trait Middleware {
         ty: ServiceTypeName,
         qos: &QosProfile,
     ) -> Result<Box<dyn Serve<Req, Resp>>, RosError>;
+
+    /// A client of `action`, whose goal is `G`, result `R` and feedback `F`.
+    fn action_client<G: SrvMsg, R: SrvMsg, F: SrvMsg>(
+        &mut self,
+        action: &Name,
+        ty: ActionTypeName,
+        qos: &QosProfile,
+    ) -> Result<Box<dyn SendGoal<G>>, RosError>;
 }
 
 pub mod dds {
     use super::*;
-    use ros2_client::dds::{Node, Publisher, Server, ServiceMapping, Subscription};
+    use ros2_client::action::ActionClientQosPolicies;
+    use ros2_client::dds::{ActionClient, Node, Publisher, Server, ServiceMapping, Subscription};
 
     impl<M: Msg> Take<M> for Subscription<M> {
         fn take_next(&self) -> Result<Option<M>, String> {
@@ -130,6 +150,15 @@ pub mod dds {
                 .map_err(|e| create_err(format!("service `{service}`"), e))?;
             Ok(Box::new(s))
         }
+
+        fn action_client<G: SrvMsg, R: SrvMsg, F: SrvMsg>(
+            &mut self,
+            action: &Name,
+            ty: ActionTypeName,
+            qos: &QosProfile,
+        ) -> Result<Box<dyn SendGoal<G>>, RosError> {
+            self.goals::<G, R, F>(action, ty, qos)
+        }
     }
 
     impl<Req: SrvMsg, Resp: SrvMsg> Serve<Req, Resp> for Server<Req, Resp> {
@@ -141,6 +170,72 @@ pub mod dds {
 
         fn reply(&self, id: RmwRequestId, resp: Resp) -> Result<(), String> {
             self.send_response(id, resp).map_err(|e| format!("{e:?}"))
+        }
+    }
+
+    /// A goal sender on ros2-client's DDS action client (its send_goal service, non-blocking).
+    struct Goals<G: SrvMsg, R: SrvMsg, F: SrvMsg> {
+        client: ActionClient<G, R, F>,
+        /// Requests not answered yet (a few at most: goals go out at 20 Hz or less).
+        pending: Vec<RmwRequestId>,
+    }
+
+    /// Pending goals beyond this many are forgotten (a server that never answers).
+    const MAX_PENDING: usize = 64;
+
+    impl<G: SrvMsg, R: SrvMsg, F: SrvMsg> SendGoal<G> for Goals<G, R, F> {
+        fn send(&mut self, goal: G) -> Result<(), String> {
+            let (id, _) = self.client.send_goal(goal).map_err(|e| format!("{e:?}"))?;
+            if self.pending.len() == MAX_PENDING {
+                self.pending.remove(0);
+            }
+            self.pending.push(id);
+            Ok(())
+        }
+
+        fn replies(&mut self) -> Result<(u64, u64), String> {
+            let (mut accepted, mut refused) = (0, 0);
+            while let Some((id, resp)) = self
+                .client
+                .goal_client()
+                .receive_response()
+                .map_err(|e| format!("{e:?}"))?
+            {
+                if let Some(i) = self.pending.iter().position(|p| *p == id) {
+                    self.pending.swap_remove(i);
+                    if resp.accepted {
+                        accepted += 1;
+                    } else {
+                        refused += 1;
+                    }
+                }
+            }
+            Ok((accepted, refused))
+        }
+    }
+
+    impl Dds {
+        pub(super) fn goals<G: SrvMsg, R: SrvMsg, F: SrvMsg>(
+            &mut self,
+            action: &Name,
+            ty: ActionTypeName,
+            qos: &QosProfile,
+        ) -> Result<Box<dyn SendGoal<G>>, RosError> {
+            let q = ActionClientQosPolicies {
+                goal_service: qos.clone(),
+                result_service: qos.clone(),
+                cancel_service: qos.clone(),
+                feedback_subscription: qos.clone(),
+                status_subscription: qos.clone(),
+            };
+            let client = self
+                .node
+                .create_action_client::<G, R, F>(self.mapping, action, &ty, q)
+                .map_err(|e| create_err(format!("action client `{action}`"), e))?;
+            Ok(Box::new(Goals {
+                client,
+                pending: Vec::new(),
+            }))
         }
     }
 }
@@ -341,6 +436,20 @@ pub mod zenoh {
                 .create_server::<Req, Resp>(service, &ty)
                 .map_err(|e| create_err(format!("service `{service}`"), e))?;
             Ok(Box::new(s))
+        }
+
+        /// Not over Zenoh: rmw_zenoh matches a service's type hash exactly, and ros2-client's
+        /// Zenoh client only calls blocking (the configuration refuses it first).
+        fn action_client<G: SrvMsg, R: SrvMsg, F: SrvMsg>(
+            &mut self,
+            action: &Name,
+            _ty: ActionTypeName,
+            _qos: &QosProfile,
+        ) -> Result<Box<dyn SendGoal<G>>, RosError> {
+            Err(RosError::Create {
+                what: format!("action client `{action}`"),
+                message: "actions are supported over DDS only".into(),
+            })
         }
     }
 }

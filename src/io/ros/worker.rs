@@ -154,10 +154,12 @@ impl<'a> Worker<'a> {
         let age_s = MonoTime::now().seconds_since(stamp);
         let ros_stamp = self.clock.to_ros(stamp);
         for (k, out) in self.ep.command.iter_mut().enumerate() {
-            if let Err(e) = out.publish(stamp, ros_stamp, &cmd, age_s) {
-                self.report
-                    .warn(self.topics.commands[k], WarnKind::PublishFailed, &e);
-            }
+            let (kind, e) = match out.publish(stamp, ros_stamp, &cmd, age_s) {
+                Ok(_) => continue,
+                Err(encode::CommandError::Failed(e)) => (WarnKind::PublishFailed, e),
+                Err(encode::CommandError::Refused(e)) => (WarnKind::CommandRefused, e),
+            };
+            self.report.warn(self.topics.commands[k], kind, &e);
         }
     }
 
@@ -410,11 +412,13 @@ mod tests {
     use std::collections::{HashMap, VecDeque};
     use std::sync::{Arc, Mutex};
 
-    use ros2_client::{MessageTypeName, Name, QosProfile, RmwRequestId, ServiceTypeName};
+    use ros2_client::{
+        ActionTypeName, MessageTypeName, Name, QosProfile, RmwRequestId, ServiceTypeName,
+    };
 
     use super::*;
     use crate::config::{Config, Io};
-    use crate::io::ros::transport::{Middleware, Msg, Put, Serve, SrvMsg, Take};
+    use crate::io::ros::transport::{Middleware, Msg, Put, SendGoal, Serve, SrvMsg, Take};
     use crate::io::ros::RosError;
     use crate::joints::{JointVector, MotionState};
 
@@ -518,6 +522,26 @@ mod tests {
             _: &QosProfile,
         ) -> Result<Box<dyn Serve<Req, Resp>>, RosError> {
             Ok(Box::new(NoRequests))
+        }
+
+        fn action_client<G: SrvMsg, R: SrvMsg, F: SrvMsg>(
+            &mut self,
+            action: &Name,
+            _: ActionTypeName,
+            _: &QosProfile,
+        ) -> Result<Box<dyn SendGoal<G>>, RosError> {
+            let sent: Sent<G> = Sent::default();
+            self.sent.insert(action.to_string(), Box::new(sent.clone()));
+            Ok(Box::new(FakePut(sent)))
+        }
+    }
+
+    impl<G: Msg> SendGoal<G> for FakePut<G> {
+        fn send(&mut self, goal: G) -> Result<(), String> {
+            self.put(goal)
+        }
+        fn replies(&mut self) -> Result<(u64, u64), String> {
+            Ok((0, 0))
         }
     }
 

@@ -177,6 +177,29 @@ pub const ASCEND: &[Chip] = &[
     },
 ];
 
+/// Published dense fp16 tensor peaks (no sparsity) and memory bandwidths of NVIDIA GPUs pi0
+/// is run on, for the same roofline.
+pub const GPU: &[Chip] = &[
+    // Jetson AGX Orin 64GB: 170 sparse int8 TOPS on the GPU, so 42.5 dense fp16; LPDDR5 204.8 GB/s.
+    Chip {
+        name: "Jetson AGX Orin 64GB",
+        fp16_tflops: 42.5,
+        bandwidth_gbs: 204.8,
+    },
+    // GeForce RTX 4090: 165.2 TFLOPS fp16 with fp32 accumulation, GDDR6X 1008 GB/s.
+    Chip {
+        name: "RTX 4090",
+        fp16_tflops: 165.2,
+        bandwidth_gbs: 1008.0,
+    },
+    // H100 SXM: 989 TFLOPS fp16, HBM3 3.35 TB/s.
+    Chip {
+        name: "H100 SXM",
+        fp16_tflops: 989.0,
+        bandwidth_gbs: 3350.0,
+    },
+];
+
 /// Fractions of peak a well-fused static graph reaches: matmul-heavy work at half the dense
 /// peak, streaming at 70 % of the bandwidth.
 pub const COMPUTE_EFFICIENCY: f64 = 0.5;
@@ -248,5 +271,8 @@ mod tests {
         // roofline: the model leaves headroom, it does not promise the impossible.
         let (prefix_ms, steps_ms) = chunk_ms(&a, 1, 48, chip);
         assert!(prefix_ms + steps_ms < 270.0, "{prefix_ms} + {steps_ms}");
+        // Likewise the pi0 paper's RTX 4090 figure (73 ms, 3 cameras), within 2x of it.
+        let (p, s) = chunk_ms(&a, 3, 48, &GPU[1]);
+        assert!((36.5..73.0).contains(&(p + s)), "{p} + {s}");
     }
 }
