@@ -36,6 +36,42 @@ enum Command {
     /// Export the model as static ONNX graphs (prefix -> KV cache, denoise step) plus
     /// manifest.json, for ONNX Runtime, TensorRT or Ascend's ATC.
     Export(ExportArgs),
+    /// Serve the policy over openpi's websocket protocol (any openpi client drives a robot
+    /// from it): metadata on connect, msgpack-numpy observations, `actions` replies, GET /healthz.
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Configuration file whose [policy] section (pi0 on any backend) is served.
+    #[arg(long, conflicts_with_all = ["checkpoint", "arch"])]
+    config: Option<PathBuf>,
+    /// Or a checkpoint directory, served on the CPU.
+    #[arg(long, required_unless_present = "config")]
+    checkpoint: Option<PathBuf>,
+    #[arg(long)]
+    arch: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    listen: std::net::SocketAddr,
+    /// Clients must send `Authorization: Api-Key <key>` with the key in this environment
+    /// variable (never on the command line, where `ps` shows it).
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// A model camera requests may leave out (fed masked, as lerobot does); repeatable.
+    #[arg(long = "optional-camera")]
+    optional_cameras: Vec<String>,
+    /// Compute threads (default: all cores).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
+    /// Seed of the noise for requests that bring none (`noise` in the request sets it).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Largest request frame, MiB.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    max_request_mib: u32,
+    /// Requests that may wait for the model; one more is answered "busy".
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    queue: u32,
 }
 
 #[derive(Args)]
@@ -227,6 +263,7 @@ fn main() -> ExitCode {
             Command::Check(a) => check(a, &ros),
             Command::Infer(a) => infer(a),
             Command::Export(a) => export(a),
+            Command::Serve(a) => serve(a, &ros),
         });
     match outcome {
         Ok(reason) => reason.into(),
@@ -263,6 +300,92 @@ fn compute_threads(threads: usize) -> Result<(), Failure> {
             ),
         )
     })
+}
+
+fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
+    use pi0d::policy::pi0::pipeline::{BackendOptions, Pi0Pipeline, PipelineOptions};
+    let api_key = match &a.api_key_env {
+        Some(name) => match std::env::var(name) {
+            Ok(k) if !k.is_empty() => Some(k),
+            _ => {
+                return Err(Failure::new(
+                    ExitReason::Usage,
+                    anyhow::anyhow!("--api-key-env {name}: the variable is not set or empty"),
+                ))
+            }
+        },
+        None => None,
+    };
+    let (options, optional, seed) = match &a.config {
+        Some(path) => {
+            let cfg = load_config(Some(path.clone()), ros)?;
+            match cfg.policy.source {
+                pi0d::config::PolicySource::Pi0 {
+                    checkpoint,
+                    arch,
+                    tokenizer,
+                    threads,
+                    seed,
+                    backend,
+                } => (
+                    PipelineOptions {
+                        checkpoint,
+                        arch,
+                        tokenizer,
+                        threads,
+                        backend,
+                    },
+                    cfg.policy.optional_cameras.clone(),
+                    seed,
+                ),
+                _ => {
+                    return Err(Failure::new(
+                        ExitReason::InvalidInput,
+                        anyhow::anyhow!(
+                            "{}: policy.kind must be \"pi0\" to serve it",
+                            path.display()
+                        ),
+                    ))
+                }
+            }
+        }
+        None => (
+            PipelineOptions {
+                checkpoint: a.checkpoint.clone().unwrap_or_default(),
+                arch: a.arch.clone(),
+                tokenizer: None,
+                threads: a.threads.map_or_else(all_cores, usize::from),
+                backend: BackendOptions::Cpu,
+            },
+            a.optional_cameras.clone(),
+            a.seed,
+        ),
+    };
+    compute_threads(options.threads)?;
+    let pipeline = classified(Pi0Pipeline::load(&options))?;
+    let layout = pi0d::remote::checkpoint_layout(&pipeline, &optional)
+        .map_err(|e| Failure::new(ExitReason::InvalidInput, anyhow::anyhow!(e)))?;
+    say(&format!(
+        "serving {} on ws://{} (takes {}{})",
+        options.checkpoint.display(),
+        a.listen,
+        layout.keys().join(", "),
+        if api_key.is_some() {
+            "; API key required"
+        } else {
+            ""
+        }
+    ));
+    let opts = pi0d::remote::serve::ServeOptions {
+        listen: a.listen,
+        api_key,
+        max_request_bytes: a.max_request_mib as usize * 1024 * 1024,
+        queue: a.queue as usize,
+        seed,
+    };
+    pi0d::remote::serve::serve(pipeline, layout, opts)
+        .map_err(|e| Failure::new(ExitReason::RuntimeFailure, e))?;
+    Ok(ExitReason::Clean)
 }
 
 fn all_cores() -> usize {

@@ -9,11 +9,12 @@ export CARGO_TERM_COLOR=never
 
 # The interop tests' independent peers (Cyclone DDS, rosbags), pinned, in a project venv.
 echo "== peers venv (.venv)"
-# Reinstalled whenever tests/peers/requirements.txt changes (its hash is kept in the venv).
-want="$(sha256sum tests/peers/requirements.txt | cut -d' ' -f1)"
+# Reinstalled whenever the requirements change (their hash is kept in the venv).
+want="$(cat tests/peers/requirements.txt tests/peers/requirements-nodeps.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.requirements-sha 2>/dev/null)" != "$want" ]; then
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check -r tests/peers/requirements.txt
+  .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -r tests/peers/requirements-nodeps.txt
   echo "$want" > .venv/.requirements-sha
 fi
 # One profile for the whole run: tests in dev with optimized dependencies (Cargo.toml).

@@ -1,0 +1,39 @@
+//! Remote policy: openpi's websocket policy protocol (msgpack-numpy frames). `serve` puts
+//! pi0d's model behind it for any openpi client.
+
+pub mod msgpack_numpy;
+pub mod request;
+pub mod serve;
+
+use crate::policy::pi0::pipeline::Pi0Pipeline;
+use request::Layout;
+
+/// The keys a server for `pipeline` takes by default: the checkpoint's own feature names
+/// (`observation.images.<camera>`, `observation.state`) and `prompt`. `optional` names the
+/// cameras a request may leave out; an unknown name is refused.
+pub fn checkpoint_layout(pipeline: &Pi0Pipeline, optional: &[String]) -> Result<Layout, String> {
+    let names: Vec<String> = if pipeline.camera_names.len() == pipeline.cameras {
+        pipeline.camera_names.clone()
+    } else {
+        (0..pipeline.cameras)
+            .map(|i| format!("camera{i}"))
+            .collect()
+    };
+    if let Some(bad) = optional.iter().find(|o| !names.contains(o)) {
+        return Err(format!(
+            "optional camera `{bad}` is not one of the model's cameras ({})",
+            names.join(", ")
+        ));
+    }
+    Ok(Layout {
+        image_keys: names
+            .iter()
+            .map(|n| format!("observation.images.{n}"))
+            .collect(),
+        optional: names.iter().map(|n| optional.contains(n)).collect(),
+        state_key: "observation.state".into(),
+        state_dim: pipeline.state_dim,
+        prompt_key: "prompt".into(),
+        noise_shape: [pipeline.arch.chunk, pipeline.arch.action_dim],
+    })
+}

@@ -1,0 +1,426 @@
+//! openpi's frames: msgpack with numpy arrays as maps `{__ndarray__: true, data, dtype, shape}`
+//! (the keys as msgpack bin, as openpi-client's `msgpack_numpy` packs them; str keys are
+//! accepted too) and numpy scalars as `{__npgeneric__: true, data, dtype}`. Only plain numeric
+//! dtypes are taken (openpi refuses object, void and complex ones too; there is no pickle).
+
+use rmpv::Value;
+
+/// How deep a request may nest (openpi's observations are two levels deep).
+pub const MAX_DEPTH: usize = 16;
+/// Most dimensions an array may have.
+pub const MAX_DIMS: usize = 4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("not msgpack: {0}")]
+    Msgpack(#[from] rmpv::decode::Error),
+    #[error("`{key}`: {message}")]
+    Field { key: String, message: String },
+    #[error("{0}")]
+    Request(String),
+}
+
+fn field(key: &str, message: impl Into<String>) -> WireError {
+    WireError::Field {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// An element type numpy names by `dtype.str`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dtype {
+    U8,
+    F32,
+    F64,
+    I32,
+    I64,
+}
+
+impl Dtype {
+    pub fn parse(s: &str) -> Option<Dtype> {
+        Some(match s {
+            "|u1" | "u1" | "uint8" => Dtype::U8,
+            "<f4" | "float32" => Dtype::F32,
+            "<f8" | "float64" => Dtype::F64,
+            "<i4" | "int32" => Dtype::I32,
+            "<i8" | "int64" => Dtype::I64,
+            _ => return None,
+        })
+    }
+
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::U8 => 1,
+            Dtype::F32 | Dtype::I32 => 4,
+            Dtype::F64 | Dtype::I64 => 8,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::U8 => "|u1",
+            Dtype::F32 => "<f4",
+            Dtype::F64 => "<f8",
+            Dtype::I32 => "<i4",
+            Dtype::I64 => "<i8",
+        }
+    }
+}
+
+/// A numpy array off the wire: its bytes little-endian, checked against dtype and shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NdArray {
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
+}
+
+impl NdArray {
+    pub fn f32(shape: Vec<usize>, values: &[f32]) -> NdArray {
+        NdArray {
+            dtype: Dtype::F32,
+            shape,
+            data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        }
+    }
+
+    /// The values as f32 (from any float or integer dtype; u8 too).
+    pub fn to_f32(&self) -> Vec<f32> {
+        let n = self.dtype.size();
+        self.data
+            .chunks_exact(n)
+            .map(|b| match self.dtype {
+                Dtype::U8 => b[0] as f32,
+                Dtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                Dtype::F64 => {
+                    f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32
+                }
+                Dtype::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32,
+                Dtype::I64 => {
+                    i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32
+                }
+            })
+            .collect()
+    }
+
+    fn to_value(&self) -> Value {
+        let bin = |s: &str| Value::Binary(s.as_bytes().to_vec());
+        Value::Map(vec![
+            (bin("__ndarray__"), Value::Boolean(true)),
+            (bin("data"), Value::Binary(self.data.clone())),
+            (bin("dtype"), Value::String(self.dtype.name().into())),
+            (
+                bin("shape"),
+                Value::Array(self.shape.iter().map(|d| Value::from(*d as u64)).collect()),
+            ),
+        ])
+    }
+}
+
+/// What a request's values are, once decoded.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    Array(NdArray),
+    Text(String),
+    Number(f64),
+    Bool(bool),
+    Other(&'static str),
+}
+
+/// A map key as text: msgpack str, or bin holding UTF-8.
+fn key_text(k: &Value) -> Option<&str> {
+    match k {
+        Value::String(s) => s.as_str(),
+        Value::Binary(b) => std::str::from_utf8(b).ok(),
+        _ => None,
+    }
+}
+
+fn get<'a>(map: &'a [(Value, Value)], key: &str) -> Option<&'a Value> {
+    map.iter()
+        .find(|(k, _)| key_text(k) == Some(key))
+        .map(|(_, v)| v)
+}
+
+/// Decodes one request frame into its top-level keys, in order.
+pub fn decode_request(bytes: &[u8]) -> Result<Vec<(String, Item)>, WireError> {
+    let mut rd = bytes;
+    let v = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH)?;
+    if !rd.is_empty() {
+        return Err(WireError::Request(format!(
+            "{} bytes after the request's msgpack value",
+            rd.len()
+        )));
+    }
+    let Value::Map(entries) = v else {
+        return Err(WireError::Request(format!(
+            "expected a map of observation keys, found {}",
+            kind(&v)
+        )));
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for (k, v) in &entries {
+        let Some(key) = key_text(k) else {
+            return Err(WireError::Request(format!(
+                "a key is {}, not a string",
+                kind(k)
+            )));
+        };
+        if out.iter().any(|(seen, _): &(String, Item)| seen == key) {
+            return Err(field(key, "given twice"));
+        }
+        out.push((key.to_string(), item(key, v)?));
+    }
+    Ok(out)
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Nil => "nil",
+        Value::Boolean(_) => "a boolean",
+        Value::Integer(_) | Value::F32(_) | Value::F64(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Binary(_) => "bytes",
+        Value::Array(_) => "a list",
+        Value::Map(_) => "a map",
+        Value::Ext(..) => "a msgpack extension",
+    }
+}
+
+fn item(key: &str, v: &Value) -> Result<Item, WireError> {
+    Ok(match v {
+        Value::String(s) => match s.as_str() {
+            Some(s) => Item::Text(s.to_string()),
+            None => return Err(field(key, "a string that is not UTF-8")),
+        },
+        Value::Integer(i) => Item::Number(i.as_f64().unwrap_or(f64::NAN)),
+        Value::F32(x) => Item::Number(*x as f64),
+        Value::F64(x) => Item::Number(*x),
+        Value::Boolean(b) => Item::Bool(*b),
+        Value::Map(m) if get(m, "__ndarray__").is_some() => Item::Array(ndarray(key, m)?),
+        Value::Map(m) if get(m, "__npgeneric__").is_some() => match get(m, "data") {
+            Some(Value::Integer(i)) => Item::Number(i.as_f64().unwrap_or(f64::NAN)),
+            Some(Value::F64(x)) => Item::Number(*x),
+            Some(Value::F32(x)) => Item::Number(*x as f64),
+            Some(Value::Boolean(b)) => Item::Bool(*b),
+            _ => return Err(field(key, "a numpy scalar without a numeric `data`")),
+        },
+        other => Item::Other(kind(other)),
+    })
+}
+
+fn ndarray(key: &str, m: &[(Value, Value)]) -> Result<NdArray, WireError> {
+    let dtype_text = match get(m, "dtype") {
+        Some(Value::String(s)) => s.as_str().unwrap_or(""),
+        Some(Value::Binary(b)) => std::str::from_utf8(b).unwrap_or(""),
+        _ => return Err(field(key, "an array without a `dtype` string")),
+    };
+    let Some(dtype) = Dtype::parse(dtype_text) else {
+        return Err(field(
+            key,
+            format!("dtype \"{dtype_text}\" is not taken (|u1, <f4, <f8, <i4 or <i8)"),
+        ));
+    };
+    let Some(Value::Array(dims)) = get(m, "shape") else {
+        return Err(field(key, "an array without a `shape` list"));
+    };
+    if dims.len() > MAX_DIMS {
+        return Err(field(
+            key,
+            format!(
+                "shape has {} dimensions, at most {MAX_DIMS} are taken",
+                dims.len()
+            ),
+        ));
+    }
+    let mut shape = Vec::with_capacity(dims.len());
+    for d in dims {
+        match d.as_u64() {
+            Some(d) => shape.push(d as usize),
+            None => return Err(field(key, format!("shape entry {d} is not a size"))),
+        }
+    }
+    let Some(Value::Binary(data)) = get(m, "data") else {
+        return Err(field(key, "an array without `data` bytes"));
+    };
+    let elements = shape
+        .iter()
+        .try_fold(1usize, |n, d| n.checked_mul(*d))
+        .and_then(|n| n.checked_mul(dtype.size()));
+    if elements != Some(data.len()) {
+        return Err(field(
+            key,
+            format!(
+                "shape {shape:?} of {} needs {} bytes, data has {}",
+                dtype.name(),
+                elements.map_or("too many".into(), |n| n.to_string()),
+                data.len()
+            ),
+        ));
+    }
+    Ok(NdArray {
+        dtype,
+        shape,
+        data: data.clone(),
+    })
+}
+
+/// A reply value, encoded as openpi-client's `unpackb` turns it into Python objects.
+pub enum Out {
+    Array(NdArray),
+    Number(f64),
+    Int(i64),
+    Text(String),
+    List(Vec<Out>),
+    Map(Vec<(String, Out)>),
+}
+
+impl Out {
+    fn to_value(&self) -> Value {
+        match self {
+            Out::Array(a) => a.to_value(),
+            Out::Number(x) => Value::F64(*x),
+            Out::Int(i) => Value::from(*i),
+            Out::Text(s) => Value::String(s.as_str().into()),
+            Out::List(v) => Value::Array(v.iter().map(Out::to_value).collect()),
+            Out::Map(m) => Value::Map(
+                m.iter()
+                    .map(|(k, v)| (Value::String(k.as_str().into()), v.to_value()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+pub fn encode(out: &Out) -> Vec<u8> {
+    let mut buf = Vec::new();
+    // Writing into a Vec cannot fail.
+    let _ = rmpv::encode::write_value(&mut buf, &out.to_value());
+    buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn array(dtype: &str, shape: &[u64], data: Vec<u8>) -> Value {
+        let bin = |s: &str| Value::Binary(s.as_bytes().to_vec());
+        Value::Map(vec![
+            (bin("__ndarray__"), Value::Boolean(true)),
+            (bin("data"), Value::Binary(data)),
+            (bin("dtype"), Value::String(dtype.into())),
+            (
+                bin("shape"),
+                Value::Array(shape.iter().map(|d| Value::from(*d)).collect()),
+            ),
+        ])
+    }
+
+    fn request(entries: Vec<(&str, Value)>) -> Vec<u8> {
+        let v = Value::Map(
+            entries
+                .into_iter()
+                .map(|(k, v)| (Value::String(k.into()), v))
+                .collect(),
+        );
+        let mut b = Vec::new();
+        rmpv::encode::write_value(&mut b, &v).unwrap();
+        b
+    }
+
+    #[test]
+    fn when_an_openpi_observation_is_decoded_expect_its_arrays_and_prompt() {
+        let state: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let bytes = request(vec![
+            ("observation/state", array("<f4", &[2], state)),
+            ("observation/image", array("|u1", &[2, 2, 3], vec![7; 12])),
+            ("prompt", Value::String("stack".into())),
+        ]);
+        let items = decode_request(&bytes).unwrap();
+        let Item::Array(s) = &items[0].1 else {
+            panic!()
+        };
+        assert_eq!(s.to_f32(), [1.5, -2.0]);
+        let Item::Array(img) = &items[1].1 else {
+            panic!()
+        };
+        assert_eq!((img.dtype, img.shape.clone()), (Dtype::U8, vec![2, 2, 3]));
+        assert_eq!(items[2], ("prompt".into(), Item::Text("stack".into())));
+    }
+
+    #[test]
+    fn when_arrays_lie_about_their_size_or_type_expect_the_key_named() {
+        let cases = [
+            (array("<f4", &[3], vec![0; 8]), "needs 12 bytes, data has 8"),
+            (array("|O", &[1], vec![0; 8]), "dtype \"|O\" is not taken"),
+            (array(">f4", &[1], vec![0; 4]), "dtype \">f4\" is not taken"),
+            (
+                array("|u1", &[1 << 40, 1 << 40, 1 << 40], vec![0; 4]),
+                "needs too many bytes",
+            ),
+            (
+                array("|u1", &[1, 1, 1, 1, 1], vec![0]),
+                "shape has 5 dimensions",
+            ),
+        ];
+        for (v, want) in cases {
+            let e = decode_request(&request(vec![("observation/state", v)])).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.starts_with("`observation/state`: ") && text.contains(want),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn when_the_frame_is_hostile_expect_an_error_not_a_crash() {
+        // Nested far deeper than any observation.
+        let mut deep = Value::Nil;
+        for _ in 0..100 {
+            deep = Value::Array(vec![deep]);
+        }
+        let e = decode_request(&request(vec![("x", deep)])).unwrap_err();
+        assert!(matches!(e, WireError::Msgpack(_)), "{e}");
+        // A list claiming 4 billion entries in a few bytes.
+        let e = decode_request(&[0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0]).unwrap_err();
+        assert!(matches!(e, WireError::Msgpack(_)), "{e}");
+        // Not a map; trailing bytes; a key given twice.
+        assert!(decode_request(&[0x01]).is_err());
+        let mut b = request(vec![("prompt", Value::String("a".into()))]);
+        b.push(0xc0);
+        assert!(decode_request(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("after"));
+        let twice = request(vec![
+            ("prompt", Value::String("a".into())),
+            ("prompt", Value::String("b".into())),
+        ]);
+        assert!(decode_request(&twice)
+            .unwrap_err()
+            .to_string()
+            .contains("given twice"));
+    }
+
+    #[test]
+    fn when_a_reply_is_encoded_expect_numpy_maps_with_bin_keys() {
+        let out = Out::Map(vec![(
+            "actions".into(),
+            Out::Array(NdArray::f32(vec![1, 2], &[0.5, -1.0])),
+        )]);
+        let v = rmpv::decode::read_value(&mut &encode(&out)[..]).unwrap();
+        let Value::Map(top) = v else { panic!() };
+        assert_eq!(top[0].0, Value::String("actions".into()));
+        let Value::Map(a) = &top[0].1 else { panic!() };
+        assert_eq!(a[0].0, Value::Binary(b"__ndarray__".to_vec()));
+        assert_eq!(
+            get(a, "shape"),
+            Some(&Value::Array(vec![Value::from(1u64), Value::from(2u64)]))
+        );
+    }
+}

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""openpi's own client (PyPI openpi-client 0.1.2, unchanged) against `pi0d serve`, plus hostile
+requests on raw websockets; writes what it saw as JSON for tests/serve_openpi.rs.
+
+The observation is lerobot's end-to-end fixture (two camera frames, state, task, noise), sent
+with the checkpoint's own keys; the Rust test compares the reply with lerobot's actions."""
+
+import argparse
+import json
+import socket
+import struct
+import time
+import urllib.request
+from pathlib import Path
+
+import msgpack
+import numpy as np
+from openpi_client import msgpack_numpy
+from openpi_client import websocket_client_policy as wcp
+from websockets.sync.client import connect
+
+DTYPES = {"U8": np.uint8, "F32": np.float32, "I64": np.int64}
+
+
+def read_safetensors(path: Path) -> dict:
+    b = path.read_bytes()
+    n = struct.unpack("<Q", b[:8])[0]
+    head = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__":
+            continue
+        lo, hi = v["data_offsets"]
+        out[k] = np.frombuffer(b[8 + n + lo:8 + n + hi], dtype=DTYPES[v["dtype"]]).reshape(v["shape"])
+    return out
+
+
+def raw_ws(url, key, payload, text=False):
+    """Sends one frame on a fresh connection; returns what came back (error text, or closed)."""
+    try:
+        with connect(url, additional_headers={"Authorization": f"Api-Key {key}"},
+                     max_size=None, open_timeout=10) as ws:
+            ws.recv(timeout=10)  # metadata
+            ws.send(payload if not text else payload.decode())
+            reply = ws.recv(timeout=30)
+            return {"reply": reply if isinstance(reply, str) else f"<{len(reply)} bytes>"}
+    except Exception as e:  # closed by the server: the outcome under test
+        return {"closed": f"{type(e).__name__}: {e}"[:300]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--key", required=True)
+    ap.add_argument("--case", type=Path, required=True)
+    ap.add_argument("--report", type=Path, required=True)
+    args = ap.parse_args()
+    host, port, url = "127.0.0.1", args.port, f"ws://127.0.0.1:{args.port}"
+    report = {}
+
+    with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=10) as r:
+        report["healthz"] = [r.status, r.read().decode()]
+
+    try:
+        wcp.WebsocketClientPolicy(host, port, api_key="not the key")
+        report["wrong_key"] = "connected"
+    except Exception as e:
+        report["wrong_key"] = f"{type(e).__name__}: {e}"
+
+    # A slow-loris client holds a half-sent request for the whole run.
+    loris = socket.create_connection((host, port))
+    loris.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+
+    raw = read_safetensors(args.case / "raw.safetensors")
+    task = json.loads((args.case / "case.json").read_text())["task"]
+    obs = {
+        "observation.images.cam0": raw["frame0"],
+        "observation.images.cam1": raw["frame1"],
+        "observation.state": raw["state"],
+        "prompt": task,
+        "noise": raw["noise"][0],
+    }
+    policy = wcp.WebsocketClientPolicy(host, port, api_key=args.key)
+    report["metadata"] = policy.get_server_metadata()
+    first = policy.infer(obs)
+    report["actions"] = first["actions"].tolist()
+    report["actions_dtype"] = str(first["actions"].dtype)
+    report["first_timing"] = first["server_timing"]
+    second = policy.infer(obs)
+    report["second_timing"] = second["server_timing"]
+    report["policy_timing"] = second["policy_timing"]
+    report["same_again"] = bool(np.array_equal(first["actions"], second["actions"]))
+
+    bad = dict(obs)
+    del bad["observation.state"]
+    try:
+        policy.infer(bad)
+        report["error"] = None
+    except RuntimeError as e:
+        report["error"] = str(e)
+
+    pack = msgpack_numpy.packb
+    deep = {"prompt": task}
+    nested = 1
+    for _ in range(200):
+        nested = [nested]
+    deep["nested"] = nested
+    absurd = dict(obs)
+    absurd["observation.state"] = {b"__ndarray__": True, b"data": b"\0" * 28, b"dtype": "<f4",
+                                   b"shape": [2 ** 40, 2 ** 40]}
+    wrong_dtype = dict(obs)
+    wrong_dtype["observation.images.cam0"] = raw["frame0"].astype(np.float64)
+    report["hostile"] = {
+        "oversized": raw_ws(url, args.key, b"\x80" + b"\0" * (2 * 1024 * 1024)),
+        "deep": raw_ws(url, args.key, pack(deep)),
+        "absurd_shape": raw_ws(url, args.key, msgpack.packb(absurd, default=msgpack_numpy.pack_array)),
+        "wrong_dtype": raw_ws(url, args.key, pack(wrong_dtype)),
+        "garbage": raw_ws(url, args.key, b"\xdb\xff\xff\xff\xffabc"),  # a 4 GB string, 3 bytes given
+        "text": raw_ws(url, args.key, b"hello", text=True),
+    }
+
+    # The server kept serving: a fresh well-behaved client is answered.
+    again = wcp.WebsocketClientPolicy(host, port, api_key=args.key)
+    t = time.time()
+    report["after_hostile"] = again.infer(obs)["actions"].tolist() == report["actions"]
+    report["after_hostile_s"] = time.time() - t
+    loris.close()
+    args.report.write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

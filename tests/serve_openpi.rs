@@ -1,0 +1,187 @@
+//! `pi0d serve` against openpi's own client (PyPI openpi-client 0.1.2, used unchanged by
+//! tests/peers/openpi_client_check.py): the metadata frame, lerobot's end-to-end observation
+//! answered with lerobot's actions, timing fields, an error reply the client raises on,
+//! /healthz, a wrong API key refused; hostile frames (oversized, deeply nested, absurd shapes,
+//! wrong dtypes, garbage, text) and a slow-loris client cost only their own connection; then
+//! SIGTERM ends the server with 0.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use pi0d::policy::pi0::tensorfile::TensorFile;
+
+#[test]
+fn when_openpis_client_talks_to_pi0d_serve_expect_lerobots_actions_and_every_bad_request_refused() {
+    let dir = scratch_dir("serve-openpi");
+    let case = root().join("tests/fixtures/cases/pi0_end_to_end");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["serve", "--checkpoint"])
+        .arg(root().join("tests/fixtures/pi0_float32"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--optional-camera",
+            "cam2",
+            "--api-key-env",
+            "PI0D_TEST_KEY",
+            "--max-request-mib",
+            "1",
+            "--threads",
+            "1",
+        ])
+        .env("PI0D_TEST_KEY", "k3y")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The port the kernel gave it, from its log line; the rest of the log kept for messages.
+    let mut log = BufReader::new(server.stderr.take().unwrap());
+    let mut port = None;
+    let mut seen = String::new();
+    while port.is_none() {
+        let mut line = String::new();
+        if log.read_line(&mut line).unwrap() == 0 {
+            panic!("server ended before listening:\n{seen}");
+        }
+        port = line
+            .split("local=127.0.0.1:")
+            .nth(1)
+            .and_then(|p| p.trim().parse::<u16>().ok());
+        seen.push_str(&line);
+    }
+    let port = port.unwrap();
+    let rest = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in log.lines().map_while(Result::ok) {
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let out = Command::new(peer_python())
+        .arg(root().join("tests/peers/openpi_client_check.py"))
+        .args(["--port", &port.to_string(), "--key", "k3y", "--case"])
+        .arg(&case)
+        .arg("--report")
+        .arg(dir.join("report.json"))
+        .output()
+        .unwrap();
+    unsafe_terminate(&server);
+    let status = wait_for(&mut server, Duration::from_secs(10));
+    let log = rest.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\nserver:\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+
+    assert_eq!(r["healthz"], serde_json::json!([200, "OK\n"]));
+    assert!(
+        r["wrong_key"].as_str().unwrap().contains("HTTP 401"),
+        "{}",
+        r["wrong_key"]
+    );
+    let m = &r["metadata"];
+    assert_eq!(m["server"], "pi0d");
+    assert_eq!(m["action_horizon"], 50);
+    assert_eq!(m["action_dim"], 7);
+    assert_eq!(
+        strings(&m["image_keys"]),
+        [
+            "observation.images.cam0",
+            "observation.images.cam1",
+            "observation.images.cam2"
+        ]
+    );
+
+    // lerobot's actions for this observation and noise (its pre- and post-processors).
+    let want = TensorFile::read(&case.join("expected.safetensors")).unwrap();
+    let (_, want) = want.f32("actions", &[Some(1), Some(50), Some(7)]).unwrap();
+    assert_eq!(r["actions_dtype"], "float32");
+    let got: Vec<f32> = r["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| row.as_array().unwrap().iter())
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
+    assert_eq!(got.len(), want.len());
+    let err = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(err <= 1e-4, "max abs error {err} against lerobot");
+    assert_eq!(
+        r["same_again"], true,
+        "the request's noise decides the reply"
+    );
+    // openpi's timing fields: infer_ms, and prev_total_ms from the second request on.
+    assert!(r["first_timing"]["infer_ms"].as_f64().unwrap() > 0.0);
+    assert!(r["first_timing"].get("prev_total_ms").is_none());
+    assert!(r["second_timing"]["prev_total_ms"].as_f64().unwrap() > 0.0);
+    assert!(r["policy_timing"]["prefix_ms"].as_f64().unwrap() > 0.0);
+
+    // The client raised on the server's error frame, which names the missing key.
+    let e = r["error"].as_str().unwrap();
+    assert!(
+        e.contains("`observation.state`: missing: expected 7 numbers"),
+        "{e}"
+    );
+
+    let h = &r["hostile"];
+    let reply = |k: &str| h[k]["reply"].as_str().unwrap_or_default().to_string();
+    assert!(reply("deep").contains("not msgpack"), "{h}");
+    assert!(reply("absurd_shape").contains("`observation.state`"), "{h}");
+    assert!(
+        reply("wrong_dtype").contains("`observation.images.cam0`: expected a uint8"),
+        "{h}"
+    );
+    assert!(reply("garbage").contains("not msgpack"), "{h}");
+    assert!(
+        reply("text").contains("expected a binary msgpack frame"),
+        "{h}"
+    );
+    // Over the 1 MiB cap: told so, or cut off mid-send.
+    let over = &h["oversized"];
+    assert!(
+        over["reply"]
+            .as_str()
+            .is_some_and(|s| s.contains("bad frame"))
+            || over["closed"].is_string(),
+        "{over}"
+    );
+    assert_eq!(
+        r["after_hostile"], true,
+        "a well-behaved client is still served"
+    );
+    assert!(
+        r["after_hostile_s"].as_f64().unwrap() < 30.0,
+        "not held up by the slow-loris client"
+    );
+    assert_eq!(status, Some(0), "SIGTERM ends the server cleanly:\n{log}");
+}
+
+fn unsafe_terminate(child: &std::process::Child) {
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+}
+
+fn wait_for(child: &mut std::process::Child, limit: Duration) -> Option<i32> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s.code();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    None
+}
