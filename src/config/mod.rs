@@ -7,6 +7,7 @@
 pub mod check;
 pub mod commands;
 pub mod control;
+pub mod openpi;
 pub mod policy;
 pub mod raw;
 pub mod realtime;
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 pub use check::{ConfigWarning, Origin, Origins};
 pub use commands::CommandGroup;
 pub use control::{ControlConfig, Interpolation, MergeMode};
+pub use openpi::{ExtraValue, OpenpiOptions};
 pub use policy::{
     AclOptions, BackendOptions, ExecutionProvider, FaultConfig, FaultKind, OnnxOptions,
     PolicyConfig, PolicySource,

@@ -142,6 +142,8 @@ pub enum PolicySource {
     Scripted { amplitude: f64, frequency_hz: f64 },
     /// Chunks read from a JSON file, replayed in a loop.
     Replay { file: PathBuf },
+    /// A policy server speaking openpi's websocket protocol (`policy.backend = "openpi"`).
+    Openpi(super::openpi::OpenpiOptions),
     /// The pi0 / pi0.5 model, on the CPU or as exported graphs.
     Pi0 {
         checkpoint: PathBuf,
@@ -222,6 +224,15 @@ pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyCo
                 return c.fail(
                     "policy.replay_file",
                     "required when policy.kind = \"replay\"",
+                )
+            }
+        },
+        PolicyKind::Pi0 if raw.backend == Some(BackendKind::Openpi) => match &raw.openpi {
+            Some(o) => PolicySource::Openpi(super::openpi::validate(c, o)?),
+            None => {
+                return c.fail(
+                    "policy.openpi",
+                    "required when policy.backend = \"openpi\" (at least url)",
                 )
             }
         },
@@ -380,11 +391,30 @@ fn warn_unused(c: &Check, raw: &RawPolicy) {
         ("policy.backend", raw.backend.is_some()),
         ("policy.onnx", raw.onnx.is_some()),
         ("policy.acl", raw.acl.is_some()),
+        ("policy.openpi", raw.openpi.is_some()),
     ] {
         not(field, given && !pi0, "pi0");
     }
     if pi0 {
         let backend = raw.backend.unwrap_or_default();
+        c.unused(
+            "policy.openpi",
+            raw.openpi.is_some() && backend != BackendKind::Openpi,
+            "only policy.backend = \"openpi\" uses it",
+        );
+        for (field, given) in [
+            ("policy.checkpoint", raw.checkpoint.is_some()),
+            ("policy.arch", raw.arch.is_some()),
+            ("policy.tokenizer", raw.tokenizer.is_some()),
+            ("policy.threads", raw.threads.is_some()),
+            ("policy.seed", raw.seed.is_some()),
+        ] {
+            c.unused(
+                field,
+                given && backend == BackendKind::Openpi,
+                "policy.backend is \"openpi\": the server has the model",
+            );
+        }
         c.unused(
             "policy.onnx",
             raw.onnx.is_some() && backend != BackendKind::Onnx,
@@ -416,6 +446,8 @@ fn backend_options(c: &Check, raw: &RawPolicy) -> Result<BackendOptions, ConfigE
             ),
             Some(a) => acl_options(c, a),
         },
+        // Taken apart in `validate`: there is no local model.
+        BackendKind::Openpi => c.fail("policy.backend", "\"openpi\" has no local model"),
     }
 }
 

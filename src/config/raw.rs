@@ -164,6 +164,8 @@ pub enum BackendKind {
     Cpu,
     Onnx,
     Acl,
+    /// A remote server speaking openpi's websocket protocol.
+    Openpi,
 }
 
 #[derive(Debug, Deserialize)]
@@ -193,6 +195,7 @@ pub struct RawPolicy {
     pub backend: Option<BackendKind>,
     pub onnx: Option<RawOnnx>,
     pub acl: Option<RawAcl>,
+    pub openpi: Option<super::openpi::RawOpenpi>,
     pub fault: Option<RawFault>,
     /// pi0: model cameras that may have no source; they are fed as missing (masked) images.
     #[serde(default)]

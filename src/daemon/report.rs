@@ -161,6 +161,18 @@ pub fn build_summary(
         chunks_accepted: accepted,
         chunks_rejected: by_reason.values().sum(),
         chunks_rejected_by_reason: by_reason,
+        policy_errors_by_kind: crate::policy::RemoteFault::ALL
+            .iter()
+            .map(|f| {
+                (
+                    f.name().to_string(),
+                    ws.remote_faults[*f as usize].load(Ordering::Relaxed),
+                )
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+        last_policy_error: ws.last_policy_error.lock().ok().and_then(|e| e.clone()),
+        remote_policy: ws.remote.lock().ok().and_then(|r| r.clone()),
         inference_requests: ws.requests.load(Ordering::Relaxed),
         latency_ms: Percentiles {
             p50: ms(ctl.latency.quantile_ns(0.5)),

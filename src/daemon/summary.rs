@@ -31,6 +31,12 @@ pub struct Summary {
     pub chunks_accepted: u64,
     pub chunks_rejected: u64,
     pub chunks_rejected_by_reason: BTreeMap<String, u64>,
+    /// A remote policy's failures by kind (`server_down`, `timeout`, `closed`, ...).
+    pub policy_errors_by_kind: BTreeMap<String, u64>,
+    /// The latest policy error, as logged.
+    pub last_policy_error: Option<String>,
+    /// A remote policy's link: round trips, the server's inference time, reconnects.
+    pub remote_policy: Option<crate::policy::RemoteStats>,
     pub inference_requests: u64,
     /// Observation-to-arrival latency of executed chunks, warm-up excluded.
     pub latency_ms: Percentiles,

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::supervise::{caught, Role, Supervised};
@@ -12,7 +12,7 @@ use crate::chunk::JointChunk;
 use crate::config::SafetyConfig;
 use crate::io::Blackboard;
 use crate::joints::{ActionMap, StateLayout};
-use crate::policy::{Observation, Policy};
+use crate::policy::{Observation, Policy, PolicyError, RemoteFault, RemoteStats};
 use crate::robot::RobotLimits;
 use crate::safety::validate::{check_chunk, ChunkFaultKind};
 use crate::time::MonoTime;
@@ -30,6 +30,12 @@ pub struct WorkerStats {
     pub policy_panics: AtomicU64,
     /// Inference time of the latest chunk, microseconds.
     pub last_infer_us: AtomicU64,
+    /// Of the policy errors, a remote policy's, by `RemoteFault`.
+    pub remote_faults: [AtomicU64; RemoteFault::ALL.len()],
+    /// The latest policy error, as said.
+    pub last_policy_error: Mutex<Option<String>>,
+    /// A remote policy's link, as of its latest request.
+    pub remote: Mutex<Option<RemoteStats>>,
 }
 
 impl WorkerStats {
@@ -161,9 +167,20 @@ fn infer_one(
         (MonoTime::now().seconds_since(started) * 1e6) as u64,
         Ordering::Relaxed,
     );
+    if let Some(r) = policy.remote_stats() {
+        if let Ok(mut slot) = stats.remote.lock() {
+            *slot = Some(r);
+        }
+    }
     let chunk = match result {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
+            if let PolicyError::Remote { fault, .. } = &e {
+                stats.remote_faults[*fault as usize].fetch_add(1, Ordering::Relaxed);
+            }
+            if let Ok(mut slot) = stats.last_policy_error.lock() {
+                *slot = Some(e.to_string());
+            }
             let n = stats.policy_errors.fetch_add(1, Ordering::Relaxed);
             if n.is_multiple_of(LOG_EVERY) {
                 tracing::warn!(seq, error = %e, total = n + 1, "policy error: no chunk");

@@ -2,6 +2,7 @@
 //! inputs (joint state, camera frames, prompt, e-stop) and the latest command, readable by the
 //! control thread without blocking.
 
+pub mod msgpack_numpy;
 pub mod ros;
 pub mod sim;
 

@@ -5,6 +5,7 @@ pub mod cameras;
 pub mod export;
 pub mod faulty;
 pub mod graph;
+pub mod openpi;
 pub mod pi0;
 pub mod replay;
 pub mod scripted;
@@ -50,12 +51,74 @@ pub enum PolicyError {
     Failed(String),
     #[error("policy returned {found} action values per step, expected {expected}")]
     WrongDimension { expected: usize, found: usize },
+    #[error("policy server ({}): {message}", fault.name())]
+    Remote { fault: RemoteFault, message: String },
+}
+
+/// Why a remote policy gave no chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteFault {
+    /// Not connected (refused, unreachable, waiting to reconnect).
+    Down,
+    /// No reply within the request timeout.
+    Timeout,
+    /// The connection closed during a request.
+    Closed,
+    /// The server answered with an error.
+    ServerError,
+    /// The reply is not msgpack-numpy, or has no `actions`.
+    Malformed,
+    /// The reply's actions have the wrong shape.
+    Shape,
+}
+
+impl RemoteFault {
+    pub const ALL: [RemoteFault; 6] = [
+        RemoteFault::Down,
+        RemoteFault::Timeout,
+        RemoteFault::Closed,
+        RemoteFault::ServerError,
+        RemoteFault::Malformed,
+        RemoteFault::Shape,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RemoteFault::Down => "server_down",
+            RemoteFault::Timeout => "timeout",
+            RemoteFault::Closed => "closed",
+            RemoteFault::ServerError => "server_error",
+            RemoteFault::Malformed => "malformed_reply",
+            RemoteFault::Shape => "wrong_shape",
+        }
+    }
+}
+
+/// A remote policy's link, for the summary and the logs.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RemoteStats {
+    pub url: String,
+    pub requests: u64,
+    pub replies: u64,
+    /// Connections opened after the first.
+    pub reconnects: u64,
+    pub connected: bool,
+    /// Request-to-reply round trip, ms (the latest 1000 replies).
+    pub rtt_ms_p50: f64,
+    pub rtt_ms_p99: f64,
+    pub rtt_ms_max: f64,
+    /// The server's own `server_timing.infer_ms`, median.
+    pub server_infer_ms_p50: f64,
 }
 
 pub trait Policy: Send {
     fn name(&self) -> &str;
     /// Computes a chunk for `obs`; step 0 must be due at `obs.stamp`.
     fn infer(&mut self, obs: &Observation) -> Result<ActionChunk, PolicyError>;
+    /// A remote policy's link statistics.
+    fn remote_stats(&self) -> Option<RemoteStats> {
+        None
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +139,8 @@ pub enum PolicyBuildError {
     },
     #[error("{checkpoint}: {message}")]
     Cameras { checkpoint: String, message: String },
+    #[error("policy.openpi ({url}): {message}")]
+    Remote { url: String, message: String },
     #[error(
         "{checkpoint}: the model's state (input_features.observation.state) has {model} entries ({width_source}) but {layout} lists {config}"
     )]
@@ -109,6 +174,26 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
             p.action_map.action_dim(),
             p.latency_s,
         )?),
+        PolicySource::Openpi(opts) => {
+            let cameras: Vec<String> = cfg
+                .camera_sources()
+                .iter()
+                .enumerate()
+                .map(|(i, c)| c.model_name.clone().unwrap_or_else(|| format!("camera{i}")))
+                .collect();
+            Box::new(
+                openpi::OpenpiPolicy::new(
+                    opts,
+                    &cameras,
+                    p.action_map.action_dim(),
+                    p.step_period_s,
+                )
+                .map_err(|message| PolicyBuildError::Remote {
+                    url: opts.url.clone(),
+                    message,
+                })?,
+            )
+        }
         PolicySource::Pi0 {
             checkpoint,
             arch,

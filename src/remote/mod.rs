@@ -1,7 +1,7 @@
-//! Remote policy: openpi's websocket policy protocol (msgpack-numpy frames). `serve` puts
-//! pi0d's model behind it for any openpi client.
+//! Serving the policy to remote robots: `serve` puts pi0d's model behind openpi's websocket
+//! policy protocol (frames in `io::msgpack_numpy`) for any openpi client. pi0d's own client of
+//! that protocol is a policy backend (`policy::openpi`).
 
-pub mod msgpack_numpy;
 pub mod request;
 pub mod serve;
 

@@ -3,7 +3,7 @@
 //! pi0d's optional `noise` (the flow-matching start, for reproducible replies). Anything
 //! missing, extra, of another dtype or shape is refused naming the key and what was expected.
 
-use super::msgpack_numpy::{Dtype, Item, NdArray, WireError};
+use crate::io::msgpack_numpy::{Dtype, Item, NdArray, WireError};
 use crate::policy::{CameraFrame, PixelFormat};
 use crate::time::MonoTime;
 
@@ -49,6 +49,7 @@ fn found(item: &Item) -> String {
         Item::Text(_) => "a string".into(),
         Item::Number(_) => "a number".into(),
         Item::Bool(_) => "a boolean".into(),
+        Item::Map(_) => "a map".into(),
         Item::Other(k) => k.to_string(),
     }
 }

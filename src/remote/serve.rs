@@ -24,8 +24,8 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::msgpack_numpy::{self, NdArray, Out};
 use super::request::{Layout, Request as Observation};
+use crate::io::msgpack_numpy::{self, NdArray, Out};
 use crate::policy::pi0::pipeline::{error_chain, Pi0Pipeline};
 use crate::policy::CameraFrame;
 

@@ -125,6 +125,8 @@ pub enum Item {
     Text(String),
     Number(f64),
     Bool(bool),
+    /// A map that is not an array (a reply's `server_timing`).
+    Map(Vec<(String, Item)>),
     Other(&'static str),
 }
 
@@ -143,7 +145,7 @@ fn get<'a>(map: &'a [(Value, Value)], key: &str) -> Option<&'a Value> {
         .map(|(_, v)| v)
 }
 
-/// Decodes one request frame into its top-level keys, in order.
+/// Decodes one frame (a request, or a reply) into its top-level keys, in order.
 pub fn decode_request(bytes: &[u8]) -> Result<Vec<(String, Item)>, WireError> {
     let mut rd = bytes;
     let v = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH)?;
@@ -155,12 +157,16 @@ pub fn decode_request(bytes: &[u8]) -> Result<Vec<(String, Item)>, WireError> {
     }
     let Value::Map(entries) = v else {
         return Err(WireError::Request(format!(
-            "expected a map of observation keys, found {}",
+            "expected a map of keys, found {}",
             kind(&v)
         )));
     };
+    map_items(&entries)
+}
+
+fn map_items(entries: &[(Value, Value)]) -> Result<Vec<(String, Item)>, WireError> {
     let mut out = Vec::with_capacity(entries.len());
-    for (k, v) in &entries {
+    for (k, v) in entries {
         let Some(key) = key_text(k) else {
             return Err(WireError::Request(format!(
                 "a key is {}, not a string",
@@ -206,6 +212,7 @@ fn item(key: &str, v: &Value) -> Result<Item, WireError> {
             Some(Value::Boolean(b)) => Item::Bool(*b),
             _ => return Err(field(key, "a numpy scalar without a numeric `data`")),
         },
+        Value::Map(m) => Item::Map(map_items(m)?),
         other => Item::Other(kind(other)),
     })
 }
@@ -271,6 +278,7 @@ pub enum Out {
     Array(NdArray),
     Number(f64),
     Int(i64),
+    Bool(bool),
     Text(String),
     List(Vec<Out>),
     Map(Vec<(String, Out)>),
@@ -282,6 +290,7 @@ impl Out {
             Out::Array(a) => a.to_value(),
             Out::Number(x) => Value::F64(*x),
             Out::Int(i) => Value::from(*i),
+            Out::Bool(b) => Value::Boolean(*b),
             Out::Text(s) => Value::String(s.as_str().into()),
             Out::List(v) => Value::Array(v.iter().map(Out::to_value).collect()),
             Out::Map(m) => Value::Map(

@@ -1,0 +1,252 @@
+//! `[policy.openpi]`: the policy runs on a remote server speaking openpi's websocket protocol
+//! (openpi's own server, `pi0d serve`, or anything compatible). Where it is, how to
+//! authenticate, how long to wait, and how the observation is laid out for it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::check::Check;
+use super::ConfigError;
+
+/// `[policy.openpi]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOpenpi {
+    pub url: Option<String>,
+    /// The key itself (prefer api_key_env or api_key_file: a config file is often shared).
+    pub api_key: Option<String>,
+    pub api_key_env: Option<String>,
+    pub api_key_file: Option<PathBuf>,
+    pub connect_timeout_s: Option<f64>,
+    pub request_timeout_s: Option<f64>,
+    pub reconnect_initial_s: Option<f64>,
+    pub reconnect_max_s: Option<f64>,
+    /// Camera name (ros.cameras / sim.cameras) -> request key.
+    pub images: Option<BTreeMap<String, String>>,
+    pub state_key: Option<String>,
+    pub prompt_key: Option<String>,
+    /// Keys sent as they are with every request.
+    #[serde(default)]
+    pub extra: BTreeMap<String, toml::Value>,
+    /// Images are resized with pad to this square before sending (0: as captured).
+    pub image_size: Option<u32>,
+    /// Reply columns used (the first ones, in policy.action_joints order); default the
+    /// number of action joints.
+    pub action_dim: Option<usize>,
+    /// Largest reply accepted, MiB.
+    pub max_reply_mib: Option<u32>,
+}
+
+/// A secret: shown as `***` by `Debug`, so `check` and the logs never print it.
+#[derive(Clone, PartialEq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// A constant sent with every request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExtraValue {
+    Text(String),
+    Number(f64),
+    Bool(bool),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpenpiOptions {
+    /// ws://host:port[/path]
+    pub url: String,
+    pub api_key: Option<Secret>,
+    pub connect_timeout_s: f64,
+    pub request_timeout_s: f64,
+    pub reconnect_initial_s: f64,
+    pub reconnect_max_s: f64,
+    /// Camera name -> key; `None`: each camera as `observation.images.<name>` (what
+    /// `pi0d serve` takes).
+    pub images: Option<BTreeMap<String, String>>,
+    pub state_key: String,
+    pub prompt_key: String,
+    pub extra: Vec<(String, ExtraValue)>,
+    pub image_size: u32,
+    pub action_dim: Option<usize>,
+    pub max_reply_bytes: usize,
+}
+
+impl OpenpiOptions {
+    /// The key a camera is sent under.
+    pub fn image_key(&self, camera: &str) -> Option<String> {
+        match &self.images {
+            Some(m) => m.get(camera).cloned(),
+            None => Some(format!("observation.images.{camera}")),
+        }
+    }
+}
+
+/// The key from the config, its environment variable or its file.
+fn api_key(c: &Check, o: &RawOpenpi) -> Result<Option<Secret>, ConfigError> {
+    let given = [
+        o.api_key.is_some(),
+        o.api_key_env.is_some(),
+        o.api_key_file.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() > 1 {
+        return c.fail(
+            "policy.openpi.api_key",
+            "give one of api_key, api_key_env and api_key_file",
+        );
+    }
+    let key = if let Some(k) = &o.api_key {
+        k.clone()
+    } else if let Some(name) = &o.api_key_env {
+        match std::env::var(name) {
+            Ok(k) => k,
+            Err(_) => {
+                return c.fail(
+                    "policy.openpi.api_key_env",
+                    format!("the environment variable {name} is not set"),
+                )
+            }
+        }
+    } else if let Some(file) = &o.api_key_file {
+        let path = c.resolve(file);
+        match std::fs::read_to_string(&path) {
+            Ok(k) => k.trim().to_string(),
+            Err(e) => {
+                return c.fail(
+                    "policy.openpi.api_key_file",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            }
+        }
+    } else {
+        return Ok(None);
+    };
+    if key.is_empty() || key.chars().any(|ch| ch.is_control()) {
+        return c.fail(
+            "policy.openpi.api_key",
+            "the key is empty or has control characters (it goes in an HTTP header)",
+        );
+    }
+    Ok(Some(Secret(key)))
+}
+
+pub fn validate(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> {
+    let Some(url) = &o.url else {
+        return c.fail(
+            "policy.openpi.url",
+            "required: the policy server, e.g. \"ws://gpu-box:8000\"",
+        );
+    };
+    if url.starts_with("wss://") {
+        return c.fail(
+            "policy.openpi.url",
+            "wss:// is not supported yet: reach the server over ws:// on a trusted network, or through a TLS tunnel (ssh -L, stunnel) to a local ws:// port",
+        );
+    }
+    let host = url
+        .strip_prefix("ws://")
+        .map(|r| r.split('/').next().unwrap_or(""));
+    match host {
+        Some(h) if !h.is_empty() && !h.contains('@') => {}
+        _ => {
+            return c.fail(
+                "policy.openpi.url",
+                format!("\"{url}\" is not a ws://host[:port][/path] address"),
+            )
+        }
+    }
+    let seconds = |field: &str, v: Option<f64>, default: f64, lo: f64, hi: f64| {
+        c.in_range(
+            &format!("policy.openpi.{field}"),
+            v.unwrap_or(default),
+            lo,
+            hi,
+        )
+    };
+    let reconnect_initial_s = seconds(
+        "reconnect_initial_s",
+        o.reconnect_initial_s,
+        0.2,
+        0.01,
+        60.0,
+    )?;
+    let reconnect_max_s = seconds("reconnect_max_s", o.reconnect_max_s, 5.0, 0.01, 600.0)?;
+    if reconnect_max_s < reconnect_initial_s {
+        return c.fail(
+            "policy.openpi.reconnect_max_s",
+            format!("{reconnect_max_s} s is below reconnect_initial_s ({reconnect_initial_s} s)"),
+        );
+    }
+    let key_problem = |k: &str| k.is_empty() || k.len() > 256;
+    for (field, k) in [("state_key", &o.state_key), ("prompt_key", &o.prompt_key)] {
+        if k.as_deref().is_some_and(key_problem) {
+            return c.fail(
+                &format!("policy.openpi.{field}"),
+                "expected 1 to 256 characters",
+            );
+        }
+    }
+    if let Some(m) = &o.images {
+        if let Some((cam, _)) = m.iter().find(|(_, k)| key_problem(k)) {
+            return c.fail(
+                &format!("policy.openpi.images.{cam}"),
+                "expected a key of 1 to 256 characters",
+            );
+        }
+    }
+    let mut extra = Vec::with_capacity(o.extra.len());
+    for (k, v) in &o.extra {
+        let field = format!("policy.openpi.extra.{k}");
+        extra.push((
+            k.clone(),
+            match v {
+                toml::Value::String(s) => ExtraValue::Text(s.clone()),
+                toml::Value::Integer(i) => ExtraValue::Number(*i as f64),
+                toml::Value::Float(x) if x.is_finite() => ExtraValue::Number(*x),
+                toml::Value::Boolean(b) => ExtraValue::Bool(*b),
+                other => {
+                    return c.fail(
+                        &field,
+                        format!(
+                            "expected a string, a finite number or a boolean, found {}",
+                            other.type_str()
+                        ),
+                    )
+                }
+            },
+        ));
+    }
+    let image_size = o.image_size.unwrap_or(224);
+    if image_size > 4096 {
+        return c.fail(
+            "policy.openpi.image_size",
+            format!("expected 0 (as captured) to 4096, found {image_size}"),
+        );
+    }
+    if o.action_dim == Some(0) {
+        return c.fail("policy.openpi.action_dim", "expected at least 1");
+    }
+    Ok(OpenpiOptions {
+        url: url.clone(),
+        api_key: api_key(c, o)?,
+        connect_timeout_s: seconds("connect_timeout_s", o.connect_timeout_s, 3.0, 0.05, 60.0)?,
+        request_timeout_s: seconds("request_timeout_s", o.request_timeout_s, 2.0, 0.05, 60.0)?,
+        reconnect_initial_s,
+        reconnect_max_s,
+        images: o.images.clone(),
+        state_key: o
+            .state_key
+            .clone()
+            .unwrap_or_else(|| "observation.state".into()),
+        prompt_key: o.prompt_key.clone().unwrap_or_else(|| "prompt".into()),
+        extra,
+        image_size,
+        action_dim: o.action_dim,
+        max_reply_bytes: o.max_reply_mib.unwrap_or(16).clamp(1, 1024) as usize * 1024 * 1024,
+    })
+}

@@ -1,0 +1,501 @@
+//! `policy.backend = "openpi"`: the chunks come from a policy server speaking openpi's
+//! websocket protocol (openpi's own server, `pi0d serve`, anything compatible). The client runs
+//! on the inference worker, so the control loop never waits on the network; a reply's actions
+//! are a chunk like a local model's (validated, time-aligned to the observation, blended,
+//! governed). Every failure (down, stalled, closed, an error frame, a malformed or wrongly
+//! shaped reply) is a typed error and no chunk: the arm holds when the running chunk ends.
+//! A late reply is never taken for the next request's: a timeout drops the connection.
+
+use std::collections::VecDeque;
+use std::io::ErrorKind;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use tungstenite::client::IntoClientRequest;
+use tungstenite::protocol::WebSocketConfig;
+use tungstenite::{Message, WebSocket};
+
+use super::{
+    ActionChunk, CameraFrame, Observation, PixelFormat, Policy, PolicyError, RemoteFault,
+    RemoteStats,
+};
+use crate::config::{ExtraValue, OpenpiOptions};
+use crate::io::msgpack_numpy::{self, Dtype, Item, NdArray, Out};
+
+/// Round trips kept for the percentiles.
+const RTT_WINDOW: usize = 1000;
+/// The longest a request waits for its reconnection time before giving up this time.
+const MAX_WAIT_FOR_RECONNECT: Duration = Duration::from_millis(250);
+
+fn fault(fault: RemoteFault, message: impl Into<String>) -> PolicyError {
+    PolicyError::Remote {
+        fault,
+        message: message.into(),
+    }
+}
+
+pub struct OpenpiPolicy {
+    opts: OpenpiOptions,
+    /// Per observation image (the configured camera order): its request key.
+    image_keys: Vec<String>,
+    action_dim: usize,
+    step_period_s: f64,
+    ws: Option<WebSocket<TcpStream>>,
+    backoff: Duration,
+    next_attempt: Instant,
+    last_error: Option<String>,
+    connects: u64,
+    stats: RemoteStats,
+    rtt_ms: VecDeque<f64>,
+    server_ms: VecDeque<f64>,
+}
+
+impl OpenpiPolicy {
+    /// `cameras`: the configured cameras' names, in observation order.
+    pub fn new(
+        opts: &OpenpiOptions,
+        cameras: &[String],
+        action_dim: usize,
+        step_period_s: f64,
+    ) -> Result<OpenpiPolicy, String> {
+        let mut image_keys = Vec::with_capacity(cameras.len());
+        for cam in cameras {
+            match opts.image_key(cam) {
+                Some(k) => image_keys.push(k),
+                None => {
+                    return Err(format!(
+                        "camera `{cam}` has no key in policy.openpi.images (it maps {})",
+                        opts.images
+                            .as_ref()
+                            .map(|m| m.keys().cloned().collect::<Vec<_>>().join(", "))
+                            .unwrap_or_default()
+                    ))
+                }
+            }
+        }
+        if let Some(m) = &opts.images {
+            if let Some(extra) = m.keys().find(|k| !cameras.contains(k)) {
+                return Err(format!(
+                    "policy.openpi.images.{extra}: no such camera (the cameras are {})",
+                    cameras.join(", ")
+                ));
+            }
+        }
+        Ok(OpenpiPolicy {
+            opts: opts.clone(),
+            image_keys,
+            action_dim: opts.action_dim.unwrap_or(action_dim),
+            step_period_s,
+            ws: None,
+            backoff: Duration::from_secs_f64(opts.reconnect_initial_s),
+            next_attempt: Instant::now(),
+            last_error: None,
+            connects: 0,
+            stats: RemoteStats {
+                url: opts.url.clone(),
+                ..RemoteStats::default()
+            },
+            rtt_ms: VecDeque::new(),
+            server_ms: VecDeque::new(),
+        })
+    }
+
+    /// Drops the connection after `e` and schedules the next attempt (capped exponential).
+    fn failed(&mut self, e: PolicyError) -> PolicyError {
+        if let Some(mut ws) = self.ws.take() {
+            let _ = ws.close(None);
+        }
+        self.next_attempt = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(Duration::from_secs_f64(self.opts.reconnect_max_s));
+        self.last_error = Some(e.to_string());
+        self.stats.connected = false;
+        e
+    }
+
+    fn connect(&mut self) -> Result<(), PolicyError> {
+        let down = |m: String| fault(RemoteFault::Down, m);
+        let url = &self.opts.url;
+        let mut request = url
+            .as_str()
+            .into_client_request()
+            .map_err(|e| down(format!("{url}: {e}")))?;
+        if let Some(key) = &self.opts.api_key {
+            let value = format!("Api-Key {}", key.0)
+                .parse()
+                .map_err(|_| down("the API key is not a valid header value".into()))?;
+            request.headers_mut().insert("authorization", value);
+        }
+        let uri = request.uri();
+        let host = uri.host().unwrap_or_default().to_string();
+        let port = uri.port_u16().unwrap_or(80);
+        let timeout = Duration::from_secs_f64(self.opts.connect_timeout_s);
+        let addr = (host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| down(format!("{url}: cannot resolve {host}: {e}")))?
+            .next()
+            .ok_or_else(|| down(format!("{url}: {host} has no address")))?;
+        let stream =
+            TcpStream::connect_timeout(&addr, timeout).map_err(|e| down(format!("{url}: {e}")))?;
+        let _ = stream.set_nodelay(true);
+        stream
+            .set_read_timeout(Some(timeout))
+            .and_then(|()| stream.set_write_timeout(Some(timeout)))
+            .map_err(|e| down(format!("{url}: {e}")))?;
+        let config = WebSocketConfig {
+            max_message_size: Some(self.opts.max_reply_bytes),
+            max_frame_size: Some(self.opts.max_reply_bytes),
+            ..Default::default()
+        };
+        let (mut ws, _) = tungstenite::client::client_with_config(request, stream, Some(config))
+            .map_err(|e| match e {
+                tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r)) => down(format!(
+                    "{url} refused the connection: HTTP {}{}",
+                    r.status(),
+                    if r.status() == 401 || r.status() == 403 {
+                        " (check policy.openpi's API key)"
+                    } else {
+                        ""
+                    }
+                )),
+                e => down(format!("{url}: handshake: {e}")),
+            })?;
+        // openpi's server sends its metadata first.
+        let metadata = match ws.read() {
+            Ok(Message::Binary(b)) => b,
+            Ok(other) => {
+                return Err(fault(
+                    RemoteFault::Malformed,
+                    format!(
+                        "{url}: expected the metadata frame first, got {}",
+                        describe(&other)
+                    ),
+                ))
+            }
+            Err(e) => return Err(down(format!("{url}: no metadata frame: {e}"))),
+        };
+        let meta = msgpack_numpy::decode_request(&metadata)
+            .map_err(|e| fault(RemoteFault::Malformed, format!("{url}: metadata: {e}")))?;
+        self.connects += 1;
+        self.stats.reconnects = self.connects.saturating_sub(1);
+        self.stats.connected = true;
+        self.backoff = Duration::from_secs_f64(self.opts.reconnect_initial_s);
+        tracing::info!(
+            url = %url,
+            metadata = %summarize(&meta),
+            "connected to the policy server"
+        );
+        self.ws = Some(ws);
+        Ok(())
+    }
+
+    fn request(&self, obs: &Observation) -> Result<Vec<u8>, PolicyError> {
+        let mut entries = Vec::with_capacity(self.image_keys.len() + 3);
+        for (k, img) in self.image_keys.iter().zip(&obs.images) {
+            // A camera without a frame yet is left out (the server masks or refuses it).
+            if let Some(f) = img {
+                let (h, w, data) = rgb_resized(f, self.opts.image_size);
+                entries.push((
+                    k.clone(),
+                    Out::Array(NdArray {
+                        dtype: Dtype::U8,
+                        shape: vec![h, w, 3],
+                        data,
+                    }),
+                ));
+            }
+        }
+        let state: Vec<f32> = obs.state.iter().map(|x| *x as f32).collect();
+        entries.push((
+            self.opts.state_key.clone(),
+            Out::Array(NdArray::f32(vec![state.len()], &state)),
+        ));
+        entries.push((self.opts.prompt_key.clone(), Out::Text(obs.prompt.clone())));
+        for (k, v) in &self.opts.extra {
+            entries.push((
+                k.clone(),
+                match v {
+                    ExtraValue::Text(s) => Out::Text(s.clone()),
+                    ExtraValue::Number(x) => Out::Number(*x),
+                    ExtraValue::Bool(b) => Out::Bool(*b),
+                },
+            ));
+        }
+        Ok(msgpack_numpy::encode(&Out::Map(entries)))
+    }
+
+    /// Sends `bytes` and waits for the reply until the request timeout.
+    fn round_trip(&mut self, bytes: Vec<u8>) -> Result<Vec<u8>, PolicyError> {
+        let deadline = Instant::now() + Duration::from_secs_f64(self.opts.request_timeout_s);
+        let timeout_s = self.opts.request_timeout_s;
+        let Some(ws) = self.ws.as_mut() else {
+            return Err(fault(RemoteFault::Down, "not connected"));
+        };
+        ws.send(Message::Binary(bytes))
+            .map_err(|e| io_fault(e, timeout_s))?;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(fault(
+                    RemoteFault::Timeout,
+                    format!("no reply within {timeout_s} s"),
+                ));
+            }
+            let _ = ws.get_mut().set_read_timeout(Some(left));
+            match ws.read() {
+                Ok(Message::Binary(b)) => return Ok(b),
+                Ok(Message::Text(t)) => {
+                    return Err(fault(RemoteFault::ServerError, first_lines(&t)));
+                }
+                Ok(Message::Close(c)) => {
+                    return Err(fault(
+                        RemoteFault::Closed,
+                        format!(
+                            "the server closed the connection during the request{}",
+                            c.map(|c| format!(" ({}: {})", c.code, c.reason))
+                                .unwrap_or_default()
+                        ),
+                    ))
+                }
+                Ok(_) => continue,
+                Err(e) => return Err(io_fault(e, timeout_s)),
+            }
+        }
+    }
+
+    /// The reply's `actions`, the first `action_dim` columns, as a chunk for `obs`.
+    fn chunk(&mut self, reply: &[u8], obs: &Observation) -> Result<ActionChunk, PolicyError> {
+        let malformed = |m: String| fault(RemoteFault::Malformed, m);
+        let items = msgpack_numpy::decode_request(reply).map_err(|e| malformed(e.to_string()))?;
+        let mut actions = None;
+        for (k, v) in items {
+            match (k.as_str(), v) {
+                ("actions", Item::Array(a)) => actions = Some(a),
+                ("actions", other) => {
+                    return Err(malformed(format!("`actions` is not an array ({other:?})")))
+                }
+                ("server_timing", Item::Map(m)) => {
+                    if let Some((_, Item::Number(ms))) = m.iter().find(|(k, _)| k == "infer_ms") {
+                        push(&mut self.server_ms, *ms);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(a) = actions else {
+            return Err(malformed("the reply has no `actions`".into()));
+        };
+        if !matches!(a.dtype, Dtype::F32 | Dtype::F64) {
+            return Err(fault(
+                RemoteFault::Shape,
+                format!("`actions` is {}, expected <f4 or <f8", a.dtype.name()),
+            ));
+        }
+        let (h, d) = match a.shape.as_slice() {
+            [h, d] | [1, h, d] => (*h, *d),
+            s => {
+                return Err(fault(
+                    RemoteFault::Shape,
+                    format!("`actions` has shape {s:?}, expected [horizon, action_dim]"),
+                ))
+            }
+        };
+        if h < 2 || d < self.action_dim {
+            return Err(fault(
+                RemoteFault::Shape,
+                format!(
+                    "`actions` is [{h}, {d}]: expected at least 2 steps of at least {} values (policy.action_joints)",
+                    self.action_dim
+                ),
+            ));
+        }
+        let values = a.to_f32();
+        let mut out = Vec::with_capacity(h * self.action_dim);
+        for row in values.chunks_exact(d) {
+            // Non-finite values go on: the chunk checks refuse them, as for a local model.
+            out.extend(row[..self.action_dim].iter().map(|x| *x as f64));
+        }
+        Ok(ActionChunk {
+            obs_stamp: obs.stamp,
+            step_period_s: self.step_period_s,
+            action_dim: self.action_dim,
+            actions: out,
+        })
+    }
+}
+
+fn push(q: &mut VecDeque<f64>, x: f64) {
+    if q.len() == RTT_WINDOW {
+        q.pop_front();
+    }
+    q.push_back(x);
+}
+
+fn percentile(q: &VecDeque<f64>, p: f64) -> f64 {
+    if q.is_empty() {
+        return 0.0;
+    }
+    let mut v: Vec<f64> = q.iter().copied().collect();
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn io_fault(e: tungstenite::Error, timeout_s: f64) -> PolicyError {
+    match e {
+        tungstenite::Error::Io(io)
+            if matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
+        {
+            fault(
+                RemoteFault::Timeout,
+                format!("no reply within {timeout_s} s"),
+            )
+        }
+        tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed => fault(
+            RemoteFault::Closed,
+            "the connection closed during the request",
+        ),
+        tungstenite::Error::Io(io) => fault(RemoteFault::Closed, format!("connection lost: {io}")),
+        tungstenite::Error::Capacity(c) => {
+            fault(RemoteFault::Malformed, format!("reply too large: {c}"))
+        }
+        e => fault(RemoteFault::Malformed, e.to_string()),
+    }
+}
+
+fn describe(m: &Message) -> &'static str {
+    match m {
+        Message::Text(_) => "a text frame",
+        Message::Binary(_) => "a binary frame",
+        Message::Close(_) => "a close",
+        _ => "a control frame",
+    }
+}
+
+/// The last lines of a server's error text (openpi's server sends a whole traceback).
+fn first_lines(t: &str) -> String {
+    let lines: Vec<&str> = t.trim_end().lines().collect();
+    let tail = &lines[lines.len().saturating_sub(3)..];
+    format!("the server answered with an error: {}", tail.join(" | "))
+}
+
+fn summarize(meta: &[(String, Item)]) -> String {
+    meta.iter()
+        .map(|(k, v)| match v {
+            Item::Text(t) => format!("{k}={t}"),
+            Item::Number(x) => format!("{k}={x}"),
+            _ => k.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `f` as RGB8 `[h, w, 3]`, resized with pad into a `size` square as openpi's client does
+/// (aspect kept, bilinear, black borders, centred); `size` 0 leaves it as captured.
+pub fn rgb_resized(f: &CameraFrame, size: u32) -> (usize, usize, Vec<u8>) {
+    let rgb: Vec<u8> = match f.format {
+        PixelFormat::Rgb8 => f.data.clone(),
+        PixelFormat::Bgr8 => f
+            .data
+            .chunks_exact(3)
+            .flat_map(|p| [p[2], p[1], p[0]])
+            .collect(),
+        PixelFormat::Mono8 => f.data.iter().flat_map(|g| [*g, *g, *g]).collect(),
+    };
+    let (w, h) = (f.width, f.height);
+    let Some(img) = image::RgbImage::from_raw(w, h, rgb) else {
+        // A frame shorter than its size (the decoders refuse those first): sent black.
+        let s = size.max(1) as usize;
+        return (s, s, vec![0; s * s * 3]);
+    };
+    if size == 0 || (w == size && h == size) {
+        return (h as usize, w as usize, img.into_raw());
+    }
+    let ratio = (w as f64 / size as f64).max(h as f64 / size as f64);
+    let (rw, rh) = (
+        ((w as f64 / ratio) as u32).clamp(1, size),
+        ((h as f64 / ratio) as u32).clamp(1, size),
+    );
+    let resized = image::imageops::resize(&img, rw, rh, image::imageops::FilterType::Triangle);
+    let mut out = image::RgbImage::new(size, size);
+    image::imageops::replace(
+        &mut out,
+        &resized,
+        ((size - rw) / 2) as i64,
+        ((size - rh) / 2) as i64,
+    );
+    (size as usize, size as usize, out.into_raw())
+}
+
+impl Policy for OpenpiPolicy {
+    fn name(&self) -> &str {
+        "openpi"
+    }
+
+    fn infer(&mut self, obs: &Observation) -> Result<ActionChunk, PolicyError> {
+        if self.ws.is_none() {
+            let now = Instant::now();
+            if now < self.next_attempt {
+                // The worker asks again at once: wait a little here rather than spin.
+                std::thread::sleep((self.next_attempt - now).min(MAX_WAIT_FOR_RECONNECT));
+                if Instant::now() < self.next_attempt {
+                    return Err(fault(
+                        RemoteFault::Down,
+                        format!(
+                            "reconnecting to {} (last error: {})",
+                            self.opts.url,
+                            self.last_error.as_deref().unwrap_or("none")
+                        ),
+                    ));
+                }
+            }
+            if let Err(e) = self.connect() {
+                return Err(self.failed(e));
+            }
+        }
+        let bytes = self.request(obs)?;
+        self.stats.requests += 1;
+        let sent = Instant::now();
+        let reply = match self.round_trip(bytes) {
+            Ok(r) => r,
+            Err(e) => return Err(self.failed(e)),
+        };
+        push(&mut self.rtt_ms, sent.elapsed().as_secs_f64() * 1e3);
+        self.stats.replies += 1;
+        // A malformed reply is the server's fault but the link is fine: keep it.
+        self.chunk(&reply, obs)
+    }
+
+    fn remote_stats(&self) -> Option<RemoteStats> {
+        Some(RemoteStats {
+            rtt_ms_p50: percentile(&self.rtt_ms, 0.5),
+            rtt_ms_p99: percentile(&self.rtt_ms, 0.99),
+            rtt_ms_max: self.rtt_ms.iter().copied().fold(0.0, f64::max),
+            server_infer_ms_p50: percentile(&self.server_ms, 0.5),
+            ..self.stats.clone()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::MonoTime;
+
+    #[test]
+    fn when_a_frame_is_resized_with_pad_expect_aspect_kept_and_black_borders() {
+        let f = CameraFrame {
+            stamp: MonoTime::ZERO,
+            width: 8,
+            height: 4,
+            format: PixelFormat::Bgr8,
+            data: [10u8, 20, 30].repeat(32),
+        };
+        let (h, w, data) = rgb_resized(&f, 4);
+        assert_eq!((h, w, data.len()), (4, 4, 48));
+        // Rows 0 and 3 are the pad; rows 1 and 2 the image, BGR turned RGB.
+        assert!(data[..12].iter().all(|b| *b == 0));
+        assert_eq!(&data[12..15], &[30, 20, 10]);
+        assert!(data[36..].iter().all(|b| *b == 0));
+        let (h, w, same) = rgb_resized(&f, 0);
+        assert_eq!((h, w, same.len()), (4, 8, 96));
+    }
+}

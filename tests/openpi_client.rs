@@ -1,0 +1,229 @@
+//! pi0d's openpi client (`policy.backend = "openpi"`) against openpi's own server (PyPI
+//! openpi-server, WebsocketPolicyServer unchanged, tests/peers/faulty_openpi_server.py): the daemon
+//! drives the simulated arm from the server's chunks with openpi's key layout; a server that
+//! answers with an error, NaN, a wrongly shaped reply, closes mid-request or stalls past the
+//! timeout makes the arm hold with the reason in the summary, never moves it from bad data,
+//! and the run resumes once the server answers again. Then: a server that is not there.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::*;
+use toml::Value;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn openpi_config(port: u16) -> toml::Table {
+    let mut cfg = sim_config();
+    let p = cfg["policy"].as_table_mut().unwrap();
+    p.insert("kind".into(), Value::String("pi0".into()));
+    for k in [
+        "amplitude",
+        "frequency_hz",
+        "latency_s",
+        "checkpoint",
+        "threads",
+        "seed",
+    ] {
+        p.remove(k);
+    }
+    with_backend(
+        &mut cfg,
+        "openpi",
+        &[
+            ("url", Value::String(format!("ws://127.0.0.1:{port}"))),
+            (
+                "images",
+                table(&[("front", Value::String("observation/image".into()))]),
+            ),
+            ("state_key", Value::String("observation/state".into())),
+            ("request_timeout_s", Value::Float(1.0)),
+            ("reconnect_initial_s", Value::Float(0.1)),
+            ("reconnect_max_s", Value::Float(0.5)),
+            ("extra", table(&[("observation/flag", Value::Integer(1))])),
+        ],
+    );
+    cfg
+}
+
+#[test]
+fn when_openpis_server_drives_the_arm_and_then_fails_every_way_expect_holds_named_and_a_resume() {
+    let port = free_port();
+    let dir = scratch_dir("openpi-client");
+    let report = dir.join("server.json");
+    let mut server = Command::new(peer_python())
+        .arg(root().join("tests/peers/faulty_openpi_server.py"))
+        .args(["--port", &port.to_string(), "--report"])
+        .arg(&report)
+        .args([
+            "--faults",
+            "6:error,7:nan,8:shape,9:close,10:stall,11:error",
+        ])
+        .stdout(Stdio::piped())
+        // Its tracebacks (the faults) stay out of the test's output.
+        .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let cfg = openpi_config(port);
+    let run = run_daemon("openpi-client-run", &cfg, 14.0);
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(server.id() as i32, libc::SIGTERM);
+    }
+    server.wait().unwrap();
+    let seen: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let s = run.summary();
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+
+    // What the client sent: openpi's layout, 224x224 uint8 images, float32 state, the
+    // prompt and the extra key.
+    assert_eq!(seen["bad_requests"], serde_json::json!([]), "{seen}");
+    assert_eq!(
+        strings(&seen["prompts"]),
+        ["pick up the red cube and put it in the bowl"]
+    );
+    assert_eq!(seen["extra"], 1.0);
+    // Every fault was served, each ended as a hold with its reason, none moved the arm.
+    for f in ["error", "nan", "shape", "close", "stall"] {
+        assert!(seen["faults"][f].as_u64().unwrap() >= 1, "{f}: {seen}");
+    }
+    let kinds = &s["policy_errors_by_kind"];
+    for k in ["server_error", "wrong_shape", "closed", "timeout"] {
+        assert!(kinds[k].as_u64().unwrap_or(0) >= 1, "{k}: {s}");
+    }
+    assert!(run.rejected("non_finite") >= 1, "the NaN chunk: {s}");
+    assert!(
+        s["last_policy_error"].is_string(),
+        "the latest error is in the summary: {s}"
+    );
+    assert!(
+        run.stderr.contains("the model is not loaded"),
+        "the server's error is logged:\n{}",
+        run.stderr
+    );
+    // ... and the run went on from the server's good replies afterwards.
+    assert!(seen["normal_after_faults"].as_u64().unwrap() >= 4, "{seen}");
+    assert!(s["chunks_accepted"].as_u64().unwrap() >= 10, "{s}");
+    let remote = &s["remote_policy"];
+    assert!(remote["reconnects"].as_u64().unwrap() >= 3, "{remote}");
+    assert!(remote["rtt_ms_p50"].as_f64().unwrap() > 0.0, "{remote}");
+    assert!(remote["server_infer_ms_p50"].as_f64().unwrap() >= 0.0);
+    assert_eq!(remote["connected"], true, "{remote}");
+    let moved: f64 = s["max_abs_velocity"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(moved > 0.01, "the server's chunks moved the arm: {s}");
+}
+
+#[test]
+fn when_no_server_is_there_expect_a_hold_naming_it_and_a_clean_stop() {
+    let cfg = openpi_config(free_port());
+    let run = run_daemon("openpi-client-down", &cfg, 2.0);
+    let s = run.summary();
+    assert_eq!(s["chunks_accepted"], 0, "{s}");
+    assert!(
+        s["policy_errors_by_kind"]["server_down"].as_u64().unwrap() >= 2,
+        "{s}"
+    );
+    let last = s["last_policy_error"].as_str().unwrap();
+    assert!(last.contains("ws://127.0.0.1:"), "{last}");
+    assert_eq!(s["remote_policy"]["connected"], false);
+    assert_eq!(s["limit_violations"], 0);
+    assert!(run.code() >= 0, "{}", run.stderr);
+}
+
+/// pi0d on both sides: the robot-side daemon's openpi client (default keys: the camera's
+/// name as `observation.images.<name>`, `observation.state`, `prompt`) against `pi0d serve`
+/// of the bundled tiny model, with the API key from an environment variable on both; a wrong
+/// key is refused (HTTP 401) and named; `check` never prints the key.
+#[test]
+fn when_pi0d_drives_the_arm_from_pi0d_serve_with_a_key_expect_chunks_and_a_wrong_key_named() {
+    let mut server = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["serve", "--checkpoint"])
+        .arg(root().join("models/tiny-pi0"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--api-key-env",
+            "SERVE_KEY",
+            "--threads",
+            "1",
+        ])
+        .env("SERVE_KEY", "sekrit-123")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(server.stderr.take().unwrap());
+    let port = loop {
+        let mut line = String::new();
+        assert!(log.read_line(&mut line).unwrap() > 0, "server ended");
+        if let Some(p) = line.split("local=127.0.0.1:").nth(1) {
+            break p.trim().parse::<u16>().unwrap();
+        }
+    };
+    std::thread::spawn(move || for _ in log.lines() {});
+    let mut cfg = openpi_config(port);
+    let o = cfg["policy"]["openpi"].as_table_mut().unwrap();
+    for k in ["images", "state_key", "extra"] {
+        o.remove(k);
+    }
+    o.insert("api_key_env".into(), Value::String("ROBOT_KEY".into()));
+    std::env::set_var("ROBOT_KEY", "sekrit-123");
+    let good = run_daemon("openpi-pi0d-serve", &cfg, 5.0);
+    std::env::set_var("ROBOT_KEY", "not-the-key");
+    let bad = run_daemon("openpi-pi0d-serve-bad-key", &cfg, 1.5);
+    cfg["policy"]["openpi"]
+        .as_table_mut()
+        .unwrap()
+        .insert("api_key".into(), Value::String("sekrit-123".into()));
+    cfg["policy"]["openpi"]
+        .as_table_mut()
+        .unwrap()
+        .remove("api_key_env");
+    let (code, check) = check_config("openpi-check-key", &cfg);
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(server.id() as i32, libc::SIGTERM);
+    }
+    server.wait().unwrap();
+
+    let s = good.summary();
+    // (The tiny model's random actions press the gripper on its position limits, where the
+    // governor may brake harder than the jerk limit: limits are what is checked here.)
+    assert_eq!(s["limit_violations"], 0, "{s}");
+    assert!(
+        s["chunks_accepted"].as_u64().unwrap() >= 3,
+        "{s}\n{}",
+        good.stderr
+    );
+    assert_eq!(s["remote_policy"]["reconnects"], 0, "{s}");
+    let b = bad.summary();
+    assert_eq!(b["chunks_accepted"], 0, "{b}");
+    let last = b["last_policy_error"].as_str().unwrap();
+    assert!(
+        last.contains("HTTP 401") && last.contains("API key"),
+        "{last}"
+    );
+    assert_eq!(code, Some(0), "{check}");
+    assert!(check.contains("api_key: Some(***)"), "{check}");
+    assert!(!check.contains("sekrit-123"), "{check}");
+    assert!(!good.stderr.contains("sekrit-123") && !bad.stderr.contains("sekrit-123"));
+}
