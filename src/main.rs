@@ -43,7 +43,8 @@ enum Command {
 
 #[derive(Args)]
 struct ServeArgs {
-    /// Configuration file whose [policy] section (pi0 on any backend) is served.
+    /// Configuration file whose [policy] section (pi0 on any backend) is served, with its
+    /// [serve] section; the options below override it.
     #[arg(long, conflicts_with_all = ["checkpoint", "arch"])]
     config: Option<PathBuf>,
     /// Or a checkpoint directory, served on the CPU.
@@ -51,8 +52,9 @@ struct ServeArgs {
     checkpoint: Option<PathBuf>,
     #[arg(long)]
     arch: Option<PathBuf>,
-    #[arg(long, default_value = "127.0.0.1:8000")]
-    listen: std::net::SocketAddr,
+    /// Address to listen on (default 127.0.0.1:8000).
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
     /// Clients must send `Authorization: Api-Key <key>` with the key in this environment
     /// variable (never on the command line, where `ps` shows it).
     #[arg(long)]
@@ -60,18 +62,38 @@ struct ServeArgs {
     /// A model camera requests may leave out (fed masked, as lerobot does); repeatable.
     #[arg(long = "optional-camera")]
     optional_cameras: Vec<String>,
+    /// CAMERA=KEY: the request key of a model camera (default observation.images.CAMERA),
+    /// e.g. cam0=observation/image; repeatable.
+    #[arg(long = "image-key", value_parser = camera_key)]
+    image_keys: Vec<(String, String)>,
+    /// The state's request key (default observation.state).
+    #[arg(long)]
+    state_key: Option<String>,
+    /// The prompt's request key (default prompt).
+    #[arg(long)]
+    prompt_key: Option<String>,
+    /// A request key accepted and dropped; repeatable.
+    #[arg(long = "ignore-key")]
+    ignore_keys: Vec<String>,
     /// Compute threads (default: all cores).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
     /// Seed of the noise for requests that bring none (`noise` in the request sets it).
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Largest request frame, MiB.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    max_request_mib: u32,
-    /// Requests that may wait for the model; one more is answered "busy".
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    queue: u32,
+    /// Largest request frame, MiB (default 16).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    max_request_mib: Option<u32>,
+    /// Requests that may wait for the model; one more is answered "busy" (default 8).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    queue: Option<u32>,
+}
+
+fn camera_key(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((c, k)) if !c.is_empty() && !k.is_empty() => Ok((c.to_string(), k.to_string())),
+        _ => Err(format!("expected CAMERA=KEY, found \"{s}\"")),
+    }
 }
 
 #[derive(Args)]
@@ -303,51 +325,40 @@ fn compute_threads(threads: usize) -> Result<(), Failure> {
 }
 
 fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
+    use pi0d::config::serve::ServeConfig;
     use pi0d::policy::pi0::pipeline::{BackendOptions, Pi0Pipeline, PipelineOptions};
-    let api_key = match &a.api_key_env {
-        Some(name) => match std::env::var(name) {
-            Ok(k) if !k.is_empty() => Some(k),
-            _ => {
-                return Err(Failure::new(
-                    ExitReason::Usage,
-                    anyhow::anyhow!("--api-key-env {name}: the variable is not set or empty"),
-                ))
-            }
-        },
-        None => None,
-    };
-    let (options, optional, seed) = match &a.config {
+    let (options, optional, seed, mut sc) = match &a.config {
         Some(path) => {
             let cfg = load_config(Some(path.clone()), ros)?;
-            match cfg.policy.source {
-                pi0d::config::PolicySource::Pi0 {
+            let pi0d::config::PolicySource::Pi0 {
+                checkpoint,
+                arch,
+                tokenizer,
+                threads,
+                seed,
+                backend,
+            } = cfg.policy.source
+            else {
+                return Err(Failure::new(
+                    ExitReason::InvalidInput,
+                    anyhow::anyhow!(
+                        "{}: policy.kind must be \"pi0\" with a local backend to serve it",
+                        path.display()
+                    ),
+                ));
+            };
+            (
+                PipelineOptions {
                     checkpoint,
                     arch,
                     tokenizer,
                     threads,
-                    seed,
                     backend,
-                } => (
-                    PipelineOptions {
-                        checkpoint,
-                        arch,
-                        tokenizer,
-                        threads,
-                        backend,
-                    },
-                    cfg.policy.optional_cameras.clone(),
-                    seed,
-                ),
-                _ => {
-                    return Err(Failure::new(
-                        ExitReason::InvalidInput,
-                        anyhow::anyhow!(
-                            "{}: policy.kind must be \"pi0\" to serve it",
-                            path.display()
-                        ),
-                    ))
-                }
-            }
+                },
+                cfg.policy.optional_cameras.clone(),
+                seed,
+                cfg.serve.clone(),
+            )
         }
         None => (
             PipelineOptions {
@@ -357,18 +368,43 @@ fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
                 threads: a.threads.map_or_else(all_cores, usize::from),
                 backend: BackendOptions::Cpu,
             },
-            a.optional_cameras.clone(),
+            Vec::new(),
             a.seed,
+            ServeConfig::default(),
         ),
+    };
+    // The command line over [serve].
+    let optional: Vec<String> = optional
+        .into_iter()
+        .chain(a.optional_cameras.clone())
+        .collect();
+    sc.keys.images.extend(a.image_keys.iter().cloned());
+    sc.keys.state_key = a.state_key.clone().or(sc.keys.state_key);
+    sc.keys.prompt_key = a.prompt_key.clone().or(sc.keys.prompt_key);
+    sc.keys.ignore.extend(a.ignore_keys.iter().cloned());
+    let listen = a
+        .listen
+        .or(sc.listen)
+        .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 8000)));
+    let api_key = match a.api_key_env.as_ref().or(sc.api_key_env.as_ref()) {
+        Some(name) => match std::env::var(name) {
+            Ok(k) if !k.is_empty() => Some(k),
+            _ => {
+                return Err(Failure::new(
+                    ExitReason::Usage,
+                    anyhow::anyhow!("api key from {name}: the variable is not set or empty"),
+                ))
+            }
+        },
+        None => None,
     };
     compute_threads(options.threads)?;
     let pipeline = classified(Pi0Pipeline::load(&options))?;
-    let layout = pi0d::remote::checkpoint_layout(&pipeline, &optional)
+    let layout = pi0d::remote::checkpoint_layout(&pipeline, &optional, &sc.keys)
         .map_err(|e| Failure::new(ExitReason::InvalidInput, anyhow::anyhow!(e)))?;
     say(&format!(
-        "serving {} on ws://{} (takes {}{})",
+        "serving {} on ws://{listen} (takes {}{})",
         options.checkpoint.display(),
-        a.listen,
         layout.keys().join(", "),
         if api_key.is_some() {
             "; API key required"
@@ -377,10 +413,12 @@ fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
         }
     ));
     let opts = pi0d::remote::serve::ServeOptions {
-        listen: a.listen,
+        listen,
         api_key,
-        max_request_bytes: a.max_request_mib as usize * 1024 * 1024,
-        queue: a.queue as usize,
+        max_request_bytes: a.max_request_mib.or(sc.max_request_mib).unwrap_or(16) as usize
+            * 1024
+            * 1024,
+        queue: a.queue.or(sc.queue).unwrap_or(8) as usize,
         seed,
     };
     pi0d::remote::serve::serve(pipeline, layout, opts)

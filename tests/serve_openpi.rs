@@ -8,36 +8,23 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
 use pi0d::policy::pi0::tensorfile::TensorFile;
 
-#[test]
-fn when_openpis_client_talks_to_pi0d_serve_expect_lerobots_actions_and_every_bad_request_refused() {
-    let dir = scratch_dir("serve-openpi");
-    let case = root().join("tests/fixtures/cases/pi0_end_to_end");
+/// `pi0d serve ARGS` with the API key `k3y`; its port (from its log line) and a thread
+/// collecting the rest of its log.
+fn start_server(args: &[&std::ffi::OsStr]) -> (Child, u16, std::thread::JoinHandle<String>) {
     let mut server = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args(["serve", "--checkpoint"])
-        .arg(root().join("tests/fixtures/pi0_float32"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--optional-camera",
-            "cam2",
-            "--api-key-env",
-            "PI0D_TEST_KEY",
-            "--max-request-mib",
-            "1",
-            "--threads",
-            "1",
-        ])
+        .arg("serve")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0", "--api-key-env", "PI0D_TEST_KEY"])
         .env("PI0D_TEST_KEY", "k3y")
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The port the kernel gave it, from its log line; the rest of the log kept for messages.
     let mut log = BufReader::new(server.stderr.take().unwrap());
     let mut port = None;
     let mut seen = String::new();
@@ -52,15 +39,53 @@ fn when_openpis_client_talks_to_pi0d_serve_expect_lerobots_actions_and_every_bad
             .and_then(|p| p.trim().parse::<u16>().ok());
         seen.push_str(&line);
     }
-    let port = port.unwrap();
     let rest = std::thread::spawn(move || {
-        let mut all = String::new();
+        let mut all = seen;
         for line in log.lines().map_while(Result::ok) {
             all.push_str(&line);
             all.push('\n');
         }
         all
     });
+    (server, port.unwrap(), rest)
+}
+
+fn actions(r: &serde_json::Value) -> Vec<f32> {
+    r["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| row.as_array().unwrap().iter())
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+/// The largest difference from lerobot's actions for the end-to-end case.
+fn error_against_lerobot(case: &std::path::Path, got: &[f32]) -> f32 {
+    let want = TensorFile::read(&case.join("expected.safetensors")).unwrap();
+    let (_, want) = want.f32("actions", &[Some(1), Some(50), Some(7)]).unwrap();
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max)
+}
+
+#[test]
+fn when_openpis_client_talks_to_pi0d_serve_expect_lerobots_actions_and_every_bad_request_refused() {
+    let dir = scratch_dir("serve-openpi");
+    let case = root().join("tests/fixtures/cases/pi0_end_to_end");
+    let ck = root().join("tests/fixtures/pi0_float32");
+    let (mut server, port, rest) = start_server(&[
+        "--checkpoint".as_ref(),
+        ck.as_os_str(),
+        "--optional-camera".as_ref(),
+        "cam2".as_ref(),
+        "--max-request-mib".as_ref(),
+        "1".as_ref(),
+        "--threads".as_ref(),
+        "1".as_ref(),
+    ]);
     let out = Command::new(peer_python())
         .arg(root().join("tests/peers/openpi_client_check.py"))
         .args(["--port", &port.to_string(), "--key", "k3y", "--case"])
@@ -100,22 +125,8 @@ fn when_openpis_client_talks_to_pi0d_serve_expect_lerobots_actions_and_every_bad
     );
 
     // lerobot's actions for this observation and noise (its pre- and post-processors).
-    let want = TensorFile::read(&case.join("expected.safetensors")).unwrap();
-    let (_, want) = want.f32("actions", &[Some(1), Some(50), Some(7)]).unwrap();
     assert_eq!(r["actions_dtype"], "float32");
-    let got: Vec<f32> = r["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|row| row.as_array().unwrap().iter())
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect();
-    assert_eq!(got.len(), want.len());
-    let err = got
-        .iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    let err = error_against_lerobot(&case, &actions(&r));
     assert!(err <= 1e-4, "max abs error {err} against lerobot");
     assert_eq!(
         r["same_again"], true,
@@ -184,4 +195,78 @@ fn wait_for(child: &mut std::process::Child, limit: Duration) -> Option<i32> {
     }
     let _ = child.kill();
     None
+}
+
+/// `pi0d serve --config` with a `[serve]` key mapping (openpi's LIBERO-style keys, and one
+/// the model does not take, ignored): openpi's client sends that layout unchanged and gets
+/// lerobot's actions.
+#[test]
+fn when_serve_maps_openpis_keys_expect_the_same_actions_from_that_layout() {
+    let dir = scratch_dir("serve-openpi-keys");
+    let case = root().join("tests/fixtures/cases/pi0_end_to_end");
+    let mut cfg = sim_model_config();
+    let p = cfg["policy"].as_table_mut().unwrap();
+    p.insert(
+        "checkpoint".into(),
+        toml::Value::String(
+            root()
+                .join("tests/fixtures/pi0_float32")
+                .display()
+                .to_string(),
+        ),
+    );
+    p.insert(
+        "optional_cameras".into(),
+        toml::Value::Array(vec![toml::Value::String("cam2".into())]),
+    );
+    let serve: toml::Table = toml::from_str(
+        r#"
+        images = { cam0 = "observation/image", cam1 = "observation/wrist_image" }
+        state_key = "observation/state"
+        ignore = ["observation/joint_position"]
+        "#,
+    )
+    .unwrap();
+    cfg.insert("serve".into(), toml::Value::Table(serve));
+    let path = dir.join("serve.toml");
+    std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
+    let (mut server, port, rest) = start_server(&["--config".as_ref(), path.as_os_str()]);
+    let keys = r#"{"observation.images.cam0": "observation/image", "observation.images.cam1": "observation/wrist_image", "observation.state": "observation/state"}"#;
+    let out = Command::new(peer_python())
+        .arg(root().join("tests/peers/openpi_client_check.py"))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--key",
+            "k3y",
+            "--keys",
+            keys,
+            "--case",
+        ])
+        .arg(&case)
+        .arg("--report")
+        .arg(dir.join("report.json"))
+        .output()
+        .unwrap();
+    unsafe_terminate(&server);
+    wait_for(&mut server, Duration::from_secs(10));
+    let log = rest.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\nserver:\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(
+        strings(&r["metadata"]["image_keys"]),
+        [
+            "observation/image",
+            "observation/wrist_image",
+            "observation.images.cam2"
+        ]
+    );
+    assert_eq!(r["metadata"]["state_key"], "observation/state");
+    let err = error_against_lerobot(&case, &actions(&r));
+    assert!(err <= 1e-4, "max abs error {err} against lerobot");
 }

@@ -15,6 +15,7 @@ pub mod robot;
 pub mod ros;
 pub mod ros_args;
 pub mod safety;
+pub mod serve;
 pub mod sim;
 pub mod workspace;
 
@@ -89,6 +90,8 @@ pub struct Config {
     pub sim: SimConfig,
     pub io: Io,
     pub realtime: RealtimeConfig,
+    /// `[serve]`: read by `pi0d serve --config` only.
+    pub serve: serve::ServeConfig,
     /// Valid settings that are ignored or widen the URDF (logged at start, shown by `check`).
     pub warnings: Vec<ConfigWarning>,
 }
@@ -253,6 +256,12 @@ impl Config {
             );
         }
         let realtime = realtime::validate(&c, &raw.realtime, control.rate_hz)?;
+        let serve = raw
+            .serve
+            .as_ref()
+            .map(|r| serve::validate(&c, r))
+            .transpose()?
+            .unwrap_or_default();
         match &io {
             Io::Ros(r) => {
                 for (from, to) in ros_args::unmatched_remaps(ros, &ros_topics(r)) {
@@ -281,6 +290,7 @@ impl Config {
             sim,
             io,
             realtime,
+            serve,
             warnings: c.take_warnings(),
         })
     }

@@ -29,6 +29,7 @@ pub struct RawConfig {
     pub ros: Option<RawRos>,
     #[serde(default)]
     pub realtime: RawRealtime,
+    pub serve: Option<super::serve::RawServe>,
 }
 
 /// `robot.io`: where inputs come from and commands go.

@@ -5,13 +5,19 @@
 pub mod request;
 pub mod serve;
 
+use crate::config::serve::ServeKeys;
 use crate::policy::pi0::pipeline::Pi0Pipeline;
 use request::Layout;
 
-/// The keys a server for `pipeline` takes by default: the checkpoint's own feature names
-/// (`observation.images.<camera>`, `observation.state`) and `prompt`. `optional` names the
-/// cameras a request may leave out; an unknown name is refused.
-pub fn checkpoint_layout(pipeline: &Pi0Pipeline, optional: &[String]) -> Result<Layout, String> {
+/// The keys a server for `pipeline` takes: by default the checkpoint's own feature names
+/// (`observation.images.<camera>`, `observation.state`) and `prompt`, each renamed where
+/// `keys` says. `optional` names the cameras a request may leave out; an unknown camera name
+/// (in either) is refused.
+pub fn checkpoint_layout(
+    pipeline: &Pi0Pipeline,
+    optional: &[String],
+    keys: &ServeKeys,
+) -> Result<Layout, String> {
     let names: Vec<String> = if pipeline.camera_names.len() == pipeline.cameras {
         pipeline.camera_names.clone()
     } else {
@@ -25,15 +31,30 @@ pub fn checkpoint_layout(pipeline: &Pi0Pipeline, optional: &[String]) -> Result<
             names.join(", ")
         ));
     }
+    if let Some(bad) = keys.images.keys().find(|c| !names.contains(c)) {
+        return Err(format!(
+            "serve.images.{bad}: not one of the model's cameras ({})",
+            names.join(", ")
+        ));
+    }
     Ok(Layout {
         image_keys: names
             .iter()
-            .map(|n| format!("observation.images.{n}"))
+            .map(|n| {
+                keys.images
+                    .get(n)
+                    .cloned()
+                    .unwrap_or_else(|| format!("observation.images.{n}"))
+            })
             .collect(),
         optional: names.iter().map(|n| optional.contains(n)).collect(),
-        state_key: "observation.state".into(),
+        state_key: keys
+            .state_key
+            .clone()
+            .unwrap_or_else(|| "observation.state".into()),
         state_dim: pipeline.state_dim,
-        prompt_key: "prompt".into(),
+        prompt_key: keys.prompt_key.clone().unwrap_or_else(|| "prompt".into()),
+        ignored: keys.ignore.clone(),
         noise_shape: [pipeline.arch.chunk, pipeline.arch.action_dim],
     })
 }

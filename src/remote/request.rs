@@ -20,6 +20,8 @@ pub struct Layout {
     pub state_key: String,
     pub state_dim: usize,
     pub prompt_key: String,
+    /// Keys accepted and dropped.
+    pub ignored: Vec<String>,
     /// Values in a `noise` array: chunk x the model's padded action width.
     pub noise_shape: [usize; 2],
 }
@@ -82,6 +84,8 @@ impl Layout {
                 }
             } else if key == NOISE_KEY {
                 noise = Some(self.noise(&key, &item)?);
+            } else if self.ignored.contains(&key) {
+                continue;
             } else {
                 return Err(wrong(
                     &key,
@@ -217,6 +221,7 @@ mod tests {
             state_key: "observation.state".into(),
             state_dim: 2,
             prompt_key: "prompt".into(),
+            ignored: vec!["observation/joint_velocity".into()],
             noise_shape: [3, 4],
         }
     }
@@ -242,7 +247,9 @@ mod tests {
 
     #[test]
     fn when_the_checkpoints_keys_are_given_expect_frames_state_and_prompt() {
-        let r = layout().parse(good()).unwrap();
+        let mut items = good();
+        items.push(("observation/joint_velocity".into(), Item::Number(1.0)));
+        let r = layout().parse(items).unwrap();
         let f = r.frames[0].as_ref().unwrap();
         assert_eq!((f.width, f.height), (6, 4));
         assert!(r.frames[1].is_none(), "the optional wrist camera, masked");

@@ -54,6 +54,9 @@ def main():
     ap.add_argument("--key", required=True)
     ap.add_argument("--case", type=Path, required=True)
     ap.add_argument("--report", type=Path, required=True)
+    ap.add_argument("--keys", default=None,
+                    help="JSON {checkpoint key: request key}; then only inference is checked, with "
+                         "observation/joint_position added (the server is told to ignore it)")
     args = ap.parse_args()
     host, port, url = "127.0.0.1", args.port, f"ws://127.0.0.1:{args.port}"
     report = {}
@@ -80,6 +83,16 @@ def main():
         "prompt": task,
         "noise": raw["noise"][0],
     }
+    if args.keys:
+        renames = json.loads(args.keys)
+        obs = {renames.get(k, k): v for k, v in obs.items()}
+        obs["observation/joint_position"] = np.zeros(7)
+        policy = wcp.WebsocketClientPolicy(host, port, api_key=args.key)
+        report["metadata"] = policy.get_server_metadata()
+        report["actions"] = policy.infer(obs)["actions"].tolist()
+        loris.close()
+        args.report.write_text(json.dumps(report))
+        return
     policy = wcp.WebsocketClientPolicy(host, port, api_key=args.key)
     report["metadata"] = policy.get_server_metadata()
     first = policy.infer(obs)
