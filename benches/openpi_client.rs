@@ -51,7 +51,9 @@ fn main() {
             width: size,
             height: size,
             format: PixelFormat::Rgb8,
-            data: (0..size * size * 3).map(|i| (i as u8).wrapping_add(seed)).collect(),
+            data: (0..size * size * 3)
+                .map(|i| (i as u8).wrapping_add(seed))
+                .collect(),
         }))
     };
     let obs = Observation {
@@ -72,8 +74,36 @@ fn main() {
     }
     let mean = ms.iter().sum::<f64>() / n as f64;
     ms.sort_by(f64::total_cmp);
+    // The client's own work, without the network or the server: encoding the request and
+    // decoding a reply like the server's ([50, 8] f32 with its timing).
+    let reply = pi0d::io::msgpack_numpy::encode(&pi0d::io::msgpack_numpy::Out::Map(vec![
+        (
+            "actions".into(),
+            pi0d::io::msgpack_numpy::Out::Array(pi0d::io::msgpack_numpy::NdArray::f32(
+                vec![50, 8],
+                &[0.0; 400],
+            )),
+        ),
+        (
+            "server_timing".into(),
+            pi0d::io::msgpack_numpy::Out::Map(vec![(
+                "infer_ms".into(),
+                pi0d::io::msgpack_numpy::Out::Number(0.01),
+            )]),
+        ),
+    ]));
+    let mut codec = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let bytes = policy.request(&obs).expect("encodes");
+        std::hint::black_box(bytes);
+        policy.chunk(&reply, &obs).expect("decodes");
+        codec.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    codec.sort_by(f64::total_cmp);
     println!(
-        "{{\"n\": {n}, \"p50_ms\": {:.4}, \"mean_ms\": {mean:.4}}}",
-        ms[n / 2]
+        "{{\"n\": {n}, \"p50_ms\": {:.4}, \"mean_ms\": {mean:.4}, \"codec_p50_ms\": {:.4}}}",
+        ms[n / 2],
+        codec[n / 2]
     );
 }

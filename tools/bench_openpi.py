@@ -6,7 +6,7 @@ encoding, sending, receiving and decoding: 2 cameras at 224x224 uint8, a 7-joint
 prompt.
 
     ./tools/test.sh once (it makes .venv), then:
-    .venv/bin/python tools/bench_openpi.py [--n 300] [--cameras 2]
+    .venv/bin/python tools/bench_openpi.py [--n 300] [--cameras 2] [--rounds 5]
 """
 
 import argparse
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from openpi_client import base_policy
+from openpi_client import msgpack_numpy
 from openpi_client import websocket_client_policy as wcp
 from openpi_server import WebsocketPolicyServer
 
@@ -42,6 +43,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--cameras", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     port = free_port()
     server = WebsocketPolicyServer(Instant(), host="127.0.0.1", port=port)
@@ -57,26 +59,57 @@ def main():
     client = wcp.WebsocketClientPolicy("127.0.0.1", port)
     for _ in range(10):
         client.infer(obs)
-    times = []
-    for _ in range(args.n):
-        t = time.perf_counter()
-        client.infer(obs)
-        times.append((time.perf_counter() - t) * 1e3)
-    py = {"p50_ms": statistics.median(times), "mean_ms": statistics.fmean(times)}
 
-    run = subprocess.run(
-        ["cargo", "bench", "--quiet", "--bench", "openpi_client", "--", "--url",
-         f"ws://127.0.0.1:{port}", "--n", str(args.n), "--cameras", str(args.cameras)],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    )
-    rs = json.loads(run.stdout.strip().splitlines()[-1])
+    def python_p50():
+        times = []
+        for _ in range(args.n):
+            t = time.perf_counter()
+            client.infer(obs)
+            times.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(times)
+
+    def pi0d_p50():
+        run = subprocess.run(
+            ["cargo", "bench", "--quiet", "--bench", "openpi_client", "--", "--url",
+             f"ws://127.0.0.1:{port}", "--n", str(args.n), "--cameras", str(args.cameras)],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        )
+        out = json.loads(run.stdout.strip().splitlines()[-1])
+        codec_rs.append(out["codec_p50_ms"])
+        return out["p50_ms"]
+
+    # The clients' own work apart from the network and the server: openpi-client packs the
+    # observation and unpacks a reply like the server's.
+    reply = msgpack_numpy.Packer().pack({"actions": np.zeros((50, 8), np.float32),
+                                         "server_timing": {"infer_ms": 0.01}})
+    packer = msgpack_numpy.Packer()
+
+    def python_codec_p50():
+        times = []
+        for _ in range(args.n):
+            t = time.perf_counter()
+            packer.pack(obs)
+            msgpack_numpy.unpackb(reply)
+            times.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(times)
+
+    codec_rs, codec_py = [], []
+
+    # Interleaved rounds: the machine's drift hits both alike.
+    py, rs = [], []
+    for _ in range(args.rounds):
+        py.append(python_p50())
+        codec_py.append(python_codec_p50())
+        rs.append(pi0d_p50())
+    p, r = statistics.median(py), statistics.median(rs)
     print(f"openpi round trip on loopback, {args.cameras} cameras 224x224, instant policy "
-          f"(openpi-server), {args.n} requests each:")
-    print(f"  {'':22} {'p50 ms':>8} {'mean ms':>8}")
-    print(f"  {'openpi-client (Python)':22} {py['p50_ms']:8.3f} {py['mean_ms']:8.3f}")
-    print(f"  {'pi0d client':22} {rs['p50_ms']:8.3f} {rs['mean_ms']:8.3f}")
-    print(f"  pi0d / Python: {rs['p50_ms'] / py['p50_ms']:.2f} (p50), "
-          f"{rs['mean_ms'] / py['mean_ms']:.2f} (mean); the server's own time is in both")
+          f"(openpi-server), {args.rounds} interleaved rounds of {args.n} requests; p50 per round, ms:")
+    print(f"  openpi-client (Python): {' '.join(f'{x:.3f}' for x in py)}  median {p:.3f}")
+    print(f"  pi0d client:            {' '.join(f'{x:.3f}' for x in rs)}  median {r:.3f}")
+    print(f"  pi0d / Python: {r / p:.2f} (the server's own decoding and encoding are in both)")
+    cp, cr = statistics.median(codec_py), statistics.median(codec_rs)
+    print(f"client encode + decode alone, p50 ms: openpi-client {cp:.3f}, pi0d {cr:.3f}: "
+          f"pi0d / Python {cr / cp:.2f}")
 
 
 if __name__ == "__main__":

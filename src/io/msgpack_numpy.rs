@@ -103,19 +103,6 @@ impl NdArray {
             })
             .collect()
     }
-
-    fn to_value(&self) -> Value {
-        let bin = |s: &str| Value::Binary(s.as_bytes().to_vec());
-        Value::Map(vec![
-            (bin("__ndarray__"), Value::Boolean(true)),
-            (bin("data"), Value::Binary(self.data.clone())),
-            (bin("dtype"), Value::String(self.dtype.name().into())),
-            (
-                bin("shape"),
-                Value::Array(self.shape.iter().map(|d| Value::from(*d as u64)).collect()),
-            ),
-        ])
-    }
 }
 
 /// What a request's values are, once decoded.
@@ -284,28 +271,60 @@ pub enum Out {
     Map(Vec<(String, Out)>),
 }
 
-impl Out {
-    fn to_value(&self) -> Value {
-        match self {
-            Out::Array(a) => a.to_value(),
-            Out::Number(x) => Value::F64(*x),
-            Out::Int(i) => Value::from(*i),
-            Out::Bool(b) => Value::Boolean(*b),
-            Out::Text(s) => Value::String(s.as_str().into()),
-            Out::List(v) => Value::Array(v.iter().map(Out::to_value).collect()),
-            Out::Map(m) => Value::Map(
-                m.iter()
-                    .map(|(k, v)| (Value::String(k.as_str().into()), v.to_value()))
-                    .collect(),
-            ),
+/// Writes `out` as msgpack straight into `buf` (no intermediate value tree: images are
+/// copied once).
+fn write(buf: &mut Vec<u8>, out: &Out) {
+    use rmp::encode as e;
+    // Writing into a Vec cannot fail: the results are dropped.
+    let bin = |buf: &mut Vec<u8>, b: &[u8]| {
+        let _ = e::write_bin(buf, b);
+    };
+    match out {
+        Out::Array(a) => {
+            let _ = e::write_map_len(buf, 4);
+            bin(buf, b"__ndarray__");
+            let _ = e::write_bool(buf, true);
+            bin(buf, b"data");
+            bin(buf, &a.data);
+            bin(buf, b"dtype");
+            let _ = e::write_str(buf, a.dtype.name());
+            bin(buf, b"shape");
+            let _ = e::write_array_len(buf, a.shape.len() as u32);
+            for d in &a.shape {
+                let _ = e::write_uint(buf, *d as u64);
+            }
+        }
+        Out::Number(x) => {
+            let _ = e::write_f64(buf, *x);
+        }
+        Out::Int(i) => {
+            let _ = e::write_sint(buf, *i);
+        }
+        Out::Bool(b) => {
+            let _ = e::write_bool(buf, *b);
+        }
+        Out::Text(t) => {
+            let _ = e::write_str(buf, t);
+        }
+        Out::List(v) => {
+            let _ = e::write_array_len(buf, v.len() as u32);
+            for x in v {
+                write(buf, x);
+            }
+        }
+        Out::Map(m) => {
+            let _ = e::write_map_len(buf, m.len() as u32);
+            for (k, v) in m {
+                let _ = e::write_str(buf, k);
+                write(buf, v);
+            }
         }
     }
 }
 
 pub fn encode(out: &Out) -> Vec<u8> {
     let mut buf = Vec::new();
-    // Writing into a Vec cannot fail.
-    let _ = rmpv::encode::write_value(&mut buf, &out.to_value());
+    write(&mut buf, out);
     buf
 }
 

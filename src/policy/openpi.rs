@@ -188,7 +188,8 @@ impl OpenpiPolicy {
         Ok(())
     }
 
-    fn request(&self, obs: &Observation) -> Result<Vec<u8>, PolicyError> {
+    /// The request frame for `obs`.
+    pub fn request(&self, obs: &Observation) -> Result<Vec<u8>, PolicyError> {
         let mut entries = Vec::with_capacity(self.image_keys.len() + 3);
         for (k, img) in self.image_keys.iter().zip(&obs.images) {
             // A camera without a frame yet is left out (the server masks or refuses it).
@@ -263,7 +264,7 @@ impl OpenpiPolicy {
     }
 
     /// The reply's `actions`, the first `action_dim` columns, as a chunk for `obs`.
-    fn chunk(&mut self, reply: &[u8], obs: &Observation) -> Result<ActionChunk, PolicyError> {
+    pub fn chunk(&mut self, reply: &[u8], obs: &Observation) -> Result<ActionChunk, PolicyError> {
         let malformed = |m: String| fault(RemoteFault::Malformed, m);
         let items = msgpack_numpy::decode_request(reply).map_err(|e| malformed(e.to_string()))?;
         let mut actions = None;
