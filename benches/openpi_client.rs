@@ -43,6 +43,7 @@ fn main() {
         image_size: size,
         action_dim: Some(7),
         max_reply_bytes: 16 << 20,
+        zenoh: None,
     };
     let mut policy = OpenpiPolicy::new(&opts, &names, 7, 0.02).expect("cameras map");
     let frame = |seed: u8| {

@@ -87,6 +87,15 @@ struct ServeArgs {
     /// Requests that may wait for the model; one more is answered "busy" (default 8).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     queue: Option<u32>,
+    /// Also answer Zenoh queries on this key, e.g. pi0d/policy/arm (feature `zenoh`).
+    #[arg(long)]
+    zenoh: Option<String>,
+    /// Zenoh endpoints to connect to (a zenohd router, other peers); repeatable.
+    #[arg(long = "zenoh-connect", requires = "zenoh")]
+    zenoh_connect: Vec<String>,
+    /// Zenoh endpoints to listen on, e.g. tcp/0.0.0.0:7447; repeatable.
+    #[arg(long = "zenoh-listen", requires = "zenoh")]
+    zenoh_listen: Vec<String>,
 }
 
 fn camera_key(s: &str) -> Result<(String, String), String> {
@@ -420,6 +429,14 @@ fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
             * 1024,
         queue: a.queue.or(sc.queue).unwrap_or(8) as usize,
         seed,
+        zenoh: a
+            .zenoh
+            .clone()
+            .map(|key| pi0d::config::openpi::ZenohLinkOptions {
+                key,
+                connect: a.zenoh_connect.clone(),
+                listen: a.zenoh_listen.clone(),
+            }),
     };
     pi0d::remote::serve::serve(pipeline, layout, opts)
         .map_err(|e| Failure::new(ExitReason::RuntimeFailure, e))?;

@@ -14,7 +14,15 @@ use super::ConfigError;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawOpenpi {
+    /// openpi: the server's address.
     pub url: Option<String>,
+    /// zenoh: the key the servers' queryables answer on.
+    pub key: Option<String>,
+    /// zenoh: endpoints to connect to and listen on.
+    #[serde(default)]
+    pub connect: Vec<String>,
+    #[serde(default)]
+    pub listen: Vec<String>,
     /// The key itself (prefer api_key_env or api_key_file: a config file is often shared).
     pub api_key: Option<String>,
     pub api_key_env: Option<String>,
@@ -75,6 +83,17 @@ pub struct OpenpiOptions {
     pub image_size: u32,
     pub action_dim: Option<usize>,
     pub max_reply_bytes: usize,
+    /// `policy.backend = "zenoh"`: requests are Zenoh queries (`url` then shows the key).
+    pub zenoh: Option<ZenohLinkOptions>,
+}
+
+/// A policy served as a Zenoh queryable (`pi0d serve --zenoh KEY`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ZenohLinkOptions {
+    pub key: String,
+    /// Endpoints to connect to (a zenohd router, or the servers), e.g. `tcp/10.0.0.2:7447`.
+    pub connect: Vec<String>,
+    pub listen: Vec<String>,
 }
 
 impl OpenpiOptions {
@@ -135,6 +154,7 @@ fn api_key(c: &Check, o: &RawOpenpi) -> Result<Option<Secret>, ConfigError> {
     Ok(Some(Secret(key)))
 }
 
+/// `[policy.openpi]`: openpi's websocket.
 pub fn validate(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> {
     let Some(url) = &o.url else {
         return c.fail(
@@ -160,13 +180,80 @@ pub fn validate(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> 
             )
         }
     }
-    let seconds = |field: &str, v: Option<f64>, default: f64, lo: f64, hi: f64| {
-        c.in_range(
+    for (field, given) in [
+        ("key", o.key.is_some()),
+        ("connect", !o.connect.is_empty()),
+        ("listen", !o.listen.is_empty()),
+    ] {
+        c.unused(
             &format!("policy.openpi.{field}"),
-            v.unwrap_or(default),
-            lo,
-            hi,
-        )
+            given,
+            "only policy.backend = \"zenoh\" uses it",
+        );
+    }
+    let mut opts = mapping(c, o, "openpi")?;
+    opts.url = url.clone();
+    opts.api_key = api_key(c, o)?;
+    Ok(opts)
+}
+
+/// `[policy.zenoh]`: a Zenoh query to the servers' queryable (`pi0d serve --zenoh KEY`).
+pub fn validate_zenoh(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> {
+    let Some(key) = &o.key else {
+        return c.fail(
+            "policy.zenoh.key",
+            "required: the key the servers answer on, e.g. \"pi0d/policy/arm\"",
+        );
+    };
+    if key.is_empty()
+        || key.contains(['*', '$', '?', '#'])
+        || key.starts_with('/')
+        || key.ends_with('/')
+    {
+        return c.fail(
+            "policy.zenoh.key",
+            format!("\"{key}\" is not a plain Zenoh key (no wildcards, no leading or trailing /)"),
+        );
+    }
+    for (field, given) in [
+        ("url", o.url.is_some()),
+        (
+            "api_key",
+            o.api_key.is_some() || o.api_key_env.is_some() || o.api_key_file.is_some(),
+        ),
+    ] {
+        if given {
+            return c.fail(
+                &format!("policy.zenoh.{field}"),
+                "not used over Zenoh: access is Zenoh's own (its access control and TLS settings)",
+            );
+        }
+    }
+    for (i, e) in o.connect.iter().chain(&o.listen).enumerate() {
+        if !e.contains('/') {
+            return c.fail(
+                "policy.zenoh.connect",
+                format!(
+                    "endpoint {i} \"{e}\" is not a Zenoh locator such as \"tcp/10.0.0.2:7447\""
+                ),
+            );
+        }
+    }
+    let mut opts = mapping(c, o, "zenoh")?;
+    opts.url = format!("zenoh:{key}");
+    opts.zenoh = Some(ZenohLinkOptions {
+        key: key.clone(),
+        connect: o.connect.clone(),
+        listen: o.listen.clone(),
+    });
+    Ok(opts)
+}
+
+/// What both links share: timeouts, backoff and the observation's layout.
+fn mapping(c: &Check, o: &RawOpenpi, section: &str) -> Result<OpenpiOptions, ConfigError> {
+    let fld = |name: &str| format!("policy.{section}.{name}");
+    let seconds = |field: &str, v: Option<f64>, default: f64, lo: f64, hi: f64| {
+        c.in_range(&fld(field), v.unwrap_or(default), lo, hi)
     };
     let reconnect_initial_s = seconds(
         "reconnect_initial_s",
@@ -178,30 +265,27 @@ pub fn validate(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> 
     let reconnect_max_s = seconds("reconnect_max_s", o.reconnect_max_s, 5.0, 0.01, 600.0)?;
     if reconnect_max_s < reconnect_initial_s {
         return c.fail(
-            "policy.openpi.reconnect_max_s",
+            &fld("reconnect_max_s"),
             format!("{reconnect_max_s} s is below reconnect_initial_s ({reconnect_initial_s} s)"),
         );
     }
     let key_problem = |k: &str| k.is_empty() || k.len() > 256;
     for (field, k) in [("state_key", &o.state_key), ("prompt_key", &o.prompt_key)] {
         if k.as_deref().is_some_and(key_problem) {
-            return c.fail(
-                &format!("policy.openpi.{field}"),
-                "expected 1 to 256 characters",
-            );
+            return c.fail(&fld(field), "expected 1 to 256 characters");
         }
     }
     if let Some(m) = &o.images {
         if let Some((cam, _)) = m.iter().find(|(_, k)| key_problem(k)) {
             return c.fail(
-                &format!("policy.openpi.images.{cam}"),
+                &fld(&format!("images.{cam}")),
                 "expected a key of 1 to 256 characters",
             );
         }
     }
     let mut extra = Vec::with_capacity(o.extra.len());
     for (k, v) in &o.extra {
-        let field = format!("policy.openpi.extra.{k}");
+        let field = fld(&format!("extra.{k}"));
         extra.push((
             k.clone(),
             match v {
@@ -224,16 +308,16 @@ pub fn validate(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> 
     let image_size = o.image_size.unwrap_or(224);
     if image_size > 4096 {
         return c.fail(
-            "policy.openpi.image_size",
+            &fld("image_size"),
             format!("expected 0 (as captured) to 4096, found {image_size}"),
         );
     }
     if o.action_dim == Some(0) {
-        return c.fail("policy.openpi.action_dim", "expected at least 1");
+        return c.fail(&fld("action_dim"), "expected at least 1");
     }
     Ok(OpenpiOptions {
-        url: url.clone(),
-        api_key: api_key(c, o)?,
+        url: String::new(),
+        api_key: None,
         connect_timeout_s: seconds("connect_timeout_s", o.connect_timeout_s, 3.0, 0.05, 60.0)?,
         request_timeout_s: seconds("request_timeout_s", o.request_timeout_s, 2.0, 0.05, 60.0)?,
         reconnect_initial_s,
@@ -248,5 +332,6 @@ pub fn validate(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> 
         image_size,
         action_dim: o.action_dim,
         max_reply_bytes: o.max_reply_mib.unwrap_or(16).clamp(1, 1024) as usize * 1024 * 1024,
+        zenoh: None,
     })
 }

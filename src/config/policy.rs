@@ -227,6 +227,15 @@ pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyCo
                 )
             }
         },
+        PolicyKind::Pi0 if raw.backend == Some(BackendKind::Zenoh) => match &raw.zenoh {
+            Some(o) => PolicySource::Openpi(super::openpi::validate_zenoh(c, o)?),
+            None => {
+                return c.fail(
+                    "policy.zenoh",
+                    "required when policy.backend = \"zenoh\" (at least key)",
+                )
+            }
+        },
         PolicyKind::Pi0 if raw.backend == Some(BackendKind::Openpi) => match &raw.openpi {
             Some(o) => PolicySource::Openpi(super::openpi::validate(c, o)?),
             None => {
@@ -392,6 +401,7 @@ fn warn_unused(c: &Check, raw: &RawPolicy) {
         ("policy.onnx", raw.onnx.is_some()),
         ("policy.acl", raw.acl.is_some()),
         ("policy.openpi", raw.openpi.is_some()),
+        ("policy.zenoh", raw.zenoh.is_some()),
     ] {
         not(field, given && !pi0, "pi0");
     }
@@ -402,6 +412,12 @@ fn warn_unused(c: &Check, raw: &RawPolicy) {
             raw.openpi.is_some() && backend != BackendKind::Openpi,
             "only policy.backend = \"openpi\" uses it",
         );
+        c.unused(
+            "policy.zenoh",
+            raw.zenoh.is_some() && backend != BackendKind::Zenoh,
+            "only policy.backend = \"zenoh\" uses it",
+        );
+        let remote = matches!(backend, BackendKind::Openpi | BackendKind::Zenoh);
         for (field, given) in [
             ("policy.checkpoint", raw.checkpoint.is_some()),
             ("policy.arch", raw.arch.is_some()),
@@ -411,8 +427,8 @@ fn warn_unused(c: &Check, raw: &RawPolicy) {
         ] {
             c.unused(
                 field,
-                given && backend == BackendKind::Openpi,
-                "policy.backend is \"openpi\": the server has the model",
+                given && remote,
+                "the policy runs on a server (policy.backend): the server has the model",
             );
         }
         c.unused(
@@ -447,7 +463,9 @@ fn backend_options(c: &Check, raw: &RawPolicy) -> Result<BackendOptions, ConfigE
             Some(a) => acl_options(c, a),
         },
         // Taken apart in `validate`: there is no local model.
-        BackendKind::Openpi => c.fail("policy.backend", "\"openpi\" has no local model"),
+        BackendKind::Openpi | BackendKind::Zenoh => {
+            c.fail("policy.backend", "a remote backend has no local model")
+        }
     }
 }
 

@@ -167,6 +167,8 @@ pub enum BackendKind {
     Acl,
     /// A remote server speaking openpi's websocket protocol.
     Openpi,
+    /// Servers answering Zenoh queries (`pi0d serve --zenoh KEY`).
+    Zenoh,
 }
 
 #[derive(Debug, Deserialize)]
@@ -197,6 +199,7 @@ pub struct RawPolicy {
     pub onnx: Option<RawOnnx>,
     pub acl: Option<RawAcl>,
     pub openpi: Option<super::openpi::RawOpenpi>,
+    pub zenoh: Option<super::openpi::RawOpenpi>,
     pub fault: Option<RawFault>,
     /// pi0: model cameras that may have no source; they are fed as missing (masked) images.
     #[serde(default)]

@@ -6,6 +6,8 @@ pub mod export;
 pub mod faulty;
 pub mod graph;
 pub mod openpi;
+#[cfg(feature = "zenoh")]
+pub mod openpi_zenoh;
 pub mod pi0;
 pub mod replay;
 pub mod scripted;

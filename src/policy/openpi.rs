@@ -34,13 +34,25 @@ fn fault(fault: RemoteFault, message: impl Into<String>) -> PolicyError {
     }
 }
 
+/// How requests reach the server and replies come back: a websocket (openpi's protocol) or,
+/// with the `zenoh` feature, a Zenoh query (`policy::openpi_zenoh`).
+pub trait Link: Send {
+    /// Opens the link if it is not open (connects, reads the metadata).
+    fn open(&mut self) -> Result<(), PolicyError>;
+    fn is_open(&self) -> bool;
+    /// Sends one request and returns its reply, within `timeout`.
+    fn round_trip(&mut self, bytes: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, PolicyError>;
+    /// Closes the link after a failure, so that no late reply is read for a later request.
+    fn close(&mut self);
+}
+
 pub struct OpenpiPolicy {
     opts: OpenpiOptions,
+    link: Box<dyn Link>,
     /// Per observation image (the configured camera order): its request key.
     image_keys: Vec<String>,
     action_dim: usize,
     step_period_s: f64,
-    ws: Option<WebSocket<TcpStream>>,
     backoff: Duration,
     next_attempt: Instant,
     last_error: Option<String>,
@@ -50,10 +62,53 @@ pub struct OpenpiPolicy {
     server_ms: VecDeque<f64>,
 }
 
+/// openpi's websocket link.
+pub struct Websocket {
+    url: String,
+    api_key: Option<crate::config::openpi::Secret>,
+    connect_timeout: Duration,
+    max_reply_bytes: usize,
+    ws: Option<WebSocket<TcpStream>>,
+}
+
+impl Websocket {
+    pub fn new(opts: &OpenpiOptions) -> Websocket {
+        Websocket {
+            url: opts.url.clone(),
+            api_key: opts.api_key.clone(),
+            connect_timeout: Duration::from_secs_f64(opts.connect_timeout_s),
+            max_reply_bytes: opts.max_reply_bytes,
+            ws: None,
+        }
+    }
+}
+
 impl OpenpiPolicy {
-    /// `cameras`: the configured cameras' names, in observation order.
+    /// `cameras`: the configured cameras' names, in observation order. The link is openpi's
+    /// websocket, or Zenoh where the options say so.
     pub fn new(
         opts: &OpenpiOptions,
+        cameras: &[String],
+        action_dim: usize,
+        step_period_s: f64,
+    ) -> Result<OpenpiPolicy, String> {
+        let link: Box<dyn Link> = match &opts.zenoh {
+            None => Box::new(Websocket::new(opts)),
+            #[cfg(feature = "zenoh")]
+            Some(z) => Box::new(super::openpi_zenoh::ZenohLink::new(z)),
+            #[cfg(not(feature = "zenoh"))]
+            Some(_) => {
+                return Err(
+                    "policy.backend = \"zenoh\" needs pi0d built with the `zenoh` feature".into(),
+                )
+            }
+        };
+        Self::with_link(opts, link, cameras, action_dim, step_period_s)
+    }
+
+    pub fn with_link(
+        opts: &OpenpiOptions,
+        link: Box<dyn Link>,
         cameras: &[String],
         action_dim: usize,
         step_period_s: f64,
@@ -83,10 +138,10 @@ impl OpenpiPolicy {
         }
         Ok(OpenpiPolicy {
             opts: opts.clone(),
+            link,
             image_keys,
             action_dim: opts.action_dim.unwrap_or(action_dim),
             step_period_s,
-            ws: None,
             backoff: Duration::from_secs_f64(opts.reconnect_initial_s),
             next_attempt: Instant::now(),
             last_error: None,
@@ -102,90 +157,12 @@ impl OpenpiPolicy {
 
     /// Drops the connection after `e` and schedules the next attempt (capped exponential).
     fn failed(&mut self, e: PolicyError) -> PolicyError {
-        if let Some(mut ws) = self.ws.take() {
-            let _ = ws.close(None);
-        }
+        self.link.close();
+        self.stats.connected = self.link.is_open();
         self.next_attempt = Instant::now() + self.backoff;
         self.backoff = (self.backoff * 2).min(Duration::from_secs_f64(self.opts.reconnect_max_s));
         self.last_error = Some(e.to_string());
-        self.stats.connected = false;
         e
-    }
-
-    fn connect(&mut self) -> Result<(), PolicyError> {
-        let down = |m: String| fault(RemoteFault::Down, m);
-        let url = &self.opts.url;
-        let mut request = url
-            .as_str()
-            .into_client_request()
-            .map_err(|e| down(format!("{url}: {e}")))?;
-        if let Some(key) = &self.opts.api_key {
-            let value = format!("Api-Key {}", key.0)
-                .parse()
-                .map_err(|_| down("the API key is not a valid header value".into()))?;
-            request.headers_mut().insert("authorization", value);
-        }
-        let uri = request.uri();
-        let host = uri.host().unwrap_or_default().to_string();
-        let port = uri.port_u16().unwrap_or(80);
-        let timeout = Duration::from_secs_f64(self.opts.connect_timeout_s);
-        let addr = (host.as_str(), port)
-            .to_socket_addrs()
-            .map_err(|e| down(format!("{url}: cannot resolve {host}: {e}")))?
-            .next()
-            .ok_or_else(|| down(format!("{url}: {host} has no address")))?;
-        let stream =
-            TcpStream::connect_timeout(&addr, timeout).map_err(|e| down(format!("{url}: {e}")))?;
-        let _ = stream.set_nodelay(true);
-        stream
-            .set_read_timeout(Some(timeout))
-            .and_then(|()| stream.set_write_timeout(Some(timeout)))
-            .map_err(|e| down(format!("{url}: {e}")))?;
-        let config = WebSocketConfig {
-            max_message_size: Some(self.opts.max_reply_bytes),
-            max_frame_size: Some(self.opts.max_reply_bytes),
-            ..Default::default()
-        };
-        let (mut ws, _) = tungstenite::client::client_with_config(request, stream, Some(config))
-            .map_err(|e| match e {
-                tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r)) => down(format!(
-                    "{url} refused the connection: HTTP {}{}",
-                    r.status(),
-                    if r.status() == 401 || r.status() == 403 {
-                        " (check policy.openpi's API key)"
-                    } else {
-                        ""
-                    }
-                )),
-                e => down(format!("{url}: handshake: {e}")),
-            })?;
-        // openpi's server sends its metadata first.
-        let metadata = match ws.read() {
-            Ok(Message::Binary(b)) => b,
-            Ok(other) => {
-                return Err(fault(
-                    RemoteFault::Malformed,
-                    format!(
-                        "{url}: expected the metadata frame first, got {}",
-                        describe(&other)
-                    ),
-                ))
-            }
-            Err(e) => return Err(down(format!("{url}: no metadata frame: {e}"))),
-        };
-        let meta = msgpack_numpy::decode_request(&metadata)
-            .map_err(|e| fault(RemoteFault::Malformed, format!("{url}: metadata: {e}")))?;
-        self.connects += 1;
-        self.stats.reconnects = self.connects.saturating_sub(1);
-        self.stats.connected = true;
-        self.backoff = Duration::from_secs_f64(self.opts.reconnect_initial_s);
-        tracing::info!(
-            url = %url,
-            metadata = %summarize(&meta),
-            "connected to the policy server"
-        );
-        self.ws = Some(ws);
-        Ok(())
     }
 
     /// The request frame for `obs`.
@@ -222,45 +199,6 @@ impl OpenpiPolicy {
             ));
         }
         Ok(msgpack_numpy::encode(&Out::Map(entries)))
-    }
-
-    /// Sends `bytes` and waits for the reply until the request timeout.
-    fn round_trip(&mut self, bytes: Vec<u8>) -> Result<Vec<u8>, PolicyError> {
-        let deadline = Instant::now() + Duration::from_secs_f64(self.opts.request_timeout_s);
-        let timeout_s = self.opts.request_timeout_s;
-        let Some(ws) = self.ws.as_mut() else {
-            return Err(fault(RemoteFault::Down, "not connected"));
-        };
-        ws.send(Message::Binary(bytes))
-            .map_err(|e| io_fault(e, timeout_s))?;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(fault(
-                    RemoteFault::Timeout,
-                    format!("no reply within {timeout_s} s"),
-                ));
-            }
-            let _ = ws.get_mut().set_read_timeout(Some(left));
-            match ws.read() {
-                Ok(Message::Binary(b)) => return Ok(b),
-                Ok(Message::Text(t)) => {
-                    return Err(fault(RemoteFault::ServerError, first_lines(&t)));
-                }
-                Ok(Message::Close(c)) => {
-                    return Err(fault(
-                        RemoteFault::Closed,
-                        format!(
-                            "the server closed the connection during the request{}",
-                            c.map(|c| format!(" ({}: {})", c.code, c.reason))
-                                .unwrap_or_default()
-                        ),
-                    ))
-                }
-                Ok(_) => continue,
-                Err(e) => return Err(io_fault(e, timeout_s)),
-            }
-        }
     }
 
     /// The reply's `actions`, the first `action_dim` columns, as a chunk for `obs`.
@@ -321,6 +259,131 @@ impl OpenpiPolicy {
             action_dim: self.action_dim,
             actions: out,
         })
+    }
+}
+
+impl Link for Websocket {
+    fn open(&mut self) -> Result<(), PolicyError> {
+        if self.ws.is_some() {
+            return Ok(());
+        }
+        let down = |m: String| fault(RemoteFault::Down, m);
+        let url = &self.url;
+        let mut request = url
+            .as_str()
+            .into_client_request()
+            .map_err(|e| down(format!("{url}: {e}")))?;
+        if let Some(key) = &self.api_key {
+            let value = format!("Api-Key {}", key.0)
+                .parse()
+                .map_err(|_| down("the API key is not a valid header value".into()))?;
+            request.headers_mut().insert("authorization", value);
+        }
+        let uri = request.uri();
+        let host = uri.host().unwrap_or_default().to_string();
+        let port = uri.port_u16().unwrap_or(80);
+        let timeout = self.connect_timeout;
+        let addr = (host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| down(format!("{url}: cannot resolve {host}: {e}")))?
+            .next()
+            .ok_or_else(|| down(format!("{url}: {host} has no address")))?;
+        let stream =
+            TcpStream::connect_timeout(&addr, timeout).map_err(|e| down(format!("{url}: {e}")))?;
+        let _ = stream.set_nodelay(true);
+        stream
+            .set_read_timeout(Some(timeout))
+            .and_then(|()| stream.set_write_timeout(Some(timeout)))
+            .map_err(|e| down(format!("{url}: {e}")))?;
+        let config = WebSocketConfig {
+            max_message_size: Some(self.max_reply_bytes),
+            max_frame_size: Some(self.max_reply_bytes),
+            ..Default::default()
+        };
+        let (mut ws, _) = tungstenite::client::client_with_config(request, stream, Some(config))
+            .map_err(|e| match e {
+                tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r)) => down(format!(
+                    "{url} refused the connection: HTTP {}{}",
+                    r.status(),
+                    if r.status() == 401 || r.status() == 403 {
+                        " (check policy.openpi's API key)"
+                    } else {
+                        ""
+                    }
+                )),
+                e => down(format!("{url}: handshake: {e}")),
+            })?;
+        // openpi's server sends its metadata first.
+        let metadata = match ws.read() {
+            Ok(Message::Binary(b)) => b,
+            Ok(other) => {
+                return Err(fault(
+                    RemoteFault::Malformed,
+                    format!(
+                        "{url}: expected the metadata frame first, got {}",
+                        describe(&other)
+                    ),
+                ))
+            }
+            Err(e) => return Err(down(format!("{url}: no metadata frame: {e}"))),
+        };
+        let meta = msgpack_numpy::decode_request(&metadata)
+            .map_err(|e| fault(RemoteFault::Malformed, format!("{url}: metadata: {e}")))?;
+        tracing::info!(
+            url = %url,
+            metadata = %summarize(&meta),
+            "connected to the policy server"
+        );
+        self.ws = Some(ws);
+        Ok(())
+    }
+
+    fn round_trip(&mut self, bytes: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, PolicyError> {
+        let deadline = Instant::now() + timeout;
+        let timeout_s = timeout.as_secs_f64();
+        let Some(ws) = self.ws.as_mut() else {
+            return Err(fault(RemoteFault::Down, "not connected"));
+        };
+        ws.send(Message::Binary(bytes))
+            .map_err(|e| io_fault(e, timeout_s))?;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(fault(
+                    RemoteFault::Timeout,
+                    format!("no reply within {timeout_s} s"),
+                ));
+            }
+            let _ = ws.get_mut().set_read_timeout(Some(left));
+            match ws.read() {
+                Ok(Message::Binary(b)) => return Ok(b),
+                Ok(Message::Text(t)) => {
+                    return Err(fault(RemoteFault::ServerError, first_lines(&t)));
+                }
+                Ok(Message::Close(c)) => {
+                    return Err(fault(
+                        RemoteFault::Closed,
+                        format!(
+                            "the server closed the connection during the request{}",
+                            c.map(|c| format!(" ({}: {})", c.code, c.reason))
+                                .unwrap_or_default()
+                        ),
+                    ))
+                }
+                Ok(_) => continue,
+                Err(e) => return Err(io_fault(e, timeout_s)),
+            }
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.ws.is_some()
+    }
+
+    fn close(&mut self) {
+        if let Some(mut ws) = self.ws.take() {
+            let _ = ws.close(None);
+        }
     }
 }
 
@@ -432,7 +495,7 @@ impl Policy for OpenpiPolicy {
     }
 
     fn infer(&mut self, obs: &Observation) -> Result<ActionChunk, PolicyError> {
-        if self.ws.is_none() {
+        if !self.link.is_open() {
             let now = Instant::now();
             if now < self.next_attempt {
                 // The worker asks again at once: wait a little here rather than spin.
@@ -448,14 +511,19 @@ impl Policy for OpenpiPolicy {
                     ));
                 }
             }
-            if let Err(e) = self.connect() {
+            if let Err(e) = self.link.open() {
                 return Err(self.failed(e));
             }
+            self.connects += 1;
+            self.stats.reconnects = self.connects.saturating_sub(1);
+            self.stats.connected = true;
+            self.backoff = Duration::from_secs_f64(self.opts.reconnect_initial_s);
         }
         let bytes = self.request(obs)?;
         self.stats.requests += 1;
         let sent = Instant::now();
-        let reply = match self.round_trip(bytes) {
+        let timeout = Duration::from_secs_f64(self.opts.request_timeout_s);
+        let reply = match self.link.round_trip(bytes, timeout) {
             Ok(r) => r,
             Err(e) => return Err(self.failed(e)),
         };

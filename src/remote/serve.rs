@@ -47,6 +47,8 @@ pub struct ServeOptions {
     pub queue: usize,
     /// Seed of the noise for requests that bring none.
     pub seed: u64,
+    /// Also answer Zenoh queries on this key (feature `zenoh`).
+    pub zenoh: Option<crate::config::openpi::ZenohLinkOptions>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +60,8 @@ pub enum ServeError {
     },
     #[error("async runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("Zenoh: {0}")]
+    Zenoh(String),
 }
 
 /// What the inference thread answers.
@@ -130,17 +134,33 @@ pub fn serve(pipeline: Pi0Pipeline, layout: Layout, opts: ServeOptions) -> Resul
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
-    let outcome = rt.block_on(accept_loop(opts.listen, shared));
+    let outcome = rt.block_on(accept_loop(opts.listen, opts.zenoh.clone(), shared));
     rt.shutdown_timeout(Duration::from_secs(1));
     // The queue's sender is gone with the runtime's tasks: the worker ends after its job.
     drop(worker);
     outcome
 }
 
-async fn accept_loop(addr: SocketAddr, shared: Arc<Shared>) -> Result<(), ServeError> {
+async fn accept_loop(
+    addr: SocketAddr,
+    zenoh: Option<crate::config::openpi::ZenohLinkOptions>,
+    shared: Arc<Shared>,
+) -> Result<(), ServeError> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })?;
+    // Kept open while serving; dropped (undeclared) on the way out.
+    let _queryable: Option<Box<dyn std::any::Any + Send>> = match zenoh {
+        None => None,
+        #[cfg(feature = "zenoh")]
+        Some(z) => Some(Box::new(zenoh_queryable(&z, shared.clone()).await?)),
+        #[cfg(not(feature = "zenoh"))]
+        Some(_) => {
+            return Err(ServeError::Zenoh(
+                "serving over Zenoh needs pi0d built with the `zenoh` feature".into(),
+            ))
+        }
+    };
     let local = listener.local_addr().unwrap_or(addr);
     tracing::info!(%local, "serving openpi's websocket protocol (GET /healthz for health)");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -164,6 +184,52 @@ async fn accept_loop(addr: SocketAddr, shared: Arc<Shared>) -> Result<(), ServeE
     }
     tracing::info!("stopping");
     Ok(())
+}
+
+/// Answers Zenoh queries on the key with the same frames as the websocket: each query's
+/// payload a request, its reply the reply (or an error reply with the message). Complete, so
+/// a querier's best-matching target picks one server of several on the same key.
+#[cfg(feature = "zenoh")]
+async fn zenoh_queryable(
+    z: &crate::config::openpi::ZenohLinkOptions,
+    shared: Arc<Shared>,
+) -> Result<(zenoh::Session, tokio::task::JoinHandle<()>), ServeError> {
+    let config =
+        crate::policy::openpi_zenoh::config(&z.connect, &z.listen).map_err(ServeError::Zenoh)?;
+    let session = zenoh::open(config)
+        .await
+        .map_err(|e| ServeError::Zenoh(e.to_string()))?;
+    let queryable = session
+        .declare_queryable(z.key.as_str())
+        .complete(true)
+        .await
+        .map_err(|e| ServeError::Zenoh(e.to_string()))?;
+    tracing::info!(key = %z.key, zid = %session.zid(), "answering Zenoh queries");
+    let task = tokio::spawn(async move {
+        while let Ok(query) = queryable.recv_async().await {
+            let sh = shared.clone();
+            tokio::spawn(async move {
+                let bytes = query
+                    .payload()
+                    .map(|p| p.to_bytes().into_owned())
+                    .unwrap_or_default();
+                let sent = match infer(&sh, &bytes, None).await {
+                    Ok(reply) => {
+                        tracing::debug!("Zenoh query answered");
+                        query.reply(query.key_expr().clone(), reply).await
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Zenoh request refused");
+                        query.reply_err(e).await
+                    }
+                };
+                if let Err(e) = sent {
+                    tracing::debug!(error = %e, "Zenoh reply not sent");
+                }
+            });
+        }
+    });
+    Ok((session, task))
 }
 
 /// Counts a connection while it lives.
