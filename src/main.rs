@@ -87,6 +87,13 @@ struct ServeArgs {
     /// Requests that may wait for the model; one more is answered "busy" (default 8).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     queue: Option<u32>,
+    /// Requests from several clients run as one batch, at most this many (1: one at a time).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    max_batch: u32,
+    /// How long a request waits for others to batch with, ms (0: only those already waiting
+    /// join it).
+    #[arg(long, default_value_t = 0.0)]
+    batch_window_ms: f64,
     /// Also answer Zenoh queries on this key, e.g. pi0d/policy/arm (feature `zenoh`).
     #[arg(long)]
     zenoh: Option<String>,
@@ -429,6 +436,10 @@ fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
             * 1024,
         queue: a.queue.or(sc.queue).unwrap_or(8) as usize,
         seed,
+        max_batch: a.max_batch as usize,
+        batch_window: std::time::Duration::from_secs_f64(
+            a.batch_window_ms.clamp(0.0, 1000.0) / 1e3,
+        ),
         zenoh: a
             .zenoh
             .clone()

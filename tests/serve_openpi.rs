@@ -138,6 +138,21 @@ fn when_openpis_client_talks_to_pi0d_serve_expect_lerobots_actions_and_every_bad
     assert!(r["second_timing"]["prev_total_ms"].as_f64().unwrap() > 0.0);
     assert!(r["policy_timing"]["prefix_ms"].as_f64().unwrap() > 0.0);
 
+    // Concurrent clients: batched together, each answered with its own actions.
+    let batches: Vec<u64> = r["concurrent_batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_u64().unwrap())
+        .collect();
+    assert!(batches.iter().any(|b| *b > 1), "never batched: {batches:?}");
+    assert_eq!(r["distinct_replies"], 4);
+    assert!(
+        r["concurrent_max_diff"].as_f64().unwrap() < 1e-5,
+        "a batched reply differs from the same request alone: {}",
+        r["concurrent_max_diff"]
+    );
+
     // The client raised on the server's error frame, which names the missing key.
     let e = r["error"].as_str().unwrap();
     assert!(

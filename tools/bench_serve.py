@@ -2,7 +2,8 @@
 """Serving throughput and latency, `pi0d serve` against openpi's own server (openpi-server)
 serving lerobot's pi0 on the same checkpoint with the same thread count, in one run: 1 and 4
 clients (openpi-client, each in its own process), each sending the same observation over and
-over for --seconds. Prints requests per second and latency p50 / p99 per server and client
+over for --seconds; `pi0d serve` batching concurrent requests (default) and one at a time
+(`--max-batch 1`). Prints requests per second and latency p50 / p99 per server and client
 count, and the ratios.
 
     cargo build --release
@@ -127,11 +128,11 @@ def main():
     if not binary.exists():
         sys.exit("cargo build --release first")
     results = {}
-    for name in ["pi0d serve", "openpi-server + lerobot"]:
+    for name in ["pi0d serve", "pi0d serve --max-batch 1", "openpi-server + lerobot"]:
         port = free_port()
-        if name == "pi0d serve":
+        if name.startswith("pi0d serve"):
             cmd = [str(binary), "serve", "--checkpoint", str(CK), "--threads", str(args.threads),
-                   "--listen", f"127.0.0.1:{port}"]
+                   "--listen", f"127.0.0.1:{port}"] + name.split()[2:]
         else:
             cmd = [sys.executable, __file__, "--serve-lerobot", str(port), "--threads", str(args.threads)]
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -149,6 +150,8 @@ def main():
     for n in (1, 4):
         a, b = results[("pi0d serve", n)], results[("openpi-server + lerobot", n)]
         print(f"  {n} client(s): pi0d serves {a['rps'] / b['rps']:.2f}x the requests per second")
+    b4, u4 = results[("pi0d serve", 4)], results[("pi0d serve --max-batch 1", 4)]
+    print(f"  batching 4 clients: {b4['rps'] / u4['rps']:.2f}x the requests per second of one at a time")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,10 @@ pub struct ServeOptions {
     pub queue: usize,
     /// Seed of the noise for requests that bring none.
     pub seed: u64,
+    /// Requests run as one batch at most (1: one at a time).
+    pub max_batch: usize,
+    /// How long the first request of a batch waits for others.
+    pub batch_window: Duration,
     /// Also answer Zenoh queries on this key (feature `zenoh`).
     pub zenoh: Option<crate::config::openpi::ZenohLinkOptions>,
 }
@@ -70,6 +74,8 @@ struct Inferred {
     infer_ms: f64,
     prefix_ms: f64,
     steps_ms: f64,
+    /// Requests run together with this one (itself included).
+    batch: usize,
 }
 
 struct Job {
@@ -114,10 +120,10 @@ pub fn metadata(p: &Pi0Pipeline, layout: &Layout) -> Out {
 pub fn serve(pipeline: Pi0Pipeline, layout: Layout, opts: ServeOptions) -> Result<(), ServeError> {
     let metadata = msgpack_numpy::encode(&metadata(&pipeline, &layout));
     let (jobs, queue) = mpsc::sync_channel(opts.queue.max(1));
-    let seed = opts.seed;
+    let (seed, max_batch, window) = (opts.seed, opts.max_batch.max(1), opts.batch_window);
     let worker = std::thread::Builder::new()
         .name("pi0d-serve-infer".into())
-        .spawn(move || infer_loop(pipeline, queue, seed))
+        .spawn(move || infer_loop(pipeline, queue, seed, max_batch, window))
         .map_err(ServeError::Runtime)?;
     let shared = Arc::new(Shared {
         jobs,
@@ -414,41 +420,95 @@ async fn infer(sh: &Shared, bytes: &[u8], prev_total_ms: Option<f64>) -> Result<
                 ("infer_ms".into(), Out::Number(r.infer_ms)),
                 ("prefix_ms".into(), Out::Number(r.prefix_ms)),
                 ("steps_ms".into(), Out::Number(r.steps_ms)),
+                ("batch".into(), Out::Int(r.batch as i64)),
             ]),
         ),
     ])))
 }
 
-/// The model's thread: one request at a time, in arrival order.
-fn infer_loop(mut pipeline: Pi0Pipeline, jobs: mpsc::Receiver<Job>, seed: u64) {
+/// The model's thread: requests in arrival order; those waiting when the model is free (and,
+/// with a `window`, those arriving within it), up to `max_batch`, run as one batch; each gets
+/// its own answer.
+fn infer_loop(
+    mut pipeline: Pi0Pipeline,
+    jobs: mpsc::Receiver<Job>,
+    seed: u64,
+    max_batch: usize,
+    window: Duration,
+) {
+    use crate::policy::pi0::pipeline::BatchItem;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let n = pipeline.arch.chunk * pipeline.arch.action_dim;
-    for job in jobs {
-        let Observation {
-            frames,
-            state,
-            prompt,
-            noise,
-        } = job.obs;
-        let noise =
-            noise.unwrap_or_else(|| (0..n).map(|_| StandardNormal.sample(&mut rng)).collect());
-        let refs: Vec<Option<&CameraFrame>> = frames.iter().map(Option::as_ref).collect();
+    while let Ok(first) = jobs.recv() {
+        // Those already waiting join at once (requests queue up while the model runs); with
+        // a window, the first waits that long for more.
+        let mut batch = vec![first];
+        let until = Instant::now() + window;
+        while batch.len() < max_batch {
+            let next = if window.is_zero() {
+                jobs.try_recv().ok()
+            } else {
+                jobs.recv_timeout(until.saturating_duration_since(Instant::now()))
+                    .ok()
+            };
+            match next {
+                Some(j) => batch.push(j),
+                None => break,
+            }
+        }
+        let noises: Vec<Vec<f32>> = batch
+            .iter_mut()
+            .map(|j| {
+                j.obs
+                    .noise
+                    .take()
+                    .unwrap_or_else(|| (0..n).map(|_| StandardNormal.sample(&mut rng)).collect())
+            })
+            .collect();
+        let refs: Vec<Vec<Option<&CameraFrame>>> = batch
+            .iter()
+            .map(|j| j.obs.frames.iter().map(Option::as_ref).collect())
+            .collect();
+        let items: Vec<BatchItem> = batch
+            .iter()
+            .zip(&refs)
+            .zip(&noises)
+            .map(|((j, frames), noise)| BatchItem {
+                frames,
+                state: &j.obs.state,
+                task: &j.obs.prompt,
+                noise,
+            })
+            .collect();
         let start = Instant::now();
-        // A panic in the model answers this request and leaves the server up.
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pipeline.run(&refs, &state, &prompt, &noise)
-        }));
+        // A panic in the model answers these requests and leaves the server up.
+        let results =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pipeline.run_batch(&items)));
         let infer_ms = start.elapsed().as_secs_f64() * 1e3;
-        let answer = match result {
-            Ok(Ok((actions, t))) => Ok(Inferred {
-                actions,
-                infer_ms,
-                prefix_ms: t.prefix_ms,
-                steps_ms: t.steps_ms,
-            }),
-            Ok(Err(e)) => Err(error_chain(&e)),
-            Err(_) => Err("the model failed on this request (see the server's log)".into()),
-        };
-        let _ = job.reply.send(answer);
+        drop(items);
+        let size = batch.len();
+        match results {
+            Ok(results) => {
+                for (job, r) in batch.into_iter().zip(results) {
+                    let answer = r
+                        .map(|(actions, t)| Inferred {
+                            actions,
+                            infer_ms,
+                            prefix_ms: t.prefix_ms,
+                            steps_ms: t.steps_ms,
+                            batch: size,
+                        })
+                        .map_err(|e| error_chain(&e));
+                    let _ = job.reply.send(answer);
+                }
+            }
+            Err(_) => {
+                for job in batch {
+                    let _ = job.reply.send(Err(
+                        "the model failed on this request (see the server's log)".into(),
+                    ));
+                }
+            }
+        }
     }
 }

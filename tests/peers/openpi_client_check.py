@@ -104,6 +104,31 @@ def main():
     report["policy_timing"] = second["policy_timing"]
     report["same_again"] = bool(np.array_equal(first["actions"], second["actions"]))
 
+    # Four clients at once, each with its own noise: the server batches those waiting, and each
+    # reply must be that client's own (as answered alone).
+    import threading
+
+    def noisy(i):
+        o = dict(obs)
+        o["noise"] = (raw["noise"][0] * (1.0 + 0.1 * i)).astype(np.float32)
+        return o
+
+    alone = [policy.infer(noisy(i))["actions"] for i in range(4)]
+    clients = [wcp.WebsocketClientPolicy(host, port, api_key=args.key) for _ in range(4)]
+    together = [None] * 4
+
+    def ask(i):
+        together[i] = clients[i].infer(noisy(i))
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    report["concurrent_max_diff"] = max(float(np.abs(a - t["actions"]).max()) for a, t in zip(alone, together))
+    report["concurrent_batches"] = [int(t["policy_timing"]["batch"]) for t in together]
+    report["distinct_replies"] = len({t["actions"].tobytes() for t in together})
+
     bad = dict(obs)
     del bad["observation.state"]
     try:

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::model::{Pi0Input, Pi0Model, Timing, Workspace};
+use super::model::{Pi0Input, Pi0Model, Workspace};
 use super::tensorfile::{write_f32, TensorFile, TensorFileError};
 
 /// The computation produced a NaN or an infinity: `actions[batch, step, dim]` is the first.
@@ -237,15 +237,10 @@ pub fn try_run_batch(model: &Pi0Model, batch: &Batch) -> Result<(Vec<f32>, RunTi
 /// Runs the whole batch: actions `[batch, chunk, action_dim]` and the summed timings. The
 /// actions are not checked (`try_run_batch` does; `write_actions` refuses non-finite ones).
 pub fn run_batch(model: &Pi0Model, batch: &Batch) -> (Vec<f32>, RunTiming) {
-    let mut actions = Vec::with_capacity(batch.batch * batch.noise_len);
-    let mut t = Timing::default();
     let mut ws = Workspace::default();
-    for b in 0..batch.batch {
-        let (a, tb) = model.sample_actions_with(&batch.element(b), &mut ws);
-        actions.extend(a);
-        t.prefix_ms += tb.prefix_ms;
-        t.steps_ms += tb.steps_ms;
-    }
+    let elements: Vec<_> = (0..batch.batch).map(|b| batch.element(b)).collect();
+    // All elements at once: each layer's products over every element's rows.
+    let (actions, t) = model.sample_actions_batch(&elements, &mut ws);
     (
         actions,
         RunTiming {

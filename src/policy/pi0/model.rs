@@ -19,6 +19,8 @@ pub(crate) const EXPERT: &str = "paligemma_with_expert.gemma_expert.model";
 /// matmuls stay efficient).
 const MLP_ROW_BLOCK: usize = 128;
 
+mod batch;
+
 struct SigLipLayer {
     ln1: LayerNorm,
     q: Linear,
@@ -306,8 +308,8 @@ impl Pi0Model {
         self.projector.apply(&h, n, self.threads)
     }
 
-    /// Runs the prefix (images, then text) through the language model; keeps each layer's K, V.
-    pub fn prefix(&self, input: &Pi0Input) -> KvCache {
+    /// The prefix's embedded tokens (images, then text, `[n, width]`) and which are real.
+    fn embed_prefix(&self, input: &Pi0Input) -> (Vec<f32>, Vec<bool>) {
         let a = &self.arch;
         let w = a.width;
         let tpi = a.tokens_per_image();
@@ -328,21 +330,50 @@ impl Pi0Model {
             x.extend(row.iter().map(|e| dtype.round(e * scale)));
             pad.push(m);
         }
-        let n = pad.len();
-        let positions: Vec<i64> = pad
-            .iter()
+        (x, pad)
+    }
+
+    /// Positions of a prefix's tokens: the count of real tokens before each.
+    fn prefix_positions(pad: &[bool]) -> Vec<i64> {
+        pad.iter()
             .scan(0i64, |acc, &p| {
                 *acc += p as i64;
                 Some(*acc - 1)
             })
-            .collect();
+            .collect()
+    }
+
+    /// Runs the prefix (images, then text) through the language model; keeps each layer's K, V.
+    pub fn prefix(&self, input: &Pi0Input) -> KvCache {
+        let (x, pad) = self.embed_prefix(input);
+        let positions = Self::prefix_positions(&pad);
+        self.language_layers(x, pad, 1, &positions)
+    }
+
+    /// The language model over the prefix rows `x` of `batch` observations side by side
+    /// (equal lengths, attending within their own); each layer's keys and values, in the
+    /// same order, with `pad` as given.
+    fn language_layers(
+        &self,
+        mut x: Vec<f32>,
+        pad: Vec<bool>,
+        batch: usize,
+        positions: &[i64],
+    ) -> KvCache {
+        let n = pad.len();
+        let per = n / batch.max(1);
+        let seg = Segments {
+            batch,
+            rows: per,
+            cached: 0,
+            stride: per,
+        };
+        let allowed = |e: usize, i: usize, j: usize| pad[e * per + i] && pad[e * per + j];
         let mut cache = KvCache {
             k: Vec::new(),
             v: Vec::new(),
-            pad,
+            pad: Vec::new(),
         };
-        let pad = cache.pad.clone();
-        let allowed = |i: usize, j: usize| pad[i] && pad[j];
         let kvd = self.arch.kv_heads * self.arch.head_dim;
         let mut scratch = LayerScratch::default();
         let last = self.lm.layers.len() - 1;
@@ -352,7 +383,7 @@ impl Pi0Model {
             if i == last {
                 // Only the last layer's keys and values are used (its output never is): the
                 // rest of it, MLP included, is skipped. lerobot computes and drops it.
-                self.kv_only(layer, &x, n, &positions, (&mut k, &mut v), &mut scratch);
+                self.kv_only(layer, &x, n, positions, (&mut k, &mut v), &mut scratch);
                 cache.k.push(k);
                 cache.v.push(v);
                 break;
@@ -361,8 +392,9 @@ impl Pi0Model {
                 layer,
                 &mut x,
                 n,
-                &positions,
-                (&mut k, &mut v, 0),
+                positions,
+                (&mut k, &mut v),
+                seg,
                 None,
                 &allowed,
                 &mut scratch,
@@ -370,6 +402,7 @@ impl Pi0Model {
             cache.k.push(k);
             cache.v.push(v);
         }
+        cache.pad = pad;
         cache
     }
 
@@ -391,9 +424,10 @@ impl Pi0Model {
         self.rope.apply(k, positions, self.arch.kv_heads);
     }
 
-    /// One decoder layer in place on `x` (`[n, width]`). Its keys and values are written into
-    /// `kv` (`(k, v, offset)`) after the first `offset` rows, which already hold the cached
-    /// prefix's; attention runs over all of them.
+    /// One decoder layer in place on `x` (`[n, width]`: `seg.batch` observations' rows side by
+    /// side). Each observation's new keys and values are written into `kv` after its cached
+    /// ones (`Segments`), and its queries attend to its own keys only: `allowed(element, i,
+    /// j)` in that observation's indices.
     #[allow(clippy::too_many_arguments)]
     fn gemma_layer(
         &self,
@@ -401,41 +435,51 @@ impl Pi0Model {
         x: &mut [f32],
         n: usize,
         positions: &[i64],
-        kv: (&mut [f32], &mut [f32], usize),
+        (k_all, v_all): (&mut [f32], &mut [f32]),
+        seg: Segments,
         modulation: Option<(&[f32], &[f32])>,
-        allowed: &dyn Fn(usize, usize) -> bool,
+        allowed: &dyn Fn(usize, usize, usize) -> bool,
         s: &mut LayerScratch,
     ) {
         let a = &self.arch;
         let width = x.len() / n;
         let (h, kh, hd) = (a.heads, a.kv_heads, a.head_dim);
         let kvd = kh * hd;
-        let (k_all, v_all, offset) = kv;
-        let t = offset + n;
         let normed = grow(&mut s.normed, n * width);
         l.input_norm.forward(x, normed, modulation.map(|m| m.0));
         let q = grow(&mut s.q, n * h * hd);
         l.q.forward(normed, n, q, self.threads);
-        let k = &mut k_all[offset * kvd..t * kvd];
+        let k = grow(&mut s.k, n * kvd);
         l.k.forward(normed, n, k, self.threads);
-        l.v.forward(normed, n, &mut v_all[offset * kvd..t * kvd], self.threads);
+        let v = grow(&mut s.v, n * kvd);
+        l.v.forward(normed, n, v, self.threads);
         self.rope.apply(q, positions, h);
         self.rope.apply(k, positions, kh);
+        let rows = seg.rows;
+        let t = seg.cached + rows;
         let att = grow(&mut s.att, n * h * hd);
-        attention(
-            q,
-            &k_all[..t * kvd],
-            &v_all[..t * kvd],
-            n,
-            t,
-            h,
-            kh,
-            hd,
-            allowed,
-            att,
-            &mut s.attention,
-            self.threads,
-        );
+        for e in 0..seg.batch {
+            let at = (e * seg.stride + seg.cached) * kvd;
+            let new = e * rows * kvd..(e + 1) * rows * kvd;
+            k_all[at..at + rows * kvd].copy_from_slice(&k[new.clone()]);
+            v_all[at..at + rows * kvd].copy_from_slice(&v[new]);
+            let keys = e * seg.stride * kvd..(e * seg.stride + t) * kvd;
+            let queries = e * rows * h * hd..(e + 1) * rows * h * hd;
+            attention(
+                &q[queries.clone()],
+                &k_all[keys.clone()],
+                &v_all[keys],
+                rows,
+                t,
+                h,
+                kh,
+                hd,
+                &|i, j| allowed(e, i, j),
+                &mut att[queries],
+                &mut s.attention,
+                self.threads,
+            );
+        }
         let o = grow(&mut s.o, n * width);
         l.o.forward(att, n, o, self.threads);
         let gate = modulation.map(|m| &m.0[2 * width..3 * width]);
@@ -473,19 +517,36 @@ impl Pi0Model {
     /// Sizes `ws` for the steps from `cache`, and copies each layer's cached keys and values in
     /// front of the room for the suffix's: done once per observation, not per step.
     pub fn prepare_steps(&self, cache: &KvCache, ws: &mut Workspace) {
+        self.prepare_batch_steps(cache, 1, ws)
+    }
+
+    /// As `prepare_steps` for `batch` observations whose prefixes lie side by side in `cache`
+    /// (equal lengths); their suffixes follow them in the same order.
+    pub fn prepare_batch_steps(&self, cache: &KvCache, batch: usize, ws: &mut Workspace) {
         let a = &self.arch;
         let kvd = a.kv_heads * a.head_dim;
         let n = self.suffix_len();
-        let t = cache.pad.len() + n;
+        let per = cache.pad.len() / batch.max(1);
+        let stride = per + n;
+        // Per observation: its prefix's keys and values, then room for its suffix's.
         ws.kv.resize_with(a.layers, Default::default);
         for (i, (k, v)) in ws.kv.iter_mut().enumerate() {
-            grow(k, t * kvd)[..cache.k[i].len()].copy_from_slice(&cache.k[i]);
-            grow(v, t * kvd)[..cache.v[i].len()].copy_from_slice(&cache.v[i]);
+            let (k, v) = (grow(k, batch * stride * kvd), grow(v, batch * stride * kvd));
+            for e in 0..batch {
+                let (src, dst) = (e * per * kvd, e * stride * kvd);
+                k[dst..dst + per * kvd].copy_from_slice(&cache.k[i][src..src + per * kvd]);
+                v[dst..dst + per * kvd].copy_from_slice(&cache.v[i][src..src + per * kvd]);
+            }
         }
         ws.mods.resize_with(a.layers, Default::default);
-        let valid = cache.pad.iter().filter(|p| **p).count() as i64;
         ws.positions.clear();
-        ws.positions.extend((0..n as i64).map(|i| valid + i));
+        for e in 0..batch {
+            let valid = cache.pad[e * per..(e + 1) * per]
+                .iter()
+                .filter(|p| **p)
+                .count() as i64;
+            ws.positions.extend((0..n as i64).map(|i| valid + i));
+        }
     }
 
     /// Suffix tokens of a step: pi0's state token and the action tokens, or pi0.5's actions.
@@ -504,11 +565,28 @@ impl Pi0Model {
         ws: &mut Workspace,
         velocity: &mut [f32],
     ) {
+        self.denoise_batch_step(cache, &[state], x_t, t, ws, velocity)
+    }
+
+    /// `denoise_step` for a batch side by side (`prepare_batch_steps`): one state per
+    /// observation, `x_t` and `velocity` `[batch, chunk, action_dim]`. Every row of every
+    /// layer's products is one observation's; attention keeps each to its own prefix and
+    /// suffix, so each element gets what it gets alone.
+    pub fn denoise_batch_step(
+        &self,
+        cache: &KvCache,
+        states: &[&[f32]],
+        x_t: &[f32],
+        t: f32,
+        ws: &mut Workspace,
+        velocity: &mut [f32],
+    ) {
         let a = &self.arch;
         let ew = a.expert_width;
         let chunk = a.chunk;
         let n = self.suffix_len();
         let threads = self.threads;
+        let batch = states.len();
         let Workspace {
             x,
             time,
@@ -526,22 +604,26 @@ impl Pi0Model {
         } = ws;
         let time = grow(time, ew);
         self.time_embedding(t, time);
-        let actions = grow(actions, chunk * ew);
-        self.action_in.forward(x_t, chunk, actions, threads);
-        let x = grow(x, n * ew);
+        let actions = grow(actions, batch * chunk * ew);
+        self.action_in.forward(x_t, batch * chunk, actions, threads);
+        let x = grow(x, batch * n * ew);
         let conditioned = match &self.state_proj {
             Some(sp) => {
-                // pi0: [state token | action tokens fused with time].
-                let fused = grow(fused, chunk * 2 * ew);
+                // pi0: [state token | action tokens fused with time], per observation.
+                let fused = grow(fused, batch * chunk * 2 * ew);
                 for (i, row) in fused.chunks_exact_mut(2 * ew).enumerate() {
                     row[..ew].copy_from_slice(&actions[i * ew..(i + 1) * ew]);
                     row[ew..].copy_from_slice(time);
                 }
-                let m = grow(m, chunk * ew);
-                self.time_in.forward(fused, chunk, m, threads);
+                let m = grow(m, batch * chunk * ew);
+                self.time_in.forward(fused, batch * chunk, m, threads);
                 vecmath::silu_in_place(m);
-                sp.forward(&state[..a.state_dim], 1, &mut x[..ew], threads);
-                self.time_out.forward(m, chunk, &mut x[ew..], threads);
+                for (e, state) in states.iter().enumerate() {
+                    let xe = &mut x[e * n * ew..(e + 1) * n * ew];
+                    sp.forward(&state[..a.state_dim], 1, &mut xe[..ew], threads);
+                    let me = &m[e * chunk * ew..(e + 1) * chunk * ew];
+                    self.time_out.forward(me, chunk, &mut xe[ew..], threads);
+                }
                 false
             }
             None => {
@@ -565,29 +647,40 @@ impl Pi0Model {
                 true
             }
         };
-        let prefix_len = cache.pad.len();
-        // Block attention: the state token sees the prefix and itself; action tokens see all.
+        let per = cache.pad.len() / batch.max(1);
+        let seg = Segments {
+            batch,
+            rows: n,
+            cached: per,
+            stride: per + n,
+        };
+        // Block attention: the state token sees its prefix and itself; action tokens see all
+        // of their observation's.
         let first_action = n - chunk;
         let pad = &cache.pad;
-        let allowed = |i: usize, j: usize| {
-            if j < prefix_len {
-                pad[j]
+        let allowed = |e: usize, i: usize, j: usize| {
+            if j < per {
+                pad[e * per + j]
             } else {
-                let jj = j - prefix_len;
+                let jj = j - per;
                 i >= first_action || jj < first_action
             }
         };
         for (i, l) in self.expert.layers.iter().enumerate() {
             let m = conditioned.then(|| (&mods[i].0[..3 * ew], &mods[i].1[..3 * ew]));
             let (k, v) = &mut kv[i];
-            self.gemma_layer(l, x, n, positions, (k, v, prefix_len), m, &allowed, layer);
+            self.gemma_layer(l, x, batch * n, positions, (k, v), seg, m, &allowed, layer);
         }
-        let out = grow(out, n * ew);
+        let out = grow(out, batch * n * ew);
         self.expert
             .norm
             .forward(x, out, conditioned.then(|| &final_mod[..3 * ew]));
-        self.action_out
-            .forward(&out[(n - chunk) * ew..], chunk, velocity, threads);
+        let ad = a.action_dim;
+        for e in 0..batch {
+            let rows = &out[(e * n + n - chunk) * ew..(e + 1) * n * ew];
+            let v = &mut velocity[e * chunk * ad..(e + 1) * chunk * ad];
+            self.action_out.forward(rows, chunk, v, threads);
+        }
     }
 
     /// Full inference for one batch element: `[chunk, action_dim]` actions (normalized space).
@@ -624,15 +717,19 @@ impl Pi0Model {
         v: &mut [f32],
         ws: &mut Workspace,
     ) {
-        let steps = self.arch.steps;
-        let dt = -1.0 / steps as f64;
-        for step in 0..steps {
-            let t = (1.0 + step as f64 * dt) as f32;
-            self.denoise_step(cache, state, x, t, ws, v);
-            let dtf = dt as f32;
-            x.iter_mut().zip(v.iter()).for_each(|(x, v)| *x += dtf * v);
-        }
+        self.denoise_batch(cache, &[state], x, v, ws)
     }
+}
+
+/// How a layer's rows and keys divide among the observations of a batch: observation `e`'s
+/// queries are rows `e * rows ..` of `x`; its keys are rows `e * stride ..` of the KV buffers,
+/// `cached` already there (its prefix, for the expert), then its `rows` new ones.
+#[derive(Clone, Copy, Debug)]
+struct Segments {
+    batch: usize,
+    rows: usize,
+    cached: usize,
+    stride: usize,
 }
 
 /// Scratch of one decoder layer, grown to the largest size seen and then reused.
@@ -640,6 +737,8 @@ impl Pi0Model {
 pub struct LayerScratch {
     normed: Vec<f32>,
     q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
     att: Vec<f32>,
     o: Vec<f32>,
     g: Vec<f32>,

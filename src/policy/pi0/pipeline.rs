@@ -413,7 +413,71 @@ impl Pi0Pipeline {
         state: &[f32],
         task: &str,
         noise: &[f32],
-    ) -> Result<(Vec<Vec<f32>>, Timing), PipelineError> {
+    ) -> Outcome {
+        let p = self.prepare(frames, state, task, noise)?;
+        let input = p.input();
+        let (x, timing) = match &mut self.backend {
+            Backend::Cpu { model, workspace } => model.sample_actions_with(&input, workspace),
+            Backend::Graph(_, g) => {
+                let (x, t) = g.sample(&GraphInputs {
+                    images: input.images.clone(),
+                    image_masks: input.image_masks.iter().map(|m| vec![*m]).collect(),
+                    tokens: input.tokens,
+                    token_masks: input.token_masks,
+                    state: input.state,
+                    noise: input.noise,
+                })?;
+                (
+                    x,
+                    Timing {
+                        prefix_ms: t.prefix_ms,
+                        steps_ms: t.steps_ms,
+                    },
+                )
+            }
+        };
+        Ok((self.finish(&x)?, timing))
+    }
+
+    /// Several observations at once: on the CPU backend one batched pass of the model
+    /// (`Pi0Model::sample_actions_batch`), else one after another. Each gets its own result
+    /// (a bad observation fails alone); the timing is the batch's.
+    pub fn run_batch(&mut self, items: &[BatchItem]) -> Vec<Outcome> {
+        if !matches!(self.backend, Backend::Cpu { .. }) || items.len() < 2 {
+            return items
+                .iter()
+                .map(|i| self.run(i.frames, i.state, i.task, i.noise))
+                .collect();
+        }
+        let prepared: Vec<Result<Prepared, PipelineError>> = items
+            .iter()
+            .map(|i| self.prepare(i.frames, i.state, i.task, i.noise))
+            .collect();
+        let inputs: Vec<Pi0Input> = prepared.iter().flatten().map(Prepared::input).collect();
+        let (x, timing) = match &mut self.backend {
+            Backend::Cpu { model, workspace } => model.sample_actions_batch(&inputs, workspace),
+            Backend::Graph(..) => unreachable!("graph backends run one at a time above"),
+        };
+        let per = self.arch.chunk * self.arch.action_dim;
+        let mut rows = x.chunks_exact(per);
+        prepared
+            .into_iter()
+            .map(|p| {
+                p?;
+                let x = rows.next().unwrap_or_default();
+                Ok((self.finish(x)?, timing))
+            })
+            .collect()
+    }
+
+    /// Checks and preprocesses one observation into the model's inputs.
+    fn prepare(
+        &self,
+        frames: &[Option<&CameraFrame>],
+        state: &[f32],
+        task: &str,
+        noise: &[f32],
+    ) -> Result<Prepared, PipelineError> {
         let a = &self.arch;
         if task.len() > MAX_PROMPT_BYTES {
             return Err(PipelineError::PromptTooLong { bytes: task.len() });
@@ -446,7 +510,6 @@ impl Pi0Pipeline {
                 self.state_dim
             )));
         }
-        let blank = vec![-1.0f32; 3 * a.image_size * a.image_size];
         let mut images = Vec::with_capacity(self.cameras);
         let mut masks = Vec::with_capacity(self.cameras);
         for k in 0..self.cameras {
@@ -460,7 +523,7 @@ impl Pi0Pipeline {
                     masks.push(true);
                 }
                 None => {
-                    images.push(blank.clone());
+                    images.push(vec![-1.0f32; 3 * a.image_size * a.image_size]);
                     masks.push(false);
                 }
             }
@@ -469,36 +532,22 @@ impl Pi0Pipeline {
         let (tokens, token_masks) = self.tokenize(&self.prompt(task, &normalized))?;
         let mut padded = normalized;
         padded.resize(a.state_dim, 0.0);
-        let input = Pi0Input {
-            images: images.iter().map(Vec::as_slice).collect(),
-            image_masks: masks,
-            tokens: &tokens,
-            token_masks: &token_masks,
-            state: &padded,
-            noise,
-        };
-        let (x, timing) = match &mut self.backend {
-            Backend::Cpu { model, workspace } => model.sample_actions_with(&input, workspace),
-            Backend::Graph(_, g) => {
-                let (x, t) = g.sample(&GraphInputs {
-                    images: input.images.clone(),
-                    image_masks: input.image_masks.iter().map(|m| vec![*m]).collect(),
-                    tokens: input.tokens,
-                    token_masks: input.token_masks,
-                    state: input.state,
-                    noise: input.noise,
-                })?;
-                (
-                    x,
-                    Timing {
-                        prefix_ms: t.prefix_ms,
-                        steps_ms: t.steps_ms,
-                    },
-                )
-            }
-        };
+        Ok(Prepared {
+            images,
+            masks,
+            tokens,
+            token_masks,
+            state: padded,
+            noise: noise.to_vec(),
+        })
+    }
+
+    /// The model's output `[chunk, model action width]` checked and unnormalized to the
+    /// robot's actions.
+    fn finish(&self, x: &[f32]) -> Result<Vec<Vec<f32>>, PipelineError> {
+        let a = &self.arch;
         // Said at the source: raw NaNs (or ones the unnormalization made) never leave here.
-        check_actions(&x, a.chunk, a.action_dim)?;
+        check_actions(x, a.chunk, a.action_dim)?;
         let actions: Vec<Vec<f32>> = x
             .chunks_exact(a.action_dim)
             .map(|row| {
@@ -509,7 +558,41 @@ impl Pi0Pipeline {
             .collect();
         let flat: Vec<f32> = actions.iter().flatten().copied().collect();
         check_actions(&flat, a.chunk, self.action_dim)?;
-        Ok((actions, timing))
+        Ok(actions)
+    }
+}
+
+/// One observation's actions `[chunk][action_dim]` and the model's timing, or why not.
+pub type Outcome = Result<(Vec<Vec<f32>>, Timing), PipelineError>;
+
+/// One observation of a batch (`Pi0Pipeline::run_batch`).
+pub struct BatchItem<'a> {
+    pub frames: &'a [Option<&'a CameraFrame>],
+    pub state: &'a [f32],
+    pub task: &'a str,
+    pub noise: &'a [f32],
+}
+
+/// One observation's model inputs, owned.
+struct Prepared {
+    images: Vec<Vec<f32>>,
+    masks: Vec<bool>,
+    tokens: Vec<i64>,
+    token_masks: Vec<bool>,
+    state: Vec<f32>,
+    noise: Vec<f32>,
+}
+
+impl Prepared {
+    fn input(&self) -> Pi0Input<'_> {
+        Pi0Input {
+            images: self.images.iter().map(Vec::as_slice).collect(),
+            image_masks: self.masks.clone(),
+            tokens: &self.tokens,
+            token_masks: &self.token_masks,
+            state: &self.state,
+            noise: &self.noise,
+        }
     }
 }
 

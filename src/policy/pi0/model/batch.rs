@@ -1,0 +1,79 @@
+//! Several observations through the model at once (`pi0d serve` gathers concurrent
+//! requests): every layer's products run over all of their rows, so the weights are read once
+//! for the batch, while attention stays within each observation.
+
+use super::{KvCache, Pi0Input, Pi0Model, Timing, Workspace};
+
+impl Pi0Model {
+    /// `denoise` for observations side by side (`prepare_batch_steps`).
+    pub fn denoise_batch(
+        &self,
+        cache: &KvCache,
+        states: &[&[f32]],
+        x: &mut [f32],
+        v: &mut [f32],
+        ws: &mut Workspace,
+    ) {
+        let steps = self.arch.steps;
+        let dt = -1.0 / steps as f64;
+        for step in 0..steps {
+            let t = (1.0 + step as f64 * dt) as f32;
+            self.denoise_batch_step(cache, states, x, t, ws, v);
+            let dtf = dt as f32;
+            x.iter_mut().zip(v.iter()).for_each(|(x, v)| *x += dtf * v);
+        }
+    }
+
+    /// Full inference for several observations at once: the language model and the expert
+    /// run each layer's products over all of their rows (attention kept per observation), so
+    /// the weights are read once for all. Actions `[batch, chunk, action_dim]`, each as
+    /// `sample_actions` gives it alone (to rounding). Prefixes of different lengths run one
+    /// after another.
+    pub fn sample_actions_batch(
+        &self,
+        inputs: &[Pi0Input],
+        ws: &mut Workspace,
+    ) -> (Vec<f32>, Timing) {
+        let started = std::time::Instant::now();
+        let embedded: Vec<(Vec<f32>, Vec<bool>)> =
+            inputs.iter().map(|i| self.embed_prefix(i)).collect();
+        let per = embedded.first().map_or(0, |e| e.1.len());
+        if inputs.len() < 2 || embedded.iter().any(|e| e.1.len() != per) {
+            let mut out = Vec::new();
+            let mut t = Timing::default();
+            for input in inputs {
+                let (a, ti) = self.sample_actions_with(input, ws);
+                out.extend(a);
+                t.prefix_ms += ti.prefix_ms;
+                t.steps_ms += ti.steps_ms;
+            }
+            return (out, t);
+        }
+        let mut x = Vec::with_capacity(per * inputs.len() * self.arch.width);
+        let mut pad = Vec::with_capacity(per * inputs.len());
+        let mut positions = Vec::with_capacity(per * inputs.len());
+        for (xe, pe) in embedded {
+            positions.extend(Self::prefix_positions(&pe));
+            x.extend(xe);
+            pad.extend(pe);
+        }
+        let cache = self.language_layers(x, pad, inputs.len(), &positions);
+        self.prepare_batch_steps(&cache, inputs.len(), ws);
+        let prefix_ms = started.elapsed().as_secs_f64() * 1e3;
+        let mut x: Vec<f32> = inputs
+            .iter()
+            .flat_map(|i| i.noise.iter().copied())
+            .collect();
+        let mut v = vec![0.0f32; x.len()];
+        let states: Vec<&[f32]> = inputs.iter().map(|i| i.state).collect();
+        self.denoise_batch(&cache, &states, &mut x, &mut v, ws);
+        let total = started.elapsed().as_secs_f64() * 1e3;
+        (
+            x,
+            Timing {
+                prefix_ms,
+                steps_ms: total - prefix_ms,
+            },
+        )
+    }
+}
