@@ -32,6 +32,7 @@ fn main() {
     let opts = OpenpiOptions {
         url,
         api_key: None,
+        ca_file: None,
         connect_timeout_s: 5.0,
         request_timeout_s: 10.0,
         reconnect_initial_s: 0.1,

@@ -227,3 +227,122 @@ fn when_pi0d_drives_the_arm_from_pi0d_serve_with_a_key_expect_chunks_and_a_wrong
     assert!(!check.contains("sekrit-123"), "{check}");
     assert!(!good.stderr.contains("sekrit-123") && !bad.stderr.contains("sekrit-123"));
 }
+
+/// wss:// (feature `tls`): a TLS policy server with a self-signed certificate for 127.0.0.1;
+/// with it as `ca_file` the arm is driven, without it the connection is refused naming the
+/// certificate, and no chunk runs.
+#[cfg(feature = "tls")]
+#[test]
+fn when_the_server_speaks_tls_expect_chunks_with_its_ca_and_a_named_refusal_without() {
+    let dir = scratch_dir("openpi-tls");
+    // A private CA and a server certificate for 127.0.0.1 signed by it.
+    let (ca, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
+    let (cert, key, csr, ext) = (
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+        dir.join("server.csr"),
+        dir.join("ext.cnf"),
+    );
+    std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    let openssl = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new("openssl").args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let os = |s: &'static str| -> &'static std::ffi::OsStr { s.as_ref() };
+    openssl(&[
+        os("req"),
+        os("-x509"),
+        os("-newkey"),
+        os("rsa:2048"),
+        os("-nodes"),
+        os("-days"),
+        os("2"),
+        os("-subj"),
+        os("/CN=pi0d test CA"),
+        os("-keyout"),
+        ca_key.as_os_str(),
+        os("-out"),
+        ca.as_os_str(),
+    ]);
+    openssl(&[
+        os("req"),
+        os("-newkey"),
+        os("rsa:2048"),
+        os("-nodes"),
+        os("-subj"),
+        os("/CN=127.0.0.1"),
+        os("-keyout"),
+        key.as_os_str(),
+        os("-out"),
+        csr.as_os_str(),
+    ]);
+    openssl(&[
+        os("x509"),
+        os("-req"),
+        os("-in"),
+        csr.as_os_str(),
+        os("-CA"),
+        ca.as_os_str(),
+        os("-CAkey"),
+        ca_key.as_os_str(),
+        os("-CAcreateserial"),
+        os("-days"),
+        os("2"),
+        os("-out"),
+        cert.as_os_str(),
+        os("-extfile"),
+        ext.as_os_str(),
+    ]);
+    let port = free_port();
+    let mut server = Command::new(peer_python())
+        .arg(root().join("tests/peers/tls_openpi_server.py"))
+        .args(["--port", &port.to_string(), "--cert"])
+        .arg(&cert)
+        .arg("--key")
+        .arg(&key)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let mut cfg = openpi_config(port);
+    let o = cfg["policy"]["openpi"].as_table_mut().unwrap();
+    for k in ["images", "state_key", "extra"] {
+        o.remove(k);
+    }
+    o.insert(
+        "url".into(),
+        Value::String(format!("wss://127.0.0.1:{port}")),
+    );
+    let untrusted = run_daemon("openpi-tls-untrusted", &cfg, 1.5);
+    cfg["policy"]["openpi"]
+        .as_table_mut()
+        .unwrap()
+        .insert("ca_file".into(), Value::String(ca.display().to_string()));
+    let trusted = run_daemon("openpi-tls-trusted", &cfg, 3.0);
+    let _ = server.kill();
+    let _ = server.wait();
+    let s = trusted.summary();
+    assert!(
+        s["chunks_accepted"].as_u64().unwrap() >= 3,
+        "{s}\n{}",
+        trusted.stderr
+    );
+    assert_eq!(s["limit_violations"], 0);
+    let u = untrusted.summary();
+    assert_eq!(u["chunks_accepted"], 0, "{u}");
+    let last = u["last_policy_error"].as_str().unwrap();
+    assert!(last.contains("certificate"), "{last}");
+}

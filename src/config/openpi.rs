@@ -27,6 +27,8 @@ pub struct RawOpenpi {
     pub api_key: Option<String>,
     pub api_key_env: Option<String>,
     pub api_key_file: Option<PathBuf>,
+    /// wss://: certificates (PEM) trusted besides the public roots (a private CA).
+    pub ca_file: Option<PathBuf>,
     pub connect_timeout_s: Option<f64>,
     pub request_timeout_s: Option<f64>,
     pub reconnect_initial_s: Option<f64>,
@@ -70,6 +72,8 @@ pub struct OpenpiOptions {
     /// ws://host:port[/path]
     pub url: String,
     pub api_key: Option<Secret>,
+    /// wss://: extra trusted certificates (PEM).
+    pub ca_file: Option<PathBuf>,
     pub connect_timeout_s: f64,
     pub request_timeout_s: f64,
     pub reconnect_initial_s: f64,
@@ -162,21 +166,28 @@ pub fn validate(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> 
             "required: the policy server, e.g. \"ws://gpu-box:8000\"",
         );
     };
-    if url.starts_with("wss://") {
+    let tls = url.starts_with("wss://");
+    if tls && !cfg!(feature = "tls") {
         return c.fail(
             "policy.openpi.url",
-            "wss:// is not supported yet: reach the server over ws:// on a trusted network, or through a TLS tunnel (ssh -L, stunnel) to a local ws:// port",
+            "wss:// needs pi0d built with the `tls` feature (cargo build --features tls)",
         );
     }
+    c.unused(
+        "policy.openpi.ca_file",
+        o.ca_file.is_some() && !tls,
+        "only a wss:// url uses it",
+    );
     let host = url
         .strip_prefix("ws://")
+        .or_else(|| url.strip_prefix("wss://"))
         .map(|r| r.split('/').next().unwrap_or(""));
     match host {
         Some(h) if !h.is_empty() && !h.contains('@') => {}
         _ => {
             return c.fail(
                 "policy.openpi.url",
-                format!("\"{url}\" is not a ws://host[:port][/path] address"),
+                format!("\"{url}\" is not a ws:// or wss://host[:port][/path] address"),
             )
         }
     }
@@ -194,6 +205,7 @@ pub fn validate(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> 
     let mut opts = mapping(c, o, "openpi")?;
     opts.url = url.clone();
     opts.api_key = api_key(c, o)?;
+    opts.ca_file = o.ca_file.as_deref().map(|p| c.resolve(p));
     Ok(opts)
 }
 
@@ -221,6 +233,7 @@ pub fn validate_zenoh(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigE
             "api_key",
             o.api_key.is_some() || o.api_key_env.is_some() || o.api_key_file.is_some(),
         ),
+        ("ca_file", o.ca_file.is_some()),
     ] {
         if given {
             return c.fail(
@@ -318,6 +331,7 @@ fn mapping(c: &Check, o: &RawOpenpi, section: &str) -> Result<OpenpiOptions, Con
     Ok(OpenpiOptions {
         url: String::new(),
         api_key: None,
+        ca_file: None,
         connect_timeout_s: seconds("connect_timeout_s", o.connect_timeout_s, 3.0, 0.05, 60.0)?,
         request_timeout_s: seconds("request_timeout_s", o.request_timeout_s, 2.0, 0.05, 60.0)?,
         reconnect_initial_s,

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use tungstenite::client::IntoClientRequest;
 use tungstenite::protocol::WebSocketConfig;
+use tungstenite::stream::MaybeTlsStream;
 use tungstenite::{Message, WebSocket};
 
 use super::{
@@ -62,24 +63,95 @@ pub struct OpenpiPolicy {
     server_ms: VecDeque<f64>,
 }
 
-/// openpi's websocket link.
+/// openpi's websocket link, over TLS for wss:// (feature `tls`).
 pub struct Websocket {
     url: String,
     api_key: Option<crate::config::openpi::Secret>,
     connect_timeout: Duration,
     max_reply_bytes: usize,
-    ws: Option<WebSocket<TcpStream>>,
+    #[cfg(feature = "tls")]
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ws: Option<WebSocket<MaybeTlsStream<TcpStream>>>,
 }
 
 impl Websocket {
-    pub fn new(opts: &OpenpiOptions) -> Websocket {
-        Websocket {
+    /// Fails on a CA file that cannot be read or holds no certificate.
+    pub fn new(opts: &OpenpiOptions) -> Result<Websocket, String> {
+        Ok(Websocket {
             url: opts.url.clone(),
             api_key: opts.api_key.clone(),
             connect_timeout: Duration::from_secs_f64(opts.connect_timeout_s),
             max_reply_bytes: opts.max_reply_bytes,
+            #[cfg(feature = "tls")]
+            tls: if opts.url.starts_with("wss://") {
+                Some(tls_config(opts.ca_file.as_deref())?)
+            } else {
+                None
+            },
             ws: None,
+        })
+    }
+
+    /// The TCP stream, as is or inside TLS for wss://.
+    fn wrap(&self, tcp: TcpStream, host: &str) -> Result<MaybeTlsStream<TcpStream>, PolicyError> {
+        #[cfg(feature = "tls")]
+        if let Some(config) = &self.tls {
+            let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                .map_err(|e| fault(RemoteFault::Down, format!("{}: {host}: {e}", self.url)))?;
+            let conn = rustls::ClientConnection::new(config.clone(), name)
+                .map_err(|e| fault(RemoteFault::Down, format!("{}: TLS: {e}", self.url)))?;
+            return Ok(MaybeTlsStream::Rustls(rustls::StreamOwned::new(conn, tcp)));
         }
+        let _ = host;
+        Ok(MaybeTlsStream::Plain(tcp))
+    }
+}
+
+/// The public roots (Mozilla's, from webpki-roots) plus the certificates in `ca_file`.
+#[cfg(feature = "tls")]
+fn tls_config(
+    ca_file: Option<&std::path::Path>,
+) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = ca_file {
+        let shown = path.display();
+        let certs = CertificateDer::pem_file_iter(path)
+            .map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
+        let mut added = 0;
+        for cert in certs {
+            let cert = cert.map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err(format!(
+                "policy.openpi.ca_file {shown}: no PEM certificate in it"
+            ));
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(std::sync::Arc::new(config))
+}
+
+/// The TCP socket under the websocket (to set its timeouts).
+fn socket(ws: &mut WebSocket<MaybeTlsStream<TcpStream>>) -> &TcpStream {
+    match ws.get_ref() {
+        MaybeTlsStream::Plain(s) => s,
+        #[cfg(feature = "tls")]
+        MaybeTlsStream::Rustls(s) => s.get_ref(),
+        // No other TLS implementation is built.
+        #[allow(unreachable_patterns)]
+        _ => unreachable!("only plain and rustls streams are made"),
     }
 }
 
@@ -93,7 +165,7 @@ impl OpenpiPolicy {
         step_period_s: f64,
     ) -> Result<OpenpiPolicy, String> {
         let link: Box<dyn Link> = match &opts.zenoh {
-            None => Box::new(Websocket::new(opts)),
+            None => Box::new(Websocket::new(opts)?),
             #[cfg(feature = "zenoh")]
             Some(z) => Box::new(super::openpi_zenoh::ZenohLink::new(z)),
             #[cfg(not(feature = "zenoh"))]
@@ -300,6 +372,7 @@ impl Link for Websocket {
             max_frame_size: Some(self.max_reply_bytes),
             ..Default::default()
         };
+        let stream = self.wrap(stream, &host)?;
         let (mut ws, _) = tungstenite::client::client_with_config(request, stream, Some(config))
             .map_err(|e| match e {
                 tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r)) => down(format!(
@@ -354,7 +427,7 @@ impl Link for Websocket {
                     format!("no reply within {timeout_s} s"),
                 ));
             }
-            let _ = ws.get_mut().set_read_timeout(Some(left));
+            let _ = socket(ws).set_read_timeout(Some(left));
             match ws.read() {
                 Ok(Message::Binary(b)) => return Ok(b),
                 Ok(Message::Text(t)) => {
