@@ -86,6 +86,16 @@ pub struct LiveStats {
     /// Input messages the transport refused, and those whose decoder panicked (ROS).
     pub inputs_rejected: AtomicU64,
     pub input_decoder_faults: AtomicU64,
+    /// A remote policy's link (all zero without one): 1 when there is one, whether it is
+    /// connected, round trip p50 / p99 and the server's inference time (µs), reconnects and
+    /// failed requests. Copied from the worker's statistics once a second.
+    pub remote_active: AtomicU64,
+    pub remote_connected: AtomicU64,
+    pub remote_rtt_p50_us: AtomicU64,
+    pub remote_rtt_p99_us: AtomicU64,
+    pub remote_server_infer_us: AtomicU64,
+    pub remote_reconnects: AtomicU64,
+    pub remote_errors: AtomicU64,
 }
 
 impl LiveStats {

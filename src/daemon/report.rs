@@ -236,6 +236,22 @@ impl StatusLine {
     }
 
     pub fn show(&mut self, live: &LiveStats, ws: &WorkerStats, t: f64) {
+        let remote = ws.remote.lock().ok().and_then(|r| r.clone());
+        if let Some(r) = &remote {
+            let us = |ms: f64| (ms * 1e3) as u64;
+            LiveStats::set(&live.remote_active, 1);
+            LiveStats::set(&live.remote_connected, r.connected as u64);
+            LiveStats::set(&live.remote_rtt_p50_us, us(r.rtt_ms_p50));
+            LiveStats::set(&live.remote_rtt_p99_us, us(r.rtt_ms_p99));
+            LiveStats::set(&live.remote_server_infer_us, us(r.server_infer_ms_p50));
+            LiveStats::set(&live.remote_reconnects, r.reconnects);
+            let errors: u64 = ws
+                .remote_faults
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .sum();
+            LiveStats::set(&live.remote_errors, errors);
+        }
         let ticks = LiveStats::get(&live.ticks);
         let rate = ticks.saturating_sub(self.last_ticks) as f64 / (t - self.last_t).max(1e-9);
         self.last_ticks = ticks;
@@ -264,6 +280,14 @@ impl StatusLine {
             LiveStats::get(&live.chunks_rejected) + ws.rejected_by_reason().iter().map(|(_, n)| n).sum::<u64>(),
             LiveStats::get(&live.safety_events),
         );
+        let line = match &remote {
+            Some(r) => format!(
+                "{line} | server rtt {:.1} ms{}",
+                r.rtt_ms_p50,
+                if r.connected { "" } else { " (down)" }
+            ),
+            None => line,
+        };
         if self.tty {
             log::write_stderr(format!("\r{line}\x1b[K").as_bytes());
         } else {

@@ -393,6 +393,35 @@ pub fn diagnostics(
             }
         }
     }
+    if LiveStats::get(&live.remote_active) == 1 {
+        let ms =
+            |c: &std::sync::atomic::AtomicU64| format!("{:.1}", LiveStats::get(c) as f64 / 1e3);
+        let connected = LiveStats::get(&live.remote_connected) == 1;
+        values.push(kv("policy server connected", connected.to_string()));
+        values.push(kv(
+            "policy server rtt p50 (ms)",
+            ms(&live.remote_rtt_p50_us),
+        ));
+        values.push(kv(
+            "policy server rtt p99 (ms)",
+            ms(&live.remote_rtt_p99_us),
+        ));
+        values.push(kv(
+            "policy server infer p50 (ms)",
+            ms(&live.remote_server_infer_us),
+        ));
+        values.push(kv(
+            "policy server reconnects",
+            LiveStats::get(&live.remote_reconnects).to_string(),
+        ));
+        values.push(kv(
+            "policy server errors",
+            LiveStats::get(&live.remote_errors).to_string(),
+        ));
+        if !connected && level == 0 {
+            level = 1;
+        }
+    }
     msgs::DiagnosticArray {
         header: msgs::Header {
             stamp,
@@ -528,5 +557,50 @@ mod tests {
         let d = diagnostics(msgs::Time::default(), "pi0d", &live, 200.0, &health(5, 2));
         assert_eq!(value(&d, "decoder faults").as_deref(), Some("2"));
         assert_eq!(d.status[0].level, 1, "a decoder fault is not OK");
+        assert_eq!(
+            value(&d, "policy server connected"),
+            None,
+            "no remote policy"
+        );
+    }
+
+    #[test]
+    fn when_the_policy_is_remote_expect_its_link_in_diagnostics_and_warn_when_down() {
+        let live = LiveStats::default();
+        LiveStats::set(&live.mode, 1);
+        LiveStats::set(&live.remote_active, 1);
+        LiveStats::set(&live.remote_connected, 1);
+        LiveStats::set(&live.remote_rtt_p50_us, 41_200);
+        LiveStats::set(&live.remote_reconnects, 2);
+        let health = InputHealth {
+            joint_state_age_s: 0.01,
+            camera_ages_s: &[],
+            camera_latency_ms: &[],
+            joint_state_clock_offset_s: None,
+            camera_clock_offsets_s: &[],
+            inputs_rejected: 0,
+            decoder_faults: 0,
+        };
+        let value = |d: &msgs::DiagnosticArray, key: &str| {
+            d.status[0]
+                .values
+                .iter()
+                .find(|kv| kv.key == key)
+                .map(|kv| kv.value.clone())
+        };
+        let d = diagnostics(msgs::Time::default(), "pi0d", &live, 200.0, &health);
+        assert_eq!(
+            value(&d, "policy server rtt p50 (ms)").as_deref(),
+            Some("41.2")
+        );
+        assert_eq!(value(&d, "policy server reconnects").as_deref(), Some("2"));
+        assert_eq!(d.status[0].level, 0);
+        LiveStats::set(&live.remote_connected, 0);
+        let d = diagnostics(msgs::Time::default(), "pi0d", &live, 200.0, &health);
+        assert_eq!(
+            value(&d, "policy server connected").as_deref(),
+            Some("false")
+        );
+        assert_eq!(d.status[0].level, 1, "a lost server is a warning");
     }
 }
