@@ -285,3 +285,137 @@ fn when_serve_maps_openpis_keys_expect_the_same_actions_from_that_layout() {
     let err = error_against_lerobot(&case, &actions(&r));
     assert!(err <= 1e-4, "max abs error {err} against lerobot");
 }
+
+/// More requests at once than the queue holds (one running, one waiting, one-at-a-time): the
+/// rest are answered "busy" at once, naming the queue, and the server keeps serving.
+#[test]
+fn when_more_requests_come_than_the_queue_holds_expect_busy_answers_and_service_after() {
+    let dir = scratch_dir("serve-openpi-busy");
+    let case = root().join("tests/fixtures/cases/pi0_end_to_end");
+    let ck = root().join("tests/fixtures/pi0_float32");
+    let (mut server, port, rest) = start_server(&[
+        "--checkpoint".as_ref(),
+        ck.as_os_str(),
+        "--optional-camera".as_ref(),
+        "cam2".as_ref(),
+        "--threads".as_ref(),
+        "1".as_ref(),
+        "--queue".as_ref(),
+        "1".as_ref(),
+        "--max-batch".as_ref(),
+        "1".as_ref(),
+    ]);
+    let out = Command::new(peer_python())
+        .arg(root().join("tests/peers/openpi_client_check.py"))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--key",
+            "k3y",
+            "--busy",
+            "8",
+            "--case",
+        ])
+        .arg(&case)
+        .arg("--report")
+        .arg(dir.join("report.json"))
+        .output()
+        .unwrap();
+    unsafe_terminate(&server);
+    wait_for(&mut server, Duration::from_secs(10));
+    let log = rest.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\nserver:\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let outcomes = strings(&r["outcomes"]);
+    let answered = outcomes.iter().filter(|o| **o == "answered").count();
+    let busy = outcomes
+        .iter()
+        .filter(|o| o.contains("busy: 1 requests are already waiting"))
+        .count();
+    assert!(answered >= 1 && busy >= 1, "{outcomes:?}");
+    assert_eq!(answered + busy, outcomes.len(), "{outcomes:?}");
+    assert_eq!(r["after"], 50);
+}
+
+/// `pi0d serve --config` with the policy on ONNX Runtime (graphs `pi0d export` wrote for the
+/// checkpoint's three cameras, the third optional): openpi's client gets lerobot's actions.
+#[cfg(feature = "onnx")]
+#[test]
+fn when_serve_runs_the_exported_graphs_expect_lerobots_actions() {
+    let dir = scratch_dir("serve-openpi-onnx");
+    let case = root().join("tests/fixtures/cases/pi0_end_to_end");
+    let ck = root().join("tests/fixtures/pi0_float32");
+    let graphs = dir.join("graphs");
+    let export = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["export", "--checkpoint"])
+        .arg(&ck)
+        .args(["--cameras", "3", "--out"])
+        .arg(&graphs)
+        .output()
+        .unwrap();
+    assert!(
+        export.status.success(),
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    let mut cfg = sim_model_config();
+    let p = cfg["policy"].as_table_mut().unwrap();
+    p.insert(
+        "checkpoint".into(),
+        toml::Value::String(ck.display().to_string()),
+    );
+    p.insert(
+        "optional_cameras".into(),
+        toml::Value::Array(vec![toml::Value::String("cam2".into())]),
+    );
+    with_backend(
+        &mut cfg,
+        "onnx",
+        &[
+            (
+                "model_dir",
+                toml::Value::String(graphs.display().to_string()),
+            ),
+            (
+                "library",
+                toml::Value::String(ort_library().display().to_string()),
+            ),
+        ],
+    );
+    let path = dir.join("serve.toml");
+    std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
+    let (mut server, port, rest) = start_server(&["--config".as_ref(), path.as_os_str()]);
+    let out = Command::new(peer_python())
+        .arg(root().join("tests/peers/openpi_client_check.py"))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--key",
+            "k3y",
+            "--keys",
+            "{}",
+            "--case",
+        ])
+        .arg(&case)
+        .arg("--report")
+        .arg(dir.join("report.json"))
+        .output()
+        .unwrap();
+    unsafe_terminate(&server);
+    wait_for(&mut server, Duration::from_secs(10));
+    let log = rest.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\nserver:\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let err = error_against_lerobot(&case, &actions(&r));
+    assert!(err <= 1e-4, "max abs error {err} against lerobot (onnx)");
+}

@@ -54,6 +54,9 @@ def main():
     ap.add_argument("--key", required=True)
     ap.add_argument("--case", type=Path, required=True)
     ap.add_argument("--report", type=Path, required=True)
+    ap.add_argument("--busy", type=int, default=None,
+                    help="only send this many requests at once, each on its own connection, "
+                         "and report which were answered and which refused")
     ap.add_argument("--keys", default=None,
                     help="JSON {checkpoint key: request key}; then only inference is checked, with "
                          "observation/joint_position added (the server is told to ignore it)")
@@ -83,10 +86,34 @@ def main():
         "prompt": task,
         "noise": raw["noise"][0],
     }
+    if args.busy:
+        import threading
+        clients = [wcp.WebsocketClientPolicy(host, port, api_key=args.key) for _ in range(args.busy)]
+        outcomes = [None] * args.busy
+
+        def ask(i):
+            try:
+                clients[i].infer(obs)
+                outcomes[i] = "answered"
+            except RuntimeError as e:
+                outcomes[i] = str(e)
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(args.busy)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        report["outcomes"] = outcomes
+        # Still serving afterwards.
+        report["after"] = wcp.WebsocketClientPolicy(host, port, api_key=args.key).infer(obs)["actions"].shape[0]
+        loris.close()
+        args.report.write_text(json.dumps(report))
+        return
     if args.keys:
         renames = json.loads(args.keys)
         obs = {renames.get(k, k): v for k, v in obs.items()}
-        obs["observation/joint_position"] = np.zeros(7)
+        if renames:
+            obs["observation/joint_position"] = np.zeros(7)
         policy = wcp.WebsocketClientPolicy(host, port, api_key=args.key)
         report["metadata"] = policy.get_server_metadata()
         report["actions"] = policy.infer(obs)["actions"].tolist()
