@@ -13,12 +13,13 @@ use std::process::{Command, Stdio};
 use common::*;
 use toml::Value;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Waits for a Python server's "ready" line on its stdout.
+fn await_ready(server: &mut std::process::Child) {
+    let mut ready = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready");
 }
 
 fn openpi_config(port: u16) -> toml::Table {
@@ -72,11 +73,7 @@ fn when_openpis_server_drives_the_arm_and_then_fails_every_way_expect_holds_name
         .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
         .spawn()
         .unwrap();
-    let mut ready = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    assert_eq!(ready.trim(), "ready");
+    await_ready(&mut server);
     let cfg = openpi_config(port);
     let run = run_daemon("openpi-client-run", &cfg, 14.0);
     // SAFETY: kill(2) on our own child.
@@ -312,11 +309,7 @@ fn when_the_server_speaks_tls_expect_chunks_with_its_ca_and_a_named_refusal_with
         .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
         .spawn()
         .unwrap();
-    let mut ready = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    assert_eq!(ready.trim(), "ready");
+    await_ready(&mut server);
     let mut cfg = openpi_config(port);
     let o = cfg["policy"]["openpi"].as_table_mut().unwrap();
     for k in ["images", "state_key", "extra"] {

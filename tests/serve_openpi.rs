@@ -50,6 +50,37 @@ fn start_server(args: &[&std::ffi::OsStr]) -> (Child, u16, std::thread::JoinHand
     (server, port.unwrap(), rest)
 }
 
+/// Runs tests/peers/openpi_client_check.py with `args` against the server, then stops the
+/// server (SIGTERM): the script's report, the server's exit code and its log.
+fn check(
+    server: &mut Child,
+    log: std::thread::JoinHandle<String>,
+    dir: &std::path::Path,
+    case: &std::path::Path,
+    args: &[&str],
+) -> (serde_json::Value, Option<i32>, String) {
+    let out = Command::new(peer_python())
+        .arg(root().join("tests/peers/openpi_client_check.py"))
+        .args(args)
+        .arg("--case")
+        .arg(case)
+        .arg("--report")
+        .arg(dir.join("report.json"))
+        .output()
+        .unwrap();
+    unsafe_terminate(server);
+    let status = wait_for(server, Duration::from_secs(10));
+    let log = log.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\nserver:\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    (r, status, log)
+}
+
 fn actions(r: &serde_json::Value) -> Vec<f32> {
     r["actions"]
         .as_array()
@@ -86,24 +117,14 @@ fn when_openpis_client_talks_to_pi0d_serve_expect_lerobots_actions_and_every_bad
         "--threads".as_ref(),
         "1".as_ref(),
     ]);
-    let out = Command::new(peer_python())
-        .arg(root().join("tests/peers/openpi_client_check.py"))
-        .args(["--port", &port.to_string(), "--key", "k3y", "--case"])
-        .arg(&case)
-        .arg("--report")
-        .arg(dir.join("report.json"))
-        .output()
-        .unwrap();
-    unsafe_terminate(&server);
-    let status = wait_for(&mut server, Duration::from_secs(10));
-    let log = rest.join().unwrap();
-    assert!(
-        out.status.success(),
-        "{}\nserver:\n{log}",
-        String::from_utf8_lossy(&out.stderr)
+    let port_s = port.to_string();
+    let (r, status, log) = check(
+        &mut server,
+        rest,
+        &dir,
+        &case,
+        &["--port", &port_s, "--key", "k3y"],
     );
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
 
     assert_eq!(r["healthz"], serde_json::json!([200, "OK\n"]));
     assert!(
@@ -247,32 +268,14 @@ fn when_serve_maps_openpis_keys_expect_the_same_actions_from_that_layout() {
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
     let (mut server, port, rest) = start_server(&["--config".as_ref(), path.as_os_str()]);
     let keys = r#"{"observation.images.cam0": "observation/image", "observation.images.cam1": "observation/wrist_image", "observation.state": "observation/state"}"#;
-    let out = Command::new(peer_python())
-        .arg(root().join("tests/peers/openpi_client_check.py"))
-        .args([
-            "--port",
-            &port.to_string(),
-            "--key",
-            "k3y",
-            "--keys",
-            keys,
-            "--case",
-        ])
-        .arg(&case)
-        .arg("--report")
-        .arg(dir.join("report.json"))
-        .output()
-        .unwrap();
-    unsafe_terminate(&server);
-    wait_for(&mut server, Duration::from_secs(10));
-    let log = rest.join().unwrap();
-    assert!(
-        out.status.success(),
-        "{}\nserver:\n{log}",
-        String::from_utf8_lossy(&out.stderr)
+    let port_s = port.to_string();
+    let (r, _, _) = check(
+        &mut server,
+        rest,
+        &dir,
+        &case,
+        &["--port", &port_s, "--key", "k3y", "--keys", keys],
     );
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(
         strings(&r["metadata"]["image_keys"]),
         [
@@ -305,32 +308,14 @@ fn when_more_requests_come_than_the_queue_holds_expect_busy_answers_and_service_
         "--max-batch".as_ref(),
         "1".as_ref(),
     ]);
-    let out = Command::new(peer_python())
-        .arg(root().join("tests/peers/openpi_client_check.py"))
-        .args([
-            "--port",
-            &port.to_string(),
-            "--key",
-            "k3y",
-            "--busy",
-            "8",
-            "--case",
-        ])
-        .arg(&case)
-        .arg("--report")
-        .arg(dir.join("report.json"))
-        .output()
-        .unwrap();
-    unsafe_terminate(&server);
-    wait_for(&mut server, Duration::from_secs(10));
-    let log = rest.join().unwrap();
-    assert!(
-        out.status.success(),
-        "{}\nserver:\n{log}",
-        String::from_utf8_lossy(&out.stderr)
+    let port_s = port.to_string();
+    let (r, _, _) = check(
+        &mut server,
+        rest,
+        &dir,
+        &case,
+        &["--port", &port_s, "--key", "k3y", "--busy", "8"],
     );
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     let outcomes = strings(&r["outcomes"]);
     let answered = outcomes.iter().filter(|o| **o == "answered").count();
     let busy = outcomes
@@ -390,32 +375,14 @@ fn when_serve_runs_the_exported_graphs_expect_lerobots_actions() {
     let path = dir.join("serve.toml");
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
     let (mut server, port, rest) = start_server(&["--config".as_ref(), path.as_os_str()]);
-    let out = Command::new(peer_python())
-        .arg(root().join("tests/peers/openpi_client_check.py"))
-        .args([
-            "--port",
-            &port.to_string(),
-            "--key",
-            "k3y",
-            "--keys",
-            "{}",
-            "--case",
-        ])
-        .arg(&case)
-        .arg("--report")
-        .arg(dir.join("report.json"))
-        .output()
-        .unwrap();
-    unsafe_terminate(&server);
-    wait_for(&mut server, Duration::from_secs(10));
-    let log = rest.join().unwrap();
-    assert!(
-        out.status.success(),
-        "{}\nserver:\n{log}",
-        String::from_utf8_lossy(&out.stderr)
+    let port_s = port.to_string();
+    let (r, _, _) = check(
+        &mut server,
+        rest,
+        &dir,
+        &case,
+        &["--port", &port_s, "--key", "k3y", "--keys", "{}"],
     );
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     let err = error_against_lerobot(&case, &actions(&r));
     assert!(err <= 1e-4, "max abs error {err} against lerobot (onnx)");
 }

@@ -17,14 +17,6 @@ use toml::Value;
 
 const KEY: &str = "pi0d/policy/test-fleet";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A server on KEY listening for Zenoh on `port`; its count of answered queries.
 fn server(port: u16) -> (Child, Arc<AtomicU64>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_pi0d"))

@@ -478,3 +478,12 @@ pub fn run_until_it_stops(
         String::from_utf8_lossy(&out.stderr).to_string(),
     )
 }
+
+/// A TCP port on loopback nobody listens on (just now).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
