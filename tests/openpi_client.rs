@@ -23,21 +23,7 @@ fn await_ready(server: &mut std::process::Child) {
 }
 
 fn openpi_config(port: u16) -> toml::Table {
-    let mut cfg = sim_config();
-    let p = cfg["policy"].as_table_mut().unwrap();
-    p.insert("kind".into(), Value::String("pi0".into()));
-    for k in [
-        "amplitude",
-        "frequency_hz",
-        "latency_s",
-        "checkpoint",
-        "threads",
-        "seed",
-    ] {
-        p.remove(k);
-    }
-    with_backend(
-        &mut cfg,
+    remote_policy_config(
         "openpi",
         &[
             ("url", Value::String(format!("ws://127.0.0.1:{port}"))),
@@ -51,8 +37,7 @@ fn openpi_config(port: u16) -> toml::Table {
             ("reconnect_max_s", Value::Float(0.5)),
             ("extra", table(&[("observation/flag", Value::Integer(1))])),
         ],
-    );
-    cfg
+    )
 }
 
 #[test]
@@ -153,30 +138,16 @@ fn when_no_server_is_there_expect_a_hold_naming_it_and_a_clean_stop() {
 /// key is refused (HTTP 401) and named; `check` never prints the key.
 #[test]
 fn when_pi0d_drives_the_arm_from_pi0d_serve_with_a_key_expect_chunks_and_a_wrong_key_named() {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args(["serve", "--checkpoint"])
-        .arg(root().join("models/tiny-pi0"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--api-key-env",
-            "SERVE_KEY",
-            "--threads",
-            "1",
-        ])
-        .env("SERVE_KEY", "sekrit-123")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = BufReader::new(server.stderr.take().unwrap());
-    let port = loop {
-        let mut line = String::new();
-        assert!(log.read_line(&mut line).unwrap() > 0, "server ended");
-        if let Some(p) = line.split("local=127.0.0.1:").nth(1) {
-            break p.trim().parse::<u16>().unwrap();
-        }
-    };
-    std::thread::spawn(move || for _ in log.lines() {});
+    let model = root().join("models/tiny-pi0");
+    let (mut server, port, _log) = pi0d_serve(
+        &[
+            "--checkpoint".as_ref(),
+            model.as_os_str(),
+            "--threads".as_ref(),
+            "1".as_ref(),
+        ],
+        ("SERVE_KEY", "sekrit-123"),
+    );
     let mut cfg = openpi_config(port);
     let o = cfg["policy"]["openpi"].as_table_mut().unwrap();
     for k in ["images", "state_key", "extra"] {

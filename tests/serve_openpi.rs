@@ -7,60 +7,66 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use common::*;
 use pi0d::policy::pi0::tensorfile::TensorFile;
 
-/// `pi0d serve ARGS` with the API key `k3y`; its port (from its log line) and a thread
-/// collecting the rest of its log.
+/// `pi0d serve ARGS` with the API key `k3y`.
 fn start_server(args: &[&std::ffi::OsStr]) -> (Child, u16, std::thread::JoinHandle<String>) {
-    let mut server = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .arg("serve")
-        .args(args)
-        .args(["--listen", "127.0.0.1:0", "--api-key-env", "PI0D_TEST_KEY"])
-        .env("PI0D_TEST_KEY", "k3y")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = BufReader::new(server.stderr.take().unwrap());
-    let mut port = None;
-    let mut seen = String::new();
-    while port.is_none() {
-        let mut line = String::new();
-        if log.read_line(&mut line).unwrap() == 0 {
-            panic!("server ended before listening:\n{seen}");
-        }
-        port = line
-            .split("local=127.0.0.1:")
-            .nth(1)
-            .and_then(|p| p.trim().parse::<u16>().ok());
-        seen.push_str(&line);
-    }
-    let rest = std::thread::spawn(move || {
-        let mut all = seen;
-        for line in log.lines().map_while(Result::ok) {
-            all.push_str(&line);
-            all.push('\n');
-        }
-        all
-    });
-    (server, port.unwrap(), rest)
+    pi0d_serve(args, ("PI0D_TEST_KEY", "k3y"))
 }
 
-/// Runs tests/peers/openpi_client_check.py with `args` against the server, then stops the
-/// server (SIGTERM): the script's report, the server's exit code and its log.
+/// `pi0d serve` of the fixture checkpoint on one thread, its third camera optional, with
+/// `extra` options.
+fn serve_fixture(extra: &[&str]) -> (Child, u16, std::thread::JoinHandle<String>) {
+    let ck = root().join("tests/fixtures/pi0_float32");
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "--checkpoint".as_ref(),
+        ck.as_os_str(),
+        "--optional-camera".as_ref(),
+        "cam2".as_ref(),
+        "--threads".as_ref(),
+        "1".as_ref(),
+    ];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    start_server(&args)
+}
+
+/// `config/sim.toml` with the fixture checkpoint as its policy, its third camera optional
+/// (what `pi0d serve --config` reads).
+fn fixture_config() -> toml::Table {
+    let mut cfg = sim_model_config();
+    let p = cfg["policy"].as_table_mut().unwrap();
+    p.insert(
+        "checkpoint".into(),
+        toml::Value::String(
+            root()
+                .join("tests/fixtures/pi0_float32")
+                .display()
+                .to_string(),
+        ),
+    );
+    p.insert(
+        "optional_cameras".into(),
+        toml::Value::Array(vec![toml::Value::String("cam2".into())]),
+    );
+    cfg
+}
+
+/// Runs tests/peers/openpi_client_check.py with `args` against the server on `port` (key
+/// `k3y`), then stops the server (SIGTERM): the script's report, the server's exit code and
+/// its log.
 fn check(
-    server: &mut Child,
-    log: std::thread::JoinHandle<String>,
+    (server, port, log): (&mut Child, u16, std::thread::JoinHandle<String>),
     dir: &std::path::Path,
     case: &std::path::Path,
     args: &[&str],
 ) -> (serde_json::Value, Option<i32>, String) {
     let out = Command::new(peer_python())
         .arg(root().join("tests/peers/openpi_client_check.py"))
+        .args(["--port", &port.to_string(), "--key", "k3y"])
         .args(args)
         .arg("--case")
         .arg(case)
@@ -106,25 +112,8 @@ fn error_against_lerobot(case: &std::path::Path, got: &[f32]) -> f32 {
 fn when_openpis_client_talks_to_pi0d_serve_expect_lerobots_actions_and_every_bad_request_refused() {
     let dir = scratch_dir("serve-openpi");
     let case = root().join("tests/fixtures/cases/pi0_end_to_end");
-    let ck = root().join("tests/fixtures/pi0_float32");
-    let (mut server, port, rest) = start_server(&[
-        "--checkpoint".as_ref(),
-        ck.as_os_str(),
-        "--optional-camera".as_ref(),
-        "cam2".as_ref(),
-        "--max-request-mib".as_ref(),
-        "1".as_ref(),
-        "--threads".as_ref(),
-        "1".as_ref(),
-    ]);
-    let port_s = port.to_string();
-    let (r, status, log) = check(
-        &mut server,
-        rest,
-        &dir,
-        &case,
-        &["--port", &port_s, "--key", "k3y"],
-    );
+    let (mut server, port, rest) = serve_fixture(&["--max-request-mib", "1"]);
+    let (r, status, log) = check((&mut server, port, rest), &dir, &case, &[]);
 
     assert_eq!(r["healthz"], serde_json::json!([200, "OK\n"]));
     assert!(
@@ -240,21 +229,7 @@ fn wait_for(child: &mut std::process::Child, limit: Duration) -> Option<i32> {
 fn when_serve_maps_openpis_keys_expect_the_same_actions_from_that_layout() {
     let dir = scratch_dir("serve-openpi-keys");
     let case = root().join("tests/fixtures/cases/pi0_end_to_end");
-    let mut cfg = sim_model_config();
-    let p = cfg["policy"].as_table_mut().unwrap();
-    p.insert(
-        "checkpoint".into(),
-        toml::Value::String(
-            root()
-                .join("tests/fixtures/pi0_float32")
-                .display()
-                .to_string(),
-        ),
-    );
-    p.insert(
-        "optional_cameras".into(),
-        toml::Value::Array(vec![toml::Value::String("cam2".into())]),
-    );
+    let mut cfg = fixture_config();
     let serve: toml::Table = toml::from_str(
         r#"
         images = { cam0 = "observation/image", cam1 = "observation/wrist_image" }
@@ -268,14 +243,7 @@ fn when_serve_maps_openpis_keys_expect_the_same_actions_from_that_layout() {
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
     let (mut server, port, rest) = start_server(&["--config".as_ref(), path.as_os_str()]);
     let keys = r#"{"observation.images.cam0": "observation/image", "observation.images.cam1": "observation/wrist_image", "observation.state": "observation/state"}"#;
-    let port_s = port.to_string();
-    let (r, _, _) = check(
-        &mut server,
-        rest,
-        &dir,
-        &case,
-        &["--port", &port_s, "--key", "k3y", "--keys", keys],
-    );
+    let (r, _, _) = check((&mut server, port, rest), &dir, &case, &["--keys", keys]);
     assert_eq!(
         strings(&r["metadata"]["image_keys"]),
         [
@@ -295,27 +263,8 @@ fn when_serve_maps_openpis_keys_expect_the_same_actions_from_that_layout() {
 fn when_more_requests_come_than_the_queue_holds_expect_busy_answers_and_service_after() {
     let dir = scratch_dir("serve-openpi-busy");
     let case = root().join("tests/fixtures/cases/pi0_end_to_end");
-    let ck = root().join("tests/fixtures/pi0_float32");
-    let (mut server, port, rest) = start_server(&[
-        "--checkpoint".as_ref(),
-        ck.as_os_str(),
-        "--optional-camera".as_ref(),
-        "cam2".as_ref(),
-        "--threads".as_ref(),
-        "1".as_ref(),
-        "--queue".as_ref(),
-        "1".as_ref(),
-        "--max-batch".as_ref(),
-        "1".as_ref(),
-    ]);
-    let port_s = port.to_string();
-    let (r, _, _) = check(
-        &mut server,
-        rest,
-        &dir,
-        &case,
-        &["--port", &port_s, "--key", "k3y", "--busy", "8"],
-    );
+    let (mut server, port, rest) = serve_fixture(&["--queue", "1", "--max-batch", "1"]);
+    let (r, _, _) = check((&mut server, port, rest), &dir, &case, &["--busy", "8"]);
     let outcomes = strings(&r["outcomes"]);
     let answered = outcomes.iter().filter(|o| **o == "answered").count();
     let busy = outcomes
@@ -348,16 +297,7 @@ fn when_serve_runs_the_exported_graphs_expect_lerobots_actions() {
         "{}",
         String::from_utf8_lossy(&export.stderr)
     );
-    let mut cfg = sim_model_config();
-    let p = cfg["policy"].as_table_mut().unwrap();
-    p.insert(
-        "checkpoint".into(),
-        toml::Value::String(ck.display().to_string()),
-    );
-    p.insert(
-        "optional_cameras".into(),
-        toml::Value::Array(vec![toml::Value::String("cam2".into())]),
-    );
+    let mut cfg = fixture_config();
     with_backend(
         &mut cfg,
         "onnx",
@@ -375,14 +315,7 @@ fn when_serve_runs_the_exported_graphs_expect_lerobots_actions() {
     let path = dir.join("serve.toml");
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
     let (mut server, port, rest) = start_server(&["--config".as_ref(), path.as_os_str()]);
-    let port_s = port.to_string();
-    let (r, _, _) = check(
-        &mut server,
-        rest,
-        &dir,
-        &case,
-        &["--port", &port_s, "--key", "k3y", "--keys", "{}"],
-    );
+    let (r, _, _) = check((&mut server, port, rest), &dir, &case, &["--keys", "{}"]);
     let err = error_against_lerobot(&case, &actions(&r));
     assert!(err <= 1e-4, "max abs error {err} against lerobot (onnx)");
 }

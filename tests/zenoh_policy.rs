@@ -53,22 +53,7 @@ fn when_the_answering_server_is_killed_expect_the_other_to_answer_within_one_tim
     let (pa, pb) = (free_port(), free_port());
     let (mut a, na) = server(pa);
     let (mut b, nb) = server(pb);
-    let mut cfg = sim_config();
-    cfg["control"]["request_threshold_s"] = Value::Float(0.9);
-    let p = cfg["policy"].as_table_mut().unwrap();
-    p.insert("kind".into(), Value::String("pi0".into()));
-    for k in [
-        "amplitude",
-        "frequency_hz",
-        "latency_s",
-        "checkpoint",
-        "threads",
-        "seed",
-    ] {
-        p.remove(k);
-    }
-    with_backend(
-        &mut cfg,
+    let mut cfg = remote_policy_config(
         "zenoh",
         &[
             ("key", Value::String(KEY.into())),
@@ -82,6 +67,7 @@ fn when_the_answering_server_is_killed_expect_the_other_to_answer_within_one_tim
             ("request_timeout_s", Value::Float(0.4)),
         ],
     );
+    cfg["control"]["request_threshold_s"] = Value::Float(0.9);
     // Kill whichever server has been answering, 4 s into the run.
     let (na2, nb2) = (na.clone(), nb.clone());
     let (ida, idb) = (a.id() as i32, b.id() as i32);

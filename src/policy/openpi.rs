@@ -238,7 +238,7 @@ impl OpenpiPolicy {
     }
 
     /// The request frame for `obs`.
-    pub fn request(&self, obs: &Observation) -> Result<Vec<u8>, PolicyError> {
+    pub fn request(&self, obs: &Observation) -> Vec<u8> {
         let mut entries = Vec::with_capacity(self.image_keys.len() + 3);
         for (k, img) in self.image_keys.iter().zip(&obs.images) {
             // A camera without a frame yet is left out (the server masks or refuses it).
@@ -270,7 +270,7 @@ impl OpenpiPolicy {
                 },
             ));
         }
-        Ok(msgpack_numpy::encode(&Out::Map(entries)))
+        msgpack_numpy::encode(&Out::Map(entries))
     }
 
     /// The reply's `actions`, the first `action_dim` columns, as a chunk for `obs`.
@@ -592,7 +592,7 @@ impl Policy for OpenpiPolicy {
             self.stats.connected = true;
             self.backoff = Duration::from_secs_f64(self.opts.reconnect_initial_s);
         }
-        let bytes = self.request(obs)?;
+        let bytes = self.request(obs);
         self.stats.requests += 1;
         let sent = Instant::now();
         let timeout = Duration::from_secs_f64(self.opts.request_timeout_s);

@@ -487,3 +487,66 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// `pi0d serve ARGS --listen 127.0.0.1:0`, the API key `key` in the environment variable
+/// `key_env` (`--api-key-env`); the port the kernel gave it (from its log line) and a thread
+/// collecting its log until it ends.
+pub fn pi0d_serve(
+    args: &[&std::ffi::OsStr],
+    (key_env, key): (&str, &str),
+) -> (std::process::Child, u16, std::thread::JoinHandle<String>) {
+    use std::io::{BufRead, BufReader};
+    let mut server = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .arg("serve")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0", "--api-key-env", key_env])
+        .env(key_env, key)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(server.stderr.take().unwrap());
+    let mut seen = String::new();
+    let port = loop {
+        let mut line = String::new();
+        if log.read_line(&mut line).unwrap() == 0 {
+            panic!("server ended before listening:\n{seen}");
+        }
+        seen.push_str(&line);
+        if let Some(p) = line
+            .split("local=127.0.0.1:")
+            .nth(1)
+            .and_then(|p| p.trim().parse::<u16>().ok())
+        {
+            break p;
+        }
+    };
+    let rest = std::thread::spawn(move || {
+        let mut all = seen;
+        for line in log.lines().map_while(Result::ok) {
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    (server, port, rest)
+}
+
+/// `sim_config` with its policy on a server: `policy.kind = "pi0"`, no local model, and
+/// `policy.backend = backend` with `[policy.<backend>]` = `settings`.
+pub fn remote_policy_config(backend: &str, settings: &[(&str, toml::Value)]) -> toml::Table {
+    let mut cfg = sim_config();
+    let p = cfg["policy"].as_table_mut().unwrap();
+    p.insert("kind".into(), toml::Value::String("pi0".into()));
+    for k in [
+        "amplitude",
+        "frequency_hz",
+        "latency_s",
+        "checkpoint",
+        "threads",
+        "seed",
+    ] {
+        p.remove(k);
+    }
+    with_backend(&mut cfg, backend, settings);
+    cfg
+}

@@ -531,25 +531,36 @@ mod tests {
         );
     }
 
-    #[test]
-    fn when_inputs_refused_or_decoder_faulted_expect_counts_in_diagnostics() {
-        let live = LiveStats::default();
-        LiveStats::set(&live.mode, 1);
-        let health = |rejected, faults| InputHealth {
+    /// Fresh inputs from one camera, nothing refused.
+    fn healthy() -> InputHealth<'static> {
+        InputHealth {
             joint_state_age_s: 0.01,
             camera_ages_s: &[0.02],
             camera_latency_ms: &[None],
             joint_state_clock_offset_s: None,
             camera_clock_offsets_s: &[None],
+            inputs_rejected: 0,
+            decoder_faults: 0,
+        }
+    }
+
+    /// The value under `key` in the daemon's status, if there is one.
+    fn value(d: &msgs::DiagnosticArray, key: &str) -> Option<String> {
+        d.status[0]
+            .values
+            .iter()
+            .find(|kv| kv.key == key)
+            .map(|kv| kv.value.clone())
+    }
+
+    #[test]
+    fn when_inputs_refused_or_decoder_faulted_expect_counts_in_diagnostics() {
+        let live = LiveStats::default();
+        LiveStats::set(&live.mode, 1);
+        let health = |rejected, faults| InputHealth {
             inputs_rejected: rejected,
             decoder_faults: faults,
-        };
-        let value = |d: &msgs::DiagnosticArray, key: &str| {
-            d.status[0]
-                .values
-                .iter()
-                .find(|kv| kv.key == key)
-                .map(|kv| kv.value.clone())
+            ..healthy()
         };
         let d = diagnostics(msgs::Time::default(), "pi0d", &live, 200.0, &health(3, 0));
         assert_eq!(value(&d, "inputs rejected").as_deref(), Some("3"));
@@ -572,22 +583,7 @@ mod tests {
         LiveStats::set(&live.remote_connected, 1);
         LiveStats::set(&live.remote_rtt_p50_us, 41_200);
         LiveStats::set(&live.remote_reconnects, 2);
-        let health = InputHealth {
-            joint_state_age_s: 0.01,
-            camera_ages_s: &[],
-            camera_latency_ms: &[],
-            joint_state_clock_offset_s: None,
-            camera_clock_offsets_s: &[],
-            inputs_rejected: 0,
-            decoder_faults: 0,
-        };
-        let value = |d: &msgs::DiagnosticArray, key: &str| {
-            d.status[0]
-                .values
-                .iter()
-                .find(|kv| kv.key == key)
-                .map(|kv| kv.value.clone())
-        };
+        let health = healthy();
         let d = diagnostics(msgs::Time::default(), "pi0d", &live, 200.0, &health);
         assert_eq!(
             value(&d, "policy server rtt p50 (ms)").as_deref(),
