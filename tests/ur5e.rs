@@ -43,35 +43,41 @@ fn example(domain: u16) -> toml::Table {
     cfg
 }
 
+/// The Cyclone peer playing the UR5e for 9 s (its six arm joints on the scaled JTC, the
+/// gripper joint commanded as `gripper` says, the RealSense-style JPEG camera).
+fn ur5e_peer(domain: u16, dir: &std::path::Path, gripper: &[&str]) -> std::process::Child {
+    let joints: Vec<&str> = ARM.iter().copied().chain([GRIPPER]).collect();
+    let joints = joints.join(",");
+    let mut args = vec![
+        "--duration",
+        "9",
+        "--joints",
+        &joints,
+        "--start",
+        "0,-1.57,1.57,-1.57,-1.57,0,0.04",
+        "--command-topic",
+        "/scaled_joint_trajectory_controller/joint_trajectory",
+        "--gripper-joints",
+        GRIPPER,
+        "--raw-topic",
+        "",
+        "--jpeg-topic",
+        "/camera/camera/color/image_raw/compressed",
+    ];
+    args.extend(gripper);
+    cyclone_peer(domain, &dir.join("peer.json"), &args)
+}
+
 #[test]
 fn when_the_ur5e_example_runs_against_a_peer_playing_that_robot_expect_both_controllers_fed() {
     let domain = 20 + ((std::process::id() + 23) % 150) as u16;
     let cfg = example(domain);
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("ur5e");
-    let joints: Vec<&str> = ARM.iter().copied().chain([GRIPPER]).collect();
-    let joints = joints.join(",");
-    let peer = cyclone_peer(
+    let peer = ur5e_peer(
         domain,
-        &dir.join("peer.json"),
-        &[
-            "--duration",
-            "9",
-            "--joints",
-            &joints,
-            "--start",
-            "0,-1.57,1.57,-1.57,-1.57,0,0.04",
-            "--command-topic",
-            "/scaled_joint_trajectory_controller/joint_trajectory",
-            "--gripper-topic",
-            "/gripper_position_controller/commands",
-            "--gripper-joints",
-            GRIPPER,
-            "--raw-topic",
-            "",
-            "--jpeg-topic",
-            "/camera/camera/color/image_raw/compressed",
-        ],
+        &dir,
+        &["--gripper-topic", "/gripper_position_controller/commands"],
     );
     let x = run_beside_peer(&dir, &cfg, peer, 5.0);
     let (s, r) = (&x.summary, &x.report);
@@ -156,30 +162,14 @@ fn when_the_gripper_is_behind_gripper_action_controller_expect_goals_it_accepts_
     grip.remove("rate_hz");
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("ur5e-gripper-action");
-    let joints: Vec<&str> = ARM.iter().copied().chain([GRIPPER]).collect();
-    let joints = joints.join(",");
-    let peer = cyclone_peer(
+    let peer = ur5e_peer(
         domain,
-        &dir.join("peer.json"),
+        &dir,
         &[
-            "--duration",
-            "9",
-            "--joints",
-            &joints,
-            "--start",
-            "0,-1.57,1.57,-1.57,-1.57,0,0.04",
-            "--command-topic",
-            "/scaled_joint_trajectory_controller/joint_trajectory",
             "--gripper-action",
             "/gripper_controller/gripper_cmd",
-            "--gripper-joints",
-            GRIPPER,
             "--refuse-goals-after",
             "4.5",
-            "--raw-topic",
-            "",
-            "--jpeg-topic",
-            "/camera/camera/color/image_raw/compressed",
         ],
     );
     let x = run_beside_peer(&dir, &cfg, peer, 6.0);
