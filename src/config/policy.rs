@@ -227,24 +227,12 @@ pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyCo
                 )
             }
         },
-        PolicyKind::Pi0 if raw.backend == Some(BackendKind::Zenoh) => match &raw.zenoh {
-            Some(o) => PolicySource::Openpi(super::openpi::validate_zenoh(c, o)?),
-            None => {
-                return c.fail(
-                    "policy.zenoh",
-                    "required when policy.backend = \"zenoh\" (at least key)",
-                )
-            }
-        },
-        PolicyKind::Pi0 if raw.backend == Some(BackendKind::Openpi) => match &raw.openpi {
-            Some(o) => PolicySource::Openpi(super::openpi::validate(c, o)?),
-            None => {
-                return c.fail(
-                    "policy.openpi",
-                    "required when policy.backend = \"openpi\" (at least url)",
-                )
-            }
-        },
+        PolicyKind::Pi0 if raw.backend == Some(BackendKind::Zenoh) => {
+            remote(c, "zenoh", "key", &raw.zenoh, super::openpi::validate_zenoh)?
+        }
+        PolicyKind::Pi0 if raw.backend == Some(BackendKind::Openpi) => {
+            remote(c, "openpi", "url", &raw.openpi, super::openpi::validate)?
+        }
         PolicyKind::Pi0 => match &raw.checkpoint {
             Some(f) => PolicySource::Pi0 {
                 checkpoint: c.resolve(f),
@@ -307,7 +295,27 @@ pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyCo
     })
 }
 
-/// Settings the chosen kind and backend do not read.
+/// A remote backend's source from its `[policy.<backend>]` section (`required`: the one field
+/// it cannot do without, for the message when the section is missing).
+fn remote(
+    c: &Check,
+    backend: &str,
+    required: &str,
+    section: &Option<super::openpi::RawOpenpi>,
+    validate: fn(
+        &Check,
+        &super::openpi::RawOpenpi,
+    ) -> Result<super::openpi::OpenpiOptions, ConfigError>,
+) -> Result<PolicySource, ConfigError> {
+    match section {
+        Some(o) => Ok(PolicySource::Openpi(validate(c, o)?)),
+        None => c.fail(
+            &format!("policy.{backend}"),
+            format!("required when policy.backend = \"{backend}\" (at least {required})"),
+        ),
+    }
+}
+
 /// `policy.state`, or the measured positions in action order.
 fn state_layout(
     c: &Check,
@@ -350,6 +358,7 @@ fn state_layout(
     })
 }
 
+/// Settings the chosen kind and backend do not read.
 fn warn_unused(c: &Check, raw: &RawPolicy) {
     let kind = match raw.kind {
         PolicyKind::Pi0 => "pi0",
