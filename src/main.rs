@@ -193,6 +193,51 @@ struct InferArgs {
     /// AscendCL's libascendcl.so (default: $ASCEND_HOME_PATH/lib64, CANN's install paths).
     #[arg(long)]
     acl_library: Option<PathBuf>,
+    /// Real-time chunking's prefix schedule, for inputs with `rtc_prev_chunk` [default: linear].
+    #[arg(long, value_parser = ["zeros", "ones", "linear", "exp"])]
+    rtc_schedule: Option<String>,
+    /// Real-time chunking's guidance weight cap, for inputs with `rtc_prev_chunk` [default: 10].
+    #[arg(long)]
+    rtc_max_guidance: Option<f32>,
+}
+
+impl InferArgs {
+    /// The RTC settings the flags ask for; `None` when neither is given.
+    fn rtc(&self) -> Option<pi0d::policy::rtc::RtcSettings> {
+        use pi0d::policy::rtc::{RtcSettings, Schedule};
+        if self.rtc_schedule.is_none() && self.rtc_max_guidance.is_none() {
+            return None;
+        }
+        let d = RtcSettings::default();
+        Some(RtcSettings {
+            schedule: self
+                .rtc_schedule
+                .as_deref()
+                .and_then(Schedule::parse)
+                .unwrap_or(d.schedule),
+            max_guidance_weight: self.rtc_max_guidance.unwrap_or(d.max_guidance_weight),
+        })
+    }
+}
+
+/// Applies `--rtc-*` to a batch: refused when the file has no leftover to guide with, or the
+/// settings do not hold.
+fn with_rtc(
+    batch: &mut pi0d::policy::pi0::infer::Batch,
+    rtc: Option<pi0d::policy::rtc::RtcSettings>,
+    inputs: &Path,
+) -> Result<(), Failure> {
+    let Some(settings) = rtc else { return Ok(()) };
+    let invalid = |m: String| Failure::new(ExitReason::InvalidInput, anyhow::anyhow!(m));
+    if !batch.has_rtc() {
+        return Err(invalid(format!(
+            "{}: --rtc-schedule / --rtc-max-guidance need a `rtc_prev_chunk` tensor in the inputs",
+            inputs.display()
+        )));
+    }
+    batch
+        .set_rtc(settings)
+        .map_err(|m| invalid(format!("{}: {m}", inputs.display())))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -546,6 +591,7 @@ fn infer(a: InferArgs) -> Outcome {
     let threads = a.threads.map_or_else(all_cores, usize::from);
     compute_threads(threads)?;
     let repeat = a.repeat as usize;
+    let rtc = a.rtc();
     match (a.backend, a.checkpoint, a.model_dir) {
         (Backend::Onnx | Backend::Acl, _, Some(dir)) => {
             let runtime = match a.backend {
@@ -559,7 +605,7 @@ fn infer(a: InferArgs) -> Outcome {
                     threads: a.threads.map_or(0, usize::from),
                 }),
             };
-            infer_graphs(&dir, &a.inputs, &a.output, repeat, &runtime)
+            infer_graphs(&dir, &a.inputs, &a.output, repeat, &runtime, rtc)
         }
         (_, Some(ck), _) => infer_cpu(
             &ck,
@@ -568,6 +614,7 @@ fn infer(a: InferArgs) -> Outcome {
             &a.output,
             repeat,
             threads,
+            rtc,
         ),
         _ => Err(Failure::new(
             ExitReason::Usage,
@@ -600,13 +647,15 @@ fn infer_cpu(
     output: &Path,
     repeat: usize,
     threads: usize,
+    rtc: Option<pi0d::policy::rtc::RtcSettings>,
 ) -> Result<(), Failure> {
     use pi0d::policy::pi0::{infer, ArchOverrides, Checkpoint, Pi0Model};
     let overrides = classified(arch.map(ArchOverrides::load).transpose())?;
     let ck = classified(Checkpoint::load(checkpoint))?;
     let model = classified(Pi0Model::load(&ck, overrides, threads))?;
     drop(ck);
-    let batch = classified(infer::Batch::read(inputs, &model))?;
+    let mut batch = classified(infer::Batch::read(inputs, &model))?;
+    with_rtc(&mut batch, rtc, inputs)?;
     let mut last = None;
     for _ in 0..repeat {
         // Non-finite actions are a failed inference, not a result.
@@ -650,11 +699,12 @@ fn infer_graphs(
     output: &Path,
     repeat: usize,
     backend: &GraphBackend,
+    rtc: Option<pi0d::policy::rtc::RtcSettings>,
 ) -> Result<(), Failure> {
     use pi0d::policy::graph::manifest::Manifest;
     use pi0d::policy::pi0::infer::{self, BatchDims};
     let m = classified(Manifest::load(dir))?;
-    let batch = classified(infer::Batch::read_for(
+    let mut batch = classified(infer::Batch::read_for(
         inputs,
         &BatchDims {
             image_size: m.image_size,
@@ -663,6 +713,7 @@ fn infer_graphs(
             action_dim: m.action_dim,
         },
     ))?;
+    with_rtc(&mut batch, rtc, inputs)?;
     let mut model = match backend {
         GraphBackend::Onnx(opts) => classified(pi0d::policy::graph::load_onnx(dir, m, opts))?,
         GraphBackend::Acl(opts) => classified(pi0d::policy::graph::load_acl(dir, m, opts))?,

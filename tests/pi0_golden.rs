@@ -247,3 +247,57 @@ fn when_check_loads_a_checkpoint_of_another_width_expect_exit_1_naming_both() {
         "{err}"
     );
 }
+
+/// Runs one real-time-chunking case (lerobot's `RTCProcessor` through `sample_actions`); returns
+/// the largest difference from lerobot's guided actions and from its unguided ones.
+fn rtc_error(case: &str) -> (f32, f32) {
+    use pi0d::policy::rtc::{RtcSettings, Schedule};
+    let dir = fixtures().join("cases").join(case);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+    let ck = Checkpoint::load(&case_checkpoint(&dir)).unwrap();
+    let model = Pi0Model::load(&ck, None, 2).unwrap();
+    let mut batch = Batch::read(&dir.join("inputs.safetensors"), &model).unwrap();
+    assert!(batch.has_rtc(), "{case}: no rtc_prev_chunk");
+    batch
+        .set_rtc(RtcSettings {
+            schedule: Schedule::parse(json["rtc_schedule"].as_str().unwrap()).unwrap(),
+            max_guidance_weight: json["rtc_max_guidance"].as_f64().unwrap() as f32,
+        })
+        .unwrap();
+    let (actions, _) = run_batch(&model, &batch);
+    let expected = TensorFile::read(&dir.join("expected.safetensors")).unwrap();
+    let (_, want) = expected.f32("actions", &[None, None, None]).unwrap();
+    let (_, plain) = expected.f32("plain_actions", &[None, None, None]).unwrap();
+    let diff = |b: &[f32]| {
+        actions
+            .iter()
+            .zip(b)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max)
+    };
+    assert_eq!(actions.len(), want.len());
+    let (err, off) = (diff(want), diff(plain));
+    eprintln!(
+        "{case}: max abs error against lerobot's RTC {err:.1e} (unguided differs by {off:.2})"
+    );
+    (err, off)
+}
+
+#[test]
+fn when_rtc_leftover_given_expect_lerobot_guided_actions_within_1e4() {
+    for case in [
+        "pi0_f32_rtc_linear",
+        "pi0_f32_rtc_exp_batch2",
+        "pi0_f32_rtc_zeros",
+        "pi0_f32_rtc_ones_short",
+        "pi0_f32_rtc_saturated",
+        "pi05_f32_rtc_linear",
+        "pi05_f32_rtc_exp_full",
+    ] {
+        let (err, off) = rtc_error(case);
+        assert!(err <= 1e-4, "{case}: max abs error {err}");
+        // The guidance matters: unguided actions are far from lerobot's guided ones.
+        assert!(off > 0.5, "{case}: guided and unguided agree ({off})");
+    }
+}

@@ -340,7 +340,78 @@ def f16_case(policy, gen: torch.Generator):
     run_case(policy, "pi0", "pi0_f16_2cam", make_inputs(gen, 2, [], 1, [25], 48, False))
 
 
+RTC_CASES = [
+    # name, checkpoint kind, cameras, batch, leftover (steps, width), delay, horizon, schedule, max guidance
+    ("pi0_f32_rtc_linear", "pi0", 1, 1, (38, ROBOT_DIM), 4, 10, "LINEAR", 10.0),
+    ("pi0_f32_rtc_exp_batch2", "pi0", 2, 2, (44, ROBOT_DIM), 6, 20, "EXP", 10.0),
+    ("pi0_f32_rtc_zeros", "pi0", 1, 1, (40, ROBOT_DIM), 5, 12, "ZEROS", 10.0),
+    # A leftover shorter than the horizon: the horizon is cut to it.
+    ("pi0_f32_rtc_ones_short", "pi0", 1, 1, (12, ROBOT_DIM), 3, 15, "ONES", 10.0),
+    # A cap below every step's weight: the guidance saturates throughout.
+    ("pi0_f32_rtc_saturated", "pi0", 1, 1, (45, ROBOT_DIM), 4, 25, "LINEAR", 0.5),
+    ("pi05_f32_rtc_linear", "pi05", 1, 1, (42, ROBOT_DIM), 8, 16, "LINEAR", 10.0),
+    # The whole padded width given: nothing padded.
+    ("pi05_f32_rtc_exp_full", "pi05", 2, 1, (50, 32), 2, 30, "EXP", 10.0),
+]
+
+
+def rtc_cases(policies: dict):
+    """lerobot's own RTC (RTCProcessor through sample_actions) on fixed noise and leftovers."""
+    from lerobot.configs.types import RTCAttentionSchedule
+    from lerobot.policies.rtc.configuration_rtc import RTCConfig
+
+    gen = torch.Generator().manual_seed(6060)
+    for name, kind, cams, batch, (steps, width), delay, horizon, schedule, beta in RTC_CASES:
+        policy = policies[kind]
+        inputs = make_inputs(gen, cams, [], batch, [11 + 7 * b for b in range(batch)], 48 if kind == "pi0" else 200,
+                             kind == "pi05")
+        leftover = torch.randn(batch, steps, width, generator=gen) * 0.8
+        cams_k = sorted(k for k in inputs if k.startswith("image"))
+        args = ([inputs[k] for k in cams_k], [inputs[k.replace("image", "img_mask")].bool() for k in cams_k],
+                inputs["lang_tokens"], inputs["lang_masks"].bool())
+        if kind == "pi0":
+            args = args + (inputs["state"],)
+
+        def sample(rtc: bool):
+            policy.config.rtc_config = RTCConfig(enabled=rtc, prefix_attention_schedule=RTCAttentionSchedule(schedule),
+                                                 max_guidance_weight=beta, execution_horizon=horizon)
+            policy.init_rtc_processor()
+            with torch.no_grad():
+                return policy.model.sample_actions(*args, noise=inputs["noise"].clone(), inference_delay=delay,
+                                                   prev_chunk_left_over=leftover.clone(), execution_horizon=horizon)
+
+        actions, plain = sample(True), sample(False)
+        policy.config.rtc_config = None
+        policy.init_rtc_processor()
+        inputs["rtc_prev_chunk"] = leftover
+        inputs["rtc_inference_delay"] = torch.tensor(delay, dtype=torch.int64)
+        inputs["rtc_execution_horizon"] = torch.tensor(horizon, dtype=torch.int64)
+        d = OUT / "cases" / name
+        d.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in inputs.items()}, str(d / "inputs.safetensors"))
+        save_file({"actions": actions.float().contiguous(), "plain_actions": plain.float().contiguous()},
+                  str(d / "expected.safetensors"))
+        (d / "case.json").write_text(json.dumps({"checkpoint": f"{kind}_float32", "rtc_schedule": schedule.lower(),
+                                                 "rtc_max_guidance": beta}) + "\n")
+        k = min(delay, horizon, steps)
+        near = (actions[:, :k, :width] - leftover[:, :k]).abs().max()
+        near_plain = (plain[:, :k, :width] - leftover[:, :k]).abs().max()
+        print(f"{name}: first {k} steps within {near:.3f} of the leftover (plain {near_plain:.3f}); "
+              f"guided - plain max {(actions - plain).abs().max():.3f}")
+
+
 def main():
+    if "--rtc" in sys.argv:
+        # Only the RTC cases, on the committed f32 checkpoints (rebuilt from their seeds and checked).
+        policies = {"pi0": build("pi0", "float32", seed=1), "pi05": build("pi05", "float32", seed=3)}
+        for kind, p in policies.items():
+            from safetensors.torch import load_file
+            saved = load_file(str(OUT / f"{kind}_float32" / "model.safetensors"))
+            for n, t in p.state_dict().items():
+                if n in saved:
+                    assert torch.equal(saved[n], t), f"{kind}: {n} differs from the committed checkpoint"
+        rtc_cases(policies)
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator().manual_seed(1234)
     pi0_f32 = build("pi0", "float32", seed=1)
@@ -366,6 +437,7 @@ def main():
 
     preprocessing_case(gen)
     f16_case(pi0_f32, gen)
+    rtc_cases({"pi0": pi0_f32, "pi05": pi05_f32})
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
     print(f"fixtures: {total / 1e6:.1f} MB under {OUT}")
 

@@ -10,6 +10,7 @@ pub mod openpi;
 pub mod openpi_zenoh;
 pub mod pi0;
 pub mod replay;
+pub mod rtc;
 pub mod scripted;
 
 use std::sync::Arc;

@@ -16,6 +16,7 @@ use manifest::Manifest;
 use tables::{PrefixTables, SuffixTables};
 
 use crate::policy::pi0::infer::{check_actions, NonFiniteActions};
+use crate::policy::rtc::Guidance;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GraphError {
@@ -130,6 +131,8 @@ pub struct GraphInputs<'a> {
     pub state: &'a [f32],
     /// `[B, chunk, action_dim]`.
     pub noise: &'a [f32],
+    /// Real-time chunking, one per batch element, or none.
+    pub guidance: &'a [Guidance],
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -275,6 +278,7 @@ mod tests {
             token_masks: &masks,
             state: &state,
             noise: &noise,
+            guidance: &[],
         })
     }
 

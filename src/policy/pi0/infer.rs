@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use crate::policy::rtc::{Guidance, RtcPrefix, RtcSettings};
+
 use super::model::{Pi0Input, Pi0Model, Workspace};
 use super::tensorfile::{write_f32, TensorFile, TensorFileError};
 
@@ -115,7 +117,13 @@ pub struct Batch {
     noise_len: usize,
     chunk: usize,
     action_dim: usize,
+    /// Real-time chunking, per batch element, when the file has `rtc_prev_chunk`.
+    rtc: Vec<RtcPrefix>,
+    guidance: Vec<Guidance>,
 }
+
+/// lerobot's `execution_horizon` default, for files without `rtc_execution_horizon`.
+const DEFAULT_EXECUTION_HORIZON: usize = 10;
 
 /// The sizes an inputs file must have (from the model or an exported graph's manifest).
 #[derive(Clone, Copy, Debug)]
@@ -193,7 +201,8 @@ impl Batch {
         let token_masks = f.mask("lang_masks", &[Some(batch), Some(seq)])?;
         let (_, state) = f.f32("state", &[Some(batch), Some(a.state_dim)])?;
         let (_, noise) = f.f32("noise", &[Some(batch), Some(a.chunk), Some(a.action_dim)])?;
-        Ok(Batch {
+        let rtc = read_rtc(&f, batch, a)?;
+        let mut out = Batch {
             batch,
             cameras,
             images,
@@ -207,7 +216,40 @@ impl Batch {
             noise_len: a.chunk * a.action_dim,
             chunk: a.chunk,
             action_dim: a.action_dim,
-        })
+            rtc,
+            guidance: Vec::new(),
+        };
+        out.set_rtc(RtcSettings::default())
+            .map_err(|message| TensorFileError::Tensor {
+                path: path.into(),
+                message,
+            })?;
+        Ok(out)
+    }
+
+    /// Whether the file asks for real-time chunking (has `rtc_prev_chunk`).
+    pub fn has_rtc(&self) -> bool {
+        !self.rtc.is_empty()
+    }
+
+    /// The RTC schedule and guidance cap the file's leftovers are guided with (`--rtc-schedule`,
+    /// `--rtc-max-guidance`).
+    pub fn set_rtc(&mut self, settings: RtcSettings) -> Result<(), String> {
+        self.guidance = self
+            .rtc
+            .iter()
+            .enumerate()
+            .map(|(b, p)| {
+                Guidance::new(settings, p, self.chunk, self.action_dim)
+                    .map_err(|e| format!("real-time chunking, batch element {b}: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(())
+    }
+
+    /// Per batch element, its RTC inputs (empty without them).
+    pub fn rtc_prefixes(&self) -> &[RtcPrefix] {
+        &self.rtc
     }
 
     pub fn element(&self, b: usize) -> Pi0Input<'_> {
@@ -223,8 +265,79 @@ impl Batch {
             token_masks: &self.token_masks[b * self.seq..(b + 1) * self.seq],
             state: &self.state[b * self.state_dim..(b + 1) * self.state_dim],
             noise: &self.noise[b * self.noise_len..(b + 1) * self.noise_len],
+            guidance: self.guidance.get(b),
         }
     }
+}
+
+/// `rtc_prev_chunk` `[B, T, A']` (T up to the chunk, A' up to the model's action width),
+/// `rtc_inference_delay` (a scalar or `[B]`), `rtc_execution_horizon` (a scalar, default 10).
+fn read_rtc(
+    f: &TensorFile,
+    batch: usize,
+    a: &BatchDims,
+) -> Result<Vec<RtcPrefix>, TensorFileError> {
+    let err = |message: String| TensorFileError::Tensor {
+        path: f.path.clone(),
+        message,
+    };
+    if !f.tensors.contains_key("rtc_prev_chunk") {
+        for name in ["rtc_inference_delay", "rtc_execution_horizon"] {
+            if f.tensors.contains_key(name) {
+                return Err(err(format!(
+                    "tensor `{name}` without `rtc_prev_chunk`: real-time chunking needs the leftover too"
+                )));
+            }
+        }
+        return Ok(Vec::new());
+    }
+    let (shape, leftover) = f.f32("rtc_prev_chunk", &[Some(batch), None, None])?;
+    let (steps, width) = (shape[1], shape[2]);
+    if steps > a.chunk || width > a.action_dim || steps == 0 || width == 0 {
+        return Err(err(format!(
+            "tensor `rtc_prev_chunk` has shape {shape:?}; expected [{batch}, 1..={}, 1..={}] (the              leftover in the model's action space, at most its chunk and action width)",
+            a.chunk, a.action_dim
+        )));
+    }
+    let count = |name: &str, v: i64, most: usize| -> Result<usize, TensorFileError> {
+        usize::try_from(v)
+            .ok()
+            .filter(|&n| n <= most)
+            .ok_or_else(|| err(format!("tensor `{name}` is {v}; expected 0..={most} steps")))
+    };
+    let delays: Vec<usize> = match f.tensors.get("rtc_inference_delay").map(|t| t.shape.len()) {
+        None => {
+            return Err(err(
+                "missing tensor `rtc_inference_delay` (with `rtc_prev_chunk`)".into(),
+            ))
+        }
+        Some(0) => {
+            let (_, v) = f.i64("rtc_inference_delay", &[])?;
+            vec![count("rtc_inference_delay", v[0], a.chunk)?; batch]
+        }
+        Some(_) => {
+            let (_, v) = f.i64("rtc_inference_delay", &[Some(batch)])?;
+            v.iter()
+                .map(|&d| count("rtc_inference_delay", d, a.chunk))
+                .collect::<Result<_, _>>()?
+        }
+    };
+    let horizon = if f.tensors.contains_key("rtc_execution_horizon") {
+        let (_, v) = f.i64("rtc_execution_horizon", &[])?;
+        count("rtc_execution_horizon", v[0], a.chunk)?
+    } else {
+        DEFAULT_EXECUTION_HORIZON
+    };
+    let per = steps * width;
+    Ok((0..batch)
+        .map(|b| RtcPrefix {
+            leftover: leftover[b * per..(b + 1) * per].to_vec(),
+            steps,
+            width,
+            inference_delay: delays[b],
+            execution_horizon: horizon,
+        })
+        .collect())
 }
 
 /// `run_batch`, refusing non-finite actions (what `pi0d infer` should run).
@@ -274,6 +387,7 @@ impl Batch {
             token_masks: &self.token_masks,
             state: &self.state,
             noise: &self.noise,
+            guidance: &self.guidance,
         }
     }
 }

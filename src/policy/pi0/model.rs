@@ -8,6 +8,7 @@ use super::ops::{
     attention, grow, time_embedding, AttentionScratch, LayerNorm, Linear, Norm, Rope,
 };
 use super::vecmath;
+use crate::policy::rtc::Guidance;
 
 pub(crate) const VISION: &str = "paligemma_with_expert.paligemma.model.vision_tower.vision_model";
 pub(crate) const PROJECTOR: &str =
@@ -90,6 +91,8 @@ pub struct Pi0Input<'a> {
     pub state: &'a [f32],
     /// `[chunk, action_dim]` initial noise.
     pub noise: &'a [f32],
+    /// Real-time chunking: pull the chunk's first steps towards the running chunk's leftover.
+    pub guidance: Option<&'a Guidance>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -697,7 +700,14 @@ impl Pi0Model {
         let prefix_ms = started.elapsed().as_secs_f64() * 1e3;
         let mut x = input.noise.to_vec();
         let mut v = vec![0.0f32; x.len()];
-        self.denoise(&cache, input.state, &mut x, &mut v, ws);
+        self.denoise_batch(
+            &cache,
+            &[input.state],
+            &[input.guidance],
+            &mut x,
+            &mut v,
+            ws,
+        );
         let total = started.elapsed().as_secs_f64() * 1e3;
         (
             x,
@@ -717,7 +727,7 @@ impl Pi0Model {
         v: &mut [f32],
         ws: &mut Workspace,
     ) {
-        self.denoise_batch(cache, &[state], x, v, ws)
+        self.denoise_batch(cache, &[state], &[None], x, v, ws)
     }
 }
 

@@ -426,6 +426,7 @@ impl Pi0Pipeline {
                     token_masks: input.token_masks,
                     state: input.state,
                     noise: input.noise,
+                    guidance: &[],
                 })?;
                 (
                     x,
@@ -592,6 +593,7 @@ impl Prepared {
             token_masks: &self.token_masks,
             state: &self.state,
             noise: &self.noise,
+            guidance: None,
         }
     }
 }

@@ -3,13 +3,16 @@
 //! for the batch, while attention stays within each observation.
 
 use super::{KvCache, Pi0Input, Pi0Model, Timing, Workspace};
+use crate::policy::rtc::Guidance;
 
 impl Pi0Model {
-    /// `denoise` for observations side by side (`prepare_batch_steps`).
+    /// `denoise` for observations side by side (`prepare_batch_steps`), each with its own
+    /// real-time-chunking guidance or none.
     pub fn denoise_batch(
         &self,
         cache: &KvCache,
         states: &[&[f32]],
+        guidance: &[Option<&Guidance>],
         x: &mut [f32],
         v: &mut [f32],
         ws: &mut Workspace,
@@ -17,8 +20,16 @@ impl Pi0Model {
         let steps = self.arch.steps;
         let dt = -1.0 / steps as f64;
         for step in 0..steps {
-            let t = (1.0 + step as f64 * dt) as f32;
-            self.denoise_batch_step(cache, states, x, t, ws, v);
+            // lerobot's time is a Python float: the guidance weight is computed from it.
+            let time = 1.0 + step as f64 * dt;
+            self.denoise_batch_step(cache, states, x, time as f32, ws, v);
+            let per = x.len() / states.len().max(1);
+            for (e, g) in guidance.iter().enumerate() {
+                if let Some(g) = g {
+                    let r = e * per..(e + 1) * per;
+                    g.apply(&x[r.clone()], time, &mut v[r]);
+                }
+            }
             let dtf = dt as f32;
             x.iter_mut().zip(v.iter()).for_each(|(x, v)| *x += dtf * v);
         }
@@ -66,7 +77,8 @@ impl Pi0Model {
             .collect();
         let mut v = vec![0.0f32; x.len()];
         let states: Vec<&[f32]> = inputs.iter().map(|i| i.state).collect();
-        self.denoise_batch(&cache, &states, &mut x, &mut v, ws);
+        let guidance: Vec<Option<&Guidance>> = inputs.iter().map(|i| i.guidance).collect();
+        self.denoise_batch(&cache, &states, &guidance, &mut x, &mut v, ws);
         let total = started.elapsed().as_secs_f64() * 1e3;
         (
             x,
