@@ -523,3 +523,50 @@ fn when_daemon_runs_the_sim_on_onnx_graphs_expect_chunks_and_safe_motion() {
     assert!(v > 0.0 && v < 1.0, "elbow velocity {v}");
     let _ = std::fs::remove_dir_all(graphs);
 }
+
+/// `pi0d infer --backend onnx` on an RTC case with the case's schedule and cap.
+fn infer_rtc(dir: &Path, case: &str) -> std::process::Output {
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(case_dir(case).join("case.json")).unwrap())
+            .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["infer", "--backend", "onnx", "--model-dir"])
+        .arg(dir)
+        .arg("--onnx-library")
+        .arg(ort_library())
+        .arg("--inputs")
+        .arg(case_dir(case).join("inputs.safetensors"))
+        .arg("--output")
+        .arg(dir.join("actions.safetensors"))
+        .arg("--rtc-schedule")
+        .arg(json["rtc_schedule"].as_str().unwrap())
+        .arg("--rtc-max-guidance")
+        .arg(json["rtc_max_guidance"].to_string())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn when_rtc_leftover_given_expect_looped_graphs_to_match_lerobot_and_unrolled_refused() {
+    for case in ["pi0_f32_rtc_exp_batch2", "pi05_f32_rtc_linear"] {
+        let dir = scratch_dir(&format!("onnx-rtc-{case}"));
+        export(&options_for(case, &dir, ExportDtype::F32, false)).unwrap();
+        let out = infer_rtc(&dir, case);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let f = TensorFile::read(&dir.join("actions.safetensors")).unwrap();
+        let (_, got) = f.f32("actions", &[None, Some(50), Some(32)]).unwrap();
+        let err = max_diff(got, &expected(case));
+        eprintln!("{case} on looped ONNX graphs: max abs error against lerobot's RTC {err:.1e}");
+        assert!(err <= 1e-4, "{case}: {err}");
+    }
+    let case = "pi0_f32_rtc_linear";
+    let dir = scratch_dir("onnx-rtc-unrolled");
+    export(&options_for(case, &dir, ExportDtype::F32, true)).unwrap();
+    let out = infer_rtc(&dir, case);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("rtc_prev_chunk") && stderr.contains("unrolled"),
+        "{stderr}"
+    );
+}

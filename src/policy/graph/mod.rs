@@ -57,15 +57,20 @@ pub trait GraphRuntime: Send {
 
     /// Runs every denoising step on the cached KV: `x` goes from noise to actions; `time` holds
     /// each step's embedding (`[steps, B, ew]`). A looped graph runs once per step, an unrolled
-    /// one once.
+    /// one once. `guide`, when given (looped graphs only), is called after each run with the
+    /// run's index, its input and its output, which it may change (real-time chunking).
     fn run_denoise(
         &mut self,
         state: Option<&[f32]>,
         x: &mut [f32],
         time: &[f32],
         tables: &SuffixTables,
+        guide: Option<&mut StepHook<'_>>,
     ) -> Result<(), GraphError>;
 }
+
+/// Called between looped denoising runs: `(run, x before, x after)`.
+pub type StepHook<'a> = dyn FnMut(usize, &[f32], &mut [f32]) + 'a;
 
 impl GraphRuntime for Box<dyn GraphRuntime> {
     fn run_prefix(
@@ -83,8 +88,9 @@ impl GraphRuntime for Box<dyn GraphRuntime> {
         x: &mut [f32],
         time: &[f32],
         tables: &SuffixTables,
+        guide: Option<&mut StepHook<'_>>,
     ) -> Result<(), GraphError> {
-        (**self).run_denoise(state, x, time, tables)
+        (**self).run_denoise(state, x, time, tables, guide)
     }
 }
 
@@ -218,8 +224,14 @@ impl<R: GraphRuntime> GraphModel<R> {
         let prefix_ms = started.elapsed().as_secs_f64() * 1e3;
         let state = (!self.manifest.is_pi05()).then_some(inputs.state);
         let mut x = inputs.noise.to_vec();
-        self.runtime
-            .run_denoise(state, &mut x, &self.time, &suffix)?;
+        let mut guide = rtc_hook(&self.manifest, inputs.guidance)?;
+        self.runtime.run_denoise(
+            state,
+            &mut x,
+            &self.time,
+            &suffix,
+            guide.as_mut().map(|g| g as &mut StepHook<'_>),
+        )?;
         check_actions(&x, self.manifest.chunk, self.manifest.action_dim)?;
         let total = started.elapsed().as_secs_f64() * 1e3;
         Ok((
@@ -230,6 +242,53 @@ impl<R: GraphRuntime> GraphModel<R> {
             },
         ))
     }
+}
+
+/// Real-time chunking on looped graphs: each run computed `x + dt v`; the velocity is
+/// recovered, guided (`Guidance::apply`, as on the CPU) and the step taken again on the host.
+fn rtc_hook<'a>(
+    m: &Manifest,
+    guidance: &'a [Guidance],
+) -> Result<Option<impl FnMut(usize, &[f32], &mut [f32]) + 'a>, GraphError> {
+    if guidance.is_empty() {
+        return Ok(None);
+    }
+    if guidance.len() != m.batch {
+        return Err(GraphError::Input {
+            name: "rtc_prev_chunk".into(),
+            message: format!(
+                "{} leftovers for a batch of {}",
+                guidance.len(),
+                m.batch
+            ),
+        });
+    }
+    if m.unrolled {
+        return Err(GraphError::Input {
+            name: "rtc_prev_chunk".into(),
+            message: "these graphs are unrolled (every step in one graph); real-time chunking \
+                      guides each step, so it runs on looped graphs (pi0d export without --unroll)"
+                .into(),
+        });
+    }
+    let per = m.chunk * m.action_dim;
+    let dt = -1.0 / m.steps as f64;
+    let mut v = vec![0.0f32; per];
+    Ok(Some(move |run: usize, before: &[f32], after: &mut [f32]| {
+        let time = 1.0 + run as f64 * dt;
+        let dtf = dt as f32;
+        for (e, g) in guidance.iter().enumerate() {
+            let r = e * per..(e + 1) * per;
+            let (x0, x1) = (&before[r.clone()], &mut after[r]);
+            v.iter_mut()
+                .zip(x0.iter().zip(x1.iter()))
+                .for_each(|(v, (a, b))| *v = (b - a) / dtf);
+            g.apply(x0, time, &mut v);
+            x1.iter_mut()
+                .zip(x0.iter().zip(&v))
+                .for_each(|(x1, (x0, v))| *x1 = x0 + dtf * v);
+        }
+    }))
 }
 
 #[cfg(test)]
@@ -257,6 +316,7 @@ mod tests {
             x: &mut [f32],
             _: &[f32],
             _: &SuffixTables,
+            _: Option<&mut StepHook<'_>>,
         ) -> Result<(), GraphError> {
             if self.nan {
                 x[32 + 5] = f32::NAN;

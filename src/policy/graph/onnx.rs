@@ -330,6 +330,7 @@ impl GraphRuntime for OnnxRuntime {
         x: &mut [f32],
         time: &[f32],
         t: &SuffixTables,
+        mut guide: Option<&mut super::StepHook<'_>>,
     ) -> Result<(), GraphError> {
         if self.kv.is_none() {
             return Err(GraphError::Runtime(
@@ -344,7 +345,11 @@ impl GraphRuntime for OnnxRuntime {
         self.suffix_cos.bind(bind, &t.cos)?;
         self.suffix_sin.bind(bind, &t.sin)?;
         let per_run = time.len() / self.runs;
+        let mut before = guide.as_ref().map(|_| vec![0.0f32; x.len()]);
         for run in 0..self.runs {
+            if let Some(b) = before.as_mut() {
+                b.copy_from_slice(x);
+            }
             self.x.bind(&mut self.denoise_binding, x)?;
             self.time.bind(
                 &mut self.denoise_binding,
@@ -369,6 +374,9 @@ impl GraphRuntime for OnnxRuntime {
                 )));
             }
             x.copy_from_slice(data);
+            if let (Some(g), Some(b)) = (guide.as_mut(), before.as_ref()) {
+                g(run, b, x);
+            }
         }
         Ok(())
     }

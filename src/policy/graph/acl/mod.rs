@@ -142,7 +142,16 @@ impl GraphRuntime for AclRuntime {
         x: &mut [f32],
         time: &[f32],
         tables: &SuffixTables,
+        guide: Option<&mut super::StepHook<'_>>,
     ) -> Result<(), GraphError> {
+        if guide.is_some() {
+            // The steps are queued on the NPU back to back; guiding them needs a host round
+            // trip per step, which this backend does not do yet.
+            return Err(GraphError::Input {
+                name: "rtc_prev_chunk".into(),
+                message: "real-time chunking is not available on the acl backend yet".into(),
+            });
+        }
         let out = self.call(Request::Denoise {
             state: state.map(<[f32]>::to_vec),
             x: x.to_vec(),
