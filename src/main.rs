@@ -269,6 +269,10 @@ struct ExportArgs {
     /// Unroll all denoising steps into one graph (noise -> actions).
     #[arg(long)]
     unroll: bool,
+    /// With --unroll: real-time chunking's guidance as graph inputs (the leftover, its
+    /// weights, each step's guidance weight); looped graphs take it on the host.
+    #[arg(long)]
+    rtc: bool,
     /// Batch size the graphs take.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     batch: u16,
@@ -756,6 +760,7 @@ fn export(a: ExportArgs) -> Outcome {
             Dtype::Bf16 => ExportDtype::Bf16,
         },
         unroll: a.unroll,
+        rtc: a.rtc,
         external: if a.external_data {
             ExternalData::Always
         } else {

@@ -552,7 +552,11 @@ fn when_rtc_leftover_given_expect_looped_graphs_to_match_lerobot_and_unrolled_re
         let dir = scratch_dir(&format!("onnx-rtc-{case}"));
         export(&options_for(case, &dir, ExportDtype::F32, false)).unwrap();
         let out = infer_rtc(&dir, case);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let f = TensorFile::read(&dir.join("actions.safetensors")).unwrap();
         let (_, got) = f.f32("actions", &[None, Some(50), Some(32)]).unwrap();
         let err = max_diff(got, &expected(case));
@@ -566,7 +570,49 @@ fn when_rtc_leftover_given_expect_looped_graphs_to_match_lerobot_and_unrolled_re
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("rtc_prev_chunk") && stderr.contains("unrolled"),
+        stderr.contains("rtc_prev_chunk") && stderr.contains("--rtc"),
         "{stderr}"
     );
+}
+
+#[test]
+fn when_unrolled_graphs_exported_with_rtc_expect_lerobot_guided_and_plain_actions() {
+    let rtc_options = |case: &str, dir: &Path| ExportOptions {
+        rtc: true,
+        ..options_for(case, dir, ExportDtype::F32, true)
+    };
+    for case in ["pi0_f32_rtc_zeros", "pi05_f32_rtc_exp_full"] {
+        let dir = scratch_dir(&format!("onnx-rtc-unrolled-{case}"));
+        let report = export(&rtc_options(case, &dir)).unwrap();
+        assert!(report.manifest.rtc && report.manifest.unrolled);
+        let out = infer_rtc(&dir, case);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let f = TensorFile::read(&dir.join("actions.safetensors")).unwrap();
+        let (_, got) = f.f32("actions", &[None, Some(50), Some(32)]).unwrap();
+        let err = max_diff(got, &expected(case));
+        eprintln!(
+            "{case} on the unrolled --rtc graph: max abs error against lerobot's RTC {err:.1e}"
+        );
+        assert!(err <= 1e-4, "{case}: {err}");
+    }
+    // Without a leftover the guidance inputs are zero: lerobot's plain actions.
+    let case = "pi0_f32_1cam_short";
+    let dir = scratch_dir("onnx-rtc-unrolled-plain");
+    export(&rtc_options(case, &dir)).unwrap();
+    onnx_check(&dir);
+    let err = max_diff(&run_graphs(&dir, case), &expected(case));
+    assert!(err <= 1e-4, "{err}");
+    // --rtc is for unrolled graphs only.
+    let looped = ExportOptions {
+        unroll: false,
+        ..rtc_options(case, &scratch_dir("onnx-rtc-looped"))
+    };
+    match export(&looped) {
+        Err(ExportError::Invalid(m)) => assert!(m.contains("--rtc goes with --unroll"), "{m}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
 }

@@ -172,6 +172,15 @@ impl Guidance {
         &self.weights
     }
 
+    /// The leftover, zero-padded to `[chunk, action_dim]`.
+    pub fn target(&self) -> &[f32] {
+        &self.target
+    }
+
+    pub fn max_guidance_weight(&self) -> f32 {
+        self.max_guidance_weight
+    }
+
     /// Guides one Euler step's velocity `v` at `x` and flow time `time` (1 is noise, 0 the
     /// actions): `v -= g * W (Y - (x - time v))`.
     pub fn apply(&self, x: &[f32], time: f64, v: &mut [f32]) {

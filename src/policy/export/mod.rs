@@ -171,6 +171,8 @@ pub struct ExportOptions {
     pub prompt_len: Option<usize>,
     pub dtype: ExportDtype,
     pub unroll: bool,
+    /// Real-time chunking's guidance as inputs of the unrolled graph.
+    pub rtc: bool,
     pub external: ExternalData,
     pub clamp_f16: bool,
     pub progress: bool,
@@ -189,6 +191,7 @@ impl ExportOptions {
             prompt_len: None,
             dtype: ExportDtype::F32,
             unroll: false,
+            rtc: false,
             external: ExternalData::Auto,
             clamp_f16: false,
             progress: false,
@@ -220,6 +223,12 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
             opts.cameras, opts.batch
         )));
     }
+    if opts.rtc && !opts.unroll {
+        return Err(ExportError::Invalid(
+            "--rtc goes with --unroll: looped graphs take real-time chunking on the host, step by step"
+                .into(),
+        ));
+    }
     let pi05 = arch.variant == Variant::Pi05;
     let prompt_len = opts
         .prompt_len
@@ -236,7 +245,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
     };
     let b = Pi0GraphBuilder::new(&ck, arch.clone(), opts.dtype, sizes);
     let prefix = b.prefix_graph();
-    let denoise = b.denoise_graph(opts.unroll);
+    let denoise = b.denoise_graph(opts.unroll, opts.rtc);
     for g in [&prefix, &denoise] {
         let ops: Vec<&str> = g.nodes.iter().map(|n| n.op_type.as_str()).collect();
         if let Some(op) = ops.iter().find(|op| !atc::ATC_OPS.contains(op)) {
@@ -322,6 +331,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         min_period: ck.config.min_period,
         max_period: ck.config.max_period,
         unrolled: opts.unroll,
+        rtc: opts.rtc,
         graphs: Graphs {
             prefix: prefix_entry,
             denoise: denoise_entry,

@@ -100,6 +100,11 @@ pub mod names {
     pub const X_NEXT: &str = "x_next";
     pub const NOISE: &str = "noise";
     pub const ACTIONS: &str = "actions";
+    /// Real-time chunking (`--rtc`): the leftover `[B, chunk, action_dim]`, its per-step
+    /// weights `[B, chunk, 1]` and each Euler step's guidance weight `[steps]`.
+    pub const RTC_TARGET: &str = "rtc_target";
+    pub const RTC_WEIGHTS: &str = "rtc_weights";
+    pub const RTC_GUIDANCE: &str = "rtc_guidance";
 
     pub fn image(i: usize) -> String {
         format!("image{i}")
@@ -112,6 +117,13 @@ pub struct Pi0GraphBuilder<'a> {
     pub arch: Arch,
     pub dtype: ExportDtype,
     pub sizes: GraphSizes,
+}
+
+/// The unrolled graph's real-time-chunking inputs (`names::RTC_*`).
+struct RtcInputs {
+    target: String,
+    weights: String,
+    guidance: String,
 }
 
 /// RoPE tables of a graph, reshaped for broadcasting over heads: `[B, S, 1, hd]`.
@@ -697,8 +709,9 @@ impl<'a> Pi0GraphBuilder<'a> {
         g
     }
 
-    /// The denoise graph: one Euler step, or all of them with `unroll`.
-    pub fn denoise_graph(&self, unroll: bool) -> GraphBuilder<'a> {
+    /// The denoise graph: one Euler step, or all of them with `unroll` (and with `rtc`, each
+    /// step guided by the inputs `rtc_*`; zero weights give the plain steps).
+    pub fn denoise_graph(&self, unroll: bool, rtc: bool) -> GraphBuilder<'a> {
         let a = &self.arch;
         let b = self.sizes.batch;
         let ct = self.ct();
@@ -728,6 +741,15 @@ impl<'a> Pi0GraphBuilder<'a> {
         let cos = g.input(names::SUFFIX_COS, data_type::FLOAT, &[b, n, a.head_dim]);
         let sin = g.input(names::SUFFIX_SIN, data_type::FLOAT, &[b, n, a.head_dim]);
         let rope = self.rope_tables(&mut g, &cos, &sin, n);
+        let rtc = rtc.then(|| RtcInputs {
+            target: g.input(
+                names::RTC_TARGET,
+                data_type::FLOAT,
+                &[b, a.chunk, a.action_dim],
+            ),
+            weights: g.input(names::RTC_WEIGHTS, data_type::FLOAT, &[b, a.chunk, 1]),
+            guidance: g.input(names::RTC_GUIDANCE, data_type::FLOAT, &[a.steps]),
+        });
 
         // Per layer: the prefix's K and V, [B, P, kvd] (taken once, shared by every step).
         let mut cached = Vec::new();
@@ -757,6 +779,11 @@ impl<'a> Pi0GraphBuilder<'a> {
             } else {
                 time.clone()
             };
+            let guide = rtc.as_ref().map(|r| {
+                let k = g.i64_scalar(step as i64);
+                let gk = g.op("Gather", &[&r.guidance, &k], vec![attr_int("axis", 0)]);
+                (r, gk, 1.0 - step as f64 / a.steps as f64)
+            });
             x = self.step(
                 &mut g,
                 &x,
@@ -766,6 +793,7 @@ impl<'a> Pi0GraphBuilder<'a> {
                 &bias,
                 &rope,
                 dt,
+                guide,
             );
         }
         let out = if unroll {
@@ -777,7 +805,9 @@ impl<'a> Pi0GraphBuilder<'a> {
         g
     }
 
-    /// One Euler step: `x_t` (f32) -> `x_t + dt * v(x_t, t)` (f32).
+    /// One Euler step: `x_t` (f32) -> `x_t + dt * v(x_t, t)` (f32). With `guide` (the RTC
+    /// inputs, this step's guidance weight and its flow time), `v` is guided first as
+    /// `policy::rtc::Guidance::apply` does: `v - g * W (Y - (x_t - time v))`.
     #[allow(clippy::too_many_arguments)]
     fn step(
         &self,
@@ -789,6 +819,7 @@ impl<'a> Pi0GraphBuilder<'a> {
         bias: &str,
         rope: &Rope,
         dt: f32,
+        guide: Option<(&RtcInputs, String, f64)>,
     ) -> String {
         let a = &self.arch;
         let (b, ew, ct) = (self.sizes.batch, a.expert_width, self.ct());
@@ -873,6 +904,18 @@ impl<'a> Pi0GraphBuilder<'a> {
         };
         let v = self.linear(g, &x, "action_out_proj", a.action_dim, ew, true);
         let v = Self::cast(g, &v, ct, data_type::FLOAT);
+        let v = match guide {
+            Some((r, gk, flow_time)) => {
+                let t = g.scalar(flow_time as f32, data_type::FLOAT);
+                let tv = g.op("Mul", &[&v, &t], vec![]);
+                let x1 = g.op("Sub", &[x_t, &tv], vec![]);
+                let e = g.op("Sub", &[&r.target, &x1], vec![]);
+                let e = g.op("Mul", &[&e, &r.weights], vec![]);
+                let ge = g.op("Mul", &[&e, &gk], vec![]);
+                g.op("Sub", &[&v, &ge], vec![])
+            }
+            None => v,
+        };
         let dt = g.scalar(dt, data_type::FLOAT);
         let dv = g.op("Mul", &[&v, &dt], vec![]);
         g.op("Add", &[x_t, &dv], vec![])

@@ -82,6 +82,9 @@ pub struct Manifest {
     pub max_period: f64,
     /// The denoise graph runs all steps (`noise` -> `actions`) instead of one.
     pub unrolled: bool,
+    /// The unrolled graph takes real-time chunking's guidance as inputs (`pi0d export --rtc`).
+    #[serde(default)]
+    pub rtc: bool,
     pub graphs: Graphs,
     pub checkpoint: CheckpointInfo,
 }
@@ -263,6 +266,13 @@ impl Manifest {
                     ),
                 ));
             }
+        }
+        if m.rtc && !m.unrolled {
+            return Err(bad(
+                "rtc",
+                "false for looped graphs (their host driver guides each step)".into(),
+                "true".into(),
+            ));
         }
         // `pi0d export` writes dt = -1/steps in f32.
         let dt = -1.0 / m.steps as f32;

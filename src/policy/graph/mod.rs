@@ -218,20 +218,18 @@ impl<R: GraphRuntime> GraphModel<R> {
         })?;
         let started = Instant::now();
         let prefix = tables::prefix_tables(m, &inputs.image_masks, inputs.token_masks);
-        let suffix = tables::suffix_tables(m, &prefix.pad);
+        let mut suffix = tables::suffix_tables(m, &prefix.pad);
+        if m.rtc {
+            suffix.rtc = Some(tables::rtc_tables(m, inputs.guidance));
+        }
         self.runtime
             .run_prefix(&inputs.images, inputs.tokens, &prefix)?;
         let prefix_ms = started.elapsed().as_secs_f64() * 1e3;
         let state = (!self.manifest.is_pi05()).then_some(inputs.state);
         let mut x = inputs.noise.to_vec();
         let mut guide = rtc_hook(&self.manifest, inputs.guidance)?;
-        self.runtime.run_denoise(
-            state,
-            &mut x,
-            &self.time,
-            &suffix,
-            guide.as_mut().map(|g| g as &mut StepHook<'_>),
-        )?;
+        self.runtime
+            .run_denoise(state, &mut x, &self.time, &suffix, guide.as_deref_mut())?;
         check_actions(&x, self.manifest.chunk, self.manifest.action_dim)?;
         let total = started.elapsed().as_secs_f64() * 1e3;
         Ok((
@@ -249,46 +247,45 @@ impl<R: GraphRuntime> GraphModel<R> {
 fn rtc_hook<'a>(
     m: &Manifest,
     guidance: &'a [Guidance],
-) -> Result<Option<impl FnMut(usize, &[f32], &mut [f32]) + 'a>, GraphError> {
-    if guidance.is_empty() {
+) -> Result<Option<Box<StepHook<'a>>>, GraphError> {
+    // Graphs exported with `--rtc` take the guidance as inputs (`tables::rtc_tables`).
+    if guidance.is_empty() || m.rtc {
         return Ok(None);
     }
     if guidance.len() != m.batch {
         return Err(GraphError::Input {
             name: "rtc_prev_chunk".into(),
-            message: format!(
-                "{} leftovers for a batch of {}",
-                guidance.len(),
-                m.batch
-            ),
+            message: format!("{} leftovers for a batch of {}", guidance.len(), m.batch),
         });
     }
     if m.unrolled {
         return Err(GraphError::Input {
             name: "rtc_prev_chunk".into(),
-            message: "these graphs are unrolled (every step in one graph); real-time chunking \
-                      guides each step, so it runs on looped graphs (pi0d export without --unroll)"
+            message: "these graphs are unrolled (every step in one graph) without real-time \
+                      chunking's inputs: export them with --rtc, or looped (without --unroll)"
                 .into(),
         });
     }
     let per = m.chunk * m.action_dim;
     let dt = -1.0 / m.steps as f64;
     let mut v = vec![0.0f32; per];
-    Ok(Some(move |run: usize, before: &[f32], after: &mut [f32]| {
-        let time = 1.0 + run as f64 * dt;
-        let dtf = dt as f32;
-        for (e, g) in guidance.iter().enumerate() {
-            let r = e * per..(e + 1) * per;
-            let (x0, x1) = (&before[r.clone()], &mut after[r]);
-            v.iter_mut()
-                .zip(x0.iter().zip(x1.iter()))
-                .for_each(|(v, (a, b))| *v = (b - a) / dtf);
-            g.apply(x0, time, &mut v);
-            x1.iter_mut()
-                .zip(x0.iter().zip(&v))
-                .for_each(|(x1, (x0, v))| *x1 = x0 + dtf * v);
-        }
-    }))
+    Ok(Some(Box::new(
+        move |run: usize, before: &[f32], after: &mut [f32]| {
+            let time = 1.0 + run as f64 * dt;
+            let dtf = dt as f32;
+            for (e, g) in guidance.iter().enumerate() {
+                let r = e * per..(e + 1) * per;
+                let (x0, x1) = (&before[r.clone()], &mut after[r]);
+                v.iter_mut()
+                    .zip(x0.iter().zip(x1.iter()))
+                    .for_each(|(v, (a, b))| *v = (b - a) / dtf);
+                g.apply(x0, time, &mut v);
+                x1.iter_mut()
+                    .zip(x0.iter().zip(&v))
+                    .for_each(|(x1, (x0, v))| *x1 = x0 + dtf * v);
+            }
+        },
+    )))
 }
 
 #[cfg(test)]

@@ -201,6 +201,8 @@ pub struct OnnxRuntime {
     suffix_bias: HostInput<f32>,
     suffix_cos: HostInput<f32>,
     suffix_sin: HostInput<f32>,
+    /// `--rtc` graphs: `rtc_target`, `rtc_weights`, `rtc_guidance`.
+    rtc: Option<[HostInput<f32>; 3]>,
     /// The prefix's output, kept on the provider's device between runs.
     kv: Option<DynValue>,
     /// Graph runs per denoising: one when unrolled, else one per step.
@@ -279,6 +281,16 @@ impl OnnxRuntime {
             suffix_bias: HostInput::new(names::SUFFIX_BIAS, &[b, 1, 1, n, p + n])?,
             suffix_cos: HostInput::new(names::SUFFIX_COS, &[b, n, hd])?,
             suffix_sin: HostInput::new(names::SUFFIX_SIN, &[b, n, hd])?,
+            rtc: m
+                .rtc
+                .then(|| -> Result<_, GraphError> {
+                    Ok([
+                        HostInput::new(names::RTC_TARGET, &[b, m.chunk, m.action_dim])?,
+                        HostInput::new(names::RTC_WEIGHTS, &[b, m.chunk, 1])?,
+                        HostInput::new(names::RTC_GUIDANCE, &[m.steps])?,
+                    ])
+                })
+                .transpose()?,
             prefix,
             denoise,
             prefix_binding,
@@ -344,6 +356,14 @@ impl GraphRuntime for OnnxRuntime {
         self.suffix_bias.bind(bind, &t.bias)?;
         self.suffix_cos.bind(bind, &t.cos)?;
         self.suffix_sin.bind(bind, &t.sin)?;
+        if let Some([target, weights, guidance]) = self.rtc.as_mut() {
+            let r = t.rtc.as_ref().ok_or_else(|| {
+                GraphError::Runtime("an --rtc graph run without its guidance tables".into())
+            })?;
+            target.bind(bind, &r.target)?;
+            weights.bind(bind, &r.weights)?;
+            guidance.bind(bind, &r.guidance)?;
+        }
         let per_run = time.len() / self.runs;
         let mut before = guide.as_ref().map(|_| vec![0.0f32; x.len()]);
         for run in 0..self.runs {

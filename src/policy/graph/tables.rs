@@ -5,6 +5,7 @@
 
 use super::manifest::Manifest;
 use crate::policy::pi0::ops::{time_embedding, Rope};
+use crate::policy::rtc::{guidance_weight, Guidance};
 
 /// Tables of the prefix graph, all batch elements: `bias` `[B, 1, 1, P, P]`, `cos`/`sin`
 /// `[B, P, head_dim]`, and the pad mask `[B, P]` the suffix tables need.
@@ -22,6 +23,38 @@ pub struct SuffixTables {
     pub bias: Vec<f32>,
     pub cos: Vec<f32>,
     pub sin: Vec<f32>,
+    /// For graphs exported with `--rtc`.
+    pub rtc: Option<RtcTables>,
+}
+
+/// The `--rtc` unrolled graph's guidance inputs: `rtc_target` `[B, chunk, action_dim]`,
+/// `rtc_weights` `[B, chunk, 1]`, `rtc_guidance` `[steps]`. All zero without guidance: the
+/// plain steps.
+#[derive(Clone, Debug, Default)]
+pub struct RtcTables {
+    pub target: Vec<f32>,
+    pub weights: Vec<f32>,
+    pub guidance: Vec<f32>,
+}
+
+/// `RtcTables` for a batch: one guidance per element, or none.
+pub fn rtc_tables(m: &Manifest, guidance: &[Guidance]) -> RtcTables {
+    let per = m.chunk * m.action_dim;
+    let mut t = RtcTables {
+        target: vec![0.0; m.batch * per],
+        weights: vec![0.0; m.batch * m.chunk],
+        guidance: vec![0.0; m.steps],
+    };
+    for (e, g) in guidance.iter().enumerate().take(m.batch) {
+        t.target[e * per..(e + 1) * per].copy_from_slice(g.target());
+        t.weights[e * m.chunk..(e + 1) * m.chunk].copy_from_slice(g.weights());
+    }
+    if let Some(g) = guidance.first() {
+        for (k, w) in t.guidance.iter_mut().enumerate() {
+            *w = guidance_weight(1.0 - k as f64 / m.steps as f64, g.max_guidance_weight());
+        }
+    }
+    t
 }
 
 fn rope_rows(rope: &Rope, positions: &[i64], hd: usize, cos: &mut Vec<f32>, sin: &mut Vec<f32>) {

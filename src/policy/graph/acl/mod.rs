@@ -30,6 +30,18 @@ pub fn om_file(onnx_file: &str) -> String {
 }
 
 /// A plain-data slice as bytes.
+/// One of an `--rtc` graph's guidance tables, refused when the driver made none.
+fn rtc(
+    tables: &super::tables::SuffixTables,
+    pick: impl Fn(&super::tables::RtcTables) -> &Vec<f32>,
+) -> Result<&[u8], GraphError> {
+    tables
+        .rtc
+        .as_ref()
+        .map(|r| as_bytes(pick(r)))
+        .ok_or_else(|| GraphError::Runtime("an --rtc graph run without its guidance tables".into()))
+}
+
 fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
     // SAFETY: T is f32 or i64 here (no padding, every byte initialized); the length covers
     // exactly the slice's memory.
@@ -145,11 +157,13 @@ impl GraphRuntime for AclRuntime {
         guide: Option<&mut super::StepHook<'_>>,
     ) -> Result<(), GraphError> {
         if guide.is_some() {
-            // The steps are queued on the NPU back to back; guiding them needs a host round
-            // trip per step, which this backend does not do yet.
+            // The steps are queued on the NPU back to back, with no host round trip between
+            // them: the guidance goes in as inputs of an unrolled `--rtc` graph instead.
             return Err(GraphError::Input {
                 name: "rtc_prev_chunk".into(),
-                message: "real-time chunking is not available on the acl backend yet".into(),
+                message: "on the acl backend real-time chunking runs on unrolled graphs \
+                          exported with --unroll --rtc, not on looped ones"
+                    .into(),
             });
         }
         let out = self.call(Request::Denoise {
@@ -458,6 +472,9 @@ impl Device {
                         HostSource::SuffixBias => as_bytes(&tables.bias),
                         HostSource::SuffixCos => as_bytes(&tables.cos),
                         HostSource::SuffixSin => as_bytes(&tables.sin),
+                        HostSource::RtcTarget => rtc(&tables, |r| &r.target)?,
+                        HostSource::RtcWeights => rtc(&tables, |r| &r.weights)?,
+                        HostSource::RtcGuidance => rtc(&tables, |r| &r.guidance)?,
                         _ => continue,
                     };
                     self.upload(buffer, data, &format!("{source:?}"))?;

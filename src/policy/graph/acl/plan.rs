@@ -43,6 +43,9 @@ pub enum HostSource {
     SuffixBias,
     SuffixCos,
     SuffixSin,
+    RtcTarget,
+    RtcWeights,
+    RtcGuidance,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,6 +89,9 @@ fn source_of(name: &str) -> Option<HostSource> {
         names::SUFFIX_BIAS => HostSource::SuffixBias,
         names::SUFFIX_COS => HostSource::SuffixCos,
         names::SUFFIX_SIN => HostSource::SuffixSin,
+        names::RTC_TARGET => HostSource::RtcTarget,
+        names::RTC_WEIGHTS => HostSource::RtcWeights,
+        names::RTC_GUIDANCE => HostSource::RtcGuidance,
         n => HostSource::Image(n.strip_prefix("image")?.parse().ok()?),
     })
 }
@@ -360,6 +366,7 @@ pub(crate) mod tests {
             min_period: 4e-3,
             max_period: 4.0,
             unrolled,
+            rtc: false,
             graphs: Graphs {
                 prefix: entry("prefix.onnx", prefix_inputs, vec![kv]),
                 denoise: entry(
@@ -439,6 +446,29 @@ pub(crate) mod tests {
                 .count(),
             3
         );
+    }
+
+    #[test]
+    fn rtc_graph_uploads_its_guidance_tables_once_per_observation() {
+        let mut m = manifest(1, true, "float32");
+        m.rtc = true;
+        m.graphs.denoise.inputs.extend([
+            spec("rtc_target", "float32", &[1, 50, 32]),
+            spec("rtc_weights", "float32", &[1, 50, 1]),
+            spec("rtc_guidance", "float32", &[10]),
+        ]);
+        let plan = plan(&m).unwrap();
+        let e = &plan.denoise[0];
+        assert_eq!(e.inputs.len(), 10);
+        let sizes: Vec<usize> = e.inputs[7..].iter().map(|s| s.bytes).collect();
+        assert_eq!(sizes, [50 * 32 * 4, 50 * 4, 10 * 4]);
+        for source in [
+            HostSource::RtcTarget,
+            HostSource::RtcWeights,
+            HostSource::RtcGuidance,
+        ] {
+            assert_eq!(plan.uploads.iter().filter(|u| u.0 == source).count(), 1);
+        }
     }
 
     #[test]
