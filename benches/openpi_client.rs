@@ -63,6 +63,7 @@ fn main() {
         state: vec![0.1; 7],
         images: (0..cameras).map(|i| frame(i as u8)).collect(),
         prompt: "pick up the red cube and put it in the bowl".into(),
+        rtc: None,
     };
     // Connect and warm up.
     for _ in 0..10 {

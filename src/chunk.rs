@@ -25,6 +25,26 @@ impl ActionChunk {
     }
 }
 
+/// What is still to be executed of the running chunk, aligned to a new observation: row `i`
+/// is the old plan at the new chunk's step `i` (policy action order, joint units). Real-time
+/// chunking pulls the new chunk's first steps towards it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChunkPrefix {
+    /// Row-major `[steps][action_dim]`.
+    pub actions: Vec<f64>,
+    pub action_dim: usize,
+    /// Steps of the new chunk that will have run before it takes over.
+    pub inference_delay: usize,
+    /// Steps over which the new chunk is guided.
+    pub execution_horizon: usize,
+}
+
+impl ChunkPrefix {
+    pub fn steps(&self) -> usize {
+        self.actions.len().checked_div(self.action_dim).unwrap_or(0)
+    }
+}
+
 /// A chunk in robot command order with knot derivatives, ready for the control thread.
 /// Buffers are reused (recycled between the worker and the control thread) so the tick never
 /// allocates.

@@ -376,13 +376,7 @@ fn when_reset_arrives_after_a_latched_thread_fault_expect_control_loop_stays_est
     };
     fresh(start);
     let stop = Arc::new(AtomicBool::new(false));
-    let setup = WorkerSetup {
-        limits: cfg.limits.clone(),
-        map: cfg.policy.action_map.clone(),
-        state: cfg.policy.state.clone(),
-        safety: cfg.safety.clone(),
-        chunk_steps: cfg.policy.chunk_steps,
-    };
+    let setup = WorkerSetup::from_config(&cfg);
     let policy = pi0d::policy::from_config(&cfg).unwrap();
     let stats = Arc::new(WorkerStats::default());
     let (handle, worker_thread) =

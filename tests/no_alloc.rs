@@ -56,13 +56,7 @@ fn when_control_tick_runs_expect_no_allocation() {
     let stop = Arc::new(AtomicBool::new(false));
     let (handle, worker_thread) = worker::spawn(
         pi0d::policy::from_config(&cfg).unwrap(),
-        WorkerSetup {
-            limits: cfg.limits.clone(),
-            map: cfg.policy.action_map.clone(),
-            state: cfg.policy.state.clone(),
-            safety: cfg.safety.clone(),
-            chunk_steps: cfg.policy.chunk_steps,
-        },
+        WorkerSetup::from_config(&cfg),
         board.clone(),
         Arc::new(WorkerStats::default()),
         stop.clone(),

@@ -380,3 +380,44 @@ fn when_chunk_drives_into_a_position_limit_expect_all_joints_brake_and_hold() {
     );
     assert!(run.event("position_limit") >= 1);
 }
+
+#[test]
+fn when_rtc_enabled_expect_new_chunks_to_agree_with_the_running_plan_and_no_violation() {
+    // A slower model (150 ms more per chunk, some 8 steps of delay at 50 Hz): without RTC each
+    // chunk starts from its own noise and disagrees with the plan it replaces.
+    let run_with = |rtc: bool| {
+        let mut cfg = sim_model_config();
+        cfg["policy"]
+            .as_table_mut()
+            .unwrap()
+            .insert("latency_s".into(), Value::Float(0.15));
+        cfg["control"].as_table_mut().unwrap().insert(
+            "rtc".into(),
+            table(&[
+                ("enabled", Value::Boolean(rtc)),
+                ("execution_horizon", Value::Integer(20)),
+            ]),
+        );
+        let run = run_daemon(&format!("rtc-{rtc}"), &cfg, 6.0);
+        assert_eq!(run.code(), 0, "{}", run.stderr);
+        assert_safe(&run, &cfg);
+        let s = run.summary().clone();
+        assert_eq!(s["chunks_rejected"], 0, "{s}");
+        assert_eq!(s["chunk_switches"]["rtc"], rtc, "{s}");
+        s
+    };
+    let (off, on) = (run_with(false), run_with(true));
+    let sw = |s: &serde_json::Value, k: &str| s["chunk_switches"][k].clone();
+    assert_eq!(sw(&off, "guided"), 0, "{off}");
+    assert!(sw(&on, "guided").as_u64().unwrap() >= 4, "{on}");
+    assert!(sw(&on, "switches").as_u64().unwrap() >= 4, "{on}");
+    assert!(sw(&on, "delay_steps_max").as_u64().unwrap() >= 7, "{on}");
+    let p50 = |s: &serde_json::Value| sw(s, "prefix_distance")["p50"].as_f64().unwrap();
+    eprintln!(
+        "chunk switch distance p50: {:.4} without RTC, {:.4} with",
+        p50(&off),
+        p50(&on)
+    );
+    assert!(p50(&off) > 0.0, "{off}");
+    assert!(p50(&on) < 0.25 * p50(&off), "without {off}\nwith {on}");
+}

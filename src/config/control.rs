@@ -42,6 +42,8 @@ pub struct ControlConfig {
     /// The arm must leave `starting` (run its first chunk) within this long after the control
     /// loop starts, or the daemon stops with its own exit code.
     pub start_timeout_s: f64,
+    /// `[control.rtc]` (validated with the policy, whose chunk length it needs).
+    pub rtc: super::RtcConfig,
 }
 
 /// LeRobot's default weight of the old chunk.
@@ -89,5 +91,6 @@ pub fn validate(c: &Check, rc: &RawControl) -> Result<ControlConfig, ConfigError
         status_interval_s: c.positive("control.status_interval_s", rc.status_interval_s)?,
         stop_timeout_s: c.positive("control.stop_timeout_s", rc.stop_timeout_s)?,
         start_timeout_s: c.positive("control.start_timeout_s", rc.start_timeout_s)?,
+        rtc: Default::default(),
     })
 }

@@ -14,6 +14,7 @@ pub mod realtime;
 pub mod robot;
 pub mod ros;
 pub mod ros_args;
+pub mod rtc;
 pub mod safety;
 pub mod serve;
 pub mod sim;
@@ -31,6 +32,7 @@ pub use policy::{
 };
 pub use realtime::RealtimeConfig;
 pub use ros::{CommandType, Middleware, RosConfig, RosQos, ServiceMappingKind, TopicQos};
+pub use rtc::{RtcConfig, RtcSettings, Schedule};
 pub use safety::SafetyConfig;
 pub use sim::{CameraConfig, SimConfig, SimEvent, SimEventKind};
 pub use workspace::Workspace;
@@ -215,6 +217,8 @@ impl Config {
         let control = control::validate(&c, &raw.control)?;
         let safety = safety::validate(&c, &raw.safety)?;
         let policy = policy::validate(&c, &raw.policy, names)?;
+        let mut control = control;
+        control.rtc = rtc::validate(&c, &raw.control.rtc, policy.chunk_steps, &policy.source)?;
         if control.request_threshold_s >= policy.chunk_steps as f64 * policy.step_period_s {
             return c.fail(
                 "control.request_threshold_s",

@@ -107,6 +107,7 @@ pub struct RawControl {
     pub status_interval_s: f64,
     pub stop_timeout_s: f64,
     pub start_timeout_s: f64,
+    pub rtc: super::rtc::RawRtc,
 }
 
 impl Default for RawControl {
@@ -122,6 +123,7 @@ impl Default for RawControl {
             status_interval_s: 1.0,
             stop_timeout_s: 3.0,
             start_timeout_s: 30.0,
+            rtc: Default::default(),
         }
     }
 }

@@ -50,6 +50,8 @@ pub struct TickReport {
     pub done: bool,
     /// What the arm waits for while starting, holding or e-stopped.
     pub waiting: Waiting,
+    /// The `seq` of the chunk being executed, if one is.
+    pub running_chunk: Option<u64>,
 }
 
 pub struct ControllerSettings {
@@ -245,6 +247,7 @@ impl Controller {
             done: gov.at_rest
                 && (mode == Mode::Stopping || (i.safety.stop_requested && mode == Mode::EStopped)),
             waiting: self.safety.waiting(gate.stale),
+            running_chunk: self.executor.active_seq(),
         }
     }
 

@@ -105,6 +105,10 @@ impl Executor {
         self.active.is_some()
     }
 
+    pub fn active_seq(&self) -> Option<u64> {
+        self.active.as_ref().map(|c| c.seq)
+    }
+
     pub fn active_obs_stamp(&self) -> Option<MonoTime> {
         self.active.as_ref().map(|c| c.obs_stamp)
     }

@@ -168,6 +168,7 @@ impl ControlLoop {
             inference_in_flight: worker.in_flight(),
         };
         let report = self.ctl.tick(inputs, &mut |c| worker.recycle(c));
+        worker.set_running(report.running_chunk);
         self.board.command.store((now, report.command));
         if report.request_inference {
             worker.request();

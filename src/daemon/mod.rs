@@ -294,13 +294,7 @@ fn supervise(
     let worker_stats = Arc::new(WorkerStats::default());
     let (worker, worker_thread) = worker::spawn(
         policy,
-        WorkerSetup {
-            limits: cfg.limits.clone(),
-            map: cfg.policy.action_map.clone(),
-            state: cfg.policy.state.clone(),
-            safety: cfg.safety.clone(),
-            chunk_steps: cfg.policy.chunk_steps,
-        },
+        WorkerSetup::from_config(cfg),
         board.clone(),
         worker_stats.clone(),
         io_stop.clone(),

@@ -174,6 +174,7 @@ pub fn build_summary(
         last_policy_error: ws.last_policy_error.lock().ok().and_then(|e| e.clone()),
         remote_policy: ws.remote.lock().ok().and_then(|r| r.clone()),
         inference_requests: ws.requests.load(Ordering::Relaxed),
+        chunk_switches: switch_summary(cfg, ws),
         latency_ms: Percentiles {
             p50: ms(ctl.latency.quantile_ns(0.5)),
             p99: ms(ctl.latency.quantile_ns(0.99)),
@@ -193,6 +194,28 @@ pub fn build_summary(
         exit,
         exit_code: exit.code(),
         ..Summary::default()
+    }
+}
+
+fn switch_summary(cfg: &Config, ws: &WorkerStats) -> super::summary::SwitchSummary {
+    let s = ws.switches.lock().map(|s| s.clone()).unwrap_or_default();
+    let mut d = s.prefix_distance;
+    d.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        d.get(((d.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    super::summary::SwitchSummary {
+        rtc: cfg.control.rtc.enabled,
+        guided: s.guided,
+        switches: d.len() as u64,
+        prefix_distance: Percentiles {
+            p50: q(0.5),
+            p99: q(0.99),
+            max: d.last().copied().unwrap_or(0.0),
+        },
+        delay_steps_max: s.delay_steps_max,
     }
 }
 

@@ -13,6 +13,21 @@ pub struct Percentiles {
     pub max: f64,
 }
 
+#[derive(Debug, Default, Serialize)]
+pub struct SwitchSummary {
+    /// `control.rtc.enabled`.
+    pub rtc: bool,
+    /// Requests that carried the running chunk's leftover to the policy.
+    pub guided: u64,
+    /// Chunks computed while another one ran.
+    pub switches: u64,
+    /// Per switch, the largest joint distance (rad or m) between the new chunk and the old
+    /// plan over the steps that run before it takes over.
+    pub prefix_distance: Percentiles,
+    /// The largest inference delay seen, in chunk steps.
+    pub delay_steps_max: usize,
+}
+
 #[derive(Debug, Serialize)]
 pub struct TransitionRecord {
     pub t_s: f64,
@@ -38,6 +53,8 @@ pub struct Summary {
     /// A remote policy's link: round trips, the server's inference time, reconnects.
     pub remote_policy: Option<crate::policy::RemoteStats>,
     pub inference_requests: u64,
+    /// How new chunks agreed with the plan they replaced (with real-time chunking or not).
+    pub chunk_switches: SwitchSummary,
     /// Observation-to-arrival latency of executed chunks, warm-up excluded.
     pub latency_ms: Percentiles,
     pub safety_events: BTreeMap<String, u64>,

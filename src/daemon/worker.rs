@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::supervise::{caught, Role, Supervised};
-use crate::chunk::JointChunk;
-use crate::config::SafetyConfig;
+use crate::chunk::{ActionChunk, ChunkPrefix, JointChunk};
+use crate::config::{RtcConfig, SafetyConfig};
+use crate::control::rtc::RtcPlanner;
 use crate::io::Blackboard;
 use crate::joints::{ActionMap, StateLayout};
 use crate::policy::{Observation, Policy, PolicyError, RemoteFault, RemoteStats};
@@ -36,7 +37,24 @@ pub struct WorkerStats {
     pub last_policy_error: Mutex<Option<String>>,
     /// A remote policy's link, as of its latest request.
     pub remote: Mutex<Option<RemoteStats>>,
+    /// Chunk switches: how far each new chunk is from the running one's plan.
+    pub switches: Mutex<SwitchStats>,
 }
+
+/// How each new chunk agrees with the plan it replaces (measured with and without real-time
+/// chunking): over the steps that run before it takes over (the inference delay, at least
+/// one), the largest joint distance between the new chunk and the old plan.
+#[derive(Clone, Debug, Default)]
+pub struct SwitchStats {
+    /// Requests that carried the running chunk's leftover to the policy.
+    pub guided: u64,
+    /// Distances (rad or m), one per chunk that replaced a running one.
+    pub prefix_distance: Vec<f64>,
+    pub delay_steps_max: usize,
+}
+
+/// Distances kept for the summary's percentiles.
+const KEPT_DISTANCES: usize = 10_000;
 
 impl WorkerStats {
     pub fn rejected_by_reason(&self) -> [(&'static str, u64); 6] {
@@ -58,6 +76,8 @@ pub struct WorkerHandle {
     chunks: Receiver<Box<JointChunk>>,
     recycle: SyncSender<Box<JointChunk>>,
     in_flight: Arc<AtomicBool>,
+    /// The chunk the control thread executes (its `seq`; 0 for none).
+    running: Arc<AtomicU64>,
 }
 
 impl WorkerHandle {
@@ -73,6 +93,11 @@ impl WorkerHandle {
 
     pub fn in_flight(&self) -> bool {
         self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Tells the worker which chunk runs (real-time chunking guides the next one towards it).
+    pub fn set_running(&self, seq: Option<u64>) {
+        self.running.store(seq.unwrap_or(0), Ordering::Relaxed);
     }
 
     /// A chunk ready for the control thread, if any; never blocks.
@@ -93,6 +118,23 @@ pub struct WorkerSetup {
     pub state: StateLayout,
     pub safety: SafetyConfig,
     pub chunk_steps: usize,
+    pub rtc: RtcConfig,
+    /// Chunks whose latency includes warm-up (not used for the delay estimate).
+    pub warmup_chunks: u32,
+}
+
+impl WorkerSetup {
+    pub fn from_config(cfg: &crate::config::Config) -> WorkerSetup {
+        WorkerSetup {
+            limits: cfg.limits.clone(),
+            map: cfg.policy.action_map.clone(),
+            state: cfg.policy.state.clone(),
+            safety: cfg.safety.clone(),
+            chunk_steps: cfg.policy.chunk_steps,
+            rtc: cfg.control.rtc,
+            warmup_chunks: cfg.control.warmup_chunks,
+        }
+    }
 }
 
 /// Buffers in circulation: one executing, one being handed over, one being filled, one spare.
@@ -114,15 +156,23 @@ pub fn spawn(
         let _ = recycle_tx.try_send(Box::new(JointChunk::with_capacity(setup.chunk_steps)));
     }
     let in_flight = Arc::new(AtomicBool::new(false));
+    let running = Arc::new(AtomicU64::new(0));
     let handle = WorkerHandle {
         requests: req_tx,
         chunks: chunk_rx,
         recycle: recycle_tx,
         in_flight: in_flight.clone(),
+        running: running.clone(),
     };
     let thread = super::supervise::spawn(Role::Inference, move |heart| {
         let mut obs = Observation::default();
         let mut seq = 0u64;
+        let rtc = setup.rtc;
+        let mut planner = RtcPlanner::new(
+            rtc.execution_horizon,
+            rtc.inference_delay_steps,
+            setup.warmup_chunks as usize,
+        );
         while !stop.load(Ordering::Relaxed) {
             heart.beat();
             match req_rx.recv_timeout(Duration::from_millis(50)) {
@@ -133,7 +183,19 @@ pub fn spawn(
             stats.requests.fetch_add(1, Ordering::Relaxed);
             if board.observe(&setup.state, &mut obs) {
                 seq += 1;
-                if let Some(chunk) = infer_one(
+                // The running chunk's leftover is worked out with RTC off too: the switch
+                // statistics compare both.
+                let running = running.load(Ordering::Relaxed);
+                let leftover = (running != 0)
+                    .then(|| planner.prefix(running, obs.stamp))
+                    .flatten();
+                obs.rtc = if rtc.enabled { leftover.clone() } else { None };
+                if obs.rtc.is_some() {
+                    if let Ok(mut s) = stats.switches.lock() {
+                        s.guided += 1;
+                    }
+                }
+                if let Some((chunk, plan)) = infer_one(
                     policy.as_mut(),
                     &obs,
                     &setup,
@@ -142,6 +204,11 @@ pub fn spawn(
                     &recycle_rx,
                     seq,
                 ) {
+                    let latency = MonoTime::now().seconds_since(obs.stamp);
+                    if let Some(l) = &leftover {
+                        record_switch(&stats, l, &plan);
+                    }
+                    planner.record(seq, &plan, latency);
                     let _ = chunk_tx.try_send(chunk);
                 }
             }
@@ -159,7 +226,7 @@ fn infer_one(
     stats: &WorkerStats,
     pool: &Receiver<Box<JointChunk>>,
     seq: u64,
-) -> Option<Box<JointChunk>> {
+) -> Option<(Box<JointChunk>, ActionChunk)> {
     let started = MonoTime::now();
     // A panicking policy costs this chunk, not the worker (reported below, rate-limited).
     let result = caught(|| policy.infer(obs));
@@ -238,5 +305,25 @@ fn infer_one(
         }
         return None;
     }
-    Some(buf)
+    Some((buf, chunk))
+}
+
+/// The largest distance between the new chunk and the old plan over the steps that run
+/// before it takes over.
+fn record_switch(stats: &WorkerStats, old: &ChunkPrefix, new: &ActionChunk) {
+    let steps = old.inference_delay.max(1).min(old.steps()).min(new.steps());
+    let dim = old.action_dim.min(new.action_dim);
+    let mut d = 0.0f64;
+    for i in 0..steps {
+        let (a, b) = (&old.actions[i * old.action_dim..], new.step(i));
+        for j in 0..dim {
+            d = d.max((a[j] - b[j]).abs());
+        }
+    }
+    if let Ok(mut s) = stats.switches.lock() {
+        if s.prefix_distance.len() < KEPT_DISTANCES {
+            s.prefix_distance.push(d);
+        }
+        s.delay_steps_max = s.delay_steps_max.max(old.inference_delay);
+    }
 }

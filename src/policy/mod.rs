@@ -46,6 +46,9 @@ pub struct Observation {
     pub state: Vec<f64>,
     pub images: Vec<Option<Arc<CameraFrame>>>,
     pub prompt: String,
+    /// Real-time chunking: the running chunk's leftover, when `[control.rtc]` is on and a chunk
+    /// runs. Policies that cannot be guided ignore it.
+    pub rtc: Option<crate::chunk::ChunkPrefix>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -246,11 +249,11 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
                 },
             )?;
             pipeline.set_camera_slots(slots);
-            Box::new(pi0::pipeline::Pi0Policy::new(
-                pipeline,
-                p.step_period_s,
-                *seed,
-            ))
+            let rtc = cfg.control.rtc;
+            Box::new(
+                pi0::pipeline::Pi0Policy::new(pipeline, p.step_period_s, *seed)
+                    .with_rtc(rtc.enabled.then_some(rtc.settings)),
+            )
         }
     };
     if let Some(fault) = &p.fault {

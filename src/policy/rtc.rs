@@ -8,67 +8,7 @@
 //! exposes the per-step velocity (the CPU model, the looped graphs' host driver) applies it the
 //! same way, through [`Guidance::apply`].
 
-use std::fmt;
-
-/// How the prefix weights fade over the chunk (lerobot's `RTCAttentionSchedule`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Schedule {
-    /// 1 for the first `delay` steps, 0 after.
-    Zeros,
-    /// 1 up to the execution horizon, 0 after.
-    Ones,
-    /// 1 for the first `delay` steps, then a linear ramp down to 0 at the horizon.
-    #[default]
-    Linear,
-    /// As `Linear`, the ramp value `w` mapped to `w (e^w - 1) / (e - 1)`.
-    Exp,
-}
-
-impl Schedule {
-    pub const ALL: [Schedule; 4] = [
-        Schedule::Zeros,
-        Schedule::Ones,
-        Schedule::Linear,
-        Schedule::Exp,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Schedule::Zeros => "zeros",
-            Schedule::Ones => "ones",
-            Schedule::Linear => "linear",
-            Schedule::Exp => "exp",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Schedule> {
-        Schedule::ALL.into_iter().find(|k| k.name() == s)
-    }
-}
-
-impl fmt::Display for Schedule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The settings that do not change from chunk to chunk.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RtcSettings {
-    pub schedule: Schedule,
-    /// The cap on the guidance weight (lerobot's `max_guidance_weight`, default 10).
-    pub max_guidance_weight: f32,
-}
-
-impl Default for RtcSettings {
-    fn default() -> Self {
-        RtcSettings {
-            schedule: Schedule::Linear,
-            max_guidance_weight: 10.0,
-        }
-    }
-}
+pub use crate::config::rtc::{RtcSettings, Schedule};
 
 /// What is still to be executed of the running chunk, as one request's guidance target, in the
 /// model's normalized action space: `steps` rows of `width` values (`steps` up to the chunk,

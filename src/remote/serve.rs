@@ -478,6 +478,7 @@ fn infer_loop(
                 state: &j.obs.state,
                 task: &j.obs.prompt,
                 noise,
+                guidance: None,
             })
             .collect();
         let start = Instant::now();

@@ -13,9 +13,10 @@ use super::infer::{check_actions, NonFiniteActions};
 use super::model::{prompt_len, Arch, Pi0Input, Pi0Model, Timing, Variant, Workspace};
 use super::normalize::{Normalizer, Widths};
 use super::preprocess::{frame_to_model_input, FrameError};
-use crate::chunk::ActionChunk;
+use crate::chunk::{ActionChunk, ChunkPrefix};
 use crate::policy::graph::manifest::Manifest;
 use crate::policy::graph::{GraphError, GraphInputs, GraphModel, GraphRuntime};
+use crate::policy::rtc::{Guidance, RtcPrefix, RtcSettings};
 use crate::policy::{CameraFrame, Observation, Policy, PolicyError};
 
 /// The longest task text (bytes) the pipeline takes (the configuration's bound). Longer prompts
@@ -404,6 +405,36 @@ impl Pi0Pipeline {
         s
     }
 
+    /// Real-time chunking's guidance for `prefix` (robot units, the checkpoint's action
+    /// order): normalized as the model's actions are, padded to its width.
+    pub fn guidance(
+        &self,
+        settings: RtcSettings,
+        prefix: &ChunkPrefix,
+    ) -> Result<Guidance, PipelineError> {
+        if prefix.action_dim != self.action_dim {
+            return Err(PipelineError::Input(format!(
+                "the leftover has {} values per step, the checkpoint acts on {}",
+                prefix.action_dim, self.action_dim
+            )));
+        }
+        let mut leftover: Vec<f32> = prefix.actions.iter().map(|x| *x as f32).collect();
+        for row in leftover.chunks_exact_mut(self.action_dim) {
+            self.normalizer.action.normalize(row);
+        }
+        let steps = prefix.steps().min(self.arch.chunk);
+        leftover.truncate(steps * self.action_dim);
+        let p = RtcPrefix {
+            leftover,
+            steps,
+            width: self.action_dim,
+            inference_delay: prefix.inference_delay.min(steps),
+            execution_horizon: prefix.execution_horizon,
+        };
+        Guidance::new(settings, &p, self.arch.chunk, self.arch.action_dim)
+            .map_err(|e| PipelineError::Input(format!("real-time chunking: {e}")))
+    }
+
     /// Raw observation to unnormalized actions `[chunk][action_dim]`, with the given noise.
     /// The CPU backend reuses its workspace across calls (the denoising loop then allocates
     /// nothing).
@@ -414,8 +445,21 @@ impl Pi0Pipeline {
         task: &str,
         noise: &[f32],
     ) -> Outcome {
+        self.run_guided(frames, state, task, noise, None)
+    }
+
+    /// `run`, with real-time chunking's guidance when given (`guidance`).
+    pub fn run_guided(
+        &mut self,
+        frames: &[Option<&CameraFrame>],
+        state: &[f32],
+        task: &str,
+        noise: &[f32],
+        guidance: Option<&Guidance>,
+    ) -> Outcome {
         let p = self.prepare(frames, state, task, noise)?;
-        let input = p.input();
+        let mut input = p.input();
+        input.guidance = guidance;
         let (x, timing) = match &mut self.backend {
             Backend::Cpu { model, workspace } => model.sample_actions_with(&input, workspace),
             Backend::Graph(_, g) => {
@@ -426,7 +470,7 @@ impl Pi0Pipeline {
                     token_masks: input.token_masks,
                     state: input.state,
                     noise: input.noise,
-                    guidance: &[],
+                    guidance: guidance.map(std::slice::from_ref).unwrap_or_default(),
                 })?;
                 (
                     x,
@@ -447,14 +491,22 @@ impl Pi0Pipeline {
         if !matches!(self.backend, Backend::Cpu { .. }) || items.len() < 2 {
             return items
                 .iter()
-                .map(|i| self.run(i.frames, i.state, i.task, i.noise))
+                .map(|i| self.run_guided(i.frames, i.state, i.task, i.noise, i.guidance))
                 .collect();
         }
         let prepared: Vec<Result<Prepared, PipelineError>> = items
             .iter()
             .map(|i| self.prepare(i.frames, i.state, i.task, i.noise))
             .collect();
-        let inputs: Vec<Pi0Input> = prepared.iter().flatten().map(Prepared::input).collect();
+        let inputs: Vec<Pi0Input> = prepared
+            .iter()
+            .zip(items)
+            .filter_map(|(p, i)| p.as_ref().ok().map(|p| (p, i)))
+            .map(|(p, i)| Pi0Input {
+                guidance: i.guidance,
+                ..p.input()
+            })
+            .collect();
         let (x, timing) = match &mut self.backend {
             Backend::Cpu { model, workspace } => model.sample_actions_batch(&inputs, workspace),
             Backend::Graph(..) => unreachable!("graph backends run one at a time above"),
@@ -572,6 +624,8 @@ pub struct BatchItem<'a> {
     pub state: &'a [f32],
     pub task: &'a str,
     pub noise: &'a [f32],
+    /// Real-time chunking, when the request carries a leftover.
+    pub guidance: Option<&'a Guidance>,
 }
 
 /// One observation's model inputs, owned.
@@ -603,6 +657,8 @@ pub struct Pi0Policy {
     pipeline: Pi0Pipeline,
     rng: rand::rngs::StdRng,
     step_period_s: f64,
+    /// Real-time chunking: guide each chunk towards the observation's leftover.
+    rtc: Option<RtcSettings>,
 }
 
 impl Pi0Policy {
@@ -611,7 +667,13 @@ impl Pi0Policy {
             pipeline,
             rng: rand::rngs::StdRng::seed_from_u64(seed),
             step_period_s,
+            rtc: None,
         }
+    }
+
+    pub fn with_rtc(mut self, rtc: Option<RtcSettings>) -> Pi0Policy {
+        self.rtc = rtc;
+        self
     }
 }
 
@@ -628,8 +690,15 @@ impl Policy for Pi0Policy {
             .collect();
         let frames: Vec<Option<&CameraFrame>> = obs.images.iter().map(|f| f.as_deref()).collect();
         let state: Vec<f32> = obs.state.iter().map(|x| *x as f32).collect();
+        let guidance = match (self.rtc, &obs.rtc) {
+            (Some(settings), Some(prefix)) => Some(
+                p.guidance(settings, prefix)
+                    .map_err(|e| PolicyError::Failed(error_chain(&e)))?,
+            ),
+            _ => None,
+        };
         let (actions, _) = p
-            .run(&frames, &state, &obs.prompt, &noise)
+            .run_guided(&frames, &state, &obs.prompt, &noise, guidance.as_ref())
             .map_err(|e| PolicyError::Failed(error_chain(&e)))?;
         Ok(ActionChunk {
             obs_stamp: obs.stamp,
