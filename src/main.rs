@@ -97,6 +97,13 @@ struct ServeArgs {
     /// Also answer Zenoh queries on this key, e.g. pi0d/policy/arm (feature `zenoh`).
     #[arg(long)]
     zenoh: Option<String>,
+    /// Real-time chunking's schedule for requests with `prev_actions` [default: the config's
+    /// control.rtc.schedule, else linear].
+    #[arg(long, value_parser = ["zeros", "ones", "linear", "exp"])]
+    rtc_schedule: Option<String>,
+    /// Real-time chunking's guidance cap [default: the config's, else 10].
+    #[arg(long)]
+    rtc_max_guidance: Option<f32>,
     /// Zenoh endpoints to connect to (a zenohd router, other peers); repeatable.
     #[arg(long = "zenoh-connect", requires = "zenoh")]
     zenoh_connect: Vec<String>,
@@ -392,9 +399,10 @@ fn compute_threads(threads: usize) -> Result<(), Failure> {
 fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
     use pi0d::config::serve::ServeConfig;
     use pi0d::policy::pi0::pipeline::{BackendOptions, Pi0Pipeline, PipelineOptions};
-    let (options, optional, seed, mut sc) = match &a.config {
+    let (options, optional, seed, mut sc, rtc) = match &a.config {
         Some(path) => {
             let cfg = load_config(Some(path.clone()), ros)?;
+            let rtc = cfg.control.rtc.settings;
             let pi0d::config::PolicySource::Pi0 {
                 checkpoint,
                 arch,
@@ -423,6 +431,7 @@ fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
                 cfg.policy.optional_cameras.clone(),
                 seed,
                 cfg.serve.clone(),
+                rtc,
             )
         }
         None => (
@@ -436,6 +445,7 @@ fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
             Vec::new(),
             a.seed,
             ServeConfig::default(),
+            pi0d::config::RtcSettings::default(),
         ),
     };
     // The command line over [serve].
@@ -489,6 +499,14 @@ fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
         batch_window: std::time::Duration::from_secs_f64(
             a.batch_window_ms.clamp(0.0, 1000.0) / 1e3,
         ),
+        rtc: pi0d::config::RtcSettings {
+            schedule: a
+                .rtc_schedule
+                .as_deref()
+                .and_then(pi0d::config::Schedule::parse)
+                .unwrap_or(rtc.schedule),
+            max_guidance_weight: a.rtc_max_guidance.unwrap_or(rtc.max_guidance_weight),
+        },
         zenoh: a
             .zenoh
             .clone()

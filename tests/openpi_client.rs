@@ -310,3 +310,61 @@ fn when_the_server_speaks_tls_expect_chunks_with_its_ca_and_a_named_refusal_with
     let last = u["last_policy_error"].as_str().unwrap();
     assert!(last.contains("certificate"), "{last}");
 }
+
+/// Real-time chunking over the wire: with `[control.rtc]` on, the robot sends the running
+/// chunk's leftover (`prev_actions`, `inference_delay`, `execution_horizon`) and pi0d serve
+/// guides each chunk towards it; the new chunks then agree with the plan they replace, which
+/// they do not with RTC off.
+#[test]
+fn when_rtc_is_on_against_pi0d_serve_expect_the_leftover_sent_and_honoured() {
+    let model = root().join("models/tiny-pi0");
+    let (mut server, port, _log) = pi0d_serve(
+        &[
+            "--checkpoint".as_ref(),
+            model.as_os_str(),
+            "--threads".as_ref(),
+            "1".as_ref(),
+        ],
+        ("SERVE_KEY", "rtc-key"),
+    );
+    let run = |rtc: bool| {
+        let mut cfg = openpi_config(port);
+        let o = cfg["policy"]["openpi"].as_table_mut().unwrap();
+        for k in ["images", "state_key", "extra"] {
+            o.remove(k);
+        }
+        o.insert("api_key".into(), Value::String("rtc-key".into()));
+        cfg["control"].as_table_mut().unwrap().insert(
+            "rtc".into(),
+            table(&[
+                ("enabled", Value::Boolean(rtc)),
+                ("execution_horizon", Value::Integer(20)),
+                // The link's own latency here is a step or two; a fixed delay makes the
+                // guided span certain.
+                ("inference_delay_steps", Value::Integer(5)),
+            ]),
+        );
+        let r = run_daemon(&format!("openpi-rtc-{rtc}"), &cfg, 4.0);
+        let s = r.summary().clone();
+        assert_eq!(s["limit_violations"], 0, "{s}");
+        assert_eq!(s["chunks_rejected"], 0, "{s}\n{}", r.stderr);
+        s
+    };
+    let (off, on) = (run(false), run(true));
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(server.id() as i32, libc::SIGTERM);
+    }
+    server.wait().unwrap();
+    let sw = |s: &serde_json::Value, k: &str| s["chunk_switches"][k].clone();
+    assert_eq!(sw(&off, "guided"), 0, "{off}");
+    assert!(sw(&on, "guided").as_u64().unwrap() >= 4, "{on}");
+    let p50 = |s: &serde_json::Value| sw(s, "prefix_distance")["p50"].as_f64().unwrap();
+    eprintln!(
+        "over openpi: chunk switch distance p50 {:.4} without RTC, {:.4} with",
+        p50(&off),
+        p50(&on)
+    );
+    assert!(p50(&off) > 0.0, "{off}");
+    assert!(p50(&on) < 0.25 * p50(&off), "without {off}\nwith {on}");
+}

@@ -125,6 +125,7 @@ fn when_openpis_client_talks_to_pi0d_serve_expect_lerobots_actions_and_every_bad
     assert_eq!(m["server"], "pi0d");
     assert_eq!(m["action_horizon"], 50);
     assert_eq!(m["action_dim"], 7);
+    assert_eq!(m["real_time_chunking"], true);
     assert_eq!(
         strings(&m["image_keys"]),
         [

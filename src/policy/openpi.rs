@@ -23,6 +23,14 @@ use super::{
 use crate::config::{ExtraValue, OpenpiOptions};
 use crate::io::msgpack_numpy::{self, Dtype, Item, NdArray, Out};
 
+/// Real-time chunking's extension keys of an openpi request: the running chunk's leftover
+/// `[T, action_dim]` (robot units, as the replies' `actions`), row `i` due with the new chunk's
+/// step `i`; the steps of the new chunk that run before it arrives (default 0); the steps
+/// guided towards the leftover (default 10, lerobot's).
+pub const PREV_ACTIONS_KEY: &str = "prev_actions";
+pub const INFERENCE_DELAY_KEY: &str = "inference_delay";
+pub const EXECUTION_HORIZON_KEY: &str = "execution_horizon";
+
 /// Round trips kept for the percentiles.
 const RTT_WINDOW: usize = 1000;
 /// The longest a request waits for its reconnection time before giving up this time.
@@ -269,6 +277,25 @@ impl OpenpiPolicy {
                     ExtraValue::Bool(b) => Out::Bool(*b),
                 },
             ));
+        }
+        // Real-time chunking as extension keys: servers that know them guide the chunk
+        // (pi0d serve does); openpi's policies pick their own keys and ignore these.
+        if let Some(p) = &obs.rtc {
+            let v: Vec<f32> = p.actions.iter().map(|x| *x as f32).collect();
+            entries.extend([
+                (
+                    PREV_ACTIONS_KEY.to_string(),
+                    Out::Array(NdArray::f32(vec![p.steps(), p.action_dim], &v)),
+                ),
+                (
+                    INFERENCE_DELAY_KEY.to_string(),
+                    Out::Int(p.inference_delay as i64),
+                ),
+                (
+                    EXECUTION_HORIZON_KEY.to_string(),
+                    Out::Int(p.execution_horizon as i64),
+                ),
+            ]);
         }
         msgpack_numpy::encode(&Out::Map(entries))
     }

@@ -56,5 +56,6 @@ pub fn checkpoint_layout(
         prompt_key: keys.prompt_key.clone().unwrap_or_else(|| "prompt".into()),
         ignored: keys.ignore.clone(),
         noise_shape: [pipeline.arch.chunk, pipeline.arch.action_dim],
+        actions_shape: [pipeline.arch.chunk, pipeline.action_dim],
     })
 }

@@ -1,8 +1,10 @@
 //! A request's keys mapped onto the model's inputs: by default the checkpoint's own feature
 //! names (`observation.images.<camera>` as uint8 HWC, `observation.state`) and `prompt`, plus
-//! pi0d's optional `noise` (the flow-matching start, for reproducible replies). Anything
+//! pi0d's optional `noise` (the flow-matching start, for reproducible replies) and real-time
+//! chunking's optional `prev_actions`, `inference_delay`, `execution_horizon`. Anything
 //! missing, extra, of another dtype or shape is refused naming the key and what was expected.
 
+use crate::chunk::ChunkPrefix;
 use crate::io::msgpack_numpy::{Dtype, Item, NdArray, WireError};
 use crate::policy::{CameraFrame, PixelFormat};
 use crate::time::MonoTime;
@@ -24,9 +26,20 @@ pub struct Layout {
     pub ignored: Vec<String>,
     /// Values in a `noise` array: chunk x the model's padded action width.
     pub noise_shape: [usize; 2],
+    /// The chunk's steps and the robot's action width (a `prev_actions` leftover's bounds).
+    pub actions_shape: [usize; 2],
 }
 
 pub const NOISE_KEY: &str = "noise";
+pub use crate::policy::openpi::{EXECUTION_HORIZON_KEY, INFERENCE_DELAY_KEY, PREV_ACTIONS_KEY};
+const DEFAULT_EXECUTION_HORIZON: usize = 10;
+/// The optional keys every layout takes.
+pub const OPTIONAL_KEYS: [&str; 4] = [
+    NOISE_KEY,
+    PREV_ACTIONS_KEY,
+    INFERENCE_DELAY_KEY,
+    EXECUTION_HORIZON_KEY,
+];
 
 /// One observation, ready for the pipeline.
 #[derive(Debug)]
@@ -36,6 +49,8 @@ pub struct Request {
     pub state: Vec<f32>,
     pub prompt: String,
     pub noise: Option<Vec<f32>>,
+    /// Real-time chunking's leftover, when the request brings one.
+    pub rtc: Option<ChunkPrefix>,
 }
 
 fn wrong(key: &str, message: impl Into<String>) -> WireError {
@@ -67,6 +82,7 @@ impl Layout {
     pub fn parse(&self, items: Vec<(String, Item)>) -> Result<Request, WireError> {
         let mut frames: Vec<Option<CameraFrame>> = vec![None; self.image_keys.len()];
         let (mut state, mut prompt, mut noise) = (None, None, None);
+        let (mut prev, mut delay, mut horizon) = (None, None, None);
         for (key, item) in items {
             if let Some(cam) = self.image_keys.iter().position(|k| *k == key) {
                 frames[cam] = Some(self.image(&key, item)?);
@@ -84,14 +100,21 @@ impl Layout {
                 }
             } else if key == NOISE_KEY {
                 noise = Some(self.noise(&key, &item)?);
+            } else if key == PREV_ACTIONS_KEY {
+                prev = Some(self.prev_actions(&key, &item)?);
+            } else if key == INFERENCE_DELAY_KEY {
+                delay = Some(steps(&key, &item, 0, self.actions_shape[0])?);
+            } else if key == EXECUTION_HORIZON_KEY {
+                horizon = Some(steps(&key, &item, 1, self.actions_shape[0])?);
             } else if self.ignored.contains(&key) {
                 continue;
             } else {
                 return Err(wrong(
                     &key,
                     format!(
-                        "not a key this server takes (it takes {}, and `{NOISE_KEY}`)",
-                        self.keys().join(", ")
+                        "not a key this server takes (it takes {}, and {})",
+                        self.keys().join(", "),
+                        OPTIONAL_KEYS.map(|k| format!("`{k}`")).join(", ")
                     ),
                 ));
             }
@@ -113,11 +136,35 @@ impl Layout {
                 "missing: expected the task as a string",
             ));
         };
+        let rtc = match prev {
+            Some((actions, rows)) => Some(ChunkPrefix {
+                actions,
+                action_dim: self.actions_shape[1],
+                inference_delay: delay.unwrap_or(0).min(rows),
+                execution_horizon: horizon.unwrap_or(DEFAULT_EXECUTION_HORIZON).min(rows),
+            }),
+            None => {
+                if let Some(k) = [
+                    (INFERENCE_DELAY_KEY, delay),
+                    (EXECUTION_HORIZON_KEY, horizon),
+                ]
+                .iter()
+                .find_map(|(k, v)| v.map(|_| *k))
+                {
+                    return Err(wrong(
+                        k,
+                        format!("given without `{PREV_ACTIONS_KEY}`, the leftover it applies to"),
+                    ));
+                }
+                None
+            }
+        };
         Ok(Request {
             frames,
             state,
             prompt,
             noise,
+            rtc,
         })
     }
 
@@ -193,6 +240,23 @@ impl Layout {
         }
     }
 
+    /// `[T, action_dim]` (or `[1, T, action_dim]`), T from 1 to the chunk's steps: the values
+    /// and T.
+    fn prev_actions(&self, key: &str, item: &Item) -> Result<(Vec<f64>, usize), WireError> {
+        let [h, a] = self.actions_shape;
+        let what = format!("[T, {a}] numbers (T from 1 to {h})");
+        let (shape, v) = self.floats(key, item, &what)?;
+        match shape.as_slice() {
+            [t, d] | [1, t, d] if *d == a && (1..=h).contains(t) => {
+                Ok((v.into_iter().map(f64::from).collect(), *t))
+            }
+            _ => Err(wrong(
+                key,
+                format!("expected {what}, found shape {shape:?}"),
+            )),
+        }
+    }
+
     fn noise(&self, key: &str, item: &Item) -> Result<Vec<f32>, WireError> {
         let [h, a] = self.noise_shape;
         let what = format!("[{h}, {a}] numbers");
@@ -204,6 +268,27 @@ impl Layout {
                 format!("expected {what}, found shape {shape:?}"),
             )),
         }
+    }
+}
+
+/// A whole number of steps within `lo..=hi`.
+fn steps(key: &str, item: &Item, lo: usize, hi: usize) -> Result<usize, WireError> {
+    let n = match item {
+        Item::Number(n) => *n,
+        other => {
+            return Err(wrong(
+                key,
+                format!("expected a whole number of steps, found {}", found(other)),
+            ))
+        }
+    };
+    if n.fract() == 0.0 && n >= lo as f64 && n <= hi as f64 {
+        Ok(n as usize)
+    } else {
+        Err(wrong(
+            key,
+            format!("expected {lo} to {hi} steps, found {n}"),
+        ))
     }
 }
 
@@ -223,6 +308,7 @@ mod tests {
             prompt_key: "prompt".into(),
             ignored: vec!["observation/joint_velocity".into()],
             noise_shape: [3, 4],
+            actions_shape: [3, 2],
         }
     }
 
@@ -304,5 +390,41 @@ mod tests {
             Item::Array(NdArray::f32(vec![4, 3], &[0.0; 12])),
         ));
         assert!(err(noise).contains("expected [3, 4] numbers, found shape [4, 3]"));
+        let mut long = good();
+        long.push((
+            PREV_ACTIONS_KEY.into(),
+            Item::Array(NdArray::f32(vec![4, 2], &[0.0; 8])),
+        ));
+        assert!(err(long).contains("expected [T, 2] numbers (T from 1 to 3), found shape [4, 2]"));
+        let mut lone = good();
+        lone.push((INFERENCE_DELAY_KEY.into(), Item::Number(1.0)));
+        assert!(err(lone).starts_with("`inference_delay`: given without `prev_actions`"));
+        let mut half = good();
+        half.push((
+            PREV_ACTIONS_KEY.into(),
+            Item::Array(NdArray::f32(vec![2, 2], &[0.0; 4])),
+        ));
+        half.push((EXECUTION_HORIZON_KEY.into(), Item::Number(1.5)));
+        assert!(err(half).contains("expected 1 to 3 steps, found 1.5"));
+    }
+
+    #[test]
+    fn when_a_leftover_is_given_expect_it_with_its_delay_and_horizon() {
+        let mut items = good();
+        items.extend([
+            (
+                PREV_ACTIONS_KEY.into(),
+                Item::Array(NdArray::f32(vec![2, 2], &[1.0, 2.0, 3.0, 4.0])),
+            ),
+            (INFERENCE_DELAY_KEY.into(), Item::Number(1.0)),
+            (EXECUTION_HORIZON_KEY.into(), Item::Number(3.0)),
+        ]);
+        let p = layout().parse(items).unwrap().rtc.unwrap();
+        assert_eq!(p.actions, [1.0, 2.0, 3.0, 4.0]);
+        // The horizon is cut to the leftover's two steps.
+        assert_eq!(
+            (p.steps(), p.inference_delay, p.execution_horizon),
+            (2, 1, 2)
+        );
     }
 }

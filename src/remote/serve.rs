@@ -53,6 +53,8 @@ pub struct ServeOptions {
     pub batch_window: Duration,
     /// Also answer Zenoh queries on this key (feature `zenoh`).
     pub zenoh: Option<crate::config::openpi::ZenohLinkOptions>,
+    /// How requests that bring a `prev_actions` leftover are guided (real-time chunking).
+    pub rtc: crate::config::RtcSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +115,8 @@ pub fn metadata(p: &Pi0Pipeline, layout: &Layout) -> Out {
         ("image_keys".into(), list(&layout.image_keys)),
         ("state_key".into(), text(&layout.state_key)),
         ("prompt_key".into(), text(&layout.prompt_key)),
+        // Requests may bring `prev_actions` (real-time chunking).
+        ("real_time_chunking".into(), Out::Bool(true)),
     ])
 }
 
@@ -121,9 +125,10 @@ pub fn serve(pipeline: Pi0Pipeline, layout: Layout, opts: ServeOptions) -> Resul
     let metadata = msgpack_numpy::encode(&metadata(&pipeline, &layout));
     let (jobs, queue) = mpsc::sync_channel(opts.queue.max(1));
     let (seed, max_batch, window) = (opts.seed, opts.max_batch.max(1), opts.batch_window);
+    let rtc = opts.rtc;
     let worker = std::thread::Builder::new()
         .name("pi0d-serve-infer".into())
-        .spawn(move || infer_loop(pipeline, queue, seed, max_batch, window))
+        .spawn(move || infer_loop(pipeline, queue, seed, max_batch, window, rtc))
         .map_err(ServeError::Runtime)?;
     let shared = Arc::new(Shared {
         jobs,
@@ -435,6 +440,7 @@ fn infer_loop(
     seed: u64,
     max_batch: usize,
     window: Duration,
+    rtc: crate::config::RtcSettings,
 ) {
     use crate::policy::pi0::pipeline::BatchItem;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -456,6 +462,32 @@ fn infer_loop(
                 None => break,
             }
         }
+        // A leftover the model cannot be guided with fails that request alone.
+        let mut kept = Vec::with_capacity(batch.len());
+        let mut guidance = Vec::with_capacity(batch.len());
+        for j in batch {
+            match j
+                .obs
+                .rtc
+                .as_ref()
+                .map(|p| pipeline.guidance(rtc, p))
+                .transpose()
+            {
+                Ok(g) => {
+                    kept.push(j);
+                    guidance.push(g);
+                }
+                Err(e) => {
+                    let _ = j
+                        .reply
+                        .send(Err(format!("`prev_actions`: {}", error_chain(&e))));
+                }
+            }
+        }
+        let mut batch = kept;
+        if batch.is_empty() {
+            continue;
+        }
         let noises: Vec<Vec<f32>> = batch
             .iter_mut()
             .map(|j| {
@@ -473,12 +505,13 @@ fn infer_loop(
             .iter()
             .zip(&refs)
             .zip(&noises)
-            .map(|((j, frames), noise)| BatchItem {
+            .zip(&guidance)
+            .map(|(((j, frames), noise), guidance)| BatchItem {
                 frames,
                 state: &j.obs.state,
                 task: &j.obs.prompt,
                 noise,
-                guidance: None,
+                guidance: guidance.as_ref(),
             })
             .collect();
         let start = Instant::now();
