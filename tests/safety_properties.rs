@@ -1,6 +1,8 @@
 //! Property tests of the whole tick (executor + state machine + governor) over random limits,
 //! random chunks (NaN, Inf, huge steps, targets far outside the limits), random merge and
-//! interpolation modes, random arrival times and e-stops: every command is finite and inside
+//! interpolation modes, random arrival times and e-stops, with or without real-time chunking
+//! (each chunk's first steps following the running chunk's plan, as RTC makes them): every
+//! command is finite and inside
 //! the position, velocity and acceleration limits, and the jerk limit holds wherever no hard
 //! limit overrides it (and always when no position limit is within reach, chunk switches
 //! included).
@@ -49,6 +51,9 @@ struct Case {
     merge: MergeMode,
     blend_window_s: f64,
     estop: Option<(f64, f64)>,
+    /// Real-time chunking's (inference delay, execution horizon) in steps: each new chunk is
+    /// pulled towards the running one's plan as RTC's linear schedule weighs it.
+    rtc: Option<(usize, usize)>,
 }
 
 const STEPS: usize = 50;
@@ -151,10 +156,11 @@ fn case(continuous: bool, faults: bool, spread: Spread) -> impl Strategy<Value =
                 ],
                 0.02f64..0.5,
                 prop::option::of((0.0f64..DURATION_S, 0.0f64..1.0)),
+                prop::option::of((0usize..15, 1usize..30).prop_map(|(d, x)| (d, d + x))),
             )
         })
         .prop_map(
-            |(limits, rate_hz, frac, chunks, interpolation, merge, blend_window_s, estop)| {
+            |(limits, rate_hz, frac, chunks, interpolation, merge, blend_window_s, estop, rtc)| {
                 let start = limits
                     .iter()
                     .zip(&frac)
@@ -175,6 +181,7 @@ fn case(continuous: bool, faults: bool, spread: Spread) -> impl Strategy<Value =
                     merge,
                     blend_window_s,
                     estop,
+                    rtc,
                 }
             },
         )
@@ -203,6 +210,26 @@ fn build_chunk(spec: &ChunkSpec, from: &JointVector, obs: MonoTime, seq: u64) ->
     }
     c.update_derivatives();
     Box::new(c)
+}
+
+/// `chunk` as real-time chunking makes it: step `i` pulled towards the running chunk's plan at
+/// the same instant, with RTC's linear prefix weights (faults stay where they were).
+fn guide(chunk: &mut JointChunk, running: &JointChunk, (delay, horizon): (usize, usize)) {
+    use pi0d::policy::rtc::{prefix_weights, Schedule};
+    let offset = (chunk.obs_stamp.seconds_since(running.obs_stamp) / PERIOD).round();
+    let w = prefix_weights(Schedule::Linear, delay, horizon, chunk.steps());
+    for (i, p) in chunk.positions.iter_mut().enumerate() {
+        let k = offset + i as f64;
+        if k < 0.0 || k as usize >= running.steps() || w[i] == 0.0 {
+            continue;
+        }
+        let old = &running.positions[k as usize];
+        for j in 0..p.len() {
+            let w = w[i] as f64;
+            p[j] = w * old[j] + (1.0 - w) * p[j];
+        }
+    }
+    chunk.update_derivatives();
 }
 
 struct Outcome {
@@ -250,6 +277,8 @@ fn simulate(case: &Case) -> Outcome {
         accepted: 0,
     };
     let mut accepted = 0;
+    // The latest chunk handed over: the plan an RTC chunk follows.
+    let mut running: Option<Box<JointChunk>> = None;
     for k in 1..=ticks {
         let t = k as f64 * dt;
         let now = t0.offset_seconds(t);
@@ -259,7 +288,12 @@ fn simulate(case: &Case) -> Outcome {
             let obs = now
                 .offset_seconds(-spec.latency_s)
                 .max(t0.offset_seconds(1e-6));
-            new_chunk = Some(build_chunk(spec, &measured.position, obs, next as u64));
+            let mut c = build_chunk(spec, &measured.position, obs, next as u64);
+            if let (Some(rtc), Some(run)) = (case.rtc, &running) {
+                guide(&mut c, run, rtc);
+            }
+            running = Some(c.clone());
+            new_chunk = Some(c);
             next += 1;
         }
         let estop = case.estop.is_some_and(|(at, len)| t >= at && t < at + len);
