@@ -32,8 +32,17 @@ pub struct TickInputs<'a> {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ChunkOutcome {
-    Accepted { latency_s: f64, seq: u64 },
-    Rejected { reason: LateRejection, seq: u64 },
+    /// `blend_correction`: for a chunk that replaced a running one, the largest joint
+    /// distance (rad or m) the blend had to bridge between the command and the new chunk.
+    Accepted {
+        latency_s: f64,
+        seq: u64,
+        blend_correction: Option<f64>,
+    },
+    Rejected {
+        reason: LateRejection,
+        seq: u64,
+    },
 }
 
 /// What one tick did; `Copy`, so reporting it never allocates.
@@ -275,6 +284,7 @@ impl Controller {
         Some(
             match self.executor.accept(chunk, now, self.last_tick, &commanded) {
                 Ok(old) => {
+                    let blend_correction = old.is_some().then(|| self.executor.last_correction());
                     if let Some(old) = old {
                         recycle(old);
                     }
@@ -283,7 +293,11 @@ impl Controller {
                         self.latency.record((latency_s.max(0.0) * 1e9) as u64);
                     }
                     self.safety.run(now, t);
-                    ChunkOutcome::Accepted { latency_s, seq }
+                    ChunkOutcome::Accepted {
+                        latency_s,
+                        seq,
+                        blend_correction,
+                    }
                 }
                 Err((chunk, why)) => {
                     recycle(chunk);

@@ -45,6 +45,7 @@ pub struct Executor {
     active: Option<Box<JointChunk>>,
     blend: Option<Blend>,
     scratch: JointVector,
+    last_correction: f64,
 }
 
 /// Finite-difference step for the new chunk's derivatives at the switch time.
@@ -71,6 +72,7 @@ impl Executor {
             active: None,
             blend: None,
             scratch: JointVector::zeros(0),
+            last_correction: 0.0,
         }
     }
 
@@ -103,6 +105,11 @@ impl Executor {
 
     pub fn has_chunk(&self) -> bool {
         self.active.is_some()
+    }
+
+    /// The largest joint distance the blend of the latest accepted chunk bridges.
+    pub fn last_correction(&self) -> f64 {
+        self.last_correction
     }
 
     pub fn active_seq(&self) -> Option<u64> {
@@ -188,6 +195,7 @@ impl Executor {
             offset.velocity[j] = commanded.velocity[j] - vel;
             offset.acceleration[j] = commanded.acceleration[j] - acc;
         }
+        self.last_correction = offset.position.iter().fold(0.0f64, |m, x| m.max(x.abs()));
         // Never faster than the joints allow: a short window on a slow joint (a gripper) would
         // otherwise ask the governor for more than it may give.
         self.blend = Some(Blend {

@@ -25,6 +25,8 @@ pub struct EventLog {
     pub late_rejections: BTreeMap<String, u64>,
     pub accepted: u64,
     pub reset_refused: u64,
+    /// Per chunk switch, the distance its blend bridged.
+    pub blend_corrections: Vec<f64>,
 }
 
 impl EventLog {
@@ -47,7 +49,16 @@ impl EventLog {
                         to: t.to.to_string(),
                     });
                 }
-                ControlEvent::Chunk(ChunkOutcome::Accepted { .. }) => self.accepted += 1,
+                ControlEvent::Chunk(ChunkOutcome::Accepted {
+                    blend_correction, ..
+                }) => {
+                    self.accepted += 1;
+                    if let Some(c) = blend_correction {
+                        if self.blend_corrections.len() < 10_000 {
+                            self.blend_corrections.push(c);
+                        }
+                    }
+                }
                 ControlEvent::Chunk(ChunkOutcome::Rejected { reason, seq }) => {
                     let n = self
                         .late_rejections
@@ -130,6 +141,7 @@ pub fn build_summary(
         late_rejections: late,
         accepted,
         reset_refused,
+        blend_corrections,
     } = log;
     let us = |ns: u64| ns as f64 / 1e3;
     let ms = |ns: u64| ns as f64 / 1e6;
@@ -174,7 +186,7 @@ pub fn build_summary(
         last_policy_error: ws.last_policy_error.lock().ok().and_then(|e| e.clone()),
         remote_policy: ws.remote.lock().ok().and_then(|r| r.clone()),
         inference_requests: ws.requests.load(Ordering::Relaxed),
-        chunk_switches: switch_summary(cfg, ws),
+        chunk_switches: switch_summary(cfg, ws, blend_corrections),
         latency_ms: Percentiles {
             p50: ms(ctl.latency.quantile_ns(0.5)),
             p99: ms(ctl.latency.quantile_ns(0.99)),
@@ -197,24 +209,32 @@ pub fn build_summary(
     }
 }
 
-fn switch_summary(cfg: &Config, ws: &WorkerStats) -> super::summary::SwitchSummary {
-    let s = ws.switches.lock().map(|s| s.clone()).unwrap_or_default();
-    let mut d = s.prefix_distance;
-    d.sort_by(f64::total_cmp);
+fn percentiles(mut v: Vec<f64>) -> Percentiles {
+    v.sort_by(f64::total_cmp);
     let q = |p: f64| {
-        d.get(((d.len() as f64 - 1.0) * p).round() as usize)
+        v.get(((v.len() as f64 - 1.0) * p).round() as usize)
             .copied()
             .unwrap_or(0.0)
     };
+    Percentiles {
+        p50: q(0.5),
+        p99: q(0.99),
+        max: v.last().copied().unwrap_or(0.0),
+    }
+}
+
+fn switch_summary(
+    cfg: &Config,
+    ws: &WorkerStats,
+    blend_corrections: Vec<f64>,
+) -> super::summary::SwitchSummary {
+    let s = ws.switches.lock().map(|s| s.clone()).unwrap_or_default();
     super::summary::SwitchSummary {
         rtc: cfg.control.rtc.enabled,
         guided: s.guided,
-        switches: d.len() as u64,
-        prefix_distance: Percentiles {
-            p50: q(0.5),
-            p99: q(0.99),
-            max: d.last().copied().unwrap_or(0.0),
-        },
+        switches: s.prefix_distance.len() as u64,
+        prefix_distance: percentiles(s.prefix_distance),
+        blend_correction: percentiles(blend_corrections),
         delay_steps_max: s.delay_steps_max,
     }
 }

@@ -24,6 +24,9 @@ pub struct SwitchSummary {
     /// Per switch, the largest joint distance (rad or m) between the new chunk and the old
     /// plan over the steps that run before it takes over.
     pub prefix_distance: Percentiles,
+    /// Per accepted switch, the largest joint distance the blend bridged between the command
+    /// and the new chunk (what the blend corrects).
+    pub blend_correction: Percentiles,
     /// The largest inference delay seen, in chunk steps.
     pub delay_steps_max: usize,
 }

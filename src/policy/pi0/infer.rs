@@ -227,6 +227,12 @@ impl Batch {
         Ok(out)
     }
 
+    /// Drops the file's real-time-chunking inputs: plain denoising.
+    pub fn clear_rtc(&mut self) {
+        self.rtc.clear();
+        self.guidance.clear();
+    }
+
     /// Whether the file asks for real-time chunking (has `rtc_prev_chunk`).
     pub fn has_rtc(&self) -> bool {
         !self.rtc.is_empty()
