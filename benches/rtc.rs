@@ -201,10 +201,7 @@ fn main() {
     println!(
         "RTC cost per chunk (tiny pi0, 10 steps, lerobot's RTC case; medians of {runs} runs):"
     );
-    println!(
-        "  {:30} {:>12} {:>12}   {}",
-        "", "plain", "RTC", "RTC / plain"
-    );
+    println!("  {:30} {:>12} {:>12}   RTC / plain", "", "plain", "RTC");
     cpu_cost(runs);
     #[cfg(feature = "onnx")]
     onnx_cost(runs);
