@@ -60,6 +60,15 @@ enum Request {
         time: Vec<f32>,
         tables: SuffixTables,
     },
+    /// One looped run, its `x` back to the host (real-time chunking guides it there): run 0
+    /// uploads everything as `Denoise` does; a later run only its (guided) `x`.
+    DenoiseStep {
+        run: usize,
+        state: Option<Vec<f32>>,
+        x: Vec<f32>,
+        time: Vec<f32>,
+        tables: SuffixTables,
+    },
 }
 
 type Reply = Result<Vec<f32>, GraphError>;
@@ -67,12 +76,15 @@ type Reply = Result<Vec<f32>, GraphError>;
 pub struct AclRuntime {
     requests: Option<mpsc::Sender<(Request, mpsc::Sender<Reply>)>>,
     thread: Option<JoinHandle<()>>,
+    /// Denoise-graph runs per chunk (the steps when looped).
+    runs: usize,
 }
 
 impl AclRuntime {
     /// Starts the AscendCL thread and loads `prefix.om` and the denoise `.om` from `dir`.
     pub fn load(dir: &Path, m: &Manifest, opts: &AclOptions) -> Result<AclRuntime, GraphError> {
         let plan = plan::plan(m).map_err(GraphError::Load)?;
+        let runs = plan.denoise.len();
         let (tx, rx) = mpsc::channel::<(Request, mpsc::Sender<Reply>)>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), GraphError>>();
         let (dir, m, opts) = (dir.to_path_buf(), m.clone(), opts.clone());
@@ -98,6 +110,7 @@ impl AclRuntime {
             Ok(Ok(())) => Ok(AclRuntime {
                 requests: Some(tx),
                 thread: Some(thread),
+                runs,
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -156,15 +169,34 @@ impl GraphRuntime for AclRuntime {
         tables: &SuffixTables,
         guide: Option<&mut super::StepHook<'_>>,
     ) -> Result<(), GraphError> {
-        if guide.is_some() {
-            // The steps are queued on the NPU back to back, with no host round trip between
-            // them: the guidance goes in as inputs of an unrolled `--rtc` graph instead.
-            return Err(GraphError::Input {
-                name: "rtc_prev_chunk".into(),
-                message: "on the acl backend real-time chunking runs on unrolled graphs \
-                          exported with --unroll --rtc, not on looped ones"
-                    .into(),
-            });
+        if let Some(g) = guide {
+            // A host round trip per step (an unrolled `--rtc` graph avoids it).
+            let runs = self.runs;
+            let mut before = vec![0.0f32; x.len()];
+            for run in 0..runs {
+                before.copy_from_slice(x);
+                let out = self.call(Request::DenoiseStep {
+                    run,
+                    state: (run == 0).then(|| state.map(<[f32]>::to_vec)).flatten(),
+                    x: x.to_vec(),
+                    time: if run == 0 { time.to_vec() } else { Vec::new() },
+                    tables: if run == 0 {
+                        tables.clone()
+                    } else {
+                        SuffixTables::default()
+                    },
+                })?;
+                if out.len() != x.len() {
+                    return Err(GraphError::Runtime(format!(
+                        "the NPU returned {} action values, expected {}",
+                        out.len(),
+                        x.len()
+                    )));
+                }
+                x.copy_from_slice(&out);
+                g(run, &before, x);
+            }
+            return Ok(());
         }
         let out = self.call(Request::Denoise {
             state: state.map(<[f32]>::to_vec),
@@ -417,6 +449,57 @@ impl Device {
         self.check(&format!("aclrtMemcpy({what} to the device)"), code)
     }
 
+    /// Everything a denoising takes from the host, `x` as its start.
+    fn upload_denoise(
+        &self,
+        uploads: &[(HostSource, usize)],
+        state: Option<&[f32]>,
+        x: &[f32],
+        time: &[f32],
+        tables: &SuffixTables,
+    ) -> Result<(), GraphError> {
+        for &(source, buffer) in uploads {
+            let data: &[u8] = match source {
+                HostSource::State => as_bytes(state.unwrap_or(&[])),
+                HostSource::Noise => as_bytes(x),
+                HostSource::Time => as_bytes(time),
+                HostSource::SuffixBias => as_bytes(&tables.bias),
+                HostSource::SuffixCos => as_bytes(&tables.cos),
+                HostSource::SuffixSin => as_bytes(&tables.sin),
+                HostSource::RtcTarget => rtc(tables, |r| &r.target)?,
+                HostSource::RtcWeights => rtc(tables, |r| &r.weights)?,
+                HostSource::RtcGuidance => rtc(tables, |r| &r.guidance)?,
+                _ => continue,
+            };
+            self.upload(buffer, data, &format!("{source:?}"))?;
+        }
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<(), GraphError> {
+        // SAFETY: as in `open`.
+        self.check("aclrtSynchronizeStream", unsafe {
+            (self.api.aclrtSynchronizeStream)(self.stream)
+        })
+    }
+
+    /// A slot's f32 values back to the host.
+    fn download(&self, r: plan::Slot) -> Reply {
+        let mut out = vec![0.0f32; r.bytes / 4];
+        // SAFETY: as in `open`; `out` holds `r.bytes`.
+        let code = unsafe {
+            (self.api.aclrtMemcpy)(
+                out.as_mut_ptr() as *mut c_void,
+                r.bytes,
+                (self.memory[r.buffer] as *const u8).add(r.offset) as *const c_void,
+                r.bytes,
+                ffi::ACL_MEMCPY_DEVICE_TO_HOST,
+            )
+        };
+        self.check("aclrtMemcpy(actions to the host)", code)?;
+        Ok(out)
+    }
+
     fn execute(&self, model: usize, ds: &Datasets) -> Result<(), GraphError> {
         // SAFETY: as in `open`.
         let code = unsafe {
@@ -464,43 +547,34 @@ impl Device {
                 time,
                 tables,
             } => {
-                for (source, buffer) in uploads {
-                    let data: &[u8] = match source {
-                        HostSource::State => as_bytes(state.as_deref().unwrap_or(&[])),
-                        HostSource::Noise => as_bytes(&x),
-                        HostSource::Time => as_bytes(&time),
-                        HostSource::SuffixBias => as_bytes(&tables.bias),
-                        HostSource::SuffixCos => as_bytes(&tables.cos),
-                        HostSource::SuffixSin => as_bytes(&tables.sin),
-                        HostSource::RtcTarget => rtc(&tables, |r| &r.target)?,
-                        HostSource::RtcWeights => rtc(&tables, |r| &r.weights)?,
-                        HostSource::RtcGuidance => rtc(&tables, |r| &r.guidance)?,
-                        _ => continue,
-                    };
-                    self.upload(buffer, data, &format!("{source:?}"))?;
-                }
+                self.upload_denoise(&uploads, state.as_deref(), &x, &time, &tables)?;
                 // All steps queued back to back; one synchronization at the end.
                 for ds in &self.denoise {
                     self.execute(1, ds)?;
                 }
-                // SAFETY: as in `open`.
-                self.check("aclrtSynchronizeStream", unsafe {
-                    (self.api.aclrtSynchronizeStream)(self.stream)
-                })?;
-                let r = self.plan.result;
-                let mut out = vec![0.0f32; r.bytes / 4];
-                // SAFETY: as in `open`; `out` holds `r.bytes`.
-                let code = unsafe {
-                    (self.api.aclrtMemcpy)(
-                        out.as_mut_ptr() as *mut c_void,
-                        r.bytes,
-                        (self.memory[r.buffer] as *const u8).add(r.offset) as *const c_void,
-                        r.bytes,
-                        ffi::ACL_MEMCPY_DEVICE_TO_HOST,
-                    )
+                self.synchronize()?;
+                self.download(self.plan.result)
+            }
+            Request::DenoiseStep {
+                run,
+                state,
+                x,
+                time,
+                tables,
+            } => {
+                let (Some(exec), Some(ds)) = (self.plan.denoise.get(run), self.denoise.get(run))
+                else {
+                    return Err(GraphError::Runtime(format!("no denoise run {run}")));
                 };
-                self.check("aclrtMemcpy(actions to the host)", code)?;
-                Ok(out)
+                if run == 0 {
+                    self.upload_denoise(&uploads, state.as_deref(), &x, &time, &tables)?;
+                } else {
+                    let slot = exec.inputs[self.plan.x_input];
+                    self.upload(slot.buffer, as_bytes(&x), "x_t")?;
+                }
+                self.execute(1, ds)?;
+                self.synchronize()?;
+                self.download(exec.outputs[0])
             }
         }
     }

@@ -58,6 +58,8 @@ pub struct BufferPlan {
     pub uploads: Vec<(HostSource, usize)>,
     /// Where the actions are after the last run.
     pub result: Slot,
+    /// Which of a denoise run's inputs is `x` (where a host-guided step writes its `x`).
+    pub x_input: usize,
 }
 
 /// Bytes of a tensor from its manifest entry.
@@ -222,12 +224,20 @@ pub fn plan(m: &Manifest) -> Result<BufferPlan, String> {
         });
     }
     let result = p.whole(xs[runs % 2]);
+    let x_input = m
+        .graphs
+        .denoise
+        .inputs
+        .iter()
+        .position(|s| s.name == names::X_T || s.name == names::NOISE)
+        .expect("checked above");
     Ok(BufferPlan {
         buffers: p.buffers,
         prefix,
         denoise,
         uploads: p.uploads,
         result,
+        x_input,
     })
 }
 
@@ -429,6 +439,16 @@ pub(crate) mod tests {
         );
         assert!(sources.contains(&HostSource::Image(0)));
         assert!(sources.contains(&HostSource::State));
+    }
+
+    #[test]
+    fn a_guided_step_writes_its_x_where_that_run_reads_it() {
+        let plan = plan(&manifest(1, false, "float32")).unwrap();
+        assert_eq!(plan.x_input, 2);
+        for (k, e) in plan.denoise.iter().enumerate().skip(1) {
+            // Run k reads the buffer run k-1 wrote: the host's guided x replaces it.
+            assert_eq!(e.inputs[plan.x_input], plan.denoise[k - 1].outputs[0]);
+        }
     }
 
     #[test]
