@@ -113,6 +113,17 @@ impl Guidance {
         })
     }
 
+    /// No guidance (all weights zero), for a batch element without a leftover among guided
+    /// ones.
+    pub fn none(chunk: usize, action_dim: usize) -> Guidance {
+        Guidance {
+            target: vec![0.0; chunk * action_dim],
+            weights: vec![0.0; chunk],
+            action_dim,
+            max_guidance_weight: 1.0,
+        }
+    }
+
     pub fn weights(&self) -> &[f32] {
         &self.weights
     }

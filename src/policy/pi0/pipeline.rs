@@ -163,7 +163,6 @@ fn check_manifest(m: &Manifest, a: &Arch, dir: &Path) -> Result<(), PipelineErro
     };
     let mismatch = [
         ("variant", m.variant != variant),
-        ("batch (must be 1)", m.batch != 1),
         ("chunk", m.chunk != a.chunk),
         ("action_dim", m.action_dim != a.action_dim),
         ("state_dim", m.state_dim != a.state_dim),
@@ -458,37 +457,24 @@ impl Pi0Pipeline {
         guidance: Option<&Guidance>,
     ) -> Outcome {
         let p = self.prepare(frames, state, task, noise)?;
-        let mut input = p.input();
-        input.guidance = guidance;
         let (x, timing) = match &mut self.backend {
-            Backend::Cpu { model, workspace } => model.sample_actions_with(&input, workspace),
-            Backend::Graph(_, g) => {
-                let (x, t) = g.sample(&GraphInputs {
-                    images: input.images.clone(),
-                    image_masks: input.image_masks.iter().map(|m| vec![*m]).collect(),
-                    tokens: input.tokens,
-                    token_masks: input.token_masks,
-                    state: input.state,
-                    noise: input.noise,
-                    guidance: guidance.map(std::slice::from_ref).unwrap_or_default(),
-                })?;
-                (
-                    x,
-                    Timing {
-                        prefix_ms: t.prefix_ms,
-                        steps_ms: t.steps_ms,
-                    },
-                )
+            Backend::Cpu { model, workspace } => {
+                let mut input = p.input();
+                input.guidance = guidance;
+                model.sample_actions_with(&input, workspace)
             }
+            Backend::Graph(_, g) => sample_graphs(g, &[(&p, guidance)])?,
         };
-        Ok((self.finish(&x)?, timing))
+        let per = self.arch.chunk * self.arch.action_dim;
+        Ok((self.finish(&x[..per])?, timing))
     }
 
     /// Several observations at once: on the CPU backend one batched pass of the model
-    /// (`Pi0Model::sample_actions_batch`), else one after another. Each gets its own result
-    /// (a bad observation fails alone); the timing is the batch's.
+    /// (`Pi0Model::sample_actions_batch`); on graphs exported for batch N, runs of N (the last
+    /// padded with a copy of its last observation). Each gets its own result (a bad
+    /// observation fails alone); the timing is the batch's.
     pub fn run_batch(&mut self, items: &[BatchItem]) -> Vec<Outcome> {
-        if !matches!(self.backend, Backend::Cpu { .. }) || items.len() < 2 {
+        if items.len() < 2 {
             return items
                 .iter()
                 .map(|i| self.run_guided(i.frames, i.state, i.task, i.noise, i.guidance))
@@ -498,6 +484,37 @@ impl Pi0Pipeline {
             .iter()
             .map(|i| self.prepare(i.frames, i.state, i.task, i.noise))
             .collect();
+        if let Backend::Graph(_, g) = &mut self.backend {
+            let per = self.arch.chunk * self.arch.action_dim;
+            let ok: Vec<(&Prepared, Option<&Guidance>)> = prepared
+                .iter()
+                .zip(items)
+                .filter_map(|(p, i)| p.as_ref().ok().map(|p| (p, i.guidance)))
+                .collect();
+            let mut rows: Vec<Result<(Vec<f32>, Timing), String>> = Vec::new();
+            for group in ok.chunks(g.manifest.batch.max(1)) {
+                match sample_graphs(g, group) {
+                    Ok((x, t)) => rows.extend(
+                        x.chunks_exact(per)
+                            .take(group.len())
+                            .map(|r| Ok((r.to_vec(), t))),
+                    ),
+                    Err(e) => rows.extend(group.iter().map(|_| Err(error_chain(&e)))),
+                }
+            }
+            let mut rows = rows.into_iter();
+            return prepared
+                .into_iter()
+                .map(|p| {
+                    p?;
+                    match rows.next() {
+                        Some(Ok((x, t))) => Ok((self.finish(&x)?, t)),
+                        Some(Err(m)) => Err(PipelineError::Input(m)),
+                        None => Err(PipelineError::Input("no result".into())),
+                    }
+                })
+                .collect();
+        }
         let inputs: Vec<Pi0Input> = prepared
             .iter()
             .zip(items)
@@ -613,6 +630,79 @@ impl Pi0Pipeline {
         check_actions(&flat, a.chunk, self.action_dim)?;
         Ok(actions)
     }
+}
+
+/// Runs observations on graphs exported for batch N: groups of up to N, the rest of the batch
+/// filled with copies of the group's last observation (their actions are dropped). Actions
+/// `[N, chunk, action_dim]`.
+fn sample_graphs(
+    g: &mut GraphModel<Box<dyn GraphRuntime>>,
+    group: &[(&Prepared, Option<&Guidance>)],
+) -> Result<(Vec<f32>, Timing), PipelineError> {
+    let b = g.manifest.batch.max(1);
+    let Some(last) = group.last() else {
+        return Err(PipelineError::Input("nothing to run".into()));
+    };
+    let padded: Vec<&(&Prepared, Option<&Guidance>)> = group
+        .iter()
+        .chain(std::iter::repeat(last))
+        .take(b)
+        .collect();
+    let cameras = last.0.images.len();
+    let images: Vec<Vec<f32>> = (0..cameras)
+        .map(|c| {
+            padded
+                .iter()
+                .flat_map(|(p, _)| p.images[c].iter().copied())
+                .collect()
+        })
+        .collect();
+    let masks: Vec<Vec<bool>> = (0..cameras)
+        .map(|c| padded.iter().map(|(p, _)| p.masks[c]).collect())
+        .collect();
+    let cat = |f: &dyn Fn(&Prepared) -> &[f32]| -> Vec<f32> {
+        padded
+            .iter()
+            .flat_map(|(p, _)| f(p).iter().copied())
+            .collect()
+    };
+    let tokens: Vec<i64> = padded
+        .iter()
+        .flat_map(|(p, _)| p.tokens.iter().copied())
+        .collect();
+    let token_masks: Vec<bool> = padded
+        .iter()
+        .flat_map(|(p, _)| p.token_masks.iter().copied())
+        .collect();
+    let (state, noise) = (cat(&|p| &p.state), cat(&|p| &p.noise));
+    // Guidance for all or none: an unguided one among guided ones gets zero weights.
+    let guidance: Vec<Guidance> = if padded.iter().any(|(_, g)| g.is_some()) {
+        padded
+            .iter()
+            .map(|(_, x)| {
+                x.cloned()
+                    .unwrap_or_else(|| Guidance::none(g.manifest.chunk, g.manifest.action_dim))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let (x, t) = g.sample(&GraphInputs {
+        images: images.iter().map(Vec::as_slice).collect(),
+        image_masks: masks,
+        tokens: &tokens,
+        token_masks: &token_masks,
+        state: &state,
+        noise: &noise,
+        guidance: &guidance,
+    })?;
+    Ok((
+        x,
+        Timing {
+            prefix_ms: t.prefix_ms,
+            steps_ms: t.steps_ms,
+        },
+    ))
 }
 
 /// One observation's actions `[chunk][action_dim]` and the model's timing, or why not.
