@@ -52,6 +52,7 @@ fn loop_under_load(rate_hz: f64, priority: i32, spin_us: f64, seconds: f64) {
             summary: None,
             status: false,
             dry_run: false,
+            state_dir: None,
         },
     )
     .expect("daemon runs");

@@ -137,6 +137,11 @@ struct RunArgs {
     /// output's topic), never to the robot; the simulated arm does not move.
     #[arg(long)]
     dry_run: bool,
+    /// Keep the fault latch here: after a fault (or a kill) the next run starts e-stopped
+    /// until a reset [default: $STATE_DIRECTORY, set by systemd's StateDirectory=; none
+    /// without it].
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -572,6 +577,9 @@ fn run(a: RunArgs, ros: &RosArgs) -> Outcome {
         summary: a.summary,
         status: !a.quiet,
         dry_run: a.dry_run,
+        state_dir: a
+            .state_dir
+            .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from)),
     };
     let s = daemon::run(cfg, opts).map_err(|e| {
         let reason = e.exit_reason();

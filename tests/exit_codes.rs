@@ -482,3 +482,37 @@ fn when_control_thread_panics_or_stalls_expect_exit_6_control_fault_at_once() {
         assert!(took < 7.0, "{name} took {took} s");
     }
 }
+
+/// The fault latch (`--state-dir`): after a control fault the next start stays e-stopped and
+/// runs no chunk until a reset; a run that ends without one keeps the latch; after a reset the
+/// arm runs and the run after that starts normally.
+#[test]
+fn when_a_run_ends_with_a_fault_expect_the_next_to_wait_for_a_reset() {
+    let dir = scratch_dir("fault-latch-state");
+    let _ = std::fs::remove_dir_all(&dir);
+    let state = dir.display().to_string();
+    let args = ["--quiet", "--state-dir", state.as_str()];
+    let crash = sim_events(sim_config(), vec![event(0.8, "crash_control", &[])]);
+    let run = run_daemon_with("latch-crash", &crash, 5.0, &args);
+    assert_eq!(run.code(), 6, "{}", run.stderr);
+
+    let latched = run_daemon_with("latch-held", &sim_config(), 2.0, &args);
+    assert_eq!(latched.code(), 0, "{}", latched.stderr);
+    let s = latched.summary();
+    assert_eq!(s["fault_latch"], "control_fault", "{s}");
+    assert_eq!(s["chunks_accepted"], 0, "{s}");
+    assert!(!latched.states().contains(&"running".to_string()), "{s}");
+    assert!(latched.stderr.contains("fault latch"), "{}", latched.stderr);
+
+    let reset = sim_events(sim_config(), vec![event(0.5, "reset", &[])]);
+    let resumed = run_daemon_with("latch-reset", &reset, 3.0, &args);
+    let s = resumed.summary();
+    assert_eq!(s["fault_latch"], "control_fault", "{s}");
+    assert!(resumed.states().contains(&"running".to_string()), "{s}");
+    assert!(s["chunks_accepted"].as_u64().unwrap() >= 1, "{s}");
+
+    let fresh = run_daemon_with("latch-fresh", &sim_config(), 1.5, &args);
+    let s = fresh.summary();
+    assert!(s["fault_latch"].is_null(), "{s}");
+    assert_eq!(fresh.states()[..2], ["starting", "running"], "{s}");
+}

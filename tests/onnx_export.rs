@@ -653,13 +653,19 @@ fn when_graphs_are_exported_for_batch_2_expect_batches_in_pairs_each_its_own_act
             width: 64,
             height: 48,
             format: PixelFormat::Rgb8,
-            data: (0..64 * 48 * 3).map(|i| (i as u8).wrapping_mul(k + 3)).collect(),
+            data: (0..64 * 48 * 3)
+                .map(|i| (i as u8).wrapping_mul(k + 3))
+                .collect(),
         })
         .collect();
     let refs: Vec<Vec<Option<&CameraFrame>>> = frames.iter().map(|f| vec![Some(f)]).collect();
     let states: Vec<Vec<f32>> = (0..3).map(|k| vec![0.1 * k as f32; 7]).collect();
     let noises: Vec<Vec<f32>> = (0..3)
-        .map(|k| (0..50 * 32).map(|i| ((i * 7 + k * 13) % 17) as f32 / 8.0 - 1.0).collect())
+        .map(|k| {
+            (0..50 * 32)
+                .map(|i| ((i * 7 + k * 13) % 17) as f32 / 8.0 - 1.0)
+                .collect()
+        })
         .collect();
     let tasks = ["pick up the cube", "open the drawer", "stack the blocks"];
     let items: Vec<BatchItem> = (0..3)
@@ -692,7 +698,9 @@ fn when_graphs_are_exported_for_batch_2_expect_batches_in_pairs_each_its_own_act
         }
     }
     // One observation alone on the batch-2 graphs: padded, the same actions.
-    let (alone, _) = graphs.run(&refs[0], &states[0], tasks[0], &noises[0]).unwrap();
+    let (alone, _) = graphs
+        .run(&refs[0], &states[0], tasks[0], &noises[0])
+        .unwrap();
     let (want, _) = cpu.run(&refs[0], &states[0], tasks[0], &noises[0]).unwrap();
     let err = alone
         .iter()

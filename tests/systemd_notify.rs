@@ -1,5 +1,7 @@
 //! The systemd notify protocol against a real datagram socket, as systemd provides it:
-//! READY=1 after start-up, WATCHDOG=1 while the loop ticks, STATUS= lines, STOPPING=1.
+//! READY=1 after start-up, WATCHDOG=1 while the loop ticks, STATUS= lines, STOPPING=1. The
+//! unit file checked by `systemd-analyze verify` (Debian's systemd, installed by
+//! tools/test.sh) and for what it must say; its example configuration loads.
 
 mod common;
 
@@ -58,4 +60,95 @@ fn when_run_under_systemd_expect_ready_watchdog_status_stopping() {
         messages.iter().any(|m| m.contains("STATUS=running")),
         "{messages:?}"
     );
+}
+
+fn unit() -> String {
+    std::fs::read_to_string(common::root().join("systemd/pi0d.service")).unwrap()
+}
+
+#[test]
+fn when_the_unit_is_verified_expect_no_complaint_and_the_hardening_it_promises() {
+    let dir = common::scratch_dir("unit");
+    // As installed, with the binary where this build put it (verify checks ExecStart).
+    let text = unit().replace("/usr/local/bin/pi0d", env!("CARGO_BIN_EXE_pi0d"));
+    let path = dir.join("pi0d.service");
+    std::fs::write(&path, &text).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (Debian's systemd package; tools/test.sh installs it)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.trim().is_empty(), "{stderr}");
+    // A misspelt key is a warning there: the check above would see it.
+    let bad = dir.join("bad.service");
+    std::fs::write(&bad, text.replace("ProtectSystem=", "ProtectSystm=")).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Unknown key"));
+
+    let value = |key: &str| -> String {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("the unit has no {key}="))
+            .trim()
+            .to_string()
+    };
+    for (key, want) in [
+        ("Type", "notify"),
+        ("User", "pi0d"),
+        ("NoNewPrivileges", "yes"),
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("StateDirectory", "pi0d"),
+        ("Restart", "on-failure"),
+        ("LimitRTPRIO", "95"),
+        ("LimitMEMLOCK", "infinity"),
+        ("EnvironmentFile", "-/etc/pi0d/pi0d.env"),
+    ] {
+        assert_eq!(value(key), want, "{key}");
+    }
+    assert!(value("WatchdogSec").ends_with('s'));
+    assert!(value("StartLimitBurst").parse::<u32>().unwrap() >= 1);
+    // Never restarted: what needs a person (an invalid configuration, usage, a refused start).
+    let prevent: Vec<u8> = value("RestartPreventExitStatus")
+        .split_whitespace()
+        .map(|c| c.parse().unwrap())
+        .collect();
+    use pi0d::daemon::exit::ExitReason;
+    for r in [
+        ExitReason::InvalidInput,
+        ExitReason::Usage,
+        ExitReason::StartRefused,
+    ] {
+        assert!(prevent.contains(&r.code()), "{r} restarted");
+    }
+    for r in [ExitReason::ControlFault, ExitReason::ThreadFault] {
+        assert!(
+            !prevent.contains(&r.code()),
+            "{r} not restarted (behind the latch)"
+        );
+    }
+}
+
+#[test]
+fn when_the_service_config_example_is_loaded_expect_a_ros_robot_with_absolute_paths() {
+    let text = std::fs::read_to_string(common::root().join("systemd/pi0d.toml.example")).unwrap();
+    let table: toml::Table = text.parse().unwrap();
+    let urdf = table["robot"]["urdf"].as_str().unwrap();
+    let ck = table["policy"]["checkpoint"].as_str().unwrap();
+    assert!(urdf.starts_with("/opt/pi0d/") && ck.starts_with("/opt/pi0d/models/"));
+    assert_eq!(table["robot"]["io"].as_str(), Some("ros"));
+    // Loads, with the URDF where this checkout has it.
+    let dir = common::scratch_dir("unit-config");
+    let file = dir.join("pi0d.toml");
+    let local = common::root().join("urdf/ur5e.urdf");
+    std::fs::write(&file, text.replace(urdf, &local.display().to_string())).unwrap();
+    let cfg = pi0d::config::Config::load(&file).unwrap();
+    assert!(cfg.realtime.priority > 0 && cfg.realtime.lock_memory);
 }

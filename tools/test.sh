@@ -17,6 +17,12 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.requirements-sha 2>/dev/null)" !
   .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -r tests/peers/requirements-nodeps.txt
   echo "$want" > .venv/.requirements-sha
 fi
+# systemd-analyze checks the service unit (Debian 12's systemd).
+if ! command -v systemd-analyze >/dev/null; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends 'systemd=252.*'
+fi
 # One profile for the whole run: tests in dev with optimized dependencies (Cargo.toml).
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

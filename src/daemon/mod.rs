@@ -9,6 +9,7 @@
 
 pub mod control;
 pub mod exit;
+pub mod latch;
 pub mod log;
 pub mod notify;
 pub mod report;
@@ -65,6 +66,8 @@ pub enum DaemonError {
     /// create its threads or sockets).
     #[error("the ROS 2 middleware failed while starting: {0}")]
     MiddlewarePanic(String),
+    #[error(transparent)]
+    Latch(#[from] latch::LatchError),
 }
 
 impl DaemonError {
@@ -72,7 +75,7 @@ impl DaemonError {
         match self {
             DaemonError::StartRefused(_) => ExitReason::StartRefused,
             DaemonError::NoJointState(..) => ExitReason::NoJointState,
-            DaemonError::Policy(_) => ExitReason::InvalidInput,
+            DaemonError::Policy(_) | DaemonError::Latch(_) => ExitReason::InvalidInput,
             DaemonError::Spawn { .. } | DaemonError::Ros(_) | DaemonError::MiddlewarePanic(_) => {
                 ExitReason::RuntimeFailure
             }
@@ -88,6 +91,8 @@ pub struct RunOptions {
     pub status: bool,
     /// Commands go to the shadow topic (ROS) or nowhere (sim): nothing moves.
     pub dry_run: bool,
+    /// Where the fault latch is kept (`$STATE_DIRECTORY` under systemd); none: no latch.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// How long start-up waits for the first joint state (DDS discovery takes a moment).
@@ -127,12 +132,52 @@ fn join_bounded<T>(thread: Supervised<T>) {
 /// Runs the daemon until `--duration` passes, a stop signal arrives or a fault ends it;
 /// returns the summary (its `exit` says which).
 pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
+    let Some(dir) = opts.state_dir.clone() else {
+        return run_latched(cfg, opts, None);
+    };
+    let mut latch = latch::FaultLatch::open(&dir)?;
+    let latched = latch.latched().map(str::to_string);
+    let result = run_latched(cfg, opts, latched.clone());
+    // A reset accepted during the run lifts the latch (the e-stop's own transition).
+    if let Ok(s) = &result {
+        if latched.is_some()
+            && s.transitions
+                .iter()
+                .any(|t| t.from == "estopped" && t.to != "stopping")
+        {
+            latch.reset()?;
+        }
+    }
+    let exit = match &result {
+        Ok(s) => s.exit,
+        Err(e) => e.exit_reason(),
+    };
+    if let Err(e) = latch.finish(exit) {
+        tracing::error!(error = %e, "the fault latch could not be updated");
+    }
+    result
+}
+
+/// `run`; `latched`: the previous run ended with a fault, so this one starts e-stopped.
+fn run_latched(
+    cfg: Config,
+    opts: RunOptions,
+    latched: Option<String>,
+) -> Result<Summary, DaemonError> {
     if cfg.realtime.lock_memory {
         rt::lock_memory();
     }
     let mut signals = Signals::install();
     let io_stop = Arc::new(AtomicBool::new(false));
     let board = Arc::new(Blackboard::new(cfg.camera_count(), &cfg.policy.prompt));
+    if let Some(why) = &latched {
+        // As an e-stop pressed and released: the arm holds until an explicit reset.
+        board.estop_presses.fetch_add(1, Ordering::SeqCst);
+        tracing::warn!(
+            previous_run = %why,
+            "fault latch: the previous run ended with {why}; the arm stays e-stopped until a reset"
+        );
+    }
     let start = MonoTime::now();
     let live = Arc::new(LiveStats::default());
     let spawn_err = |thread| move |source| DaemonError::Spawn { thread, source };
@@ -195,6 +240,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
     summary.log_lines_lost = log::lost_lines();
     summary.dry_run = opts.dry_run;
     summary.limits_scale = cfg.limits.scale;
+    summary.fault_latch = latched;
     if let Some(path) = &opts.summary {
         report::write_summary(path, &summary);
     }

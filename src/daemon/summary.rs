@@ -84,6 +84,9 @@ pub struct Summary {
     pub dry_run: bool,
     /// `limits.scale` (1 at full speed).
     pub limits_scale: f64,
+    /// The previous run ended so (a fault, or killed): this one started e-stopped until a
+    /// reset (`--state-dir`, `$STATE_DIRECTORY`).
+    pub fault_latch: Option<String>,
     pub exit: ExitReason,
     pub exit_code: u8,
 }
