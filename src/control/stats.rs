@@ -96,6 +96,8 @@ pub struct LiveStats {
     pub remote_server_infer_us: AtomicU64,
     pub remote_reconnects: AtomicU64,
     pub remote_errors: AtomicU64,
+    /// 1 while the fault latch holds the arm (the previous run faulted; a reset lifts it).
+    pub fault_latched: AtomicU64,
 }
 
 impl LiveStats {

@@ -170,16 +170,17 @@ fn run_latched(
     let mut signals = Signals::install();
     let io_stop = Arc::new(AtomicBool::new(false));
     let board = Arc::new(Blackboard::new(cfg.camera_count(), &cfg.policy.prompt));
+    let start = MonoTime::now();
+    let live = Arc::new(LiveStats::default());
     if let Some(why) = &latched {
         // As an e-stop pressed and released: the arm holds until an explicit reset.
         board.estop_presses.fetch_add(1, Ordering::SeqCst);
+        LiveStats::set(&live.fault_latched, 1);
         tracing::warn!(
             previous_run = %why,
             "fault latch: the previous run ended with {why}; the arm stays e-stopped until a reset"
         );
     }
-    let start = MonoTime::now();
-    let live = Arc::new(LiveStats::default());
     let spawn_err = |thread| move |source| DaemonError::Spawn { thread, source };
     // The thread that talks to the robot (or is it).
     let io = match &cfg.io {
@@ -415,6 +416,15 @@ fn supervise(
         }
         let t = now.seconds_since(run_start);
         log.drain(&events_rx, start);
+        if LiveStats::get(&live.fault_latched) == 1
+            && log
+                .transitions
+                .iter()
+                .any(|t| t.from == "estopped" && t.to != "stopping")
+        {
+            LiveStats::set(&live.fault_latched, 0);
+            tracing::info!("fault latch lifted by the reset");
+        }
         signals.log_ignored();
 
         // Liveness. A fault is reported once and decides the exit code.

@@ -393,6 +393,13 @@ pub fn diagnostics(
             }
         }
     }
+    if LiveStats::get(&live.fault_latched) == 1 {
+        values.push(kv(
+            "fault latch",
+            "the previous run ended with a fault: e-stopped until a reset".into(),
+        ));
+        level = level.max(1);
+    }
     if LiveStats::get(&live.remote_active) == 1 {
         let ms =
             |c: &std::sync::atomic::AtomicU64| format!("{:.1}", LiveStats::get(c) as f64 / 1e3);
