@@ -897,12 +897,23 @@ fn print_check(cfg: &Config) {
         ));
     }
     say(&format!(
-        "policy: {:?}, {} steps x {} s, actions -> joints: {}",
-        cfg.policy.source,
+        "policy: {}; {} steps x {} s; actions -> joints: {}",
+        cfg.policy.source.describe(),
         cfg.policy.chunk_steps,
         cfg.policy.step_period_s,
         cfg.policy.action_map.action_names.join(", ")
     ));
+    let rtc = &cfg.control.rtc;
+    if rtc.enabled {
+        say(&format!(
+            "real-time chunking: {} schedule, guidance up to {}, horizon {} steps, delay {}",
+            rtc.settings.schedule,
+            rtc.settings.max_guidance_weight,
+            rtc.execution_horizon,
+            rtc.inference_delay_steps
+                .map_or("measured".to_string(), |d| format!("{d} steps"))
+        ));
+    }
     if let Some(w) = &cfg.workspace {
         say(&format!(
             "workspace: {} in {} within {:?} .. {:?}",

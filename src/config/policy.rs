@@ -155,6 +155,65 @@ pub enum PolicySource {
     },
 }
 
+impl PolicySource {
+    /// One line for people (`pi0d check`); a key is never shown.
+    pub fn describe(&self) -> String {
+        match self {
+            PolicySource::Scripted {
+                amplitude,
+                frequency_hz,
+            } => format!("scripted motion ({amplitude} rad at {frequency_hz} Hz)"),
+            PolicySource::Replay { file } => format!("replay of {}", file.display()),
+            PolicySource::Openpi(o) => {
+                let link = match &o.zenoh {
+                    Some(z) => format!("Zenoh key {}", z.key),
+                    None => format!("openpi server {}", o.url),
+                };
+                let images = match &o.images {
+                    Some(m) => m
+                        .iter()
+                        .map(|(c, k)| format!("{c} -> {k}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    None => "observation.images.<camera>".into(),
+                };
+                format!(
+                    "{link}, API key {}, images {images}, state {}, prompt {}, request timeout {} s",
+                    if o.api_key.is_some() { "***" } else { "none" },
+                    o.state_key,
+                    o.prompt_key,
+                    o.request_timeout_s
+                )
+            }
+            PolicySource::Pi0 {
+                checkpoint,
+                threads,
+                seed,
+                backend,
+                ..
+            } => {
+                let on = match backend {
+                    BackendOptions::Cpu => format!(
+                        "the CPU ({threads} thread{})",
+                        if *threads == 1 { "" } else { "s" }
+                    ),
+                    BackendOptions::Onnx { model_dir, options } => format!(
+                        "ONNX Runtime ({} provider), graphs in {}",
+                        options.provider.name(),
+                        model_dir.display()
+                    ),
+                    BackendOptions::Acl { model_dir, options } => format!(
+                        "an Ascend NPU (device {}), models in {}",
+                        options.device_id,
+                        model_dir.display()
+                    ),
+                };
+                format!("pi0 from {} on {on}, seed {seed}", checkpoint.display())
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct PolicyConfig {
     pub source: PolicySource,

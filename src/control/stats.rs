@@ -76,6 +76,8 @@ pub struct LiveStats {
     pub overruns: AtomicU64,
     pub mode: AtomicU64,
     pub last_jitter_ns: AtomicU64,
+    /// The largest jitter since the status line last took it (it resets it to 0).
+    pub interval_max_jitter_ns: AtomicU64,
     pub max_jitter_ns: AtomicU64,
     pub last_latency_us: AtomicU64,
     pub chunks_received: AtomicU64,

@@ -138,6 +138,9 @@ impl ControlLoop {
         }
         LiveStats::set(&self.live.overruns, self.overruns);
         LiveStats::set(&self.live.last_jitter_ns, jitter_ns);
+        self.live
+            .interval_max_jitter_ns
+            .fetch_max(jitter_ns, std::sync::atomic::Ordering::Relaxed);
         LiveStats::set(&self.live.max_jitter_ns, self.jitter.max_ns());
     }
 

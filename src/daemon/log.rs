@@ -7,6 +7,22 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static STDERR_BROKEN: AtomicBool = AtomicBool::new(false);
+/// A terminal status line is on screen without its newline: a log line first clears it.
+static STATUS_OPEN: AtomicBool = AtomicBool::new(false);
+
+/// Draws the terminal status line (`\r`, no newline) so that the next log line clears it
+/// instead of being glued onto it.
+pub fn write_status(line: &str) {
+    write_stderr(format!("\r{line}\x1b[K").as_bytes());
+    STATUS_OPEN.store(true, Ordering::Relaxed);
+}
+
+/// Ends the status line (a newline), if one is on screen.
+pub fn close_status() {
+    if STATUS_OPEN.swap(false, Ordering::Relaxed) {
+        write_stderr(b"\n");
+    }
+}
 static LOST_LINES: AtomicU64 = AtomicU64::new(0);
 
 /// Log lines (and status lines) that could not be written since start-up.
@@ -34,6 +50,7 @@ pub fn write_stderr(bytes: &[u8]) {
 
 /// A line to stderr (messages at the binary edge, the status line).
 pub fn tell(line: &str) {
+    close_status();
     let mut buf = String::with_capacity(line.len() + 1);
     buf.push_str(line);
     buf.push('\n');
@@ -51,6 +68,10 @@ pub struct SafeStderr;
 
 impl Write for SafeStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if STATUS_OPEN.swap(false, Ordering::Relaxed) {
+            // Clear the status line; it is drawn again at the next interval.
+            write_stderr(b"\r\x1b[K");
+        }
         write_stderr(buf);
         Ok(buf.len())
     }

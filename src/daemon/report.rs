@@ -309,11 +309,12 @@ impl StatusLine {
             w => format!("{mode}, waiting for {}", w.name()),
         };
         let line = format!(
-            "{}{:>7.1}s | {:6.1} Hz | jitter {:4} us (max {:5}) | overruns {} | latency {:5.1} ms | infer {:5.1} ms | {:<9} | chunks {} ({} rejected) | safety events {}",
+            "{}{:>7.1}s | {:6.1} Hz | jitter max {:4} us (run {:5}) | overruns {} | latency {:5.1} ms | infer {:5.1} ms | {:<9} | chunks {} ({} rejected) | safety events {}",
             self.tags,
             t,
             rate,
-            LiveStats::get(&live.last_jitter_ns) / 1000,
+            // The worst since the last line, not the last tick's: what the summary's p99 sees.
+            live.interval_max_jitter_ns.swap(0, Ordering::Relaxed) / 1000,
             LiveStats::get(&live.max_jitter_ns) / 1000,
             LiveStats::get(&live.overruns),
             LiveStats::get(&live.last_latency_us) as f64 / 1e3,
@@ -332,7 +333,7 @@ impl StatusLine {
             None => line,
         };
         if self.tty {
-            log::write_stderr(format!("\r{line}\x1b[K").as_bytes());
+            log::write_status(&line);
         } else {
             tracing::info!(target: "pi0d::status", "{line}");
         }
@@ -340,7 +341,7 @@ impl StatusLine {
 
     pub fn finish(&self) {
         if self.enabled && self.tty {
-            log::write_stderr(b"\n");
+            log::close_status();
         }
     }
 }
