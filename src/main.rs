@@ -32,6 +32,13 @@ enum Command {
     /// Validate the configuration, URDF and policy exactly as `run` does, and print what would run.
     Check(CheckArgs),
     /// Run the policy model alone on an inputs file (safetensors) and write `actions`.
+    ///
+    /// The inputs file holds, for a batch of B: `image0..N` f32 [B, 3, 224, 224] in [-1, 1],
+    /// `img_mask0..N` u8 [B], `lang_tokens` i64 [B, L], `lang_masks` u8 [B, L], `state` f32
+    /// [B, 32] (normalized, padded), `noise` f32 [B, 50, 32]; optionally real-time chunking's
+    /// `rtc_prev_chunk` f32 [B, T, A] (normalized), `rtc_inference_delay` i64 [] or [B],
+    /// `rtc_execution_horizon` i64 []. The output holds `actions` f32 [B, 50, 32] in the
+    /// model's normalized action space.
     Infer(InferArgs),
     /// Export the model as static ONNX graphs (prefix -> KV cache, denoise step) plus
     /// manifest.json, for ONNX Runtime, TensorRT or Ascend's ATC.
