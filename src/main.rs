@@ -398,7 +398,10 @@ fn load_config(config: Option<PathBuf>, ros: &RosArgs) -> Result<Config, Failure
 
 /// Starts the compute threads (before any model is loaded: loading packs weights on them).
 fn compute_threads(threads: usize) -> Result<(), Failure> {
-    pi0d_kernels::init_threads(threads).map_err(|e| {
+    pi0d_kernels::init_threads_with(threads, |_| {
+        pi0d::daemon::rt::lower_current_thread(pi0d::daemon::rt::INFERENCE_NICE)
+    })
+    .map_err(|e| {
         Failure::new(
             ExitReason::RuntimeFailure,
             anyhow::anyhow!(

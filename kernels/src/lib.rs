@@ -13,8 +13,17 @@ pub mod vecmath;
 /// Call it once at start-up: left to rayon, a pool that cannot create its threads (a process or
 /// thread limit) panics at the first product instead of failing where it can be reported.
 pub fn init_threads(threads: usize) -> Result<(), rayon::ThreadPoolBuildError> {
+    init_threads_with(threads, |_| {})
+}
+
+/// As `init_threads`, running `start` first on each compute thread (its index).
+pub fn init_threads_with(
+    threads: usize,
+    start: impl Fn(usize) + Send + Sync + 'static,
+) -> Result<(), rayon::ThreadPoolBuildError> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
         .thread_name(|i| format!("pi0d-compute-{i}"))
+        .start_handler(start)
         .build_global()
 }

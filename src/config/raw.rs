@@ -538,10 +538,16 @@ fn default_max_image_bytes() -> usize {
     8 << 20
 }
 
-#[derive(Debug, Default, Deserialize)]
+fn default_priority() -> i32 {
+    80
+}
+
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRealtime {
-    #[serde(default)]
+    /// SCHED_FIFO for the control thread by default, as ros2_control's controller manager
+    /// does; warned about once when the system refuses.
+    #[serde(default = "default_priority")]
     pub priority: i32,
     #[serde(default)]
     pub cpu_affinity: Vec<usize>,
@@ -549,4 +555,15 @@ pub struct RawRealtime {
     pub lock_memory: bool,
     #[serde(default)]
     pub spin_us: f64,
+}
+
+impl Default for RawRealtime {
+    fn default() -> Self {
+        RawRealtime {
+            priority: default_priority(),
+            cpu_affinity: Vec::new(),
+            lock_memory: false,
+            spin_us: 0.0,
+        }
+    }
 }

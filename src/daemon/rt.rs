@@ -4,6 +4,23 @@
 
 use crate::config::RealtimeConfig;
 
+/// The nice value of inference and compute threads: below the control thread (SCHED_FIFO)
+/// and the middleware's threads (nice 0), so a long inference never delays either.
+pub const INFERENCE_NICE: i32 = 5;
+
+/// Lowers the calling thread's priority to `nice` (always permitted: lowering needs no
+/// privilege).
+pub fn lower_current_thread(nice: i32) {
+    // SAFETY: gettid has no preconditions; setpriority on one's own thread id.
+    let rc = unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice)
+    };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "nice {nice} not applied");
+    }
+}
+
 /// Locks current and future memory so page faults cannot stall the control loop.
 pub fn lock_memory() {
     // SAFETY: plain syscall with constant flags.

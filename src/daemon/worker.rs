@@ -165,6 +165,7 @@ pub fn spawn(
         running: running.clone(),
     };
     let thread = super::supervise::spawn(Role::Inference, move |heart| {
+        super::rt::lower_current_thread(super::rt::INFERENCE_NICE);
         let mut obs = Observation::default();
         let mut seq = 0u64;
         let rtc = setup.rtc;
