@@ -47,6 +47,8 @@ fn when_bundled_pi0_model_drives_the_sim_expect_real_model_path_and_no_violation
     );
     assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}");
     assert_eq!(s["chunks_rejected"], 0, "{s}");
+    // One inference before READY and the control loop.
+    assert!(run.stderr.contains("policy warmed up"), "{}", run.stderr);
     // The model's actions stay within a few centiradians of the start pose (its stats).
     let v = s["max_abs_velocity"]["elbow"].as_f64().unwrap();
     assert!(v > 0.0 && v < 1.0, "elbow velocity {v}");

@@ -314,6 +314,25 @@ fn wait_first_joint_state(
     ))
 }
 
+/// One inference (or a remote policy's connection) before READY: the first real chunk then
+/// costs what the others do. A failure is logged, not fatal: the worker retries and the arm
+/// waits as it would for any missing chunk.
+fn warm_up(policy: &mut dyn crate::policy::Policy, cfg: &Config, board: &Blackboard) {
+    let mut obs = crate::policy::Observation::default();
+    if !board.observe(&cfg.policy.state, &mut obs) {
+        return;
+    }
+    let started = MonoTime::now();
+    match supervise::caught(|| policy.warm_up(&obs)) {
+        Ok(Ok(())) => tracing::info!(
+            ms = format!("{:.1}", MonoTime::now().seconds_since(started) * 1e3),
+            "policy warmed up"
+        ),
+        Ok(Err(e)) => tracing::warn!(error = %e, "policy warm-up failed; the worker retries"),
+        Err(panic) => tracing::warn!(%panic, "policy warm-up panicked; the worker retries"),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn supervise(
     cfg: &Config,
@@ -337,7 +356,8 @@ fn supervise(
         "start gate passed: motion starts from the measured position"
     );
 
-    let policy = crate::policy::from_config(cfg)?;
+    let mut policy = crate::policy::from_config(cfg)?;
+    warm_up(policy.as_mut(), cfg, board);
     let worker_stats = Arc::new(WorkerStats::default());
     let (worker, worker_thread) = worker::spawn(
         policy,

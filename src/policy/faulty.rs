@@ -37,6 +37,11 @@ impl Policy for FaultyPolicy {
         "faulty"
     }
 
+    // Not a chunk: the fault window counts only the worker's requests.
+    fn warm_up(&mut self, obs: &Observation) -> Result<(), PolicyError> {
+        self.inner.warm_up(obs)
+    }
+
     fn infer(&mut self, obs: &Observation) -> Result<ActionChunk, PolicyError> {
         let faulty = self.faulty_now();
         self.produced += 1;

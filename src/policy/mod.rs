@@ -125,6 +125,14 @@ pub trait Policy: Send {
     fn remote_stats(&self) -> Option<RemoteStats> {
         None
     }
+
+    /// Made ready before the first real request (the daemon says READY after it): a model
+    /// runs one inference on `obs` (caches, page faults, lazy initialization), a remote
+    /// policy connects. Nothing it returns is executed.
+    fn warm_up(&mut self, obs: &Observation) -> Result<(), PolicyError> {
+        let _ = obs;
+        Ok(())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -594,6 +594,19 @@ impl Policy for OpenpiPolicy {
         "openpi"
     }
 
+    /// Connects (no request: a server's request count is its own business).
+    fn warm_up(&mut self, _obs: &Observation) -> Result<(), PolicyError> {
+        if self.link.is_open() {
+            return Ok(());
+        }
+        if let Err(e) = self.link.open() {
+            return Err(self.failed(e));
+        }
+        self.connects += 1;
+        self.stats.connected = true;
+        Ok(())
+    }
+
     fn infer(&mut self, obs: &Observation) -> Result<ActionChunk, PolicyError> {
         if !self.link.is_open() {
             let now = Instant::now();

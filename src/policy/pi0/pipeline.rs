@@ -772,6 +772,12 @@ impl Policy for Pi0Policy {
         "pi0"
     }
 
+    fn warm_up(&mut self, obs: &Observation) -> Result<(), PolicyError> {
+        let mut obs = obs.clone();
+        obs.rtc = None;
+        self.infer(&obs).map(|_| ())
+    }
+
     fn infer(&mut self, obs: &Observation) -> Result<ActionChunk, PolicyError> {
         let p = &mut self.pipeline;
         let a = &p.arch;
