@@ -128,3 +128,62 @@ fn when_remap_gives_invalid_ros_name_expect_check_refuses_naming_it() {
         "{out}"
     );
 }
+
+/// The command lines `launch/pi0d.launch.py` and `launch/pi0d.launch.xml` produce
+/// (tests/peers/launch_check.py evaluates them without a ROS install).
+fn launch_commands(file: &str, args: &[String]) -> Vec<Vec<String>> {
+    let out = Command::new(common::root().join(".venv/bin/python"))
+        .arg(common::root().join("tests/peers/launch_check.py"))
+        .arg(common::root().join(file))
+        .args(args)
+        .output()
+        .expect("the test venv's python (./tools/test.sh makes it)");
+    assert!(
+        out.status.success(),
+        "{file}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn when_pi0d_is_launched_from_either_launch_file_expect_it_runs_with_the_params_file() {
+    let dir = common::scratch_dir("launch");
+    let cfg = dir.join("sim.toml");
+    std::fs::write(&cfg, toml::to_string(&common::sim_config()).unwrap()).unwrap();
+    let params = common::root().join("tests/config/params.yaml");
+    for file in ["launch/pi0d.launch.py", "launch/pi0d.launch.xml"] {
+        for (with_params, rate) in [(true, 500.0), (false, 200.0)] {
+            let mut args = vec![
+                format!("config:={}", cfg.display()),
+                format!("binary:={}", env!("CARGO_BIN_EXE_pi0d")),
+                "node:=left_arm".to_string(),
+            ];
+            if with_params {
+                args.push(format!("params_file:={}", params.display()));
+            }
+            let cmds = launch_commands(file, &args);
+            assert_eq!(cmds.len(), 1, "{file}: {cmds:?}");
+            let mut cmd = cmds[0].clone();
+            assert_eq!(cmd[0], env!("CARGO_BIN_EXE_pi0d"));
+            assert!(cmd.contains(&"__node:=left_arm".to_string()), "{cmd:?}");
+            // A short run with a summary: pi0d's own flags go before --ros-args.
+            let summary = dir.join("summary.json");
+            let at = cmd.iter().position(|a| a == "--ros-args").unwrap();
+            let extra = ["--duration", "1", "--summary", summary.to_str().unwrap()];
+            cmd.splice(at..at, extra.iter().map(|s| s.to_string()));
+            let out = Command::new(&cmd[0]).args(&cmd[1..]).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{file} {cmd:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let s: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+            assert_eq!(s["rate_hz"], rate, "{file} with params {with_params}: {s}");
+        }
+    }
+}
