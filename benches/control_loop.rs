@@ -53,6 +53,7 @@ fn loop_under_load(rate_hz: f64, priority: i32, spin_us: f64, seconds: f64) {
             status: false,
             dry_run: false,
             state_dir: None,
+            reload_from: None,
         },
     )
     .expect("daemon runs");

@@ -582,7 +582,9 @@ fn run(a: RunArgs, ros: &RosArgs) -> Outcome {
     }
     compute_threads(cfg.policy.threads())?;
     let file = cfg.file.clone();
+    let reload_from = Some((cfg.file.clone(), ros.clone()));
     let opts = RunOptions {
+        reload_from,
         duration_s: a.duration,
         summary: a.summary,
         status: !a.quiet,

@@ -82,6 +82,9 @@ pub struct Controller {
     last_tick: MonoTime,
     accepted: u64,
     pub latency: Histogram,
+    /// Tighter limits from a reload, applied once the arm is at rest.
+    pending_limits: Option<Box<RobotLimits>>,
+    at_rest: bool,
 }
 
 impl Controller {
@@ -148,6 +151,8 @@ impl Controller {
             safety,
             last_tick: now,
             accepted: 0,
+            pending_limits: None,
+            at_rest: true,
             latency: Histogram::new(100_000, 100_000),
         })
     }
@@ -190,6 +195,36 @@ impl Controller {
         }
     }
 
+    /// Tighter limits (a configuration reload): a running arm holds first; they apply at rest
+    /// and the arm resumes with a fresh chunk, as after any hold.
+    pub fn request_limits(&mut self, limits: Box<RobotLimits>) {
+        self.pending_limits = Some(limits);
+    }
+
+    fn apply_pending_limits(
+        &mut self,
+        now: MonoTime,
+        t: &mut Transitions,
+        recycle: &mut impl FnMut(Box<JointChunk>),
+    ) {
+        if self.pending_limits.is_none() {
+            return;
+        }
+        match self.safety.mode() {
+            Mode::Running => self.hold(HoldReason::Reconfigure, now, t, recycle),
+            Mode::Stopping => self.pending_limits = None,
+            _ if self.at_rest => {
+                if let Some(l) = self.pending_limits.take() {
+                    self.executor.set_limits(&l.velocity, &l.acceleration);
+                    self.governor.set_limits((*l).clone());
+                    self.monitor.set_limits((*l).clone());
+                    self.safety.set_limits(*l);
+                }
+            }
+            _ => {}
+        }
+    }
+
     pub fn tick(
         &mut self,
         mut i: TickInputs,
@@ -197,6 +232,7 @@ impl Controller {
     ) -> TickReport {
         let now = i.safety.now;
         let mut t: Transitions = [None, None];
+        self.apply_pending_limits(now, &mut t, recycle);
 
         // 1. Operator inputs and watchdogs.
         let gate = self
@@ -210,11 +246,14 @@ impl Controller {
             self.drop_chunk(recycle);
         }
 
-        // 2. A newly arrived chunk.
-        let chunk = i
-            .new_chunk
-            .take()
-            .and_then(|c| self.take_chunk(c, now, &gate, &mut t, recycle));
+        // 2. A newly arrived chunk (none while reloaded limits wait for the arm to rest).
+        let chunk = match i.new_chunk.take() {
+            Some(c) if self.pending_limits.is_some() => {
+                recycle(c);
+                None
+            }
+            c => c.and_then(|c| self.take_chunk(c, now, &gate, &mut t, recycle)),
+        };
 
         // 3. The target, sampled once (`JointVector` is Copy: no allocation) and checked.
         let target = self.target(now, &mut t, recycle);
@@ -229,6 +268,7 @@ impl Controller {
                 .step(Target::Stop, &i.safety.measured.position),
         };
         self.count_governor(&gov);
+        self.at_rest = gov.at_rest;
         if gov.limit_brake {
             self.hold(HoldReason::PositionLimit, now, &mut t, recycle);
         }

@@ -147,6 +147,16 @@ impl ControlLoop {
     /// One control tick for the deadline `now`.
     pub fn step(&mut self, now: MonoTime) -> StepOutcome {
         self.drill();
+        // Never waits: the supervisor holds this lock only to put reloaded limits in.
+        if let Some(l) = self
+            .board
+            .reload_limits
+            .try_lock()
+            .ok()
+            .and_then(|mut g| g.take())
+        {
+            self.ctl.request_limits(l);
+        }
         let measured = self.board.joint_state.load();
         self.board.read_camera_stamps(&mut self.camera_stamps);
         let stopping = self.stop_requested.load(Ordering::Relaxed);

@@ -12,6 +12,7 @@ pub mod exit;
 pub mod latch;
 pub mod log;
 pub mod notify;
+pub mod reload;
 pub mod report;
 pub mod rt;
 pub mod signals;
@@ -93,6 +94,8 @@ pub struct RunOptions {
     pub dry_run: bool,
     /// Where the fault latch is kept (`$STATE_DIRECTORY` under systemd); none: no latch.
     pub state_dir: Option<PathBuf>,
+    /// The configuration file and ROS arguments it came from, read again on SIGHUP.
+    pub reload_from: Option<(PathBuf, crate::config::ros_args::RosArgs)>,
 }
 
 /// How long start-up waits for the first joint state (DDS discovery takes a moment).
@@ -314,6 +317,53 @@ fn wait_first_joint_state(
     ))
 }
 
+/// SIGHUP: reads the configuration again and applies what may change while the arm runs;
+/// every refusal is logged naming its field.
+fn reload(running: &mut Config, opts: &RunOptions, board: &Blackboard) {
+    let Some((path, ros)) = &opts.reload_from else {
+        tracing::warn!("SIGHUP: no configuration file to reload");
+        return;
+    };
+    let new = match Config::load_with(path, ros) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "SIGHUP: the configuration does not load; nothing changed");
+            return;
+        }
+    };
+    let plan = reload::plan(running, &new, &board.joint_state.load().position);
+    for (field, why) in &plan.refused {
+        tracing::warn!(field = %field, "SIGHUP: `{field}` not reloaded: {why}");
+    }
+    if let Some(p) = plan.prompt {
+        if let Ok(mut slot) = board.prompt.lock() {
+            slot.clone_from(&p);
+        }
+        tracing::info!(prompt = %p, "SIGHUP: policy.prompt reloaded");
+        running.policy.prompt = p;
+    }
+    if let Some(s) = plan.status_interval_s {
+        tracing::info!("SIGHUP: control.status_interval_s reloaded ({s} s)");
+        running.control.status_interval_s = s;
+    }
+    if let Some(l) = plan.limits {
+        if let Ok(mut slot) = board.reload_limits.lock() {
+            *slot = Some(Box::new(l.clone()));
+        }
+        tracing::info!("SIGHUP: tighter limits reloaded; they apply with the arm at rest (a running arm holds, then resumes)");
+        running.limits = l;
+    }
+    if plan.refused.is_empty() {
+        tracing::info!(file = %path.display(), "SIGHUP: configuration reloaded");
+    } else {
+        tracing::warn!(
+            file = %path.display(),
+            refused = plan.refused.len(),
+            "SIGHUP: configuration partly reloaded; what was refused keeps its running value"
+        );
+    }
+}
+
 /// One inference (or a remote policy's connection) before READY: the first real chunk then
 /// costs what the others do. A failure is logged, not fatal: the worker retries and the arm
 /// waits as it would for any missing chunk.
@@ -410,6 +460,8 @@ fn supervise(
     let mut last_tick_change = MonoTime::now();
 
     let mut log = EventLog::default();
+    // What a reload compares with: the configuration as started, with what reloads applied.
+    let mut running = cfg.clone();
     let mut last_status = MonoTime::now();
     let mut status_line = StatusLine::new(opts.status, &status_tags(cfg, opts));
     let run_start = MonoTime::now();
@@ -436,6 +488,9 @@ fn supervise(
         }
         let t = now.seconds_since(run_start);
         log.drain(&events_rx, start);
+        if signals.take_reload() {
+            reload(&mut running, opts, board);
+        }
         if LiveStats::get(&live.fault_latched) == 1
             && log
                 .transitions
@@ -525,7 +580,7 @@ fn supervise(
             tracing::info!("stopping: decelerating to rest");
             stop_requested.store(true, Ordering::SeqCst);
         }
-        if now.seconds_since(last_status) >= cfg.control.status_interval_s {
+        if now.seconds_since(last_status) >= running.control.status_interval_s {
             last_status = now;
             status_line.show(live, &worker_stats, t);
             // When stderr has failed, systemd's status line is where the loss still shows.

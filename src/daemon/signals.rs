@@ -14,8 +14,7 @@ use signal_hook::consts::signal::*;
 const STOP: [i32; 5] = [SIGINT, SIGTERM, SIGQUIT, SIGXCPU, libc::SIGPWR];
 /// Also the terminal's stop signals: a daemon suspended by Ctrl-Z mid-motion would stop
 /// commanding the arm without a controlled stop.
-const IGNORED: [i32; 12] = [
-    SIGHUP,
+const IGNORED: [i32; 11] = [
     SIGUSR1,
     SIGUSR2,
     SIGALRM,
@@ -32,6 +31,8 @@ const IGNORED: [i32; 12] = [
 pub struct Signals {
     /// Set by the first stop signal.
     pub stop: Arc<AtomicBool>,
+    /// SIGHUPs not yet taken (a configuration reload each).
+    reload: Arc<AtomicU64>,
     /// Per ignored signal (and the real-time range, counted together): deliveries not yet
     /// logged.
     pending: Vec<(i32, Arc<AtomicU64>)>,
@@ -70,6 +71,16 @@ impl Signals {
                 tracing::warn!(signal = sig, error = %e, "cannot handle signal");
             }
         }
+        let reload = Arc::new(AtomicU64::new(0));
+        let r = reload.clone();
+        // SAFETY: the handler only increments an atomic, which is async-signal-safe.
+        if let Err(e) = unsafe {
+            signal_hook::low_level::register(SIGHUP, move || {
+                r.fetch_add(1, Ordering::Relaxed);
+            })
+        } {
+            tracing::warn!(signal = SIGHUP, error = %e, "cannot handle signal");
+        }
         let mut pending = Vec::new();
         let realtime = libc::SIGRTMIN()..=libc::SIGRTMAX();
         for sig in IGNORED.into_iter().chain(realtime) {
@@ -88,6 +99,7 @@ impl Signals {
         }
         Signals {
             stop,
+            reload,
             pending,
             ignored_total: 0,
         }
@@ -99,14 +111,14 @@ impl Signals {
             let n = count.swap(0, Ordering::Relaxed);
             if n > 0 {
                 self.ignored_total += n;
-                let why = if *sig == SIGHUP {
-                    "ignored (configuration reload is not supported; restart to apply changes)"
-                } else {
-                    "ignored"
-                };
-                tracing::warn!(signal = %name(*sig), count = n, "{why}");
+                tracing::warn!(signal = %name(*sig), count = n, "ignored");
             }
         }
+    }
+
+    /// Whether a SIGHUP arrived since the last call (several count as one reload).
+    pub fn take_reload(&self) -> bool {
+        self.reload.swap(0, Ordering::Relaxed) > 0
     }
 
     pub fn ignored_total(&self) -> u64 {

@@ -39,6 +39,8 @@ pub struct Blackboard {
     /// Until the first joint state: what the transport saw instead (messages refused, or the
     /// topics on the graph), for the start-up error.
     pub startup_note: Mutex<String>,
+    /// Tighter limits from a configuration reload, for the control thread to take.
+    pub reload_limits: Mutex<Option<Box<crate::robot::RobotLimits>>>,
 }
 
 impl Blackboard {
@@ -56,6 +58,7 @@ impl Blackboard {
             resets: AtomicU64::new(0),
             command: AtomicCell::new((MonoTime::ZERO, MotionState::default())),
             startup_note: Mutex::new(String::new()),
+            reload_limits: Mutex::new(None),
         }
     }
 

@@ -83,6 +83,12 @@ impl Governor {
         }
     }
 
+    /// New limits (a reload; the arm at rest).
+    pub fn set_limits(&mut self, limits: RobotLimits) {
+        self.soft = limits.joints.iter().map(|j| j.soft).collect();
+        self.limits = limits;
+    }
+
     /// Restarts at rest at `position` (after an e-stop reset), keeping the limits.
     pub fn reset_at(&mut self, position: &JointVector) {
         self.state = MotionState::at_rest(*position);

@@ -41,6 +41,11 @@ impl LimitMonitor {
         }
     }
 
+    /// New limits (a reload; the arm at rest).
+    pub fn set_limits(&mut self, limits: RobotLimits) {
+        self.limits = limits;
+    }
+
     /// Starts a fresh history (after the arm stood still, e.g. at start-up) at rest.
     pub fn reset_at(&mut self, position: &JointVector) {
         let n = position.len();

@@ -19,6 +19,8 @@ pub enum HoldReason {
     NonFiniteTarget,
     /// After an e-stop reset: waiting for a chunk computed from an observation after the reset.
     AfterReset,
+    /// Tighter limits from a configuration reload (SIGHUP) are applied at rest.
+    Reconfigure,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +67,7 @@ impl HoldReason {
             HoldReason::PositionLimit => "position_limit",
             HoldReason::NonFiniteTarget => "non_finite_target",
             HoldReason::AfterReset => "after_reset",
+            HoldReason::Reconfigure => "reconfigure",
         }
     }
 }
@@ -116,7 +119,7 @@ impl SafetyEvent {
             HoldReason::Workspace => SafetyEvent::Workspace,
             HoldReason::PositionLimit => SafetyEvent::PositionLimit,
             HoldReason::NonFiniteTarget => SafetyEvent::NonFiniteTarget,
-            HoldReason::AfterReset => return None,
+            HoldReason::AfterReset | HoldReason::Reconfigure => return None,
         })
     }
 }

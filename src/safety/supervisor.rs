@@ -148,6 +148,11 @@ impl Supervisor {
         self.mode
     }
 
+    /// New limits (a reload; the arm at rest).
+    pub fn set_limits(&mut self, limits: RobotLimits) {
+        self.limits = limits;
+    }
+
     pub fn event_counts(&self) -> &[u64; SafetyEvent::COUNT] {
         &self.events
     }
