@@ -420,3 +420,27 @@ fn when_rtc_enabled_expect_new_chunks_to_agree_with_the_running_plan_and_no_viol
     assert!(p50(&off) > 0.0, "{off}");
     assert!(p50(&on) < 0.25 * p50(&off), "without {off}\nwith {on}");
 }
+
+#[test]
+fn when_the_bimanual_robot_runs_expect_both_arms_driven_from_three_named_cameras() {
+    let text = std::fs::read_to_string(root().join("config/aloha.toml")).unwrap();
+    let mut cfg: toml::Table = text.parse().unwrap();
+    cfg["robot"]["urdf"] = Value::String(root().join("urdf/aloha.urdf").display().to_string());
+    cfg["policy"]["checkpoint"] =
+        Value::String(root().join("models/tiny-pi0-aloha").display().to_string());
+    // Cameras are bound to the model's by name, not by position.
+    let cams = cfg["sim"]["cameras"].as_array_mut().unwrap();
+    cams.reverse();
+    let run = run_daemon("aloha", &cfg, 4.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    let s = run.summary();
+    assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}");
+    assert_eq!(s["chunks_rejected"], 0, "{s}");
+    let v = s["max_abs_velocity"].as_object().unwrap();
+    assert_eq!(v.len(), 14, "{s}");
+    for side in ["left", "right"] {
+        let moved = v[&format!("{side}_elbow")].as_f64().unwrap();
+        assert!(moved > 0.0 && moved < 1.0, "{side} elbow velocity {moved}");
+    }
+}

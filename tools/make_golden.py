@@ -324,6 +324,58 @@ def bundled_model(tok, fast):
     print(f"bundled model: {d}")
 
 
+ALOHA_JOINTS = [f"{side}_{j}" for side in ("left", "right")
+                for j in ("waist", "shoulder", "elbow", "forearm_roll", "wrist_angle", "wrist_rotate", "gripper")]
+ALOHA_START = [0.0, -0.3, -0.1, 0.0, 0.2, 0.0, 0.04] * 2
+ALOHA_CAMERAS = ["cam_high", "cam_left_wrist", "cam_right_wrist"]
+
+
+def bundled_aloha_model(tok, fast):
+    """config/aloha.toml's policy: a tiny pi0 with ALOHA's three cameras and 14 actions in
+    lerobot's order (random weights), its stats around the simulated robot's start pose."""
+    import lerobot.policies.pi0.processor_pi0 as proc
+
+    torch.manual_seed(11)
+    inputs = {f"observation.images.{c}": PolicyFeature(type=FeatureType.VISUAL, shape=(3, 224, 224))
+              for c in ALOHA_CAMERAS}
+    inputs["observation.state"] = PolicyFeature(type=FeatureType.STATE, shape=(14,))
+    outputs = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(14,))}
+    policy = PI0Policy(PI0Config(dtype="float32", device="cpu", input_features=inputs, output_features=outputs))
+    start = torch.tensor(ALOHA_START)
+    state_std = torch.tensor(([0.5] * 6 + [0.01]) * 2)
+    action_std = torch.tensor(([0.001] * 6 + [0.00002]) * 2)
+
+    def st(mean, std):
+        return {"mean": mean, "std": std, "min": mean - 3 * std, "max": mean + 3 * std,
+                "q01": mean - 2 * std, "q99": mean + 2 * std}
+
+    real_step = proc.TokenizerProcessorStep
+    proc.TokenizerProcessorStep = lambda **kw: real_step(
+        tokenizer=fast, **{k: v for k, v in kw.items() if k != "tokenizer_name"}
+    )
+    pre, post = proc.make_pi0_pre_post_processors(
+        policy.config, dataset_stats={"observation.state": st(start, state_std), "action": st(start, action_std)}
+    )
+    proc.TokenizerProcessorStep = real_step
+    d = ROOT / "models" / "tiny-pi0-aloha"
+    d.mkdir(parents=True, exist_ok=True)
+    save_model(policy, str(d / "model.safetensors"))
+    policy.config._save_pretrained(d)
+    (d / "arch.json").write_text(json.dumps(ARCH, indent=2) + "\n")
+    pre.save_pretrained(str(d))
+    post.save_pretrained(str(d))
+    tok.save(str(d / "tokenizer.json"))
+    (d / "README.md").write_text(
+        "# tiny-pi0-aloha\n\n"
+        "`config/aloha.toml`'s policy: a pi0 checkpoint in lerobot's format with **random weights**, "
+        "built by lerobot 0.6.1's own classes at the bundled tiny model's widths by "
+        "`tools/make_golden.py --aloha`. Three cameras (`observation.images.cam_high`, "
+        "`cam_left_wrist`, `cam_right_wrist`), 14 joints in lerobot's ALOHA order "
+        f"({', '.join(ALOHA_JOINTS)}). Its normalization stats keep the actions within a few "
+        "centiradians of the simulated robot's start pose.\n")
+    print(f"bundled ALOHA model: {d}")
+
+
 def f16_case(policy, gen: torch.Generator):
     """An f16-stored checkpoint. lerobot has no f16 mode, so its reference runs the same model
     with every weight rounded to f16 (computed in f32, as pi0d computes)."""
@@ -401,6 +453,10 @@ def rtc_cases(policies: dict):
 
 
 def main():
+    if "--aloha" in sys.argv:
+        tok, fast = make_tokenizer()
+        bundled_aloha_model(tok, fast)
+        return
     if "--rtc" in sys.argv:
         # Only the RTC cases, on the committed f32 checkpoints (rebuilt from their seeds and checked).
         policies = {"pi0": build("pi0", "float32", seed=1), "pi05": build("pi05", "float32", seed=3)}
@@ -434,6 +490,7 @@ def main():
     end_to_end_case(pi0_f32, "pi0", fast, tok, gen)
     end_to_end_case(pi05_f32, "pi05", fast, tok, gen)
     bundled_model(tok, fast)
+    bundled_aloha_model(tok, fast)
 
     preprocessing_case(gen)
     f16_case(pi0_f32, gen)
