@@ -49,6 +49,13 @@ fn when_bundled_pi0_model_drives_the_sim_expect_real_model_path_and_no_violation
     assert_eq!(s["chunks_rejected"], 0, "{s}");
     // One inference before READY and the control loop.
     assert!(run.stderr.contains("policy warmed up"), "{}", run.stderr);
+    // Where inference time went, stage by stage.
+    let st = &s["inference_stages_ms"];
+    for stage in ["preprocess", "prefix", "steps", "postprocess"] {
+        let p50 = st[stage]["p50"].as_f64().unwrap();
+        assert!(p50 > 0.0 && p50 < 5000.0, "{stage}: {st}");
+    }
+    assert!(st["queue"]["max"].as_f64().unwrap() < 1000.0, "{st}");
     // The model's actions stay within a few centiradians of the start pose (its stats).
     let v = s["max_abs_velocity"]["elbow"].as_f64().unwrap();
     assert!(v > 0.0 && v < 1.0, "elbow velocity {v}");

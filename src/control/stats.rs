@@ -100,6 +100,12 @@ pub struct LiveStats {
     pub remote_errors: AtomicU64,
     /// 1 while the fault latch holds the arm (the previous run faulted; a reset lifts it).
     pub fault_latched: AtomicU64,
+    /// The latest inference's stages, µs (copied from the worker once a second).
+    pub stage_queue_us: AtomicU64,
+    pub stage_preprocess_us: AtomicU64,
+    pub stage_prefix_us: AtomicU64,
+    pub stage_steps_us: AtomicU64,
+    pub stage_postprocess_us: AtomicU64,
 }
 
 impl LiveStats {

@@ -187,6 +187,16 @@ pub fn build_summary(
         remote_policy: ws.remote.lock().ok().and_then(|r| r.clone()),
         inference_requests: ws.requests.load(Ordering::Relaxed),
         chunk_switches: switch_summary(cfg, ws, blend_corrections),
+        inference_stages_ms: {
+            let s = ws.stages.lock().map(|s| s.clone()).unwrap_or_default();
+            super::summary::StageSummary {
+                queue: percentiles(s.queue),
+                preprocess: percentiles(s.preprocess),
+                prefix: percentiles(s.prefix),
+                steps: percentiles(s.steps),
+                postprocess: percentiles(s.postprocess),
+            }
+        },
         latency_ms: Percentiles {
             p50: ms(ctl.latency.quantile_ns(0.5)),
             p99: ms(ctl.latency.quantile_ns(0.99)),
@@ -294,6 +304,14 @@ impl StatusLine {
                 .map(|c| c.load(Ordering::Relaxed))
                 .sum();
             LiveStats::set(&live.remote_errors, errors);
+        }
+        if let Some((queue, t)) = ws.stages.lock().ok().and_then(|s| s.last) {
+            let us = |ms: f64| (ms * 1e3) as u64;
+            LiveStats::set(&live.stage_queue_us, us(queue));
+            LiveStats::set(&live.stage_preprocess_us, us(t.preprocess_ms));
+            LiveStats::set(&live.stage_prefix_us, us(t.prefix_ms));
+            LiveStats::set(&live.stage_steps_us, us(t.steps_ms));
+            LiveStats::set(&live.stage_postprocess_us, us(t.postprocess_ms));
         }
         let ticks = LiveStats::get(&live.ticks);
         let rate = ticks.saturating_sub(self.last_ticks) as f64 / (t - self.last_t).max(1e-9);

@@ -14,6 +14,15 @@ pub struct Percentiles {
 }
 
 #[derive(Debug, Default, Serialize)]
+pub struct StageSummary {
+    pub queue: Percentiles,
+    pub preprocess: Percentiles,
+    pub prefix: Percentiles,
+    pub steps: Percentiles,
+    pub postprocess: Percentiles,
+}
+
+#[derive(Debug, Default, Serialize)]
 pub struct SwitchSummary {
     /// `control.rtc.enabled`.
     pub rtc: bool,
@@ -58,6 +67,9 @@ pub struct Summary {
     pub inference_requests: u64,
     /// How new chunks agreed with the plan they replaced (with real-time chunking or not).
     pub chunk_switches: SwitchSummary,
+    /// Where inference time went, per request, ms: the queueing before inference and, for a
+    /// model run here, preprocessing, the prefix, the denoising steps and postprocessing.
+    pub inference_stages_ms: StageSummary,
     /// Observation-to-arrival latency of executed chunks, warm-up excluded.
     pub latency_ms: Percentiles,
     pub safety_events: BTreeMap<String, u64>,

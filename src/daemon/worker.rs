@@ -13,7 +13,7 @@ use crate::config::{RtcConfig, SafetyConfig};
 use crate::control::rtc::RtcPlanner;
 use crate::io::Blackboard;
 use crate::joints::{ActionMap, StateLayout};
-use crate::policy::{Observation, Policy, PolicyError, RemoteFault, RemoteStats};
+use crate::policy::{Observation, Policy, PolicyError, RemoteFault, RemoteStats, StageTiming};
 use crate::robot::RobotLimits;
 use crate::safety::validate::{check_chunk, ChunkFaultKind};
 use crate::time::MonoTime;
@@ -39,6 +39,39 @@ pub struct WorkerStats {
     pub remote: Mutex<Option<RemoteStats>>,
     /// Chunk switches: how far each new chunk is from the running one's plan.
     pub switches: Mutex<SwitchStats>,
+    /// Where inference time goes, per request (bounded).
+    pub stages: Mutex<StageSamples>,
+}
+
+/// Per request, ms: the wait from the control thread's request to the worker taking it, and
+/// the policy's stages (when it runs a model here).
+#[derive(Clone, Debug, Default)]
+pub struct StageSamples {
+    pub queue: Vec<f64>,
+    pub preprocess: Vec<f64>,
+    pub prefix: Vec<f64>,
+    pub steps: Vec<f64>,
+    pub postprocess: Vec<f64>,
+    /// The latest request's, for the live diagnostics.
+    pub last: Option<(f64, StageTiming)>,
+}
+
+impl StageSamples {
+    fn record(&mut self, queue_ms: f64, t: Option<StageTiming>) {
+        let push = |v: &mut Vec<f64>, x: f64| {
+            if v.len() < KEPT_DISTANCES {
+                v.push(x);
+            }
+        };
+        push(&mut self.queue, queue_ms);
+        if let Some(t) = t {
+            push(&mut self.preprocess, t.preprocess_ms);
+            push(&mut self.prefix, t.prefix_ms);
+            push(&mut self.steps, t.steps_ms);
+            push(&mut self.postprocess, t.postprocess_ms);
+        }
+        self.last = Some((queue_ms, t.unwrap_or_default()));
+    }
 }
 
 /// How each new chunk agrees with the plan it replaces (measured with and without real-time
@@ -72,7 +105,8 @@ impl WorkerStats {
 
 /// The control thread's end of the worker.
 pub struct WorkerHandle {
-    requests: SyncSender<()>,
+    /// Each request carries when the control thread made it (the queueing before inference).
+    requests: SyncSender<MonoTime>,
     chunks: Receiver<Box<JointChunk>>,
     recycle: SyncSender<Box<JointChunk>>,
     in_flight: Arc<AtomicBool>,
@@ -86,7 +120,7 @@ impl WorkerHandle {
         // Marked before sending: the worker may take the request, finish and clear the flag
         // before `try_send` even returns; marking afterwards would leave it set forever.
         self.in_flight.store(true, Ordering::Release);
-        if let Err(TrySendError::Disconnected(())) = self.requests.try_send(()) {
+        if let Err(TrySendError::Disconnected(_)) = self.requests.try_send(MonoTime::now()) {
             self.in_flight.store(false, Ordering::Release);
         }
     }
@@ -149,7 +183,7 @@ pub fn spawn(
     stats: Arc<WorkerStats>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<(WorkerHandle, Supervised<()>)> {
-    let (req_tx, req_rx) = sync_channel::<()>(1);
+    let (req_tx, req_rx) = sync_channel::<MonoTime>(1);
     let (chunk_tx, chunk_rx) = sync_channel::<Box<JointChunk>>(2);
     let (recycle_tx, recycle_rx) = sync_channel::<Box<JointChunk>>(POOL);
     for _ in 0..POOL {
@@ -176,11 +210,12 @@ pub fn spawn(
         );
         while !stop.load(Ordering::Relaxed) {
             heart.beat();
-            match req_rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(()) => {}
+            let asked = match req_rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(at) => at,
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => break,
-            }
+            };
+            let queue_ms = MonoTime::now().seconds_since(asked) * 1e3;
             stats.requests.fetch_add(1, Ordering::Relaxed);
             if board.observe(&setup.state, &mut obs) {
                 seq += 1;
@@ -204,6 +239,7 @@ pub fn spawn(
                     &stats,
                     &recycle_rx,
                     seq,
+                    queue_ms,
                 ) {
                     let latency = MonoTime::now().seconds_since(obs.stamp);
                     if let Some(l) = &leftover {
@@ -227,6 +263,7 @@ fn infer_one(
     stats: &WorkerStats,
     pool: &Receiver<Box<JointChunk>>,
     seq: u64,
+    queue_ms: f64,
 ) -> Option<(Box<JointChunk>, ActionChunk)> {
     let started = MonoTime::now();
     // A panicking policy costs this chunk, not the worker (reported below, rate-limited).
@@ -235,6 +272,9 @@ fn infer_one(
         (MonoTime::now().seconds_since(started) * 1e6) as u64,
         Ordering::Relaxed,
     );
+    if let Ok(mut s) = stats.stages.lock() {
+        s.record(queue_ms, policy.stage_timing());
+    }
     if let Some(r) = policy.remote_stats() {
         if let Ok(mut slot) = stats.remote.lock() {
             *slot = Some(r);

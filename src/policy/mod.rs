@@ -100,6 +100,16 @@ impl RemoteFault {
     }
 }
 
+/// Where one inference's time went (ms): frames, state and prompt into model inputs; the
+/// prefix (vision and language); the denoising steps; the actions out (unnormalization).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StageTiming {
+    pub preprocess_ms: f64,
+    pub prefix_ms: f64,
+    pub steps_ms: f64,
+    pub postprocess_ms: f64,
+}
+
 /// A remote policy's link, for the summary and the logs.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct RemoteStats {
@@ -123,6 +133,11 @@ pub trait Policy: Send {
     fn infer(&mut self, obs: &Observation) -> Result<ActionChunk, PolicyError>;
     /// A remote policy's link statistics.
     fn remote_stats(&self) -> Option<RemoteStats> {
+        None
+    }
+
+    /// The latest inference's stages, for a policy that runs a model here.
+    fn stage_timing(&self) -> Option<StageTiming> {
         None
     }
 

@@ -393,6 +393,15 @@ pub fn diagnostics(
             }
         }
     }
+    for (name, c) in [
+        ("inference queue (ms)", &live.stage_queue_us),
+        ("inference preprocess (ms)", &live.stage_preprocess_us),
+        ("inference prefix (ms)", &live.stage_prefix_us),
+        ("inference steps (ms)", &live.stage_steps_us),
+        ("inference postprocess (ms)", &live.stage_postprocess_us),
+    ] {
+        values.push(kv(name, format!("{:.2}", LiveStats::get(c) as f64 / 1e3)));
+    }
     if LiveStats::get(&live.fault_latched) == 1 {
         values.push(kv(
             "fault latch",

@@ -17,7 +17,7 @@ use crate::chunk::{ActionChunk, ChunkPrefix};
 use crate::policy::graph::manifest::Manifest;
 use crate::policy::graph::{GraphError, GraphInputs, GraphModel, GraphRuntime};
 use crate::policy::rtc::{Guidance, RtcPrefix, RtcSettings};
-use crate::policy::{CameraFrame, Observation, Policy, PolicyError};
+use crate::policy::{CameraFrame, Observation, Policy, PolicyError, StageTiming};
 
 /// The longest task text (bytes) the pipeline takes (the configuration's bound). Longer prompts
 /// are refused before tokenizing (which would take seconds for a huge one, and truncation would
@@ -133,6 +133,8 @@ pub struct Pi0Pipeline {
     /// Where `state_dim` and `action_dim` come from ("from DIR/config.json", or the model's
     /// padded width for a bare safetensors file), for messages about them.
     pub width_source: String,
+    /// The latest `run`'s stages.
+    pub last_stages: StageTiming,
 }
 
 /// pi0.5's state discretization: 256 bins over [-1, 1] (numpy `digitize(x, linspace(-1,1,257)[:-1]) - 1`).
@@ -351,6 +353,7 @@ impl Pi0Pipeline {
             },
             camera_slots: (0..cameras).map(Some).collect(),
             width_source: widths.source,
+            last_stages: StageTiming::default(),
         })
     }
 
@@ -456,7 +459,9 @@ impl Pi0Pipeline {
         noise: &[f32],
         guidance: Option<&Guidance>,
     ) -> Outcome {
+        let started = std::time::Instant::now();
         let p = self.prepare(frames, state, task, noise)?;
+        let preprocess_ms = started.elapsed().as_secs_f64() * 1e3;
         let (x, timing) = match &mut self.backend {
             Backend::Cpu { model, workspace } => {
                 let mut input = p.input();
@@ -466,7 +471,15 @@ impl Pi0Pipeline {
             Backend::Graph(_, g) => sample_graphs(g, &[(&p, guidance)])?,
         };
         let per = self.arch.chunk * self.arch.action_dim;
-        Ok((self.finish(&x[..per])?, timing))
+        let finishing = std::time::Instant::now();
+        let actions = self.finish(&x[..per])?;
+        self.last_stages = StageTiming {
+            preprocess_ms,
+            prefix_ms: timing.prefix_ms,
+            steps_ms: timing.steps_ms,
+            postprocess_ms: finishing.elapsed().as_secs_f64() * 1e3,
+        };
+        Ok((actions, timing))
     }
 
     /// Several observations at once: on the CPU backend one batched pass of the model
@@ -770,6 +783,10 @@ impl Pi0Policy {
 impl Policy for Pi0Policy {
     fn name(&self) -> &str {
         "pi0"
+    }
+
+    fn stage_timing(&self) -> Option<StageTiming> {
+        Some(self.pipeline.last_stages)
     }
 
     fn warm_up(&mut self, obs: &Observation) -> Result<(), PolicyError> {
