@@ -231,7 +231,7 @@ pub fn spawn(
                         s.guided += 1;
                     }
                 }
-                if let Some((chunk, plan)) = infer_one(
+                let produced = infer_one(
                     policy.as_mut(),
                     &obs,
                     &setup,
@@ -239,8 +239,11 @@ pub fn spawn(
                     &stats,
                     &recycle_rx,
                     seq,
-                    queue_ms,
-                ) {
+                );
+                if let Ok(mut s) = stats.stages.lock() {
+                    s.record(queue_ms, policy.stage_timing());
+                }
+                if let Some((chunk, plan)) = produced {
                     let latency = MonoTime::now().seconds_since(obs.stamp);
                     if let Some(l) = &leftover {
                         record_switch(&stats, l, &plan);
@@ -263,7 +266,6 @@ fn infer_one(
     stats: &WorkerStats,
     pool: &Receiver<Box<JointChunk>>,
     seq: u64,
-    queue_ms: f64,
 ) -> Option<(Box<JointChunk>, ActionChunk)> {
     let started = MonoTime::now();
     // A panicking policy costs this chunk, not the worker (reported below, rate-limited).
@@ -272,9 +274,6 @@ fn infer_one(
         (MonoTime::now().seconds_since(started) * 1e6) as u64,
         Ordering::Relaxed,
     );
-    if let Ok(mut s) = stats.stages.lock() {
-        s.record(queue_ms, policy.stage_timing());
-    }
     if let Some(r) = policy.remote_stats() {
         if let Ok(mut slot) = stats.remote.lock() {
             *slot = Some(r);
