@@ -152,3 +152,80 @@ fn when_the_service_config_example_is_loaded_expect_a_ros_robot_with_absolute_pa
     let cfg = pi0d::config::Config::load(&file).unwrap();
     assert!(cfg.realtime.priority > 0 && cfg.realtime.lock_memory);
 }
+
+/// `[metrics]`: the endpoint scraped while the arm runs and parsed by Prometheus' own client
+/// library (tests/peers/scrape_metrics.py): ticks, the mode, input ages, the chunk latency
+/// histogram; another path is a 404.
+#[test]
+fn when_metrics_are_on_expect_prometheus_to_parse_live_figures() {
+    let dir = common::scratch_dir("metrics");
+    let port = common::free_port();
+    let mut cfg = common::sim_config();
+    cfg.insert(
+        "metrics".into(),
+        common::table(&[("listen", toml::Value::String(format!("127.0.0.1:{port}")))]),
+    );
+    let file = dir.join("config.toml");
+    std::fs::write(&file, toml::to_string(&cfg).unwrap()).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["run", "--quiet", "--duration", "4", "--config"])
+        .arg(&file)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let out = Command::new(common::root().join(".venv/bin/python"))
+        .arg(common::root().join("tests/peers/scrape_metrics.py"))
+        .arg(&url)
+        .output()
+        .unwrap();
+    let missing = Command::new(common::root().join(".venv/bin/python"))
+        .args(["-c", "import sys, urllib.request\ntry:\n urllib.request.urlopen(sys.argv[1], timeout=5)\nexcept urllib.error.HTTPError as e:\n print(e.code)"])
+        .arg(format!("http://127.0.0.1:{port}/other"))
+        .output()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let value = |family: &str, sample: &str| -> f64 {
+        m[family]["samples"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {family}: {m}"))
+            .iter()
+            .find(|s| s[0] == sample)
+            .unwrap_or_else(|| panic!("no {sample}: {m}"))[2]
+            .as_f64()
+            .unwrap()
+    };
+    assert_eq!(m["pi0d_control_ticks"]["type"], "counter");
+    assert!(
+        value("pi0d_control_ticks", "pi0d_control_ticks_total") > 200.0,
+        "{m}"
+    );
+    assert_eq!(value("pi0d_mode_running", "pi0d_mode_running"), 1.0, "{m}");
+    assert!(
+        value(
+            "pi0d_joint_state_age_seconds",
+            "pi0d_joint_state_age_seconds"
+        ) < 0.1
+    );
+    assert!(value("pi0d_camera0_age_seconds", "pi0d_camera0_age_seconds") < 0.5);
+    assert_eq!(m["pi0d_chunk_latency_seconds"]["type"], "histogram");
+    let n = value(
+        "pi0d_chunk_latency_seconds",
+        "pi0d_chunk_latency_seconds_count",
+    );
+    assert!(n >= 3.0, "{m}");
+    let sum = value(
+        "pi0d_chunk_latency_seconds",
+        "pi0d_chunk_latency_seconds_sum",
+    );
+    // The scripted policy takes 80 ms per chunk.
+    assert!(sum / n > 0.05 && sum / n < 1.0, "{m}");
+    assert_eq!(String::from_utf8_lossy(&missing.stdout).trim(), "404");
+}

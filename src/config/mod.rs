@@ -7,6 +7,7 @@
 pub mod check;
 pub mod commands;
 pub mod control;
+pub mod metrics;
 pub mod openpi;
 pub mod policy;
 pub mod raw;
@@ -94,6 +95,8 @@ pub struct Config {
     pub realtime: RealtimeConfig,
     /// `[serve]`: read by `pi0d serve --config` only.
     pub serve: serve::ServeConfig,
+    /// `[metrics]`: the Prometheus endpoint, when the section is there.
+    pub metrics: Option<metrics::MetricsConfig>,
     /// Valid settings that are ignored or widen the URDF (logged at start, shown by `check`).
     pub warnings: Vec<ConfigWarning>,
 }
@@ -266,6 +269,11 @@ impl Config {
             .map(|r| serve::validate(&c, r))
             .transpose()?
             .unwrap_or_default();
+        let metrics = raw
+            .metrics
+            .as_ref()
+            .map(|m| metrics::validate(&c, m))
+            .transpose()?;
         match &io {
             Io::Ros(r) => {
                 for (from, to) in ros_args::unmatched_remaps(ros, &ros_topics(r)) {
@@ -295,6 +303,7 @@ impl Config {
             io,
             realtime,
             serve,
+            metrics,
             warnings: c.take_warnings(),
         })
     }

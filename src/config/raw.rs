@@ -30,6 +30,7 @@ pub struct RawConfig {
     #[serde(default)]
     pub realtime: RawRealtime,
     pub serve: Option<super::serve::RawServe>,
+    pub metrics: Option<super::metrics::RawMetrics>,
 }
 
 /// `robot.io`: where inputs come from and commands go.

@@ -11,6 +11,7 @@ pub mod control;
 pub mod exit;
 pub mod latch;
 pub mod log;
+pub mod metrics;
 pub mod notify;
 pub mod reload;
 pub mod report;
@@ -69,6 +70,12 @@ pub enum DaemonError {
     MiddlewarePanic(String),
     #[error(transparent)]
     Latch(#[from] latch::LatchError),
+    #[error("metrics.listen: cannot serve the metrics on {listen}")]
+    Metrics {
+        listen: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl DaemonError {
@@ -77,9 +84,10 @@ impl DaemonError {
             DaemonError::StartRefused(_) => ExitReason::StartRefused,
             DaemonError::NoJointState(..) => ExitReason::NoJointState,
             DaemonError::Policy(_) | DaemonError::Latch(_) => ExitReason::InvalidInput,
-            DaemonError::Spawn { .. } | DaemonError::Ros(_) | DaemonError::MiddlewarePanic(_) => {
-                ExitReason::RuntimeFailure
-            }
+            DaemonError::Spawn { .. }
+            | DaemonError::Ros(_)
+            | DaemonError::MiddlewarePanic(_)
+            | DaemonError::Metrics { .. } => ExitReason::RuntimeFailure,
             DaemonError::StartupThread(..) => ExitReason::ThreadFault,
         }
     }
@@ -409,6 +417,25 @@ fn supervise(
     let mut policy = crate::policy::from_config(cfg)?;
     warm_up(policy.as_mut(), cfg, board);
     let worker_stats = Arc::new(WorkerStats::default());
+    // Before any motion: an address that cannot be served stops the start, not a run.
+    let chunk_latency = match &cfg.metrics {
+        Some(m) => {
+            let endpoint = Arc::new(metrics::Metrics::new(
+                live.clone(),
+                worker_stats.clone(),
+                board.clone(),
+            ));
+            let h = endpoint.chunk_latency.clone();
+            metrics::serve(m.listen, endpoint, io_stop.clone()).map_err(|source| {
+                DaemonError::Metrics {
+                    listen: m.listen,
+                    source,
+                }
+            })?;
+            Some(h)
+        }
+        None => None,
+    };
     let (worker, worker_thread) = worker::spawn(
         policy,
         WorkerSetup::from_config(cfg),
@@ -459,7 +486,10 @@ fn supervise(
     let mut last_ticks_seen = 0u64;
     let mut last_tick_change = MonoTime::now();
 
-    let mut log = EventLog::default();
+    let mut log = EventLog {
+        chunk_latency,
+        ..EventLog::default()
+    };
     // What a reload compares with: the configuration as started, with what reloads applied.
     let mut running = cfg.clone();
     let mut last_status = MonoTime::now();

@@ -27,6 +27,8 @@ pub struct EventLog {
     pub reset_refused: u64,
     /// Per chunk switch, the distance its blend bridged.
     pub blend_corrections: Vec<f64>,
+    /// The metrics endpoint's latency histogram, when there is one.
+    pub chunk_latency: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
 impl EventLog {
@@ -50,9 +52,14 @@ impl EventLog {
                     });
                 }
                 ControlEvent::Chunk(ChunkOutcome::Accepted {
-                    blend_correction, ..
+                    blend_correction,
+                    latency_s,
+                    ..
                 }) => {
                     self.accepted += 1;
+                    if let Some(h) = &self.chunk_latency {
+                        h.observe(latency_s);
+                    }
                     if let Some(c) = blend_correction {
                         if self.blend_corrections.len() < 10_000 {
                             self.blend_corrections.push(c);
@@ -142,6 +149,7 @@ pub fn build_summary(
         accepted,
         reset_refused,
         blend_corrections,
+        ..
     } = log;
     let us = |ns: u64| ns as f64 / 1e3;
     let ms = |ns: u64| ns as f64 / 1e6;
