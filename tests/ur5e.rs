@@ -68,6 +68,22 @@ fn ur5e_peer(domain: u16, dir: &std::path::Path, gripper: &[&str]) -> std::proce
     cyclone_peer(domain, &dir.join("peer.json"), &args)
 }
 
+/// The controller model's motion from pi0d's write timeline is timing-sensitive on a loaded
+/// 2-core machine (a write delayed by the VM shows as a spike above the bound): one rerun is
+/// allowed for that check alone, and the rerun must pass every check.
+fn rerun_once_for_motion(run: impl Fn() -> Exchange) -> Exchange {
+    let x = run();
+    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert_controller_accepts(&x.report, 1.0, 20.0)
+    }))
+    .is_ok();
+    if ok {
+        return x;
+    }
+    eprintln!("the controller model's motion check failed once; running again");
+    run()
+}
+
 #[test]
 fn when_the_ur5e_example_runs_against_a_peer_playing_that_robot_expect_both_controllers_fed() {
     let domain = 20 + ((std::process::id() + 23) % 150) as u16;
@@ -82,18 +98,7 @@ fn when_the_ur5e_example_runs_against_a_peer_playing_that_robot_expect_both_cont
         );
         run_beside_peer(&dir, &cfg, peer, 5.0)
     };
-    let mut x = run();
-    // The controller model's motion from pi0d's write timeline is timing-sensitive on a loaded
-    // 2-core machine (a late write shows as a spike); one rerun is allowed for it, and the
-    // rerun must pass every check.
-    let motion_ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        assert_controller_accepts(&x.report, 1.0, 20.0)
-    }))
-    .is_ok();
-    if !motion_ok {
-        eprintln!("the controller model's motion check failed once; running again");
-        x = run();
-    }
+    let x = rerun_once_for_motion(run);
     let (s, r) = (&x.summary, &x.report);
     assert_eq!(s["limit_violations"], 0, "{s}");
     assert_eq!(s["limits_scale"], 0.25);
@@ -176,17 +181,20 @@ fn when_the_gripper_is_behind_gripper_action_controller_expect_goals_it_accepts_
     grip.remove("rate_hz");
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("ur5e-gripper-action");
-    let peer = ur5e_peer(
-        domain,
-        &dir,
-        &[
-            "--gripper-action",
-            "/gripper_controller/gripper_cmd",
-            "--refuse-goals-after",
-            "4.5",
-        ],
-    );
-    let x = run_beside_peer(&dir, &cfg, peer, 6.0);
+    let run = || {
+        let peer = ur5e_peer(
+            domain,
+            &dir,
+            &[
+                "--gripper-action",
+                "/gripper_controller/gripper_cmd",
+                "--refuse-goals-after",
+                "4.5",
+            ],
+        );
+        run_beside_peer(&dir, &cfg, peer, 6.0)
+    };
+    let x = rerun_once_for_motion(run);
     let (s, r) = (&x.summary, &x.report);
     assert_eq!(s["limit_violations"], 0, "{s}");
     assert_controller_accepts(r, 1.0, 20.0);
