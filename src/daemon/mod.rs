@@ -612,7 +612,7 @@ fn supervise(
         }
         if now.seconds_since(last_status) >= running.control.status_interval_s {
             last_status = now;
-            status_line.show(live, &worker_stats, t);
+            status_line.show(live, &worker_stats, t, &board.command.load().1, &cfg.limits);
             // When stderr has failed, systemd's status line is where the loss still shows.
             let lost = log::lost_lines();
             notifier.status(&format!(

@@ -276,6 +276,38 @@ pub fn write_summary(path: &Path, s: &Summary) {
 
 /// The live one-line status: rewritten in place on a terminal, one log line per interval
 /// otherwise (journald).
+/// What the arm is doing, in words: at rest, or its fastest joint (as a share of that joint's
+/// velocity limit).
+fn motion(c: &crate::joints::MotionState, limits: &crate::robot::RobotLimits) -> String {
+    let fastest = c
+        .velocity
+        .iter()
+        .enumerate()
+        .map(|(j, v)| (j, v.abs()))
+        .fold(None::<(usize, f64)>, |best, (j, v)| match best {
+            Some((_, b)) if b >= v => best,
+            _ => Some((j, v)),
+        });
+    match fastest {
+        Some((j, v)) if v > 1e-3 => {
+            let Some(l) = limits.joints.get(j) else {
+                return "moving".to_string();
+            };
+            let unit = if l.kind == crate::robot::JointKind::Prismatic {
+                "m/s"
+            } else {
+                "rad/s"
+            };
+            let share = 100.0 * v / l.velocity.max(1e-9);
+            format!(
+                "moving: {} {v:.2} {unit} ({share:.0}% of its limit)",
+                l.name
+            )
+        }
+        _ => "at rest".to_string(),
+    }
+}
+
 pub struct StatusLine {
     enabled: bool,
     /// Said at the start of every line (a dry run, scaled limits).
@@ -296,7 +328,15 @@ impl StatusLine {
         }
     }
 
-    pub fn show(&mut self, live: &LiveStats, ws: &WorkerStats, t: f64) {
+    /// `command`: the latest command, to say what the arm is doing.
+    pub fn show(
+        &mut self,
+        live: &LiveStats,
+        ws: &WorkerStats,
+        t: f64,
+        command: &crate::joints::MotionState,
+        limits: &crate::robot::RobotLimits,
+    ) {
         let remote = ws.remote.lock().ok().and_then(|r| r.clone());
         if let Some(r) = &remote {
             let us = |ms: f64| (ms * 1e3) as u64;
@@ -350,6 +390,7 @@ impl StatusLine {
             LiveStats::get(&live.chunks_rejected) + ws.rejected_by_reason().iter().map(|(_, n)| n).sum::<u64>(),
             LiveStats::get(&live.safety_events),
         );
+        let line = format!("{line} | {}", motion(command, limits));
         let line = match &remote {
             Some(r) => format!(
                 "{line} | server rtt {:.1} ms{}",
