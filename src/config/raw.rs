@@ -540,14 +540,14 @@ fn default_max_image_bytes() -> usize {
 }
 
 fn default_priority() -> i32 {
-    80
+    0
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRealtime {
-    /// SCHED_FIFO for the control thread by default, as ros2_control's controller manager
-    /// does; warned about once when the system refuses.
+    /// SCHED_FIFO for the control thread (0: the normal scheduler, the default until the
+    /// control thread no longer shares a lock with the normal-priority I/O thread).
     #[serde(default = "default_priority")]
     pub priority: i32,
     #[serde(default)]
