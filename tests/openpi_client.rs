@@ -22,6 +22,30 @@ fn await_ready(server: &mut std::process::Child) {
     assert_eq!(ready.trim(), "ready");
 }
 
+/// `pi0d serve` of the bundled tiny model on one thread, requiring `key`.
+fn serve_tiny_model(key: &str) -> (std::process::Child, u16, std::thread::JoinHandle<String>) {
+    let model = root().join("models/tiny-pi0");
+    pi0d_serve(
+        &[
+            "--checkpoint".as_ref(),
+            model.as_os_str(),
+            "--threads".as_ref(),
+            "1".as_ref(),
+        ],
+        ("SERVE_KEY", key),
+    )
+}
+
+/// `openpi_config` with pi0d serve's own keys (the checkpoint's names, no extras).
+fn pi0d_serve_config(port: u16) -> toml::Table {
+    let mut cfg = openpi_config(port);
+    let o = cfg["policy"]["openpi"].as_table_mut().unwrap();
+    for k in ["images", "state_key", "extra"] {
+        o.remove(k);
+    }
+    cfg
+}
+
 fn openpi_config(port: u16) -> toml::Table {
     remote_policy_config(
         "openpi",
@@ -138,21 +162,9 @@ fn when_no_server_is_there_expect_a_hold_naming_it_and_a_clean_stop() {
 /// key is refused (HTTP 401) and named; `check` never prints the key.
 #[test]
 fn when_pi0d_drives_the_arm_from_pi0d_serve_with_a_key_expect_chunks_and_a_wrong_key_named() {
-    let model = root().join("models/tiny-pi0");
-    let (mut server, port, _log) = pi0d_serve(
-        &[
-            "--checkpoint".as_ref(),
-            model.as_os_str(),
-            "--threads".as_ref(),
-            "1".as_ref(),
-        ],
-        ("SERVE_KEY", "sekrit-123"),
-    );
-    let mut cfg = openpi_config(port);
+    let (mut server, port, _log) = serve_tiny_model("sekrit-123");
+    let mut cfg = pi0d_serve_config(port);
     let o = cfg["policy"]["openpi"].as_table_mut().unwrap();
-    for k in ["images", "state_key", "extra"] {
-        o.remove(k);
-    }
     o.insert("api_key_env".into(), Value::String("ROBOT_KEY".into()));
     std::env::set_var("ROBOT_KEY", "sekrit-123");
     let good = run_daemon("openpi-pi0d-serve", &cfg, 5.0);
@@ -317,22 +329,10 @@ fn when_the_server_speaks_tls_expect_chunks_with_its_ca_and_a_named_refusal_with
 /// they do not with RTC off.
 #[test]
 fn when_rtc_is_on_against_pi0d_serve_expect_the_leftover_sent_and_honoured() {
-    let model = root().join("models/tiny-pi0");
-    let (mut server, port, _log) = pi0d_serve(
-        &[
-            "--checkpoint".as_ref(),
-            model.as_os_str(),
-            "--threads".as_ref(),
-            "1".as_ref(),
-        ],
-        ("SERVE_KEY", "rtc-key"),
-    );
+    let (mut server, port, _log) = serve_tiny_model("rtc-key");
     let run = |rtc: bool| {
-        let mut cfg = openpi_config(port);
+        let mut cfg = pi0d_serve_config(port);
         let o = cfg["policy"]["openpi"].as_table_mut().unwrap();
-        for k in ["images", "state_key", "extra"] {
-            o.remove(k);
-        }
         o.insert("api_key".into(), Value::String("rtc-key".into()));
         cfg["control"].as_table_mut().unwrap().insert(
             "rtc".into(),

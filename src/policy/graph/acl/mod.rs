@@ -42,6 +42,19 @@ fn rtc(
         .ok_or_else(|| GraphError::Runtime("an --rtc graph run without its guidance tables".into()))
 }
 
+/// The NPU's `x` into `x`, refused when it has another size.
+fn take_actions(out: &[f32], x: &mut [f32]) -> Result<(), GraphError> {
+    if out.len() != x.len() {
+        return Err(GraphError::Runtime(format!(
+            "the NPU returned {} action values, expected {}",
+            out.len(),
+            x.len()
+        )));
+    }
+    x.copy_from_slice(out);
+    Ok(())
+}
+
 fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
     // SAFETY: T is f32 or i64 here (no padding, every byte initialized); the length covers
     // exactly the slice's memory.
@@ -186,14 +199,7 @@ impl GraphRuntime for AclRuntime {
                         SuffixTables::default()
                     },
                 })?;
-                if out.len() != x.len() {
-                    return Err(GraphError::Runtime(format!(
-                        "the NPU returned {} action values, expected {}",
-                        out.len(),
-                        x.len()
-                    )));
-                }
-                x.copy_from_slice(&out);
+                take_actions(&out, x)?;
                 g(run, &before, x);
             }
             return Ok(());
@@ -204,15 +210,7 @@ impl GraphRuntime for AclRuntime {
             time: time.to_vec(),
             tables: tables.clone(),
         })?;
-        if out.len() != x.len() {
-            return Err(GraphError::Runtime(format!(
-                "the NPU returned {} action values, expected {}",
-                out.len(),
-                x.len()
-            )));
-        }
-        x.copy_from_slice(&out);
-        Ok(())
+        take_actions(&out, x)
     }
 }
 
