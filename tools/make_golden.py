@@ -284,22 +284,10 @@ def tokenizer_case(tok, fast):
 SIM_START = [0.0, 0.3, 0.6, -0.4, 0.0, 0.0, 0.02]
 
 
-def bundled_model(tok, fast):
-    """models/tiny-pi0: the embedded default's policy. Random weights by lerobot's code, one
-    camera, 7 joints; its stats keep actions within a few centiradians of the sim arm's start
-    pose, so the real model path drives the simulated arm end to end."""
+def save_bundled(policy, start, state_std, action_std, d: Path, tok, fast):
+    """A bundled model's checkpoint in `d`: weights, config, arch.json, lerobot's processors
+    with stats around `start` (std `state_std` / `action_std`), the tokenizer."""
     import lerobot.policies.pi0.processor_pi0 as proc
-
-    torch.manual_seed(7)
-    inputs = {
-        "observation.images.front": PolicyFeature(type=FeatureType.VISUAL, shape=(3, 224, 224)),
-        "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(ROBOT_DIM,)),
-    }
-    outputs = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(ROBOT_DIM,))}
-    policy = PI0Policy(PI0Config(dtype="float32", device="cpu", input_features=inputs, output_features=outputs))
-    start = torch.tensor(SIM_START)
-    state_std = torch.tensor([0.5] * 6 + [0.01])
-    action_std = torch.tensor([0.001] * 6 + [0.00002])
 
     def st(mean, std):
         return {"mean": mean, "std": std, "min": mean - 3 * std, "max": mean + 3 * std,
@@ -313,7 +301,6 @@ def bundled_model(tok, fast):
         policy.config, dataset_stats={"observation.state": st(start, state_std), "action": st(start, action_std)}
     )
     proc.TokenizerProcessorStep = real_step
-    d = ROOT / "models" / "tiny-pi0"
     d.mkdir(parents=True, exist_ok=True)
     save_model(policy, str(d / "model.safetensors"))
     policy.config._save_pretrained(d)
@@ -321,6 +308,22 @@ def bundled_model(tok, fast):
     pre.save_pretrained(str(d))
     post.save_pretrained(str(d))
     tok.save(str(d / "tokenizer.json"))
+
+
+def bundled_model(tok, fast):
+    """models/tiny-pi0: the embedded default's policy. Random weights by lerobot's code, one
+    camera, 7 joints; its stats keep actions within a few centiradians of the sim arm's start
+    pose, so the real model path drives the simulated arm end to end."""
+    torch.manual_seed(7)
+    inputs = {
+        "observation.images.front": PolicyFeature(type=FeatureType.VISUAL, shape=(3, 224, 224)),
+        "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(ROBOT_DIM,)),
+    }
+    outputs = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(ROBOT_DIM,))}
+    policy = PI0Policy(PI0Config(dtype="float32", device="cpu", input_features=inputs, output_features=outputs))
+    d = ROOT / "models" / "tiny-pi0"
+    save_bundled(policy, torch.tensor(SIM_START), torch.tensor([0.5] * 6 + [0.01]),
+                 torch.tensor([0.001] * 6 + [0.00002]), d, tok, fast)
     print(f"bundled model: {d}")
 
 
@@ -333,38 +336,15 @@ ALOHA_CAMERAS = ["cam_high", "cam_left_wrist", "cam_right_wrist"]
 def bundled_aloha_model(tok, fast):
     """config/aloha.toml's policy: a tiny pi0 with ALOHA's three cameras and 14 actions in
     lerobot's order (random weights), its stats around the simulated robot's start pose."""
-    import lerobot.policies.pi0.processor_pi0 as proc
-
     torch.manual_seed(11)
     inputs = {f"observation.images.{c}": PolicyFeature(type=FeatureType.VISUAL, shape=(3, 224, 224))
               for c in ALOHA_CAMERAS}
     inputs["observation.state"] = PolicyFeature(type=FeatureType.STATE, shape=(14,))
     outputs = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(14,))}
     policy = PI0Policy(PI0Config(dtype="float32", device="cpu", input_features=inputs, output_features=outputs))
-    start = torch.tensor(ALOHA_START)
-    state_std = torch.tensor(([0.5] * 6 + [0.01]) * 2)
-    action_std = torch.tensor(([0.001] * 6 + [0.00002]) * 2)
-
-    def st(mean, std):
-        return {"mean": mean, "std": std, "min": mean - 3 * std, "max": mean + 3 * std,
-                "q01": mean - 2 * std, "q99": mean + 2 * std}
-
-    real_step = proc.TokenizerProcessorStep
-    proc.TokenizerProcessorStep = lambda **kw: real_step(
-        tokenizer=fast, **{k: v for k, v in kw.items() if k != "tokenizer_name"}
-    )
-    pre, post = proc.make_pi0_pre_post_processors(
-        policy.config, dataset_stats={"observation.state": st(start, state_std), "action": st(start, action_std)}
-    )
-    proc.TokenizerProcessorStep = real_step
     d = ROOT / "models" / "tiny-pi0-aloha"
-    d.mkdir(parents=True, exist_ok=True)
-    save_model(policy, str(d / "model.safetensors"))
-    policy.config._save_pretrained(d)
-    (d / "arch.json").write_text(json.dumps(ARCH, indent=2) + "\n")
-    pre.save_pretrained(str(d))
-    post.save_pretrained(str(d))
-    tok.save(str(d / "tokenizer.json"))
+    save_bundled(policy, torch.tensor(ALOHA_START), torch.tensor(([0.5] * 6 + [0.01]) * 2),
+                 torch.tensor(([0.001] * 6 + [0.00002]) * 2), d, tok, fast)
     (d / "README.md").write_text(
         "# tiny-pi0-aloha\n\n"
         "`config/aloha.toml`'s policy: a pi0 checkpoint in lerobot's format with **random weights**, "
