@@ -59,7 +59,7 @@ pub struct StageSamples {
 impl StageSamples {
     fn record(&mut self, queue_ms: f64, t: Option<StageTiming>) {
         let push = |v: &mut Vec<f64>, x: f64| {
-            if v.len() < KEPT_DISTANCES {
+            if v.len() < KEPT_SAMPLES {
                 v.push(x);
             }
         };
@@ -86,8 +86,8 @@ pub struct SwitchStats {
     pub delay_steps_max: usize,
 }
 
-/// Distances kept for the summary's percentiles.
-const KEPT_DISTANCES: usize = 10_000;
+/// Samples (switch distances, stage times) kept for the summary's percentiles.
+const KEPT_SAMPLES: usize = 10_000;
 
 impl WorkerStats {
     pub fn rejected_by_reason(&self) -> [(&'static str, u64); 6] {
@@ -361,7 +361,7 @@ fn record_switch(stats: &WorkerStats, old: &ChunkPrefix, new: &ActionChunk) {
         }
     }
     if let Ok(mut s) = stats.switches.lock() {
-        if s.prefix_distance.len() < KEPT_DISTANCES {
+        if s.prefix_distance.len() < KEPT_SAMPLES {
             s.prefix_distance.push(d);
         }
         s.delay_steps_max = s.delay_steps_max.max(old.inference_delay);
