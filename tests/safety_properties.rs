@@ -60,13 +60,20 @@ const STEPS: usize = 50;
 const PERIOD: f64 = 0.02;
 const DURATION_S: f64 = 2.5;
 
-fn joint_limits(continuous: bool) -> impl Strategy<Value = JointLimits> {
+/// Joint limits: an arm's joints, or (`slow`) a gripper's, whose small acceleration and jerk
+/// limits let it pass near zero velocity while still accelerating.
+fn joint_limits(continuous: bool, slow: bool) -> impl Strategy<Value = JointLimits> {
+    let (velocity, acceleration, jerk) = if slow {
+        (0.05f64..0.2, 0.2f64..1.0, 5.0f64..30.0)
+    } else {
+        (0.2f64..4.0, 1.0f64..20.0, 20.0f64..500.0)
+    };
     (
         -2.0f64..0.0,
         0.2f64..4.0,
-        0.2f64..4.0,
-        1.0f64..20.0,
-        20.0f64..500.0,
+        velocity,
+        acceleration,
+        jerk,
         prop_oneof![Just(f64::INFINITY), 0.05f64..1.0],
     )
         .prop_map(
@@ -94,17 +101,20 @@ fn joint_limits(continuous: bool) -> impl Strategy<Value = JointLimits> {
 }
 
 /// How far chunks stray: `Wild` walks at up to 4 rad/s and starts up to 1.5 rad away (many
-/// cases end in a limit brake), `Gentle` stays within what most limits allow (tracking).
+/// cases end in a limit brake), `Gentle` stays within what most limits allow (tracking),
+/// `Slow` is a gripper's few millimetres on slow joints.
 #[derive(Clone, Copy, Debug)]
 enum Spread {
     Wild,
     Gentle,
+    Slow,
 }
 
 fn chunk_spec(n: usize, faults: bool, spread: Spread) -> impl Strategy<Value = ChunkSpec> {
     let (offset, step) = match spread {
         Spread::Wild => (1.5, 0.08),
         Spread::Gentle => (0.1, 0.004),
+        Spread::Slow => (0.005, 0.0005),
     };
     let fault = if faults {
         prop_oneof![
@@ -140,7 +150,7 @@ fn case(continuous: bool, faults: bool, spread: Spread) -> impl Strategy<Value =
     (1usize..=6)
         .prop_flat_map(move |n| {
             (
-                prop::collection::vec(joint_limits(continuous), n),
+                prop::collection::vec(joint_limits(continuous, matches!(spread, Spread::Slow)), n),
                 prop_oneof![Just(100.0), Just(200.0), Just(500.0), Just(1000.0)],
                 prop::collection::vec(0.0f64..1.0, n),
                 prop::collection::vec(chunk_spec(n, faults, spread), 1..8),
@@ -440,6 +450,15 @@ proptest! {
 
     #[test]
     fn when_no_position_limit_in_reach_expect_jerk_bounded_across_switches(case in case(true, false, Spread::Wild)) {
+        let o = simulate(&case);
+        if let Err(e) = check(&case, &o, true) {
+            prop_assert!(false, "{e}");
+        }
+        prop_assert!(!o.overridden.iter().any(|x| *x), "jerk override without a position limit");
+    }
+
+    #[test]
+    fn when_slow_joints_stop_and_switch_expect_jerk_bounded(case in case(true, false, Spread::Slow)) {
         let o = simulate(&case);
         if let Err(e) = check(&case, &o, true) {
             prop_assert!(false, "{e}");

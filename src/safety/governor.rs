@@ -232,13 +232,18 @@ impl Governor {
             let mut a_new = enforce(&bounds, p, v, a_jerk, dt);
 
             let mut v_new = v + a_new * dt;
-            // Freeze exactly at rest once a stop has converged.
+            // Freeze exactly at rest once a stop has converged, when the step to rest and the
+            // one after it (acceleration back to zero) both fit the jerk limit: a slow joint
+            // (a gripper) may pass near zero velocity while still accelerating.
+            let a_rest = -v / dt;
             if matches!(target, Target::Stop)
                 && v_new.abs() < REST_VELOCITY
                 && a_new.abs() < REST_ACCELERATION
+                && (a_rest - a).abs() <= jmax * dt
+                && a_rest.abs() <= jmax * dt
             {
                 v_new = 0.0;
-                a_new = -v / dt;
+                a_new = a_rest;
             }
             if (a_new - a).abs() > jmax * dt * (1.0 + 1e-9) {
                 report.jerk_override = true;
@@ -338,6 +343,44 @@ mod tests {
         // Joint 1 had room to go on to 1.6 rad; it stopped together with joint 0 instead.
         let (p0, p1) = (g.state().position[0], g.state().position[1]);
         assert!(p0 <= 0.5 && (p0 - p1).abs() < 0.1 && p1 < 0.6, "{p0} {p1}");
+    }
+
+    /// A slow joint (a gripper: small acceleration and jerk limits) stopped from every state
+    /// near rest, including just as it turns round (slow, still accelerating): the snap to rest
+    /// waits until it fits the jerk limit, and rest comes all the same.
+    #[test]
+    fn when_slow_joint_stops_near_rest_expect_jerk_kept_to_rest() {
+        let dt = 0.005;
+        let mut joint = limits(-1.0, 1.0).joints[0].clone();
+        (joint.velocity, joint.acceleration, joint.jerk) = (0.1, 0.5, 20.0);
+        let lim = RobotLimits::new(vec![joint]);
+        let meas = JointVector::zeros(1);
+        for iv in -40..=40 {
+            for ia in -50..=50 {
+                let (v, a) = (iv as f64 * 5e-6, ia as f64 * 0.01);
+                let mut g = Governor::new(lim.clone(), dt, JointVector::zeros(1));
+                g.state.velocity[0] = v;
+                g.state.acceleration[0] = a;
+                let mut rest = false;
+                for _ in 0..200 {
+                    let before = g.state.acceleration[0];
+                    let r = g.step(Target::Stop, &meas);
+                    let jerk = (g.state.acceleration[0] - before) / dt;
+                    assert!(jerk.abs() <= 20.0 + 1e-9, "from v {v} a {a}: jerk {jerk}");
+                    assert!(!r.jerk_override, "from v {v} a {a}");
+                    if r.at_rest {
+                        rest = true;
+                        break;
+                    }
+                }
+                assert!(rest, "from v {v} a {a}: not at rest: {:?}", g.state);
+                // Held exactly: the next tick leaves it where it is, acceleration back to zero.
+                let before = g.state;
+                g.step(Target::Stop, &meas);
+                assert_eq!(g.state.position, before.position);
+                assert!((g.state.acceleration[0] - before.acceleration[0]).abs() <= 20.0 * dt);
+            }
+        }
     }
 
     #[test]
