@@ -88,16 +88,88 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for SafeStderr {
     }
 }
 
-/// Installs the `tracing` subscriber (filter from `RUST_LOG`, default `info`). Its own
+/// Crates whose INFO and WARN lines are protocol detail, not the operator's business (RustDDS
+/// warns on every message to a reader without locators): shown from ERROR on, and not at all
+/// once the middleware is torn down, unless `RUST_LOG` names them.
+const THIRD_PARTY: [&str; 3] = ["rustdds", "ros2_client", "zenoh"];
+
+/// Whether stderr is the journal's stream (systemd sets `JOURNAL_STREAM` to its device and
+/// inode; a child whose stderr was redirected inherits the variable but not the stream).
+fn stderr_is_journal() -> bool {
+    let Some((dev, ino)) = std::env::var("JOURNAL_STREAM").ok().and_then(|v| {
+        let (d, i) = v.split_once(':')?;
+        Some((d.parse::<u64>().ok()?, i.parse::<u64>().ok()?))
+    }) else {
+        return false;
+    };
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(|fd| std::fs::File::from(fd).metadata())
+    else {
+        return false;
+    };
+    meta.dev() == dev && meta.ino() == ino
+}
+
+/// Installs the `tracing` subscriber (filter from `RUST_LOG`, default `info`; the `log` crate's
+/// records too). Under systemd (stderr is the journal) events go natively to journald with
+/// their fields (`PI0D_MODE`, `PI0D_SAFETY_EVENT`, `PI0D_JOINT`, `PI0D_CHUNK_SEQ`, ...) and
+/// the priority of their level; otherwise as text to stderr. The text writer's own
 /// write-error reports are off: they are printed with `eprintln!`, which panics on a closed
 /// stderr.
 pub fn init() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    use tracing_subscriber::filter::{filter_fn, FilterExt};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
+    let spec = std::env::var("RUST_LOG").ok();
+    let mut filter = spec
+        .as_deref()
+        .and_then(|s| tracing_subscriber::EnvFilter::try_new(s).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+    let named = THIRD_PARTY.map(|c| spec.as_deref().is_some_and(|s| s.contains(c)));
+    for (krate, named) in THIRD_PARTY.iter().zip(named) {
+        if !named {
+            if let Ok(d) = format!("{krate}=error").parse() {
+                filter = filter.add_directive(d);
+            }
+        }
+    }
+    let teardown = filter_fn(move |meta| {
+        !(crate::io::ros::teardown::tearing_down()
+            && THIRD_PARTY
+                .iter()
+                .zip(named)
+                .any(|(k, named)| !named && meta.target().starts_with(k)))
+    });
+    let filter = filter.and(teardown);
+    let mut journal_error = None;
+    if stderr_is_journal() {
+        match tracing_journald::layer() {
+            Ok(j) => {
+                let j = j
+                    .with_syslog_identifier("pi0d".into())
+                    .with_field_prefix(Some("PI0D".into()));
+                let _ = tracing_subscriber::registry()
+                    .with(j.with_filter(filter))
+                    .try_init();
+                return;
+            }
+            Err(e) => journal_error = Some(e),
+        }
+    }
+    let text = tracing_subscriber::fmt::layer()
         .with_writer(SafeStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(filter)
-        .log_internal_errors(false)
+        .log_internal_errors(false);
+    let _ = tracing_subscriber::registry()
+        .with(text.with_filter(filter))
         .try_init();
+    if let Some(e) = journal_error {
+        tracing::warn!(error = %e, "stderr is the journal, but its socket cannot be reached: logging as text");
+    }
 }

@@ -37,12 +37,19 @@ impl EventLog {
             match e {
                 ControlEvent::Transition(t) => {
                     let t_s = t.at.seconds_since(start);
-                    match t.to {
-                        Mode::Holding(_) | Mode::EStopped => {
-                            tracing::warn!(t_s = format!("{t_s:.3}"), from = %t.from, to = %t.to, "state")
+                    // The safety event that caused a hold, as a field of its own (journald).
+                    let event = match t.to {
+                        Mode::Holding(r) => SafetyEvent::for_hold(r).map(SafetyEvent::name),
+                        Mode::EStopped => Some(SafetyEvent::EStop.name()),
+                        _ => None,
+                    };
+                    let t_ms = format!("{t_s:.3}");
+                    match event {
+                        Some(event) => {
+                            tracing::warn!(t_s = t_ms, mode = t.to.name(), safety_event = event, from = %t.from, to = %t.to, "state")
                         }
-                        _ => {
-                            tracing::info!(t_s = format!("{t_s:.3}"), from = %t.from, to = %t.to, "state")
+                        None => {
+                            tracing::info!(t_s = t_ms, mode = t.to.name(), from = %t.from, to = %t.to, "state")
                         }
                     }
                     self.transitions.push(TransitionRecord {
@@ -73,7 +80,7 @@ impl EventLog {
                         .or_default();
                     if (*n).is_multiple_of(20) {
                         tracing::warn!(
-                            seq,
+                            chunk_seq = seq,
                             reason = reason.name(),
                             total = *n + 1,
                             "chunk not executed"

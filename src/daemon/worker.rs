@@ -290,14 +290,14 @@ fn infer_one(
             }
             let n = stats.policy_errors.fetch_add(1, Ordering::Relaxed);
             if n.is_multiple_of(LOG_EVERY) {
-                tracing::warn!(seq, error = %e, total = n + 1, "policy error: no chunk");
+                tracing::warn!(chunk_seq = seq, error = %e, total = n + 1, "policy error: no chunk");
             }
             return None;
         }
         Err(msg) => {
             let n = stats.policy_panics.fetch_add(1, Ordering::Relaxed);
             if n.is_multiple_of(LOG_EVERY) {
-                tracing::error!(seq, panic = %msg, total = n + 1, "policy panicked: no chunk");
+                tracing::error!(chunk_seq = seq, panic = %msg, total = n + 1, "policy panicked: no chunk");
             }
             return None;
         }
@@ -307,7 +307,7 @@ fn infer_one(
         let n = stats.rejected_shape.fetch_add(1, Ordering::Relaxed);
         if n.is_multiple_of(LOG_EVERY) {
             tracing::warn!(
-                seq,
+                chunk_seq = seq,
                 action_dim = chunk.action_dim,
                 expected = setup.map.action_dim(),
                 steps = chunk.steps(),
@@ -337,8 +337,10 @@ fn infer_one(
         let n = counter.fetch_add(1, Ordering::Relaxed);
         if n % LOG_EVERY == 0 {
             tracing::warn!(
-                seq,
+                chunk_seq = seq,
                 reason = fault.kind.name(),
+                joint = %fault.joint,
+                step = fault.step,
                 total = n + 1,
                 "chunk rejected: {fault}"
             );

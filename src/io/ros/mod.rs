@@ -10,6 +10,7 @@ mod frames;
 mod intake;
 pub mod log;
 pub mod msgs;
+pub mod teardown;
 pub mod timing;
 pub mod transport;
 pub mod type_hash;
@@ -223,6 +224,7 @@ fn zenoh_config(cfg: &RosConfig) -> Result<Option<zenoh::Config>, RosError> {
 
 /// A connected node: its endpoints, and the middleware that must live as long as they do.
 pub struct RosNode {
+    _teardown: teardown::Guard,
     io: RosIo,
     ep: Endpoints,
     _keep: Box<dyn Send>,
@@ -232,7 +234,12 @@ impl RosNode {
     /// Drains the inputs into the blackboard and publishes commands and status until `stop`;
     /// `beat` is called on every pass (the supervisor's liveness check).
     pub fn run(self, board: &Blackboard, live: &LiveStats, stop: &AtomicBool, beat: &dyn Fn()) {
-        let RosNode { io, ep, _keep } = self;
+        let RosNode {
+            _teardown,
+            io,
+            ep,
+            _keep,
+        } = self;
         let names = io.limits.names().map(str::to_string).collect();
         worker::Worker::new(io.cfg, names, io.period, ep, board, live).run(stop, beat)
     }
@@ -330,6 +337,7 @@ impl RosIo {
         Ok(RosNode {
             io: self,
             ep,
+            _teardown: teardown::Guard,
             _keep: keep,
         })
     }

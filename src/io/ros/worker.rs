@@ -143,6 +143,8 @@ impl<'a> Worker<'a> {
         });
         // The last word, once the camera thread has finished: what was refused until the end.
         self.status(MonoTime::now());
+        // The endpoints are dropped next.
+        super::teardown::begin();
     }
 
     fn send_command(&mut self) {
