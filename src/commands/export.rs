@@ -1,0 +1,153 @@
+//! `pi0d export`: the model as static ONNX graphs (and, with ATC, Ascend .om files).
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use pi0d::daemon::exit::ExitReason;
+use pi0d::daemon::log::say;
+
+use crate::{
+    all_cores, check_parent_writable, classified, compute_threads, runtime, Failure, Outcome,
+};
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Dtype {
+    /// f32 weights and compute.
+    F32,
+    /// f16 weights and compute (norms and softmax stay f32).
+    F16,
+    /// bf16 weights, f32 compute.
+    Bf16,
+}
+
+#[derive(Args)]
+pub(crate) struct ExportArgs {
+    /// Checkpoint directory (config.json + model.safetensors) or a bare .safetensors file.
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// JSON with head counts shapes cannot tell: {"vision_heads", "heads", "kv_heads", "head_dim"}.
+    #[arg(long)]
+    arch: Option<PathBuf>,
+    /// Number of cameras the graphs take (shapes are static).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=16))]
+    cameras: u16,
+    /// Output directory (written whole or not at all).
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: Dtype,
+    /// Unroll all denoising steps into one graph (noise -> actions).
+    #[arg(long)]
+    unroll: bool,
+    /// With --unroll: real-time chunking's guidance as graph inputs (the leftover, its
+    /// weights, each step's guidance weight); looped graphs take it on the host.
+    #[arg(long)]
+    rtc: bool,
+    /// Batch size the graphs take.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    batch: u16,
+    /// Prompt tokens (default: the checkpoint's tokenizer length).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    prompt_len: Option<u16>,
+    /// Always write weights as ONNX external data (automatic above 1.9 GB per graph).
+    #[arg(long)]
+    external_data: bool,
+    /// Saturate f16 weights beyond +-65504 (reported) instead of refusing the export.
+    #[arg(long)]
+    clamp_f16: bool,
+    /// Print the ATC commands compiling the graphs for this SoC (e.g. Ascend310P1), and run
+    /// them when `atc` is on the PATH.
+    #[arg(long, value_name = "SOC")]
+    atc: Option<String>,
+}
+
+pub(crate) fn export(a: ExportArgs) -> Outcome {
+    use pi0d::policy::export::pi0::ExportDtype;
+    use pi0d::policy::export::{atc, export, ExportOptions, ExternalData};
+    // Written beside `--out` and renamed into place.
+    check_parent_writable(&a.out, "--out")?;
+    compute_threads(all_cores())?;
+    let opts = ExportOptions {
+        checkpoint: a.checkpoint,
+        arch: a.arch,
+        out: a.out,
+        cameras: a.cameras.into(),
+        batch: a.batch.into(),
+        prompt_len: a.prompt_len.map(usize::from),
+        dtype: match a.dtype {
+            Dtype::F32 => ExportDtype::F32,
+            Dtype::F16 => ExportDtype::F16,
+            Dtype::Bf16 => ExportDtype::Bf16,
+        },
+        unroll: a.unroll,
+        rtc: a.rtc,
+        external: if a.external_data {
+            ExternalData::Always
+        } else {
+            ExternalData::Auto
+        },
+        clamp_f16: a.clamp_f16,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    };
+    let report = classified(export(&opts))?;
+    let m = &report.manifest;
+    for c in &report.clamped {
+        tracing::warn!(
+            "{}: {} weights beyond float16's range (largest {}) saturated to +-65504",
+            c.tensor,
+            c.count,
+            c.max_abs
+        );
+    }
+    say(&format!(
+        "exported {} ({:?}, {} camera(s), batch {}, {} prompt tokens) to {}",
+        m.variant,
+        m.dtype,
+        m.cameras,
+        m.batch,
+        m.prompt_len,
+        opts.out.display()
+    ));
+    for g in [&m.graphs.prefix, &m.graphs.denoise] {
+        say(&format!(
+            "  {}: {} nodes, {:.1} MB of weights{}",
+            g.file,
+            g.nodes,
+            g.weight_bytes as f64 / 1e6,
+            g.external_data
+                .as_ref()
+                .map(|d| format!(" in {d}"))
+                .unwrap_or_default()
+        ));
+    }
+    if let Some(soc) = &a.atc {
+        if !atc::KNOWN_SOCS.contains(&soc.as_str()) {
+            tracing::warn!(
+                "{soc} is not one of {:?}; passing it to ATC as given",
+                atc::KNOWN_SOCS
+            );
+        }
+        let have_atc = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join("atc").is_file()))
+            .unwrap_or(false);
+        for cmd in atc::atc_commands(m, &opts.out, soc) {
+            say(&cmd.join(" "));
+            if have_atc {
+                let status = runtime(std::process::Command::new(&cmd[0]).args(&cmd[1..]).status())?;
+                if !status.success() {
+                    return Err(Failure::new(
+                        ExitReason::RuntimeFailure,
+                        anyhow::anyhow!("atc failed ({status}) for {}", cmd[1]),
+                    ));
+                }
+            }
+        }
+        if !have_atc {
+            say(
+                "(atc is not on the PATH: run the commands above on a machine with CANN's toolkit)",
+            );
+        }
+    }
+    Ok(ExitReason::Clean)
+}

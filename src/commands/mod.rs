@@ -1,0 +1,5 @@
+//! The binary's commands besides the daemon (`run`, `check` in main.rs): one module each.
+
+pub mod export;
+pub mod infer;
+pub mod serve;
