@@ -429,6 +429,20 @@ fn when_chunk_is_plain_expect_it_executed_and_the_arm_moving() {
     assert!(moved >= 20, "the arm moved in only {moved} of 40 cases");
 }
 
+/// With no position limit in reach: every command inside the limits, the jerk limit included,
+/// and never overridden.
+fn jerk_bounded_everywhere(case: &Case) -> Result<(), TestCaseError> {
+    let o = simulate(case);
+    if let Err(e) = check(case, &o, true) {
+        prop_assert!(false, "{e}");
+    }
+    prop_assert!(
+        !o.overridden.iter().any(|x| *x),
+        "jerk override without a position limit"
+    );
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
@@ -450,19 +464,11 @@ proptest! {
 
     #[test]
     fn when_no_position_limit_in_reach_expect_jerk_bounded_across_switches(case in case(true, false, Spread::Wild)) {
-        let o = simulate(&case);
-        if let Err(e) = check(&case, &o, true) {
-            prop_assert!(false, "{e}");
-        }
-        prop_assert!(!o.overridden.iter().any(|x| *x), "jerk override without a position limit");
+        jerk_bounded_everywhere(&case)?;
     }
 
     #[test]
     fn when_slow_joints_stop_and_switch_expect_jerk_bounded(case in case(true, false, Spread::Slow)) {
-        let o = simulate(&case);
-        if let Err(e) = check(&case, &o, true) {
-            prop_assert!(false, "{e}");
-        }
-        prop_assert!(!o.overridden.iter().any(|x| *x), "jerk override without a position limit");
+        jerk_bounded_everywhere(&case)?;
     }
 }
