@@ -131,20 +131,19 @@ pub fn init() {
         .as_deref()
         .and_then(|s| tracing_subscriber::EnvFilter::try_new(s).ok())
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
-    let named = THIRD_PARTY.map(|c| spec.as_deref().is_some_and(|s| s.contains(c)));
-    for (krate, named) in THIRD_PARTY.iter().zip(named) {
-        if !named {
-            if let Ok(d) = format!("{krate}=error").parse() {
-                filter = filter.add_directive(d);
-            }
+    // The crates the user did not ask about.
+    let quiet: Vec<&'static str> = THIRD_PARTY
+        .into_iter()
+        .filter(|c| !spec.as_deref().is_some_and(|s| s.contains(c)))
+        .collect();
+    for krate in &quiet {
+        if let Ok(d) = format!("{krate}=error").parse() {
+            filter = filter.add_directive(d);
         }
     }
     let teardown = filter_fn(move |meta| {
         !(crate::io::ros::teardown::tearing_down()
-            && THIRD_PARTY
-                .iter()
-                .zip(named)
-                .any(|(k, named)| !named && meta.target().starts_with(k)))
+            && quiet.iter().any(|k| meta.target().starts_with(k)))
     });
     let filter = filter.and(teardown);
     let mut journal_error = None;
