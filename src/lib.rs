@@ -16,6 +16,7 @@ pub mod io;
 pub mod joints;
 pub mod panics;
 pub mod policy;
+pub mod record;
 pub mod remote;
 pub mod robot;
 pub mod safety;

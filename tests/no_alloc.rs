@@ -1,6 +1,7 @@
 //! The control tick allocates (and frees) nothing: a counting global allocator watches the
 //! control thread while `ControlLoop::step` runs through chunk switches, an e-stop, a reset, a
-//! stale-input hold and the final stop, with the real inference worker on its own thread.
+//! stale-input hold and the final stop, with the real inference worker on its own thread and
+//! the run recorded (the tick hands every sample to the MCAP recorder).
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 use std::time::Duration;
 
+use pi0d::config::record::{RecordConfig, RecordTarget};
 use pi0d::config::Config;
 use pi0d::control::stats::LiveStats;
 use pi0d::control::Controller;
@@ -16,6 +18,7 @@ use pi0d::daemon::control::{ControlEvent, ControlLoop, StepOutcome};
 use pi0d::daemon::worker::{self, WorkerSetup, WorkerStats};
 use pi0d::io::Blackboard;
 use pi0d::joints::JointMeasurement;
+use pi0d::record::{RecordSetup, Recorder, Topics};
 use pi0d::time::MonoTime;
 
 #[global_allocator]
@@ -66,6 +69,29 @@ fn when_control_tick_runs_expect_no_allocation() {
     let live = Arc::new(LiveStats::default());
     let stop_requested = Arc::new(AtomicBool::new(false));
     let (events_tx, events_rx) = sync_channel(1024);
+    let dir = common::scratch_dir("no-alloc-record");
+    let recorder = Recorder::start(
+        RecordSetup {
+            cfg: RecordConfig {
+                target: RecordTarget::Directory(dir.clone()),
+                max_bytes: 100_000_000,
+                max_duration_s: None,
+                camera_hz: 0.0,
+            },
+            topics: Topics {
+                joint_names: cfg.limits.names().map(str::to_string).collect(),
+                joint_states: "/joint_states".into(),
+                cameras: Vec::new(),
+                node: "pi0d".into(),
+            },
+            metadata: Default::default(),
+            control_rate_hz: cfg.control.rate_hz,
+        },
+        board.clone(),
+        Arc::new(LiveStats::default()),
+        || {},
+    )
+    .unwrap();
     let mut lp = ControlLoop::new(
         ctl,
         handle,
@@ -75,7 +101,8 @@ fn when_control_tick_runs_expect_no_allocation() {
         events_tx,
         1,
         3.0,
-    );
+    )
+    .with_recorder(recorder.ticks.clone());
 
     let mut allocations_per_phase = Vec::new();
     // Phases: warm-up (not watched), running with chunk switches, e-stop, reset and resume,
@@ -146,6 +173,12 @@ fn when_control_tick_runs_expect_no_allocation() {
     }
     stop.store(true, Ordering::SeqCst);
     worker_thread.join().unwrap();
+    let recording = recorder.finish();
+    assert_eq!(recording.dropped, 0, "{recording:?}");
+    assert!(
+        recording.messages > tick,
+        "{recording:?} after {tick} ticks"
+    );
 
     // The run went through what it claims to have gone through.
     for want in [

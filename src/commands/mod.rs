@@ -2,4 +2,5 @@
 
 pub mod export;
 pub mod infer;
+pub mod plot;
 pub mod serve;

@@ -12,6 +12,7 @@ pub mod openpi;
 pub mod policy;
 pub mod raw;
 pub mod realtime;
+pub mod record;
 pub mod robot;
 pub mod ros;
 pub mod ros_args;
@@ -97,6 +98,8 @@ pub struct Config {
     pub serve: serve::ServeConfig,
     /// `[metrics]`: the Prometheus endpoint, when the section is there.
     pub metrics: Option<metrics::MetricsConfig>,
+    /// `[record]`: the MCAP recording, when the section is there.
+    pub record: Option<record::RecordConfig>,
     /// Valid settings that are ignored or widen the URDF (logged at start, shown by `check`).
     pub warnings: Vec<ConfigWarning>,
 }
@@ -274,6 +277,11 @@ impl Config {
             .as_ref()
             .map(|m| metrics::validate(&c, m))
             .transpose()?;
+        let record = raw
+            .record
+            .as_ref()
+            .map(|r| record::validate(&c, r))
+            .transpose()?;
         match &io {
             Io::Ros(r) => {
                 for (from, to) in ros_args::unmatched_remaps(ros, &ros_topics(r)) {
@@ -304,6 +312,7 @@ impl Config {
             realtime,
             serve,
             metrics,
+            record,
             warnings: c.take_warnings(),
         })
     }

@@ -31,6 +31,7 @@ pub struct RawConfig {
     pub realtime: RawRealtime,
     pub serve: Option<super::serve::RawServe>,
     pub metrics: Option<super::metrics::RawMetrics>,
+    pub record: Option<super::record::RawRecord>,
 }
 
 /// `robot.io`: where inputs come from and commands go.
@@ -540,14 +541,14 @@ fn default_max_image_bytes() -> usize {
 }
 
 fn default_priority() -> i32 {
-    0
+    80
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRealtime {
-    /// SCHED_FIFO for the control thread (0: the normal scheduler, the default until the
-    /// control thread no longer shares a lock with the normal-priority I/O thread).
+    /// SCHED_FIFO for the control thread by default, as ros2_control's controller manager
+    /// does; warned about once when the system refuses.
     #[serde(default = "default_priority")]
     pub priority: i32,
     #[serde(default)]

@@ -13,6 +13,7 @@ use crate::control::ticker::Ticker;
 use crate::control::{Controller, TickInputs};
 use crate::daemon::worker::WorkerHandle;
 use crate::io::Blackboard;
+use crate::record::{TickSample, TickTap};
 use crate::safety::supervisor::{SafetyInputs, Transition};
 use crate::time::MonoTime;
 
@@ -56,6 +57,7 @@ pub struct ControlLoop {
     streak: u32,
     stop_timeout_s: f64,
     stop_deadline: Option<MonoTime>,
+    record: Option<TickTap>,
 }
 
 impl ControlLoop {
@@ -84,7 +86,14 @@ impl ControlLoop {
             streak: 0,
             stop_timeout_s,
             stop_deadline: None,
+            record: None,
         }
+    }
+
+    /// Every tick's measurement and command also go to the recorder (never waiting for it).
+    pub fn with_recorder(mut self, tap: TickTap) -> ControlLoop {
+        self.record = Some(tap);
+        self
     }
 
     /// Runs at `period_ns` until stopping completes.
@@ -183,6 +192,14 @@ impl ControlLoop {
         let report = self.ctl.tick(inputs, &mut |c| worker.recycle(c));
         worker.set_running(report.running_chunk);
         self.board.command.store((now, report.command));
+        if let Some(tap) = &self.record {
+            tap.send(&TickSample {
+                at: now,
+                measured,
+                command: report.command,
+                safety_events: *self.ctl.event_counts(),
+            });
+        }
         if report.request_inference {
             worker.request();
         }

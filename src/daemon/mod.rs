@@ -35,6 +35,7 @@ use crate::io::sim::SimArm;
 use crate::io::Blackboard;
 use crate::joints::JointMeasurement;
 use crate::policy::PolicyBuildError;
+use crate::record::{RecordSetup, Recorder, Topics};
 use crate::safety::supervisor::StartRefused;
 use crate::safety::Waiting;
 use crate::time::MonoTime;
@@ -70,6 +71,8 @@ pub enum DaemonError {
     MiddlewarePanic(String),
     #[error(transparent)]
     Latch(#[from] latch::LatchError),
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
     #[error("metrics.listen: cannot serve the metrics on {listen}")]
     Metrics {
         listen: std::net::SocketAddr,
@@ -83,7 +86,12 @@ impl DaemonError {
         match self {
             DaemonError::StartRefused(_) => ExitReason::StartRefused,
             DaemonError::NoJointState(..) => ExitReason::NoJointState,
-            DaemonError::Policy(_) | DaemonError::Latch(_) => ExitReason::InvalidInput,
+            DaemonError::Policy(_)
+            | DaemonError::Latch(_)
+            | DaemonError::Record(crate::record::RecordError::Exists { .. }) => {
+                ExitReason::InvalidInput
+            }
+            DaemonError::Record(_) => ExitReason::RuntimeFailure,
             DaemonError::Spawn { .. }
             | DaemonError::Ros(_)
             | DaemonError::MiddlewarePanic(_)
@@ -372,6 +380,72 @@ fn reload(running: &mut Config, opts: &RunOptions, board: &Blackboard) {
     }
 }
 
+/// What the recording is told about this run: topic names and the file's metadata.
+fn record_setup(cfg: &Config, r: &crate::config::record::RecordConfig) -> RecordSetup {
+    let (joint_states, node) = match &cfg.io {
+        Io::Ros(ros) => (ros.joint_states.clone(), ros.node.clone()),
+        Io::Sim => ("/joint_states".to_string(), "pi0d".to_string()),
+    };
+    let cameras = cfg
+        .camera_sources()
+        .iter()
+        .enumerate()
+        .map(|(i, c)| c.model_name.clone().unwrap_or_else(|| format!("camera{i}")))
+        .collect();
+    let metadata = [
+        ("version", env!("CARGO_PKG_VERSION").to_string()),
+        ("config", cfg.file.display().to_string()),
+        ("policy", cfg.policy.source.describe()),
+        ("prompt", cfg.policy.prompt.clone()),
+        (
+            "io",
+            match &cfg.io {
+                Io::Ros(_) => "ros".to_string(),
+                Io::Sim => "sim".to_string(),
+            },
+        ),
+        ("control_rate_hz", cfg.control.rate_hz.to_string()),
+        ("joints", cfg.limits.names().collect::<Vec<_>>().join(",")),
+        // What `pi0d plot` draws the limits from (JSON; a continuous joint has no range).
+        ("limits", limits_json(&cfg.limits)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    RecordSetup {
+        cfg: r.clone(),
+        topics: Topics {
+            joint_names: cfg.limits.names().map(str::to_string).collect(),
+            joint_states,
+            cameras,
+            node,
+        },
+        metadata,
+        control_rate_hz: cfg.control.rate_hz,
+    }
+}
+
+/// `{"joint": {"lower": .., "upper": .., "velocity": ..}, ..}`, the commanded ranges.
+fn limits_json(limits: &crate::robot::RobotLimits) -> String {
+    let finite = |v: f64| v.is_finite().then_some(v);
+    let map: serde_json::Map<String, serde_json::Value> = limits
+        .joints
+        .iter()
+        .map(|j| {
+            (
+                j.name.clone(),
+                serde_json::json!({
+                    "lower": finite(j.lower),
+                    "upper": finite(j.upper),
+                    "velocity": j.velocity,
+                    "acceleration": j.acceleration,
+                }),
+            )
+        })
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}
+
 /// One inference (or a remote policy's connection) before READY: the first real chunk then
 /// costs what the others do. A failure is logged, not fatal: the worker retries and the arm
 /// waits as it would for any missing chunk.
@@ -436,9 +510,21 @@ fn supervise(
         }
         None => None,
     };
+    // Before READY: a recording that cannot be created stops the start.
+    let recorder = match &cfg.record {
+        Some(r) => Some(Recorder::start(
+            record_setup(cfg, r),
+            board.clone(),
+            live.clone(),
+            || rt::lower_current_thread(rt::INFERENCE_NICE),
+        )?),
+        None => None,
+    };
+    let mut setup = WorkerSetup::from_config(cfg);
+    setup.record = recorder.as_ref().map(|r| r.notes.clone());
     let (worker, worker_thread) = worker::spawn(
         policy,
-        WorkerSetup::from_config(cfg),
+        setup,
         board.clone(),
         worker_stats.clone(),
         io_stop.clone(),
@@ -458,9 +544,10 @@ fn supervise(
         let period_ns = cfg.control.period.as_nanos() as u64;
         let stop_timeout_s = cfg.control.stop_timeout_s;
         let cameras = cfg.camera_count();
+        let tap = recorder.as_ref().map(|r| r.ticks.clone());
         supervise::spawn(Role::Control, move |_| {
             rt::apply_to_current_thread(&rt_cfg);
-            let lp = ControlLoop::new(
+            let mut lp = ControlLoop::new(
                 controller,
                 worker,
                 board,
@@ -470,6 +557,9 @@ fn supervise(
                 cameras,
                 stop_timeout_s,
             );
+            if let Some(tap) = tap {
+                lp = lp.with_recorder(tap);
+            }
             lp.run(period_ns, (rt_cfg.spin_us * 1e3) as u64)
         })
         .map_err(|source| DaemonError::Spawn {
@@ -488,6 +578,7 @@ fn supervise(
 
     let mut log = EventLog {
         chunk_latency,
+        record: recorder.as_ref().map(|r| r.notes.clone()),
         ..EventLog::default()
     };
     // What a reload compares with: the configuration as started, with what reloads applied.
@@ -656,12 +747,16 @@ fn supervise(
         }
     };
     log.drain(&events_rx, start);
+    // The control thread is done (or gone): the file gets the last of it, then closes.
+    log.record = None;
+    let recording = recorder.map(Recorder::finish);
     let duration_s = MonoTime::now().seconds_since(run_start);
     let Some(result) = result else {
         return Ok(Summary {
             duration_s,
             faults,
             transitions: log.transitions,
+            recording,
             exit: ExitReason::ControlFault,
             exit_code: ExitReason::ControlFault.code(),
             ..Summary::default()
@@ -672,6 +767,7 @@ fn supervise(
     }
     let mut summary = build_summary(cfg, &result, &worker_stats, log, duration_s, exit);
     summary.faults = faults;
+    summary.recording = recording;
     summary.waiting_for = (waiting != Waiting::Nothing).then(|| waiting.name().to_string());
     Ok(summary)
 }

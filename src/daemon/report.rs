@@ -15,6 +15,7 @@ use super::worker::WorkerStats;
 use crate::config::Config;
 use crate::control::controller::ChunkOutcome;
 use crate::control::stats::{mode_name, LiveStats};
+use crate::record::{Note, NoteTap};
 use crate::safety::{Mode, SafetyEvent, Waiting};
 use crate::time::MonoTime;
 
@@ -29,11 +30,20 @@ pub struct EventLog {
     pub blend_corrections: Vec<f64>,
     /// The metrics endpoint's latency histogram, when there is one.
     pub chunk_latency: Option<prometheus_client::metrics::histogram::Histogram>,
+    /// The recorder, when the run is recorded: every event goes there too.
+    pub record: Option<NoteTap>,
 }
 
 impl EventLog {
     pub fn drain(&mut self, rx: &Receiver<ControlEvent>, start: MonoTime) {
         while let Ok(e) = rx.try_recv() {
+            if let Some(r) = &self.record {
+                r.send(match e {
+                    ControlEvent::Transition(t) => Note::Transition(t),
+                    ControlEvent::Chunk(c) => Note::Outcome(c),
+                    ControlEvent::ResetRefused => Note::ResetRefused,
+                });
+            }
             match e {
                 ControlEvent::Transition(t) => {
                     let t_s = t.at.seconds_since(start);

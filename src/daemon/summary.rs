@@ -99,6 +99,8 @@ pub struct Summary {
     /// The previous run ended so (a fault, or killed): this one started e-stopped until a
     /// reset (`--state-dir`, `$STATE_DIRECTORY`).
     pub fault_latch: Option<String>,
+    /// The MCAP recording (`[record]`): file, messages, bytes, drops and why it ended.
+    pub recording: Option<crate::record::RecordingSummary>,
     pub exit: ExitReason,
     pub exit_code: u8,
 }

@@ -14,6 +14,7 @@ use crate::control::rtc::RtcPlanner;
 use crate::io::Blackboard;
 use crate::joints::{ActionMap, StateLayout};
 use crate::policy::{Observation, Policy, PolicyError, RemoteFault, RemoteStats, StageTiming};
+use crate::record::{Note, NoteTap};
 use crate::robot::RobotLimits;
 use crate::safety::validate::{check_chunk, ChunkFaultKind};
 use crate::time::MonoTime;
@@ -155,6 +156,8 @@ pub struct WorkerSetup {
     pub rtc: RtcConfig,
     /// Chunks whose latency includes warm-up (not used for the delay estimate).
     pub warmup_chunks: u32,
+    /// Where each chunk handed to the control thread is also recorded.
+    pub record: Option<NoteTap>,
 }
 
 impl WorkerSetup {
@@ -167,6 +170,7 @@ impl WorkerSetup {
             chunk_steps: cfg.policy.chunk_steps,
             rtc: cfg.control.rtc,
             warmup_chunks: cfg.control.warmup_chunks,
+            record: None,
         }
     }
 }
@@ -249,6 +253,9 @@ pub fn spawn(
                         record_switch(&stats, l, &plan);
                     }
                     planner.record(seq, &plan, latency);
+                    if let Some(r) = &setup.record {
+                        r.send(Note::Chunk(chunk.clone()));
+                    }
                     let _ = chunk_tx.try_send(chunk);
                 }
             }
@@ -292,6 +299,7 @@ fn infer_one(
             if n.is_multiple_of(LOG_EVERY) {
                 tracing::warn!(chunk_seq = seq, error = %e, total = n + 1, "policy error: no chunk");
             }
+            note_refusal(setup, seq, "policy_error", || e.to_string());
             return None;
         }
         Err(msg) => {
@@ -299,6 +307,7 @@ fn infer_one(
             if n.is_multiple_of(LOG_EVERY) {
                 tracing::error!(chunk_seq = seq, panic = %msg, total = n + 1, "policy panicked: no chunk");
             }
+            note_refusal(setup, seq, "policy_panic", || msg.clone());
             return None;
         }
     };
@@ -314,6 +323,14 @@ fn infer_one(
                 "chunk rejected: wrong shape"
             );
         }
+        note_refusal(setup, seq, ChunkFaultKind::Shape.name(), || {
+            format!(
+                "{} steps of {} actions, expected {} actions and at least 2 steps",
+                chunk.steps(),
+                chunk.action_dim,
+                setup.map.action_dim()
+            )
+        });
         return None;
     }
     let mut buf = pool
@@ -345,9 +362,26 @@ fn infer_one(
                 "chunk rejected: {fault}"
             );
         }
+        note_refusal(setup, seq, fault.kind.name(), || fault.to_string());
         return None;
     }
     Some((buf, chunk))
+}
+
+/// A chunk refused before the control thread saw it, for the recording.
+fn note_refusal(
+    setup: &WorkerSetup,
+    seq: u64,
+    reason: &'static str,
+    detail: impl FnOnce() -> String,
+) {
+    if let Some(r) = &setup.record {
+        r.send(Note::Refused {
+            seq,
+            reason,
+            detail: detail(),
+        });
+    }
 }
 
 /// The largest distance between the new chunk and the old plan over the steps that run

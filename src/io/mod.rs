@@ -2,6 +2,7 @@
 //! inputs (joint state, camera frames, prompt, e-stop) and the latest command, readable by the
 //! control thread without blocking.
 
+pub mod latest;
 pub mod msgpack_numpy;
 pub mod ros;
 pub mod sim;
@@ -9,7 +10,7 @@ pub mod sim;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crossbeam_utils::atomic::AtomicCell;
+pub use latest::Latest;
 
 use crate::joints::JointMeasurement;
 use crate::joints::MotionState;
@@ -18,7 +19,7 @@ use crate::policy::{CameraFrame, Observation};
 use crate::time::MonoTime;
 
 pub struct Blackboard {
-    pub joint_state: AtomicCell<JointMeasurement>,
+    pub joint_state: Latest<JointMeasurement>,
     /// Capture stamp (ns) of each camera's newest frame; 0 before the first.
     pub camera_stamps: Vec<AtomicU64>,
     /// Newest frame per camera, read by the inference worker only.
@@ -35,7 +36,7 @@ pub struct Blackboard {
     pub fault: AtomicBool,
     pub resets: AtomicU64,
     /// Latest command (written by the control thread every tick).
-    pub command: AtomicCell<(MonoTime, MotionState)>,
+    pub command: Latest<(MonoTime, MotionState)>,
     /// Until the first joint state: what the transport saw instead (messages refused, or the
     /// topics on the graph), for the start-up error.
     pub startup_note: Mutex<String>,
@@ -46,7 +47,7 @@ pub struct Blackboard {
 impl Blackboard {
     pub fn new(cameras: usize, prompt: &str) -> Blackboard {
         Blackboard {
-            joint_state: AtomicCell::new(JointMeasurement::default()),
+            joint_state: Latest::new(JointMeasurement::default()),
             camera_stamps: (0..cameras).map(|_| AtomicU64::new(0)).collect(),
             frames: (0..cameras).map(|_| Mutex::new(None)).collect(),
             prompt: Mutex::new(prompt.to_string()),
@@ -56,7 +57,7 @@ impl Blackboard {
             control_drill: AtomicU64::new(0),
             drill_stall_ms: AtomicU64::new(0),
             resets: AtomicU64::new(0),
-            command: AtomicCell::new((MonoTime::ZERO, MotionState::default())),
+            command: Latest::new((MonoTime::ZERO, MotionState::default())),
             startup_note: Mutex::new(String::new()),
             reload_limits: Mutex::new(None),
         }

@@ -1,0 +1,457 @@
+//! Recording a run as MCAP (`[record]`): what came in, what went out and why, in a file that
+//! opens in Foxglove and in any MCAP reader.
+//!
+//! The recorder is a thread of its own. The control thread hands it one `TickSample` per tick
+//! through a bounded queue and never waits: a full queue drops the sample and counts it. The
+//! inference worker and the supervisor hand it chunks and events the same way. Camera frames
+//! and diagnostics it samples itself from the blackboard, at `record.camera_hz` and once a
+//! second. A recording that fails (disk full, a cap reached) ends with a log line and the run
+//! goes on: recording is never a reason to stop the arm.
+
+mod file;
+pub mod plot;
+pub mod read;
+mod schemas;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::chunk::JointChunk;
+use crate::config::record::{RecordConfig, RecordTarget};
+use crate::control::controller::ChunkOutcome;
+use crate::control::stats::LiveStats;
+use crate::io::Blackboard;
+use crate::joints::{JointMeasurement, MotionState};
+use crate::safety::supervisor::Transition;
+use crate::safety::SafetyEvent;
+use crate::time::MonoTime;
+
+pub use file::{McapFile, Topics};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("record.path: {path} already exists; a recording is never overwritten (name a directory to get one file per run)")]
+    Exists { path: PathBuf },
+    #[error("record.path: cannot create {path}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("recording to {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: mcap::McapError,
+    },
+    #[error("cannot start the recorder thread")]
+    Spawn(#[source] std::io::Error),
+}
+
+/// What the control thread saw and commanded at one tick. `Copy`: queued without allocating.
+#[derive(Clone, Copy, Debug)]
+pub struct TickSample {
+    pub at: MonoTime,
+    pub measured: JointMeasurement,
+    pub command: MotionState,
+    /// Running totals per `SafetyEvent` (the recorder notes each increase).
+    pub safety_events: [u64; SafetyEvent::COUNT],
+}
+
+/// Everything else that is recorded as it happens.
+#[derive(Debug)]
+pub enum Note {
+    /// A chunk the worker handed to the control thread, in robot joint order.
+    Chunk(Box<JointChunk>),
+    /// No chunk from inference `seq`: the policy failed, or its chunk failed validation
+    /// (`reason`: `non_finite`, `out_of_range`, `jump`, `shape`, `policy_error`,
+    /// `policy_panic`).
+    Refused {
+        seq: u64,
+        reason: &'static str,
+        detail: String,
+    },
+    Transition(Transition),
+    Outcome(ChunkOutcome),
+    ResetRefused,
+}
+
+/// Ticks queued before samples are dropped: 5 s at 200 Hz.
+const TICK_QUEUE: usize = 1024;
+const NOTE_QUEUE: usize = 256;
+/// The recorder's own period: queues drained, frames sampled, caps checked.
+const POLL: Duration = Duration::from_millis(5);
+/// Data is flushed to the file (an MCAP chunk closed) this often: a crash loses at most this.
+const FLUSH_EVERY_S: f64 = 1.0;
+const DIAGNOSTICS_EVERY_S: f64 = 1.0;
+
+/// The control thread's end of the tick queue.
+#[derive(Clone)]
+pub struct TickTap {
+    tx: SyncSender<TickSample>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl TickTap {
+    /// Never blocks, never allocates.
+    pub fn send(&self, sample: &TickSample) {
+        if let Err(TrySendError::Full(_)) = self.tx.try_send(*sample) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The worker's and the supervisor's end of the note queue.
+#[derive(Clone)]
+pub struct NoteTap {
+    tx: SyncSender<Note>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl NoteTap {
+    pub fn send(&self, note: Note) {
+        if let Err(TrySendError::Full(_)) = self.tx.try_send(note) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Why a recording ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndedBy {
+    #[default]
+    RunEnd,
+    MaxMegabytes,
+    MaxDurationS,
+    WriteError,
+    Panic,
+}
+
+/// The summary's account of the recording.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RecordingSummary {
+    pub path: String,
+    pub messages: u64,
+    pub bytes: u64,
+    /// Samples the queues had no room for.
+    pub dropped: u64,
+    pub ended_by: EndedBy,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What the recording needs to know about the run.
+pub struct RecordSetup {
+    pub cfg: RecordConfig,
+    pub topics: Topics,
+    /// File metadata (`pi0d` record): version, configuration, model, rate.
+    pub metadata: std::collections::BTreeMap<String, String>,
+    pub control_rate_hz: f64,
+}
+
+pub struct Recorder {
+    pub ticks: TickTap,
+    pub notes: NoteTap,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<RecordingSummary>,
+    path: PathBuf,
+}
+
+/// The file for this run: the configured one, or a new one named by the UTC time in the
+/// configured directory.
+pub fn file_for_run(target: &RecordTarget, now: std::time::SystemTime) -> PathBuf {
+    match target {
+        RecordTarget::File(p) => p.clone(),
+        RecordTarget::Directory(d) => d.join(format!("pi0d-{}.mcap", utc_stamp(now))),
+    }
+}
+
+/// `YYYYmmddTHHMMSSZ` (UTC) for file names.
+pub(crate) fn utc_stamp(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+impl Recorder {
+    /// Creates the file (refusing to overwrite one) and starts the recorder thread, which
+    /// calls `on_thread` first (the daemon lowers its priority there).
+    pub fn start(
+        setup: RecordSetup,
+        board: Arc<Blackboard>,
+        live: Arc<LiveStats>,
+        on_thread: impl FnOnce() + Send + 'static,
+    ) -> Result<Recorder, RecordError> {
+        if let RecordTarget::Directory(d) = &setup.cfg.target {
+            std::fs::create_dir_all(d).map_err(|source| RecordError::Create {
+                path: d.clone(),
+                source,
+            })?;
+        }
+        let path = file_for_run(&setup.cfg.target, std::time::SystemTime::now());
+        let file = McapFile::create(&path, &setup.topics, &setup.metadata)?;
+        let (tick_tx, tick_rx) = sync_channel(TICK_QUEUE);
+        let (note_tx, note_rx) = sync_channel(NOTE_QUEUE);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (stop, dropped, path) = (stop.clone(), dropped.clone(), path.clone());
+            std::thread::Builder::new()
+                .name("pi0d-record".into())
+                .spawn(move || {
+                    on_thread();
+                    let mut rec = Recording {
+                        file: Some(file),
+                        setup,
+                        board,
+                        live,
+                        ticks: tick_rx,
+                        notes: note_rx,
+                        summary: RecordingSummary {
+                            path: path.display().to_string(),
+                            ..RecordingSummary::default()
+                        },
+                    };
+                    let run = crate::panics::caught(|| rec.run(&stop));
+                    let mut summary = rec.summary;
+                    if let Err(m) = run {
+                        tracing::error!(panic = %m, "the recorder panicked; the run goes on unrecorded");
+                        summary.ended_by = EndedBy::Panic;
+                        summary.error = Some(m);
+                    }
+                    summary.dropped = dropped.load(Ordering::Relaxed);
+                    summary
+                })
+                .map_err(RecordError::Spawn)?
+        };
+        tracing::info!(file = %path.display(), "recording");
+        Ok(Recorder {
+            ticks: TickTap {
+                tx: tick_tx,
+                dropped: dropped.clone(),
+            },
+            notes: NoteTap {
+                tx: note_tx,
+                dropped,
+            },
+            stop,
+            thread,
+            path,
+        })
+    }
+
+    /// Writes what is queued, closes the file (its summary and index) and says how it went.
+    /// Call after the control thread has finished, so the final hold is in the file.
+    pub fn finish(self) -> RecordingSummary {
+        self.stop.store(true, Ordering::SeqCst);
+        let deadline = MonoTime::now().offset_seconds(5.0);
+        while !self.thread.is_finished() && MonoTime::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if !self.thread.is_finished() {
+            tracing::error!(file = %self.path.display(), "the recorder did not finish within 5 s; the file may lack its index");
+            return RecordingSummary {
+                path: self.path.display().to_string(),
+                ended_by: EndedBy::WriteError,
+                error: Some("did not finish within 5 s".into()),
+                ..RecordingSummary::default()
+            };
+        }
+        let s = self.thread.join().unwrap_or_default();
+        tracing::info!(
+            file = %s.path,
+            messages = s.messages,
+            bytes = s.bytes,
+            dropped = s.dropped,
+            "recording closed"
+        );
+        s
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The recorder thread's state.
+struct Recording {
+    /// `None` once the recording has ended (cap, error); the queues are still drained.
+    file: Option<McapFile>,
+    setup: RecordSetup,
+    board: Arc<Blackboard>,
+    live: Arc<LiveStats>,
+    ticks: Receiver<TickSample>,
+    notes: Receiver<Note>,
+    summary: RecordingSummary,
+}
+
+impl Recording {
+    fn run(&mut self, stop: &AtomicBool) {
+        let started = MonoTime::now();
+        let mut next_flush = FLUSH_EVERY_S;
+        let mut next_diag = 0.0;
+        let frame_period = (self.setup.cfg.camera_hz > 0.0).then(|| 1.0 / self.setup.cfg.camera_hz);
+        let mut next_frames = 0.0;
+        loop {
+            let finishing = stop.load(Ordering::SeqCst);
+            let t = MonoTime::now().seconds_since(started);
+            let mut result = self.drain();
+            if let Some(p) = frame_period.filter(|_| t >= next_frames) {
+                next_frames = t + p;
+                result = result.and_then(|_| self.frames());
+            }
+            if t >= next_diag {
+                next_diag = t + DIAGNOSTICS_EVERY_S;
+                result = result.and_then(|_| self.diagnostics());
+            }
+            if t >= next_flush {
+                next_flush = t + FLUSH_EVERY_S;
+                result = result.and_then(|_| self.flush());
+            }
+            if let Err(e) = result {
+                self.end(EndedBy::WriteError, Some(e));
+            }
+            if self.summary.bytes > self.setup.cfg.max_bytes {
+                self.end(EndedBy::MaxMegabytes, None);
+            }
+            if self.setup.cfg.max_duration_s.is_some_and(|d| t >= d) {
+                self.end(EndedBy::MaxDurationS, None);
+            }
+            if finishing {
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
+        self.end(EndedBy::RunEnd, None);
+    }
+
+    fn drain(&mut self) -> Result<(), RecordError> {
+        while let Ok(t) = self.ticks.try_recv() {
+            if let Some(f) = &mut self.file {
+                f.tick(&t)?;
+            }
+        }
+        while let Ok(n) = self.notes.try_recv() {
+            if let Some(f) = &mut self.file {
+                f.note(n)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn frames(&mut self) -> Result<(), RecordError> {
+        let Some(f) = &mut self.file else {
+            return Ok(());
+        };
+        for (k, slot) in self.board.frames.iter().enumerate() {
+            let frame = slot.lock().ok().and_then(|g| g.clone());
+            if let Some(frame) = frame {
+                f.frame(k, &frame)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn diagnostics(&mut self) -> Result<(), RecordError> {
+        let Some(f) = &mut self.file else {
+            return Ok(());
+        };
+        f.diagnostics(&self.board, &self.live, self.setup.control_rate_hz)
+    }
+
+    fn flush(&mut self) -> Result<(), RecordError> {
+        if let Some(f) = &mut self.file {
+            f.flush()?;
+            self.summary.bytes = f.bytes();
+            self.summary.messages = f.messages();
+        }
+        Ok(())
+    }
+
+    /// Closes the file, if still open, saying why.
+    fn end(&mut self, why: EndedBy, error: Option<RecordError>) {
+        let Some(f) = self.file.take() else {
+            return;
+        };
+        self.summary.ended_by = why;
+        if let Some(e) = &error {
+            self.summary.error = Some(error_chain(e));
+            tracing::error!(error = %self.summary.error.as_deref().unwrap_or_default(), "recording stopped; the run goes on unrecorded");
+        }
+        match why {
+            EndedBy::MaxMegabytes => tracing::warn!(
+                file = %self.summary.path,
+                "recording stopped at record.max_megabytes = {}; the run goes on unrecorded",
+                self.setup.cfg.max_bytes as f64 / 1e6
+            ),
+            EndedBy::MaxDurationS => tracing::warn!(
+                file = %self.summary.path,
+                "recording stopped at record.max_duration_s = {}; the run goes on unrecorded",
+                self.setup.cfg.max_duration_s.unwrap_or_default()
+            ),
+            _ => {}
+        }
+        match f.finish() {
+            Ok((messages, bytes)) => {
+                self.summary.messages = messages;
+                self.summary.bytes = bytes;
+            }
+            Err(e) if error.is_none() => {
+                self.summary.ended_by = EndedBy::WriteError;
+                self.summary.error = Some(error_chain(&e));
+                tracing::error!(error = %self.summary.error.as_deref().unwrap_or_default(), "the recording could not be closed");
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(c) = source {
+        s += &format!(": {c}");
+        source = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_naming_a_run_file_expect_the_utc_time() {
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(1_796_083_200 + 3723);
+        // 2026-12-01 01:02:03 UTC.
+        assert_eq!(utc_stamp(t), "20261201T010203Z");
+        assert_eq!(utc_stamp(std::time::UNIX_EPOCH), "19700101T000000Z");
+        let leap = std::time::UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(utc_stamp(leap), "20000229T000000Z");
+    }
+}

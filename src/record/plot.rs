@@ -1,0 +1,329 @@
+//! `pi0d plot`: a recording as one PNG, for people who would rather look than read. Per joint,
+//! commanded and measured position and velocity, the joint's limits, the chunk arrivals (ticks
+//! along the top), and the spans the arm was holding, e-stopped or stopping, shaded.
+
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+use plotters::style::{register_font, FontStyle};
+
+use super::read::{PlotLimits, RunTrace, Span};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    #[error("drawing the plot")]
+    Draw(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("{path}: cannot write the PNG")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: image::ImageError,
+    },
+    #[error("the recording has no joints to plot")]
+    Empty,
+}
+
+const FONT: &str = "sans-serif";
+const WIDTH: u32 = 1600;
+const ROW: u32 = 210;
+const HEADER: u32 = 86;
+/// Points drawn per line at most (longer runs are thinned evenly).
+const MAX_POINTS: usize = 4000;
+
+const COMMANDED: RGBColor = RGBColor(31, 119, 180);
+const MEASURED: RGBColor = RGBColor(255, 127, 14);
+const LIMIT: RGBColor = RGBColor(214, 39, 40);
+const CHUNK: RGBColor = RGBColor(90, 90, 90);
+const HOLD: RGBColor = RGBColor(255, 224, 178);
+const ESTOP: RGBColor = RGBColor(255, 195, 195);
+const STOPPING: RGBColor = RGBColor(228, 228, 228);
+
+fn draw<T, E: std::error::Error + Send + Sync + 'static>(r: Result<T, E>) -> Result<T, PlotError> {
+    r.map_err(|e| PlotError::Draw(Box::new(e)))
+}
+
+fn span_colour(s: &Span) -> RGBColor {
+    if s.state.starts_with("estopped") {
+        ESTOP
+    } else if s.state.starts_with("stopping") {
+        STOPPING
+    } else {
+        HOLD
+    }
+}
+
+/// `YYYY-mm-dd HH:MM:SS UTC`.
+fn utc_text(ns: u64) -> String {
+    let stamp = super::utc_stamp(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns));
+    // From `YYYYmmddTHHMMSSZ`.
+    format!(
+        "{}-{}-{} {}:{}:{} UTC",
+        &stamp[0..4],
+        &stamp[4..6],
+        &stamp[6..8],
+        &stamp[9..11],
+        &stamp[11..13],
+        &stamp[13..15]
+    )
+}
+
+/// `(min, max)` of the finite values, padded; a flat line gets a small band.
+fn y_range<'a>(values: impl Iterator<Item = &'a f64>) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values.filter(|v| v.is_finite()) {
+        lo = lo.min(*v);
+        hi = hi.max(*v);
+    }
+    if !lo.is_finite() {
+        return (-1.0, 1.0);
+    }
+    let pad = ((hi - lo) * 0.08).max(1e-3);
+    (lo - pad, hi + pad)
+}
+
+/// Widens `(lo, hi)` to take in each limit within one span of the data; the others are
+/// named as off the scale.
+fn with_limits(range: (f64, f64), limits: &[f64]) -> ((f64, f64), Vec<f64>, Vec<f64>) {
+    let (mut lo, mut hi) = range;
+    let span = hi - lo;
+    let (mut shown, mut off) = (Vec::new(), Vec::new());
+    for &l in limits {
+        if l >= range.0 - span && l <= range.1 + span {
+            lo = lo.min(l - span * 0.05);
+            hi = hi.max(l + span * 0.05);
+            shown.push(l);
+        } else {
+            off.push(l);
+        }
+    }
+    ((lo, hi), shown, off)
+}
+
+fn thinned(t: &[f64], v: &[f64]) -> Vec<(f64, f64)> {
+    let stride = t.len().div_ceil(MAX_POINTS).max(1);
+    t.iter()
+        .zip(v)
+        .step_by(stride)
+        .filter(|(_, y)| y.is_finite())
+        .map(|(a, b)| (*a, *b))
+        .collect()
+}
+
+/// Draws `trace` into `out` (PNG). `name` titles the plot (the recording's file name).
+pub fn plot(trace: &RunTrace, name: &str, out: &Path) -> Result<(u32, u32), PlotError> {
+    static FONT_ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    FONT_ONCE.get_or_init(|| {
+        register_font(
+            FONT,
+            FontStyle::Normal,
+            include_bytes!("../../assets/fonts/DejaVuSans.ttf"),
+        )
+        .is_ok()
+    });
+    let joints = trace.joints.len();
+    if joints == 0 {
+        return Err(PlotError::Empty);
+    }
+    let height = HEADER + ROW * joints as u32;
+    let mut buf = vec![255u8; (WIDTH * height * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut buf, (WIDTH, height)).into_drawing_area();
+        draw(root.fill(&WHITE))?;
+        let (top, body) = root.split_vertically(HEADER);
+        let policy = trace
+            .metadata
+            .get("policy")
+            .map(String::as_str)
+            .unwrap_or("policy unknown");
+        let holds = trace
+            .spans
+            .iter()
+            .filter(|s| !s.state.starts_with("stopping"))
+            .count();
+        let title = format!(
+            "pi0d run {name}: {policy}, from {}, {:.1} s, {} chunks, {holds} hold(s)",
+            utc_text(trace.start_ns),
+            trace.duration_s(),
+            trace.chunk_arrivals_s.len(),
+        );
+        draw(top.draw_text(&title, &(FONT, 22).into_font().color(&BLACK), (16, 10)))?;
+        if let Some(why) = &trace.truncated {
+            let note = format!("the file ends early ({why}): plotted up to there");
+            draw(top.draw_text(&note, &(FONT, 14).into_font().color(&LIMIT), (900, 42)))?;
+        }
+        legend(&top)?;
+        let t_end = trace.duration_s().max(1e-3);
+        let cells = body.split_evenly((joints, 2));
+        for (i, cell) in cells.iter().enumerate() {
+            let (j, velocity) = (i / 2, i % 2 == 1);
+            panel(cell, trace, j, velocity, t_end)?;
+        }
+        draw(root.present())?;
+    }
+    image::save_buffer_with_format(
+        out,
+        &buf,
+        WIDTH,
+        height,
+        image::ExtendedColorType::Rgb8,
+        image::ImageFormat::Png,
+    )
+    .map_err(|source| PlotError::Write {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    Ok((WIDTH, height))
+}
+
+fn legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+) -> Result<(), PlotError>
+where
+    DB::ErrorType: 'static,
+{
+    let items: [(&str, RGBColor, bool); 7] = [
+        ("commanded", COMMANDED, false),
+        ("measured", MEASURED, false),
+        ("limit", LIMIT, false),
+        ("chunk arrival", CHUNK, false),
+        ("holding", HOLD, true),
+        ("e-stopped", ESTOP, true),
+        ("stopping", STOPPING, true),
+    ];
+    let mut x = 16;
+    let y = 52;
+    for (label, colour, filled) in items {
+        if filled {
+            draw(area.draw(&Rectangle::new(
+                [(x, y - 6), (x + 26, y + 8)],
+                colour.filled(),
+            )))?;
+        } else {
+            draw(area.draw(&PathElement::new(
+                vec![(x, y + 1), (x + 26, y + 1)],
+                colour.stroke_width(3),
+            )))?;
+        }
+        draw(area.draw_text(
+            label,
+            &(FONT, 15).into_font().color(&BLACK),
+            (x + 32, y - 7),
+        ))?;
+        x += 48 + 9 * label.len() as i32;
+    }
+    Ok(())
+}
+
+fn panel<DB: DrawingBackend>(
+    cell: &DrawingArea<DB, plotters::coord::Shift>,
+    trace: &RunTrace,
+    j: usize,
+    velocity: bool,
+    t_end: f64,
+) -> Result<(), PlotError>
+where
+    DB::ErrorType: 'static,
+{
+    let (cmd, meas) = if velocity {
+        (&trace.command.velocity[j], &trace.measured.velocity[j])
+    } else {
+        (&trace.command.position[j], &trace.measured.position[j])
+    };
+    let lim: PlotLimits = trace.limits.get(j).copied().unwrap_or_default();
+    let limits: Vec<f64> = if velocity {
+        lim.velocity.map(|v| vec![-v, v]).unwrap_or_default()
+    } else {
+        [lim.lower, lim.upper].into_iter().flatten().collect()
+    };
+    let ((y0, y1), shown, off) = with_limits(y_range(cmd.iter().chain(meas.iter())), &limits);
+    let mut caption = format!(
+        "{} {}",
+        trace.joints[j],
+        if velocity {
+            "velocity (/s)"
+        } else {
+            "position"
+        }
+    );
+    if !off.is_empty() {
+        let list: Vec<String> = off.iter().map(|l| format!("{l:.2}")).collect();
+        caption += &format!("   limits {} off scale", list.join(", "));
+    }
+    let mut chart = draw(
+        ChartBuilder::on(cell)
+            .margin(6)
+            .caption(caption, (FONT, 15))
+            .x_label_area_size(22)
+            .y_label_area_size(62)
+            .build_cartesian_2d(0f64..t_end, y0..y1),
+    )?;
+    draw(
+        chart
+            .configure_mesh()
+            .x_labels(10)
+            .y_labels(5)
+            .label_style((FONT, 12))
+            .light_line_style(RGBColor(240, 240, 240))
+            .bold_line_style(RGBColor(220, 220, 220))
+            .x_label_formatter(&|x| format!("{x:.1} s"))
+            .y_label_formatter(&|y| format!("{y:.3}"))
+            .draw(),
+    )?;
+    draw(chart.draw_series(trace.spans.iter().map(|s| {
+        Rectangle::new(
+            [(s.from_s, y0), (s.to_s.max(s.from_s), y1)],
+            span_colour(s).filled(),
+        )
+    })))?;
+    let tick = (y1 - y0) * 0.07;
+    draw(
+        chart.draw_series(
+            trace
+                .chunk_arrivals_s
+                .iter()
+                .map(|&t| PathElement::new(vec![(t, y1 - tick), (t, y1)], CHUNK.stroke_width(1))),
+        ),
+    )?;
+    for l in shown {
+        draw(chart.draw_series(DashedLineSeries::new(
+            vec![(0.0, l), (t_end, l)],
+            8,
+            5,
+            LIMIT.stroke_width(1),
+        )))?;
+    }
+    draw(chart.draw_series(LineSeries::new(
+        thinned(&trace.measured.t, meas),
+        MEASURED.stroke_width(2),
+    )))?;
+    draw(chart.draw_series(LineSeries::new(
+        thinned(&trace.command.t, cmd),
+        COMMANDED.stroke_width(1),
+    )))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_a_limit_is_near_the_data_expect_it_drawn_and_a_far_one_named() {
+        let ((lo, hi), shown, off) = with_limits((0.0, 1.0), &[-0.5, 10.0]);
+        assert_eq!(shown, [-0.5]);
+        assert_eq!(off, [10.0]);
+        assert!(lo <= -0.5 && hi == 1.0, "{lo} {hi}");
+    }
+
+    #[test]
+    fn when_a_run_is_long_expect_lines_thinned_to_the_cap() {
+        let t: Vec<f64> = (0..100_000).map(|i| i as f64).collect();
+        let pts = thinned(&t, &t);
+        assert!(
+            pts.len() <= MAX_POINTS && pts.len() > MAX_POINTS / 2,
+            "{}",
+            pts.len()
+        );
+        assert_eq!(pts[0], (0.0, 0.0));
+    }
+}
