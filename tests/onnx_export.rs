@@ -454,9 +454,18 @@ fn when_cli_exports_and_infers_expect_lerobot_actions_and_atc_commands() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(timings.len(), 2);
-    assert!(timings
-        .iter()
-        .all(|t| t["total_ms"].as_f64().unwrap() > 0.0));
+    for t in &timings {
+        let stage = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {t}"));
+        let sum = stage("preprocess_ms")
+            + stage("prefix_ms")
+            + stage("steps_ms")
+            + stage("postprocess_ms");
+        assert!(
+            stage("total_ms") > 0.0 && (sum - stage("total_ms")).abs() < 1e-6,
+            "{t}"
+        );
+        assert!(stage("postprocess_ms") > 0.0, "{t}");
+    }
     let f = TensorFile::read(&actions).unwrap();
     let (_, got) = f.f32("actions", &[Some(1), Some(50), Some(32)]).unwrap();
     let err = max_diff(got, &expected(case));

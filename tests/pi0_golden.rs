@@ -106,12 +106,16 @@ fn when_infer_cli_runs_expect_actions_file_and_timing_lines() {
         .collect();
     assert_eq!(lines.len(), 3);
     for l in &lines {
-        let (p, s, t) = (
-            l["prefix_ms"].as_f64().unwrap(),
-            l["steps_ms"].as_f64().unwrap(),
-            l["total_ms"].as_f64().unwrap(),
+        let stage = |k: &str| l[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {l}"));
+        let (pre, p, s, post, t) = (
+            stage("preprocess_ms"),
+            stage("prefix_ms"),
+            stage("steps_ms"),
+            stage("postprocess_ms"),
+            stage("total_ms"),
         );
-        assert!(p > 0.0 && s > 0.0 && (p + s - t).abs() < 1e-6);
+        assert!(p > 0.0 && s > 0.0 && pre >= 0.0 && post > 0.0, "{l}");
+        assert!((pre + p + s + post - t).abs() < 1e-6, "{l}");
     }
     let got = TensorFile::read(&out).unwrap();
     let (_, a) = got.f32("actions", &[Some(1), Some(50), Some(32)]).unwrap();

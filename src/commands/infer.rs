@@ -223,13 +223,20 @@ pub(crate) fn infer_graphs(
     };
     let mut last = None;
     for _ in 0..repeat {
-        let (actions, t) = classified(model.sample(&batch.graph_inputs()))?;
+        let pre = std::time::Instant::now();
+        let inputs = batch.graph_inputs();
+        let preprocess_ms = pre.elapsed().as_secs_f64() * 1e3;
+        let (actions, t) = classified(model.sample(&inputs))?;
+        let postprocess_ms = classified(infer::check_graph_actions(&actions, &batch))?;
         if repeat > 1 {
             let timing = infer::RunTiming {
+                preprocess_ms,
                 prefix_ms: t.prefix_ms,
                 steps_ms: t.steps_ms,
-                total_ms: t.prefix_ms + t.steps_ms,
-            };
+                postprocess_ms,
+                ..infer::RunTiming::default()
+            }
+            .summed();
             say(&runtime(serde_json::to_string(&timing))?);
         }
         last = Some(actions);

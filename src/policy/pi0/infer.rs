@@ -94,12 +94,29 @@ pub fn is_input_error(e: &(dyn std::error::Error + 'static)) -> bool {
     true
 }
 
-/// Per-run timings, printed as one JSON line each with `--repeat`.
-#[derive(Clone, Copy, Debug, serde::Serialize)]
+/// Per-run timings, printed as one JSON line each with `--repeat`. The inputs file already
+/// holds model tensors, so preprocessing here is assembling the batch's model inputs and
+/// postprocessing is checking the actions (the daemon's image, prompt and state processing
+/// shows in its summary's `inference_stages_ms`).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct RunTiming {
+    pub preprocess_ms: f64,
     pub prefix_ms: f64,
     pub steps_ms: f64,
+    pub postprocess_ms: f64,
     pub total_ms: f64,
+}
+
+impl RunTiming {
+    /// `total_ms` from the stages.
+    pub fn summed(mut self) -> RunTiming {
+        self.total_ms = self.preprocess_ms + self.prefix_ms + self.steps_ms + self.postprocess_ms;
+        self
+    }
+}
+
+fn ms_since(t: std::time::Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
 }
 
 /// The inputs file decoded for a model: per batch element, borrowed slices.
@@ -348,26 +365,40 @@ fn read_rtc(
 
 /// `run_batch`, refusing non-finite actions (what `pi0d infer` should run).
 pub fn try_run_batch(model: &Pi0Model, batch: &Batch) -> Result<(Vec<f32>, RunTiming), InferError> {
-    let (actions, timing) = run_batch(model, batch);
+    let (actions, mut timing) = run_batch(model, batch);
+    let post = std::time::Instant::now();
     check_actions(&actions, batch.chunk, batch.action_dim)?;
-    Ok((actions, timing))
+    timing.postprocess_ms = ms_since(post);
+    Ok((actions, timing.summed()))
 }
 
 /// Runs the whole batch: actions `[batch, chunk, action_dim]` and the summed timings. The
 /// actions are not checked (`try_run_batch` does; `write_actions` refuses non-finite ones).
 pub fn run_batch(model: &Pi0Model, batch: &Batch) -> (Vec<f32>, RunTiming) {
     let mut ws = Workspace::default();
+    let pre = std::time::Instant::now();
     let elements: Vec<_> = (0..batch.batch).map(|b| batch.element(b)).collect();
+    let preprocess_ms = ms_since(pre);
     // All elements at once: each layer's products over every element's rows.
     let (actions, t) = model.sample_actions_batch(&elements, &mut ws);
     (
         actions,
         RunTiming {
+            preprocess_ms,
             prefix_ms: t.prefix_ms,
             steps_ms: t.steps_ms,
-            total_ms: t.prefix_ms + t.steps_ms,
-        },
+            ..RunTiming::default()
+        }
+        .summed(),
     )
+}
+
+/// Checks actions from a graph runtime as `try_run_batch` checks the CPU model's: the time it
+/// took, or the refusal.
+pub fn check_graph_actions(actions: &[f32], batch: &Batch) -> Result<f64, InferError> {
+    let post = std::time::Instant::now();
+    check_actions(actions, batch.chunk, batch.action_dim)?;
+    Ok(ms_since(post))
 }
 
 /// Writes `actions` for `batch` to `path`; non-finite actions are refused, nothing is written.

@@ -1,0 +1,238 @@
+//! Hardware in the loop: the real `pi0d` binary driving a MuJoCo robot over real DDS
+//! (tests/hil/robot.py: urdf/sim_arm.urdf in MuJoCo, a rendered camera, the controllers'
+//! topics, its own 100 ms driver watchdog), config/hil.toml with the bundled tiny pi0. Each
+//! scenario checks what the robot saw and prints its figures (reaction times, rates, jerk).
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use toml::Value;
+
+fn wall_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn hil_config(domain: u16) -> toml::Table {
+    let text = std::fs::read_to_string(root().join("config/hil.toml")).unwrap();
+    let mut t: toml::Table = text.parse().unwrap();
+    t["robot"]["urdf"] = Value::String(root().join("urdf/sim_arm.urdf").display().to_string());
+    t["policy"]["checkpoint"] = Value::String(root().join("models/tiny-pi0").display().to_string());
+    t["ros"]
+        .as_table_mut()
+        .unwrap()
+        .insert("domain_id".into(), Value::Integer(domain as i64));
+    t
+}
+
+fn robot(domain: u16, dir: &Path, duration_s: f64, args: &[&str]) -> Child {
+    let cyclone = format!(
+        "file://{}",
+        root().join("tests/peers/cyclone_loopback.xml").display()
+    );
+    Command::new(peer_python())
+        .arg(root().join("tests/hil/robot.py"))
+        .args(["--domain", &domain.to_string(), "--duration"])
+        .arg(duration_s.to_string())
+        .arg("--report")
+        .arg(dir.join("robot.json"))
+        .args(args)
+        .env("CYCLONEDDS_URI", cyclone)
+        .env("MUJOCO_GL", "egl")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("the MuJoCo robot starts")
+}
+
+fn pi0d(dir: &Path, cfg: &toml::Table, duration_s: f64) -> Child {
+    let path = dir.join("config.toml");
+    std::fs::write(&path, toml::to_string(cfg).unwrap()).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args([
+            "run",
+            "--quiet",
+            "--duration",
+            &duration_s.to_string(),
+            "--config",
+        ])
+        .arg(&path)
+        .arg("--summary")
+        .arg(dir.join("summary.json"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pi0d starts")
+}
+
+fn report(dir: &Path, mut robot: Child) -> serde_json::Value {
+    assert!(robot.wait().unwrap().success(), "the robot failed");
+    serde_json::from_str(&std::fs::read_to_string(dir.join("robot.json")).unwrap()).unwrap()
+}
+
+fn domain(offset: u32) -> u16 {
+    30 + ((std::process::id() + offset) % 150) as u16
+}
+
+/// When the setpoint (what the robot's controller executes) came to rest after `after` (wall
+/// seconds): the first 20 ms sample from which it stays below 1e-3 rad/s for half a second.
+fn held_at(report: &serde_json::Value, after: f64) -> Option<f64> {
+    let samples: Vec<(f64, f64)> = report["motion"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m[0].as_f64().unwrap(), m[1].as_f64().unwrap()))
+        .filter(|(t, _)| *t >= after)
+        .collect();
+    (0..samples.len()).map(|i| samples[i].0).find(|&t0| {
+        let window: Vec<_> = samples
+            .iter()
+            .filter(|(t, _)| *t >= t0 && *t < t0 + 0.5)
+            .collect();
+        window.len() >= 20 && window.iter().all(|(_, s)| *s < 1e-3)
+    })
+}
+
+fn max_over_joints(v: &serde_json::Value) -> f64 {
+    v.as_object()
+        .unwrap()
+        .values()
+        .map(|x| x.as_f64().unwrap())
+        .fold(0.0, f64::max)
+}
+
+/// What every scenario checks at the robot: its rate held, commands came, nothing non-finite,
+/// no joint past its limits.
+fn assert_robot_sane(r: &serde_json::Value) {
+    let rate = r["joint_state_rate_hz"].as_f64().unwrap();
+    assert!(rate > 200.0, "the robot published at {rate} Hz");
+    assert!(r["commands"].as_u64().unwrap() > 50, "{}", r["commands"]);
+    assert_eq!(r["nonfinite_commands"], 0);
+    let over = max_over_joints(&r["over_limit"]);
+    assert!(
+        over <= 1e-3,
+        "a joint went {over} past its limit: {}",
+        r["over_limit"]
+    );
+    // The controller's splines between pi0d's points, on 2 ms differences: the same bound as
+    // the controller model's check (config/hil.toml's jerk limit is 150 rad/s^3).
+    let jerk = max_over_joints(&r["max_setpoint_jerk"]);
+    assert!(
+        jerk < 20.0 * 150.0,
+        "setpoint jerk {jerk}: {}",
+        r["max_setpoint_jerk"]
+    );
+}
+
+#[test]
+fn when_pi0d_drives_the_mujoco_robot_then_stops_expect_it_tracked_and_held_then_the_driver_holds() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dom = domain(1);
+    let dir = scratch_dir("hil-nominal");
+    let bot = robot(dom, &dir, 11.0, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let run = pi0d(&dir, &hil_config(dom), 7.0);
+    let out = run.wait_with_output().unwrap();
+    let ended = wall_now();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r = report(&dir, bot);
+    assert_robot_sane(&r);
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}");
+    assert_eq!(s["limit_violations"], 0, "{s}");
+    // The camera the robot rendered reached the model (a stale camera would have held it).
+    assert!(
+        !s["transitions"].to_string().contains("stale_camera"),
+        "{}",
+        s["transitions"]
+    );
+    // pi0d ended at rest; the driver's watchdog then held the arm 100 ms after the last
+    // command.
+    let holds: Vec<f64> = r["watchdog_holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_f64().unwrap())
+        .collect();
+    assert_eq!(holds.len(), 1, "{holds:?}");
+    assert!(holds[0] <= ended + 0.3, "{} vs {ended}", holds[0]);
+    let jerk = max_over_joints(&r["max_setpoint_jerk"]);
+    println!(
+        "hil nominal: robot at {:.0} Hz (largest gap {:.1} ms), {} commands, {} chunks accepted, latency p50 {} ms, setpoint jerk max {jerk:.1}, measured jerk max {:.1}",
+        r["joint_state_rate_hz"].as_f64().unwrap(),
+        r["joint_state_gap_max_ms"].as_f64().unwrap(),
+        r["commands"],
+        s["chunks_accepted"],
+        s["latency_ms"]["p50"],
+        max_over_joints(&r["max_measured_jerk"]),
+    );
+}
+
+#[test]
+fn when_pi0d_is_killed_mid_motion_expect_the_robot_to_hold_on_its_own_watchdog() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dom = domain(2);
+    let dir = scratch_dir("hil-kill");
+    let bot = robot(dom, &dir, 9.0, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut run = pi0d(&dir, &hil_config(dom), 30.0);
+    // Running by then (warm-up and the first chunks take about 2 s on two cores).
+    std::thread::sleep(Duration::from_millis(4500));
+    let killed = wall_now();
+    run.kill().unwrap();
+    let _ = run.wait();
+    let r = report(&dir, bot);
+    assert_robot_sane(&r);
+    let holds: Vec<f64> = r["watchdog_holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_f64().unwrap())
+        .collect();
+    assert_eq!(holds.len(), 1, "{holds:?}");
+    let reaction = holds[0] - killed;
+    // Its 100 ms without a command, plus the last command's transit and the robot's loop.
+    assert!(
+        (0.05..0.3).contains(&reaction),
+        "the robot held {reaction:.3} s after the kill"
+    );
+    let over = max_over_joints(&r["over_limit"]);
+    println!("hil kill -9: the robot's watchdog held the arm {:.0} ms after the kill (watchdog 100 ms); no joint past its limit (worst {over:.4})", reaction * 1e3);
+}
+
+#[test]
+fn when_the_estop_is_pressed_at_the_robot_expect_pi0d_to_bring_it_to_rest_quickly() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dom = domain(3);
+    let dir = scratch_dir("hil-estop");
+    let bot = robot(dom, &dir, 10.0, &["--estop-at", "6.0"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let run = pi0d(&dir, &hil_config(dom), 7.5);
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r = report(&dir, bot);
+    assert_robot_sane(&r);
+    let pressed = r["estop_at"].as_f64().expect("the e-stop was pressed");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["final_mode"], "estopped", "{s}");
+    let held = held_at(&r, pressed).expect("the arm came to rest");
+    let reaction = held - pressed;
+    assert!(
+        (0.0..1.5).contains(&reaction),
+        "at rest {reaction:.3} s after the e-stop"
+    );
+    println!(
+        "hil e-stop: the robot's setpoint at rest {:.0} ms after the press (decelerating within the limits); setpoint jerk max {:.1}",
+        reaction * 1e3,
+        max_over_joints(&r["max_setpoint_jerk"])
+    );
+}

@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""A robot for pi0d's hardware-in-the-loop tests: the arm of urdf/sim_arm.urdf (six joints and a
+gripper, the URDF's kinematics and limits) in MuJoCo, on a table with a cube and a bowl, behind
+Cyclone DDS as a ros2_control robot would be.
+
+* Physics at 500 Hz in real time; position actuators (kp 150, kv 12 on ~1 kg links, gravity
+  compensated as an industrial arm's drives do).
+* sensor_msgs/JointState at 250 Hz on /joint_states, stamped with the time of the state.
+* One camera rendered off-screen (MUJOCO_GL=egl) in a process of its own, so rendering never
+  stalls the physics: sensor_msgs/Image rgb8 on /camera/image_raw.
+* trajectory_msgs/JointTrajectory on /arm_controller/joint_trajectory, executed as
+  joint_trajectory_controller executes it (tests/peers/jtc_model.py's sampling; a new message
+  starts from the last setpoint, interpolate_from_desired_state as pi0d's README recommends, or
+  with --start-from measured from the measured state, the default), std_msgs/Float64MultiArray on
+  /gripper_position_controller/commands (forward_command_controller).
+* Its own driver watchdog, as real drivers have: no command for 100 ms, it holds where it is and
+  reports when.
+
+    robot.py --domain D --duration S --report FILE [--camera WxH@HZ] [--watchdog-ms MS]
+
+The report (JSON, written at the end or on SIGTERM) has the rates it kept, what it received, the
+watchdog's holds, the largest jerk of the setpoints it executed and of the measured motion, how
+far any joint went past its limits, and a timeline (wall-clock seconds) of when the arm moved.
+"""
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests/peers"))
+
+PHYSICS_DT = 0.002
+JOINT_STATE_EVERY = 2  # physics steps: 250 Hz
+ARM_TOPIC = "/arm_controller/joint_trajectory"
+GRIPPER_TOPIC = "/gripper_position_controller/commands"
+
+
+def load_urdf(path):
+    """Joints in chain order: name, type, parent, child, origin xyz, axis, limits."""
+    root = ET.parse(path).getroot()
+    joints = []
+    for j in root.findall("joint"):
+        o = j.find("origin")
+        a = j.find("axis")
+        lim = j.find("limit")
+        joints.append({
+            "name": j.get("name"), "type": j.get("type"),
+            "parent": j.find("parent").get("link"), "child": j.find("child").get("link"),
+            "xyz": o.get("xyz", "0 0 0") if o is not None else "0 0 0",
+            "rpy": o.get("rpy", "0 0 0") if o is not None else "0 0 0",
+            "axis": a.get("xyz", "1 0 0") if a is not None else "1 0 0",
+            "lower": float(lim.get("lower")) if lim is not None and lim.get("lower") else None,
+            "upper": float(lim.get("upper")) if lim is not None and lim.get("upper") else None,
+        })
+    return joints
+
+
+def mjcf(urdf_joints, camera_wh):
+    """The MJCF scene: the URDF's chain with masses added (URDFs without inertials cannot be
+    simulated as they are), a table, a cube and a bowl, and the camera."""
+    by_parent = {}
+    for j in urdf_joints:
+        by_parent.setdefault(j["parent"], []).append(j)
+
+    def body(link, depth):
+        out = []
+        for j in by_parent.get(link, []):
+            kids = by_parent.get(j["child"], [])
+            # A link drawn as a capsule towards its first child.
+            seg = kids[0]["xyz"] if kids else "0 0 0"
+            mass = f'{max(1.2 - 0.15 * depth, 0.2):.2f}'
+            if sum(abs(float(x)) for x in seg.split()) > 1e-3:
+                inner = [f'<geom type="capsule" fromto="0 0 0 {seg}" size="0.025" mass="{mass}" rgba="0.6 0.6 0.65 1"/>']
+            else:
+                inner = [f'<geom type="sphere" size="0.03" mass="{mass}" rgba="0.6 0.6 0.65 1"/>']
+            if j["type"] in ("revolute", "continuous"):
+                rng = (f' limited="true" range="{j["lower"]} {j["upper"]}"'
+                       if j["type"] == "revolute" else ' limited="false"')
+                inner.insert(0, f'<joint name="{j["name"]}" type="hinge" axis="{j["axis"]}"{rng} armature="0.05" damping="1.0"/>')
+            elif j["type"] == "prismatic":
+                inner.insert(0, f'<joint name="{j["name"]}" type="slide" axis="{j["axis"]}" limited="true" range="{j["lower"]} {j["upper"]}" armature="0.01" damping="5"/>')
+                inner[-1] = '<geom type="box" size="0.01 0.02 0.03" mass="0.1" rgba="0.2 0.2 0.2 1"/>'
+            inner.extend(body(j["child"], depth + 1))
+            out.append(f'<body name="{j["child"]}" pos="{j["xyz"]}" euler="{j["rpy"]}" gravcomp="1">{"".join(inner)}</body>')
+        return out
+
+    actuated = [j for j in urdf_joints if j["type"] in ("revolute", "continuous", "prismatic")]
+    actuators = "".join(
+        f'<position joint="{j["name"]}" kp="{600 if j["type"] == "prismatic" else 150}" '
+        f'kv="{30 if j["type"] == "prismatic" else 12}"/>' for j in actuated)
+    w, h = camera_wh
+    return f"""<mujoco model="pi0d_hil">
+  <compiler angle="radian" eulerseq="XYZ"/>
+  <option timestep="{PHYSICS_DT}" gravity="0 0 -9.81"/>
+  <visual><global offwidth="{max(w, 64)}" offheight="{max(h, 64)}"/></visual>
+  <worldbody>
+    <light pos="0.5 0 1.5" dir="-0.3 0 -1"/>
+    <geom type="plane" size="2 2 0.1" rgba="0.85 0.85 0.8 1"/>
+    <geom name="table" type="box" pos="0.45 0 0.2" size="0.25 0.35 0.2" rgba="0.55 0.4 0.25 1"/>
+    <body name="cube" pos="0.4 0.1 0.425"><freejoint/><geom type="box" size="0.025 0.025 0.025" mass="0.05" rgba="0.85 0.1 0.1 1"/></body>
+    <body name="bowl" pos="0.45 -0.15 0.41"><geom type="cylinder" size="0.06 0.01" rgba="0.1 0.3 0.8 1"/></body>
+    <camera name="front" pos="1.2 0 0.9" xyaxes="0 1 0 -0.55 0 0.85"/>
+    <body name="base_link" pos="0 0 0">{"".join(body("base_link", 0))}</body>
+  </worldbody>
+  <actuator>{actuators}</actuator>
+</mujoco>"""
+
+
+def camera_process(xml, names, shared_q, domain, wh, hz, stop):
+    """Renders the scene at `hz` from the physics' joint positions (shared memory) and
+    publishes raw rgb8 frames; its own process, so the physics never waits for it."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    import mujoco
+    from cyclonedds.core import Policy, Qos
+    from cyclonedds.domain import DomainParticipant
+    from cyclonedds.pub import DataWriter
+    from cyclonedds.topic import Topic
+    from ros_types import Header, Image, Time
+
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    renderer = mujoco.Renderer(m, wh[1], wh[0])
+    dp = DomainParticipant(domain)
+    writer = DataWriter(dp, Topic(dp, "rt/camera/image_raw", Image),
+                        qos=Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1)))
+    adr = [m.jnt_qposadr[m.joint(n).id] for n in names]
+    next_t = time.time()
+    try:
+        while not stop.is_set():
+            now = time.time()
+            if now < next_t:
+                time.sleep(min(next_t - now, 0.01))
+                continue
+            next_t += 1.0 / hz
+            with shared_q.get_lock():
+                q = list(shared_q[:len(names)])
+                cube = list(shared_q[len(names):len(names) + 7])
+            for a, v in zip(adr, q):
+                d.qpos[a] = v
+            c = m.jnt_qposadr[m.body("cube").jntadr[0]]
+            d.qpos[c:c + 7] = cube
+            mujoco.mj_forward(m, d)
+            captured = time.time()
+            renderer.update_scene(d, camera="front")
+            px = renderer.render()
+            stamp = Time(sec=int(captured), nanosec=int((captured % 1) * 1e9))
+            writer.write(Image(header=Header(stamp=stamp, frame_id="front"), height=wh[1], width=wh[0],
+                               encoding="rgb8", step=wh[0] * 3, data=px.tobytes()))
+    finally:
+        renderer.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--domain", type=int, required=True)
+    ap.add_argument("--duration", type=float, required=True)
+    ap.add_argument("--report", required=True)
+    ap.add_argument("--camera", default="160x120@10", help="WxH@HZ; 'none' for no camera")
+    ap.add_argument("--watchdog-ms", type=float, default=100.0)
+    ap.add_argument("--start", default="0,0.3,0.6,-0.4,0,0,0.02")
+    ap.add_argument("--start-from", choices=["desired", "measured"], default="desired",
+                    help="where a new trajectory starts: the last setpoint (interpolate_from_desired_state,"
+                         " as pi0d's README recommends) or the measured state (the controller's default)")
+    ap.add_argument("--estop-at", type=float, default=None, help="press pi0d's e-stop then (s from start)")
+    args = ap.parse_args()
+
+    import mujoco
+    from cyclonedds.core import Policy, Qos
+    from cyclonedds.domain import DomainParticipant
+    from cyclonedds.pub import DataWriter
+    from cyclonedds.sub import DataReader
+    from cyclonedds.topic import Topic
+    from cyclonedds.util import duration
+    from jtc_model import Follower, seconds
+    from ros_types import Bool, Float64MultiArray, Header, JointState, JointTrajectory, Time
+
+    urdf = load_urdf(ROOT / "urdf/sim_arm.urdf")
+    actuated = [j for j in urdf if j["type"] in ("revolute", "continuous", "prismatic")]
+    names = [j["name"] for j in actuated]
+    limits = {j["name"]: (j["lower"], j["upper"]) for j in actuated}
+    gripper = [j["name"] for j in actuated if j["type"] == "prismatic"]
+    wh, hz = (160, 120), 10.0
+    if args.camera != "none":
+        size, hz = args.camera.split("@")
+        wh, hz = tuple(int(x) for x in size.split("x")), float(hz)
+    xml = mjcf(urdf, wh)
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    qadr = [m.jnt_qposadr[m.joint(n).id] for n in names]
+    vadr = [m.jnt_dofadr[m.joint(n).id] for n in names]
+    act = [m.actuator(i).id for i in range(m.nu)]
+    start = [float(x) for x in args.start.split(",")]
+    for a, v in zip(qadr, start):
+        d.qpos[a] = v
+    d.ctrl[:] = start
+    mujoco.mj_forward(m, d)
+
+    # Spawned, not forked: the camera process gets a fresh EGL context and no DDS state.
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    shared_q = ctx.Array("d", len(names) + 7)
+    cam = None
+    if args.camera != "none":
+        cam = ctx.Process(
+            target=camera_process, args=(xml, names, shared_q, args.domain, wh, hz, stop), daemon=True)
+        cam.start()
+
+    dp = DomainParticipant(args.domain)
+    reliable = Qos(Policy.Reliability.Reliable(duration(milliseconds=100)), Policy.History.KeepLast(10))
+    best_effort = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1))
+    js_w = DataWriter(dp, Topic(dp, "rt/joint_states", JointState), qos=best_effort)
+    arm_r = DataReader(dp, Topic(dp, "rt" + ARM_TOPIC, JointTrajectory), qos=reliable)
+    grip_r = DataReader(dp, Topic(dp, "rt" + GRIPPER_TOPIC, Float64MultiArray), qos=reliable)
+    estop_w = DataWriter(dp, Topic(dp, "rt/pi0d/estop", Bool), qos=reliable)
+    estop_at = None
+
+    terminated = []
+    signal.signal(signal.SIGTERM, lambda *_: terminated.append(time.time()))
+
+    follower = Follower("measured")
+    arm_names = [n for n in names if n not in gripper]
+    traj = None  # (msg, start, t0, before) as jtc_model samples it
+    grip_target = [start[names.index(g)] for g in gripper]
+    target = list(start)
+    last_command = first_command = None
+    holding_since = None
+    holds = []  # watchdog holds: wall time
+    commands = grip_commands = 0
+    nonfinite = 0
+    setpoints = []  # the last four setpoints, for jerk
+    measured = []
+    max_set_jerk = {n: 0.0 for n in names if n not in gripper}
+    max_meas_jerk = {n: 0.0 for n in names}
+    over_limit = {n: 0.0 for n in names}
+    moving = []  # (wall, speed of the setpoint) at 50 Hz, for the reaction times
+    js_times = []
+    t0 = time.time()
+    step = 0
+    while time.time() - t0 < args.duration and not terminated:
+        # Everything runs on the step's own time: a late loop catches up step by step, each
+        # step sampling the trajectory where that step is due.
+        now = t0 + step * PHYSICS_DT
+        delay = now - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        if args.estop_at is not None and estop_at is None and now - t0 >= args.estop_at:
+            estop_w.write(Bool(data=True))
+            estop_at = now
+        for msg in arm_r.take(N=50):
+            if not isinstance(msg, JointTrajectory) or not msg.points:
+                continue
+            commands += 1
+            if not all(math.isfinite(x) for p in msg.points for x in p.positions):
+                nonfinite += 1
+                continue
+            order = [list(msg.joint_names).index(n) for n in arm_names if n in msg.joint_names]
+            if len(order) != len(arm_names):
+                continue
+            stamp = seconds(msg.header.stamp)
+            if args.start_from == "measured" or traj is None:
+                before = [(d.qpos[qadr[names.index(n)]], d.qvel[vadr[names.index(n)]], None)
+                          for n in msg.joint_names]
+                t_from = now
+            else:
+                # The running trajectory's state at the previous update.
+                before = [follower.sample(traj, list(traj[0].joint_names).index(n), now - PHYSICS_DT)
+                          for n in msg.joint_names]
+                t_from = now - PHYSICS_DT
+            traj = (msg, stamp if stamp != 0.0 else now, t_from, before)
+            last_command = now
+            first_command = first_command or now
+        for msg in grip_r.take(N=50):
+            if isinstance(msg, Float64MultiArray) and len(msg.data) == len(gripper):
+                grip_commands += 1
+                if all(math.isfinite(x) for x in msg.data):
+                    grip_target = list(msg.data)
+                    last_command = now
+        # The driver's watchdog: commands stopped, the arm holds where it is.
+        tracking = False
+        if last_command is not None and now - last_command > args.watchdog_ms * 1e-3:
+            if holding_since is None:
+                holding_since = now
+                holds.append(now)
+                target = [d.qpos[a] for a in qadr]
+                traj = None
+        else:
+            holding_since = None
+            if traj is not None:
+                msg = traj[0]
+                for k, n in enumerate(msg.joint_names):
+                    target[names.index(n)] = follower.sample(traj, k, now)[0]
+                tracking = True
+            for g, v in zip(gripper, grip_target):
+                target[names.index(g)] = v
+        for i, v in enumerate(target):
+            d.ctrl[act[i]] = v
+        mujoco.mj_step(m, d)
+        step += 1
+        q = [d.qpos[a] for a in qadr]
+        # Jerk of the arm's setpoints while they follow pi0d's trajectories (the watchdog's own
+        # hold and the gripper's forward command step by design), and of the measured motion.
+        setpoints.append((tracking, list(target)))
+        measured.append(q)
+        if len(setpoints) > 4:
+            setpoints.pop(0)
+            measured.pop(0)
+            series = [(max_meas_jerk, measured, names)]
+            if all(tr for tr, _ in setpoints):
+                series.append((max_set_jerk, [p for _, p in setpoints], arm_names))
+            for out, values, joints in series:
+                for n in joints:
+                    j = names.index(n)
+                    p0, p1, p2, p3 = (values[i][j] for i in range(4))
+                    out[n] = max(out[n], abs(p3 - 3 * p2 + 3 * p1 - p0) / PHYSICS_DT**3)
+        for j, n in enumerate(names):
+            lo, hi = limits[n]
+            if lo is not None:
+                over_limit[n] = max(over_limit[n], lo - q[j], q[j] - hi)
+        if step % JOINT_STATE_EVERY == 0:
+            sec = int(now)
+            js_w.write(JointState(header=Header(stamp=Time(sec=sec, nanosec=int((now - sec) * 1e9))),
+                                  name=names, position=q, velocity=[d.qvel[a] for a in vadr]))
+            js_times.append(now)
+        if step % 10 == 0:
+            c = m.jnt_qposadr[m.body("cube").jntadr[0]]
+            with shared_q.get_lock():
+                shared_q[:len(names)] = q
+                shared_q[len(names):] = list(d.qpos[c:c + 7])
+            # The setpoint's and the arm's speed at 50 Hz (largest over the joints): when the
+            # arm held, for the reaction times.
+            if moving:
+                last_t, _, _, last_target = moving[-1]
+                span = now - last_t
+                set_speed = max(abs(a - b) for a, b in zip(target, last_target)) / span if span > 0 else 0.0
+            else:
+                set_speed = 0.0
+            meas_speed = max(abs(d.qvel[a]) for a in vadr)
+            moving.append((now, set_speed, meas_speed, list(target)))
+    stop.set()
+    if cam is not None:
+        cam.join(timeout=3)
+        if cam.is_alive():
+            cam.terminate()
+    gaps = sorted(b - a for a, b in zip(js_times, js_times[1:]))
+    report = {
+        "duration_s": time.time() - t0,
+        "terminated": bool(terminated),
+        "joint_state_rate_hz": len(js_times) / max(js_times[-1] - js_times[0], 1e-9) if len(js_times) > 1 else 0.0,
+        "joint_state_gap_max_ms": gaps[-1] * 1e3 if gaps else None,
+        "commands": commands, "gripper_commands": grip_commands, "nonfinite_commands": nonfinite,
+        "first_command_at": first_command,
+        "estop_at": estop_at,
+        "watchdog_holds": holds,
+        "max_setpoint_jerk": max_set_jerk,
+        "max_measured_jerk": max_meas_jerk,
+        "over_limit": over_limit,
+        # (wall s, setpoint speed, measured speed), every 20 ms.
+        "motion": [(t, sp, ms) for t, sp, ms, _ in moving],
+        "final_position": [d.qpos[a] for a in qadr],
+        "names": names,
+    }
+    Path(args.report).write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
