@@ -244,6 +244,9 @@ def main():
     js_times = []
     t0 = time.time()
     step = 0
+    max_late, behind_steps = 0.0, 0
+    worst_jerk_at = None
+    at_last_command, tails = None, []  # the setpoint at the last command; its travel after it
     while time.time() - t0 < args.duration and not terminated:
         # Everything runs on the step's own time: a late loop catches up step by step, each
         # step sampling the trajectory where that step is due.
@@ -251,10 +254,19 @@ def main():
         delay = now - time.time()
         if delay > 0:
             time.sleep(delay)
+        late = -delay
+        max_late = max(max_late, late)
+        # A real controller installs a message at the update after it arrived; a step run late
+        # to catch up leaves new messages for the step that is on time.
+        if late > PHYSICS_DT:
+            behind_steps += 1
+            arm_msgs, grip_msgs = [], []
+        else:
+            arm_msgs, grip_msgs = arm_r.take(N=50), grip_r.take(N=50)
         if args.estop_at is not None and estop_at is None and now - t0 >= args.estop_at:
             estop_w.write(Bool(data=True))
             estop_at = now
-        for msg in arm_r.take(N=50):
+        for msg in arm_msgs:
             if not isinstance(msg, JointTrajectory) or not msg.points:
                 continue
             commands += 1
@@ -277,7 +289,7 @@ def main():
             traj = (msg, stamp if stamp != 0.0 else now, t_from, before)
             last_command = now
             first_command = first_command or now
-        for msg in grip_r.take(N=50):
+        for msg in grip_msgs:
             if isinstance(msg, Float64MultiArray) and len(msg.data) == len(gripper):
                 grip_commands += 1
                 if all(math.isfinite(x) for x in msg.data):
@@ -289,6 +301,8 @@ def main():
             if holding_since is None:
                 holding_since = now
                 holds.append(now)
+                if at_last_command is not None:
+                    tails.append(max(abs(a - b) for a, b in zip(target, at_last_command)))
                 target = [d.qpos[a] for a in qadr]
                 traj = None
         else:
@@ -297,7 +311,11 @@ def main():
                 msg = traj[0]
                 for k, n in enumerate(msg.joint_names):
                     target[names.index(n)] = follower.sample(traj, k, now)[0]
-                tracking = True
+                # While the stream flows (a message within 20 ms): once it stops, the last
+                # trajectory's tail brings the arm to rest by design, harder than the limits.
+                tracking = now - last_command <= 0.02
+                if tracking:
+                    at_last_command = list(target)
             for g, v in zip(gripper, grip_target):
                 target[names.index(g)] = v
         for i, v in enumerate(target):
@@ -305,8 +323,9 @@ def main():
         mujoco.mj_step(m, d)
         step += 1
         q = [d.qpos[a] for a in qadr]
-        # Jerk of the arm's setpoints while they follow pi0d's trajectories (the watchdog's own
-        # hold and the gripper's forward command step by design), and of the measured motion.
+        # Jerk of the arm's setpoints while they follow pi0d's stream (the watchdog's own hold,
+        # a stopped stream's tail and the gripper's forward command step by design), and of the
+        # measured motion.
         setpoints.append((tracking, list(target)))
         measured.append(q)
         if len(setpoints) > 4:
@@ -319,7 +338,10 @@ def main():
                 for n in joints:
                     j = names.index(n)
                     p0, p1, p2, p3 = (values[i][j] for i in range(4))
-                    out[n] = max(out[n], abs(p3 - 3 * p2 + 3 * p1 - p0) / PHYSICS_DT**3)
+                    jerk = abs(p3 - 3 * p2 + 3 * p1 - p0) / PHYSICS_DT**3
+                    if out is max_set_jerk and jerk > max(out.values()):
+                        worst_jerk_at = now
+                    out[n] = max(out[n], jerk)
         for j, n in enumerate(names):
             lo, hi = limits[n]
             if lo is not None:
@@ -355,12 +377,17 @@ def main():
         "terminated": bool(terminated),
         "joint_state_rate_hz": len(js_times) / max(js_times[-1] - js_times[0], 1e-9) if len(js_times) > 1 else 0.0,
         "joint_state_gap_max_ms": gaps[-1] * 1e3 if gaps else None,
+        # How far the Python loop fell behind real time, and the steps it ran late to catch up.
+        "max_late_ms": max_late * 1e3, "late_steps": behind_steps,
         "commands": commands, "gripper_commands": grip_commands, "nonfinite_commands": nonfinite,
         "first_command_at": first_command,
         "estop_at": estop_at,
         "watchdog_holds": holds,
+        # Per hold: how far the setpoint travelled from the last command to the hold (rad or m).
+        "travel_after_last_command": tails,
         "max_setpoint_jerk": max_set_jerk,
         "max_measured_jerk": max_meas_jerk,
+        "worst_setpoint_jerk_at": worst_jerk_at,
         "over_limit": over_limit,
         # (wall s, setpoint speed, measured speed), every 20 ms.
         "motion": [(t, sp, ms) for t, sp, ms, _ in moving],
