@@ -245,3 +245,75 @@ fn when_the_estop_is_pressed_at_the_robot_expect_pi0d_to_bring_it_to_rest_quickl
         max_over_joints(&r["max_setpoint_jerk"])
     );
 }
+
+/// A stalled input at the robot (`--stall-joint-states` or `--stall-camera` AT,FOR): pi0d holds
+/// (the summary names the watchdog), the robot's setpoint is at rest within `bound_s` of the
+/// stall's start, and the arm runs again after it.
+fn stalled_input_holds(name: &str, flag: &str, input: &str, hold: &str, bound_s: f64, offset: u32) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dom = domain(offset);
+    let dir = scratch_dir(name);
+    let bot = robot(dom, &dir, 11.0, &[flag, "5.5,1.5"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let run = pi0d(&dir, &hil_config(dom), 8.5);
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r = report(&dir, bot);
+    assert_robot_sane(&r);
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let states: Vec<&str> = s["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["to"].as_str().unwrap())
+        .collect();
+    let i = states
+        .iter()
+        .position(|t| *t == hold)
+        .unwrap_or_else(|| panic!("no {hold}: {states:?}"));
+    assert!(
+        states[i + 1..].contains(&"running"),
+        "never resumed: {states:?}"
+    );
+    let stalled = r["stalled_at"][input].as_f64().expect("the stall happened");
+    let held = held_at(&r, stalled).expect("the arm came to rest");
+    let reaction = held - stalled;
+    assert!(
+        (0.0..bound_s).contains(&reaction),
+        "at rest {reaction:.3} s after the {input} stalled"
+    );
+    println!(
+        "hil {input} stall: the robot's setpoint at rest {:.0} ms after the stall began ({hold}), then running again; setpoint jerk max {:.1}",
+        reaction * 1e3,
+        max_over_joints(&r["max_setpoint_jerk"])
+    );
+}
+
+#[test]
+fn when_the_robots_joint_states_stall_expect_a_hold_at_the_robot_within_the_timeout_then_a_resume()
+{
+    // safety.joint_state_timeout_s = 0.1, then the deceleration.
+    stalled_input_holds(
+        "hil-js-stall",
+        "--stall-joint-states",
+        "joint_states",
+        "holding(stale_joint_state)",
+        0.6,
+        4,
+    );
+}
+
+#[test]
+fn when_the_robots_camera_stalls_expect_a_hold_at_the_robot_within_the_timeout_then_a_resume() {
+    // safety.camera_timeout_s = 0.5, then the deceleration.
+    stalled_input_holds(
+        "hil-camera-stall",
+        "--stall-camera",
+        "camera",
+        "holding(stale_camera)",
+        1.1,
+        5,
+    );
+}

@@ -114,7 +114,7 @@ def mjcf(urdf_joints, camera_wh):
 </mujoco>"""
 
 
-def camera_process(xml, names, shared_q, domain, wh, hz, stop):
+def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused):
     """Renders the scene at `hz` from the physics' joint positions (shared memory) and
     publishes raw rgb8 frames; its own process, so the physics never waits for it."""
     os.environ.setdefault("MUJOCO_GL", "egl")
@@ -140,6 +140,8 @@ def camera_process(xml, names, shared_q, domain, wh, hz, stop):
                 time.sleep(min(next_t - now, 0.01))
                 continue
             next_t += 1.0 / hz
+            if paused.is_set():
+                continue
             with shared_q.get_lock():
                 q = list(shared_q[:len(names)])
                 cube = list(shared_q[len(names):len(names) + 7])
@@ -169,6 +171,10 @@ def main():
     ap.add_argument("--start-from", choices=["desired", "measured"], default="desired",
                     help="where a new trajectory starts: the last setpoint (interpolate_from_desired_state,"
                          " as pi0d's README recommends) or the measured state (the controller's default)")
+    ap.add_argument("--stall-joint-states", default=None, metavar="AT,FOR",
+                    help="stop publishing joint states at AT s for FOR s (a stalled driver)")
+    ap.add_argument("--stall-camera", default=None, metavar="AT,FOR",
+                    help="stop the camera at AT s for FOR s (a stalled camera)")
     ap.add_argument("--estop-at", type=float, default=None, help="press pi0d's e-stop then (s from start)")
     args = ap.parse_args()
 
@@ -207,10 +213,11 @@ def main():
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     shared_q = ctx.Array("d", len(names) + 7)
+    camera_paused = ctx.Event()
     cam = None
     if args.camera != "none":
         cam = ctx.Process(
-            target=camera_process, args=(xml, names, shared_q, args.domain, wh, hz, stop), daemon=True)
+            target=camera_process, args=(xml, names, shared_q, args.domain, wh, hz, stop, camera_paused), daemon=True)
         cam.start()
 
     dp = DomainParticipant(args.domain)
@@ -246,6 +253,7 @@ def main():
     step = 0
     max_late, behind_steps = 0.0, 0
     worst_jerk_at = None
+    stalled_at = {}  # input -> wall time its stall began
     at_last_command, tails = None, []  # the setpoint at the last command; its travel after it
     while time.time() - t0 < args.duration and not terminated:
         # Everything runs on the step's own time: a late loop catches up step by step, each
@@ -346,7 +354,16 @@ def main():
             lo, hi = limits[n]
             if lo is not None:
                 over_limit[n] = max(over_limit[n], lo - q[j], q[j] - hi)
-        if step % JOINT_STATE_EVERY == 0:
+        stalls = {}
+        for key, spec in (("joint_states", args.stall_joint_states), ("camera", args.stall_camera)):
+            if spec:
+                at, span = (float(x) for x in spec.split(","))
+                stalls[key] = at <= now - t0 < at + span
+                if stalls[key] and key not in stalled_at:
+                    stalled_at[key] = now
+        if "camera" in stalls and stalls["camera"] != camera_paused.is_set():
+            (camera_paused.set if stalls["camera"] else camera_paused.clear)()
+        if step % JOINT_STATE_EVERY == 0 and not stalls.get("joint_states"):
             sec = int(now)
             js_w.write(JointState(header=Header(stamp=Time(sec=sec, nanosec=int((now - sec) * 1e9))),
                                   name=names, position=q, velocity=[d.qvel[a] for a in vadr]))
@@ -382,6 +399,7 @@ def main():
         "commands": commands, "gripper_commands": grip_commands, "nonfinite_commands": nonfinite,
         "first_command_at": first_command,
         "estop_at": estop_at,
+        "stalled_at": stalled_at,
         "watchdog_holds": holds,
         # Per hold: how far the setpoint travelled from the last command to the hold (rad or m).
         "travel_after_last_command": tails,
