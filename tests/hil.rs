@@ -317,3 +317,47 @@ fn when_the_robots_camera_stalls_expect_a_hold_at_the_robot_within_the_timeout_t
         5,
     );
 }
+
+#[test]
+fn when_the_policy_starts_emitting_nan_expect_none_at_the_robot_and_the_arm_held() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dom = domain(6);
+    let dir = scratch_dir("hil-nan");
+    let bot = robot(dom, &dir, 10.0, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut cfg = hil_config(dom);
+    cfg["policy"].as_table_mut().unwrap().insert(
+        "fault".into(),
+        table(&[
+            ("kind", Value::String("nan".into())),
+            ("after_chunks", Value::Integer(3)),
+            ("count", Value::Integer(0)),
+            ("latency_s", Value::Float(0.0)),
+        ]),
+    );
+    let run = pi0d(&dir, &cfg, 7.5);
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r = report(&dir, bot);
+    // Nothing non-finite ever reached the robot (`assert_robot_sane`), and it held.
+    assert_robot_sane(&r);
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let nan = s["chunks_rejected_by_reason"]["non_finite"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(nan >= 3, "{s}");
+    assert!(
+        s["transitions"]
+            .to_string()
+            .contains("holding(chunk_starved)"),
+        "{}",
+        s["transitions"]
+    );
+    println!(
+        "hil NaN policy: {nan} chunks refused, none reached the robot ({} commands, all finite); setpoint jerk max {:.1}",
+        r["commands"],
+        max_over_joints(&r["max_setpoint_jerk"])
+    );
+}
