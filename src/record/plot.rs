@@ -160,19 +160,26 @@ pub fn plot(trace: &RunTrace, name: &str, out: &Path) -> Result<(u32, u32), Plot
         }
         draw(root.present())?;
     }
-    image::save_buffer_with_format(
-        out,
-        &buf,
-        WIDTH,
-        height,
-        image::ExtendedColorType::Rgb8,
-        image::ImageFormat::Png,
-    )
-    .map_err(|source| PlotError::Write {
+    write_png(out, &buf, WIDTH, height).map_err(|source| PlotError::Write {
         path: out.to_path_buf(),
         source,
     })?;
     Ok((WIDTH, height))
+}
+
+/// A few hundred flat colours compress well at the highest level (about a fifth of the
+/// default's size).
+fn write_png(out: &Path, rgb: &[u8], w: u32, h: u32) -> Result<(), image::ImageError> {
+    use image::codecs::png::{CompressionType, FilterType, PngEncoder};
+    use image::ImageEncoder;
+    let file =
+        std::io::BufWriter::new(std::fs::File::create(out).map_err(image::ImageError::IoError)?);
+    PngEncoder::new_with_quality(file, CompressionType::Best, FilterType::Adaptive).write_image(
+        rgb,
+        w,
+        h,
+        image::ExtendedColorType::Rgb8,
+    )
 }
 
 fn legend<DB: DrawingBackend>(
