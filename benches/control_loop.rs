@@ -1,8 +1,9 @@
 //! Control-loop benchmark (`cargo bench --bench control_loop [-- --seconds S]`).
 //!
-//! 1. The real daemon (simulated arm, scripted policy) at 500 Hz and 1 kHz for S seconds while
-//!    another thread burns a core, as inference will: tick jitter p50/p99/max and overruns, with
-//!    the normal scheduler and with SCHED_FIFO where permitted.
+//! 1. The real daemon (config/sim.toml: simulated arm, the tiny pi0 inferring) at 200 Hz, 500 Hz
+//!    and 1 kHz for S seconds while another thread burns a core: tick jitter p50/p99/max and
+//!    overruns, with the normal scheduler and with SCHED_FIFO (the default) where permitted; then
+//!    200 Hz with the MCAP recorder on.
 //! 2. The cost of one tick for 14 joints, in nanoseconds: state machine, chunk executor with
 //!    quintic interpolation and blend, governor and limit monitor, with a chunk switch every
 //!    100 ticks.
@@ -24,7 +25,7 @@ use pi0d::robot::{JointKind, JointLimits, RobotLimits};
 use pi0d::safety::supervisor::SafetyInputs;
 use pi0d::time::MonoTime;
 
-fn loop_under_load(rate_hz: f64, priority: i32, spin_us: f64, seconds: f64) {
+fn loop_under_load(rate_hz: f64, priority: i32, spin_us: f64, seconds: f64, record: bool) {
     let mut cfg = Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim.toml"))
         .expect("config/sim.toml loads");
     cfg.control.rate_hz = rate_hz;
@@ -32,6 +33,15 @@ fn loop_under_load(rate_hz: f64, priority: i32, spin_us: f64, seconds: f64) {
     cfg.realtime.priority = priority;
     cfg.realtime.lock_memory = priority > 0;
     cfg.realtime.spin_us = spin_us;
+    let dir = std::env::temp_dir().join(format!("pi0d-bench-record-{}", std::process::id()));
+    if record {
+        cfg.record = Some(pi0d::config::record::RecordConfig {
+            target: pi0d::config::record::RecordTarget::Directory(dir.clone()),
+            max_bytes: 1 << 30,
+            max_duration_s: None,
+            camera_hz: 5.0,
+        });
+    }
     let burn = Arc::new(AtomicBool::new(true));
     let burner = {
         let burn = burn.clone();
@@ -59,11 +69,18 @@ fn loop_under_load(rate_hz: f64, priority: i32, spin_us: f64, seconds: f64) {
     .expect("daemon runs");
     burn.store(false, Ordering::Relaxed);
     let _ = burner.join();
+    let recorded = s
+        .recording
+        .as_ref()
+        .map(|r| format!(" | recorded {} messages, {} dropped", r.messages, r.dropped))
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "loop {:>5.0} Hz {:<11} spin {:>3.0} us | ticks {:>6} | overruns {:>3} | jitter p50 {:>6.1} us  p99 {:>6.1} us  max {:>7.1} us | limit violations {}",
+        "loop {:>5.0} Hz {:<11} spin {:>3.0} us{} | ticks {:>6} | overruns {:>3} | jitter p50 {:>6.1} us  p99 {:>6.1} us  max {:>7.1} us | limit violations {}{recorded}",
         rate_hz,
         if priority > 0 { "SCHED_FIFO" } else { "SCHED_OTHER" },
         spin_us,
+        if record { " +record" } else { "" },
         s.ticks,
         s.overruns,
         s.jitter_us.p50,
@@ -189,14 +206,16 @@ fn main() {
     tick_cost(14, 200_000);
     tick_cost(7, 200_000);
     let fifo = fifo_permitted();
-    for rate in [500.0, 1000.0] {
+    for rate in [200.0, 500.0, 1000.0] {
         for spin_us in [0.0, 60.0] {
-            loop_under_load(rate, 0, spin_us, seconds);
+            loop_under_load(rate, 0, spin_us, seconds, false);
             if fifo {
-                loop_under_load(rate, 80, spin_us, seconds);
+                loop_under_load(rate, 80, spin_us, seconds, false);
             }
         }
     }
+    // The recorder on (its own thread, a queue the loop never waits on): the same loop.
+    loop_under_load(200.0, if fifo { 80 } else { 0 }, 0.0, seconds, true);
     if !fifo {
         println!("SCHED_FIFO not permitted here: real-time runs skipped");
     }
