@@ -130,13 +130,18 @@ fn assert_robot_sane(r: &serde_json::Value) {
 }
 
 #[test]
-fn when_pi0d_drives_the_mujoco_robot_then_stops_expect_it_tracked_and_held_then_the_driver_holds() {
+fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_then_the_driver_holds()
+{
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dom = domain(1);
     let dir = scratch_dir("hil-nominal");
     let bot = robot(dom, &dir, 11.0, &[]);
     std::thread::sleep(Duration::from_millis(1500));
-    let run = pi0d(&dir, &hil_config(dom), 7.0);
+    let run = pi0d(&dir, &hil_config(dom), 30.0);
+    // SIGTERM, as systemd stops a service: decelerate, hold, exit 0.
+    std::thread::sleep(Duration::from_millis(7000));
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(run.id() as libc::pid_t, libc::SIGTERM) };
     let out = run.wait_with_output().unwrap();
     let ended = wall_now();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -153,6 +158,7 @@ fn when_pi0d_drives_the_mujoco_robot_then_stops_expect_it_tracked_and_held_then_
         "{}",
         s["transitions"]
     );
+    assert_eq!(s["exit"], "clean", "{s}");
     // pi0d ended at rest; the driver's watchdog then held the arm 100 ms after the last
     // command.
     let holds: Vec<f64> = r["watchdog_holds"]
@@ -165,7 +171,7 @@ fn when_pi0d_drives_the_mujoco_robot_then_stops_expect_it_tracked_and_held_then_
     assert!(holds[0] <= ended + 0.3, "{} vs {ended}", holds[0]);
     let jerk = max_over_joints(&r["max_setpoint_jerk"]);
     println!(
-        "hil nominal: robot at {:.0} Hz (largest gap {:.1} ms), {} commands, {} chunks accepted, latency p50 {} ms, setpoint jerk max {jerk:.1}, measured jerk max {:.1}",
+        "hil nominal + SIGTERM: robot at {:.0} Hz (largest gap {:.1} ms), {} commands, {} chunks accepted, latency p50 {} ms, setpoint jerk max {jerk:.1}, measured jerk max {:.1}",
         r["joint_state_rate_hz"].as_f64().unwrap(),
         r["joint_state_gap_max_ms"].as_f64().unwrap(),
         r["commands"],
@@ -358,6 +364,67 @@ fn when_the_policy_starts_emitting_nan_expect_none_at_the_robot_and_the_arm_held
     println!(
         "hil NaN policy: {nan} chunks refused, none reached the robot ({} commands, all finite); setpoint jerk max {:.1}",
         r["commands"],
+        max_over_joints(&r["max_setpoint_jerk"])
+    );
+}
+
+#[test]
+fn when_inference_is_slower_than_the_chunk_horizon_expect_the_robot_held_then_moving_again() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dom = domain(7);
+    let dir = scratch_dir("hil-slow");
+    let bot = robot(dom, &dir, 12.0, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut cfg = hil_config(dom);
+    cfg["policy"].as_table_mut().unwrap().insert(
+        "fault".into(),
+        table(&[
+            ("kind", Value::String("slow".into())),
+            ("after_chunks", Value::Integer(3)),
+            ("count", Value::Integer(2)),
+            ("latency_s", Value::Float(1.5)),
+        ]),
+    );
+    let run = pi0d(&dir, &cfg, 9.5);
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r = report(&dir, bot);
+    assert_robot_sane(&r);
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let states: Vec<&str> = s["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["to"].as_str().unwrap())
+        .collect();
+    let i = states
+        .iter()
+        .position(|t| *t == "holding(chunk_starved)")
+        .unwrap_or_else(|| panic!("never starved: {states:?}"));
+    assert!(
+        states[i + 1..].contains(&"running"),
+        "never resumed: {states:?}"
+    );
+    // At the robot: moving, then a span at rest, then moving again.
+    let first = r["motion"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m[1].as_f64().unwrap() > 1e-3)
+        .and_then(|m| m[0].as_f64())
+        .expect("the arm moved");
+    let held = held_at(&r, first).expect("the arm held while starved");
+    let moved_after = r["motion"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m[0].as_f64().unwrap() > held + 0.5 && m[1].as_f64().unwrap() > 1e-3);
+    assert!(moved_after, "the arm never moved again after the hold");
+    println!(
+        "hil slow inference: held at the robot {:.1} s after it first moved, then moving again; setpoint jerk max {:.1}",
+        held - first,
         max_over_joints(&r["max_setpoint_jerk"])
     );
 }
