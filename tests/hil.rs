@@ -137,7 +137,11 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
     let dir = scratch_dir("hil-nominal");
     let bot = robot(dom, &dir, 11.0, &[]);
     std::thread::sleep(Duration::from_millis(1500));
-    let run = pi0d(&dir, &hil_config(dom), 30.0);
+    // The camera through image_transport's compressed topic (JPEG); the other scenarios take
+    // the raw one.
+    let mut cfg = hil_config(dom);
+    cfg["ros"]["cameras"]["front"] = Value::String("/camera/image_raw/compressed".into());
+    let run = pi0d(&dir, &cfg, 30.0);
     // SIGTERM, as systemd stops a service: decelerate, hold, exit 0.
     std::thread::sleep(Duration::from_millis(7000));
     // SAFETY: a signal to the child this test started.

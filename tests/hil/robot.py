@@ -7,7 +7,8 @@ Cyclone DDS as a ros2_control robot would be.
   compensated as an industrial arm's drives do).
 * sensor_msgs/JointState at 250 Hz on /joint_states, stamped with the time of the state.
 * One camera rendered off-screen (MUJOCO_GL=egl) in a process of its own, so rendering never
-  stalls the physics: sensor_msgs/Image rgb8 on /camera/image_raw.
+  stalls the physics: sensor_msgs/Image rgb8 on /camera/image_raw and the same frame as JPEG on
+  /camera/image_raw/compressed (image_transport's compressed topic).
 * trajectory_msgs/JointTrajectory on /arm_controller/joint_trajectory, executed as
   joint_trajectory_controller executes it (tests/peers/jtc_model.py's sampling; a new message
   starts from the last setpoint, interpolate_from_desired_state as pi0d's README recommends, or
@@ -24,6 +25,7 @@ far any joint went past its limits, and a timeline (wall-clock seconds) of when 
 """
 
 import argparse
+import io
 import json
 import math
 import multiprocessing as mp
@@ -123,14 +125,17 @@ def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused):
     from cyclonedds.domain import DomainParticipant
     from cyclonedds.pub import DataWriter
     from cyclonedds.topic import Topic
-    from ros_types import Header, Image, Time
+    from PIL import Image as PILImage
+    from ros_types import CompressedImage, Header, Image, Time
 
     m = mujoco.MjModel.from_xml_string(xml)
     d = mujoco.MjData(m)
     renderer = mujoco.Renderer(m, wh[1], wh[0])
     dp = DomainParticipant(domain)
-    writer = DataWriter(dp, Topic(dp, "rt/camera/image_raw", Image),
-                        qos=Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1)))
+    best_effort = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1))
+    writer = DataWriter(dp, Topic(dp, "rt/camera/image_raw", Image), qos=best_effort)
+    # image_transport's compressed topic: the same frame as JPEG.
+    jpeg_writer = DataWriter(dp, Topic(dp, "rt/camera/image_raw/compressed", CompressedImage), qos=best_effort)
     adr = [m.jnt_qposadr[m.joint(n).id] for n in names]
     next_t = time.time()
     try:
@@ -154,8 +159,13 @@ def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused):
             renderer.update_scene(d, camera="front")
             px = renderer.render()
             stamp = Time(sec=int(captured), nanosec=int((captured % 1) * 1e9))
-            writer.write(Image(header=Header(stamp=stamp, frame_id="front"), height=wh[1], width=wh[0],
+            header = Header(stamp=stamp, frame_id="front")
+            writer.write(Image(header=header, height=wh[1], width=wh[0],
                                encoding="rgb8", step=wh[0] * 3, data=px.tobytes()))
+            buf = io.BytesIO()
+            PILImage.fromarray(px).save(buf, format="JPEG", quality=85)
+            jpeg_writer.write(CompressedImage(header=header, format="jpeg",
+                                              data=buf.getvalue()))
     finally:
         renderer.close()
 
