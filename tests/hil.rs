@@ -79,6 +79,105 @@ fn domain(offset: u32) -> u16 {
     30 + ((std::process::id() + offset) % 150) as u16
 }
 
+fn summary(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+/// What a scenario run by `scenario` left: the robot's report and pi0d's summary.
+struct Seen {
+    robot: serde_json::Value,
+    summary: serde_json::Value,
+}
+
+/// The robot for `robot_s` seconds (with `args`), pi0d started 1.5 s later on config/hil.toml
+/// as `edit` changes it, for `pi0d_s` seconds; both must end well.
+fn scenario(
+    name: &str,
+    offset: u32,
+    robot_s: f64,
+    args: &[&str],
+    edit: impl FnOnce(&mut toml::Table),
+    pi0d_s: f64,
+) -> Seen {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dom = domain(offset);
+    let dir = scratch_dir(name);
+    let bot = robot(dom, &dir, robot_s, args);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut cfg = hil_config(dom);
+    edit(&mut cfg);
+    let out = pi0d(&dir, &cfg, pi0d_s).wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let robot = report(&dir, bot);
+    assert_robot_sane(&robot);
+    Seen {
+        robot,
+        summary: summary(&dir),
+    }
+}
+
+/// The scripted policy (a known smooth motion, 80 ms per chunk) instead of the tiny pi0: for
+/// the scenarios about pi0d's watchdogs, whose timing must not hang on inference speed.
+fn scripted(cfg: &mut toml::Table) {
+    let p = cfg["policy"].as_table_mut().unwrap();
+    for key in ["checkpoint", "threads", "seed"] {
+        p.remove(key);
+    }
+    p.insert("kind".into(), Value::String("scripted".into()));
+    p.insert("amplitude".into(), Value::Float(0.3));
+    p.insert("frequency_hz".into(), Value::Float(0.2));
+    p.insert("latency_s".into(), Value::Float(0.08));
+}
+
+/// `[policy.fault]`: `count` faulty chunks (0: all) of `kind` after `after` good ones.
+fn with_fault(kind: &str, after: i64, count: i64, latency_s: f64) -> impl FnOnce(&mut toml::Table) {
+    let kind = kind.to_string();
+    move |cfg| {
+        cfg["policy"].as_table_mut().unwrap().insert(
+            "fault".into(),
+            table(&[
+                ("kind", Value::String(kind)),
+                ("after_chunks", Value::Integer(after)),
+                ("count", Value::Integer(count)),
+                ("latency_s", Value::Float(latency_s)),
+            ]),
+        );
+    }
+}
+
+/// The states the summary's transitions went to, in order.
+fn states(summary: &serde_json::Value) -> Vec<String> {
+    summary["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["to"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `hold` was entered, and `running` came after it.
+fn assert_held_then_resumed(summary: &serde_json::Value, hold: &str) {
+    let states = states(summary);
+    let i = states
+        .iter()
+        .position(|t| t == hold)
+        .unwrap_or_else(|| panic!("no {hold}: {states:?}"));
+    assert!(
+        states[i + 1..].iter().any(|t| t == "running"),
+        "never resumed: {states:?}"
+    );
+}
+
+fn watchdog_holds(report: &serde_json::Value) -> Vec<f64> {
+    report["watchdog_holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_f64().unwrap())
+        .collect()
+}
+
 /// When the setpoint (what the robot's controller executes) came to rest after `after` (wall
 /// seconds): the first 20 ms sample from which it stays below 1e-3 rad/s for half a second.
 fn held_at(report: &serde_json::Value, after: f64) -> Option<f64> {
@@ -152,8 +251,7 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
     assert!(out.status.success(), "{stderr}");
     let r = report(&dir, bot);
     assert_robot_sane(&r);
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let s = summary(&dir);
     assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}");
     assert_eq!(s["limit_violations"], 0, "{s}");
     // The camera the robot rendered reached the model (a stale camera would have held it).
@@ -165,12 +263,7 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
     assert_eq!(s["exit"], "clean", "{s}");
     // pi0d ended at rest; the driver's watchdog then held the arm 100 ms after the last
     // command.
-    let holds: Vec<f64> = r["watchdog_holds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h.as_f64().unwrap())
-        .collect();
+    let holds = watchdog_holds(&r);
     assert_eq!(holds.len(), 1, "{holds:?}");
     assert!(holds[0] <= ended + 0.3, "{} vs {ended}", holds[0]);
     let jerk = max_over_joints(&r["max_setpoint_jerk"]);
@@ -200,12 +293,7 @@ fn when_pi0d_is_killed_mid_motion_expect_the_robot_to_hold_on_its_own_watchdog()
     let _ = run.wait();
     let r = report(&dir, bot);
     assert_robot_sane(&r);
-    let holds: Vec<f64> = r["watchdog_holds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h.as_f64().unwrap())
-        .collect();
+    let holds = watchdog_holds(&r);
     assert_eq!(holds.len(), 1, "{holds:?}");
     let reaction = holds[0] - killed;
     // Its 100 ms without a command, plus the last command's transit and the robot's loop.
@@ -228,22 +316,11 @@ fn when_pi0d_is_killed_mid_motion_expect_the_robot_to_hold_on_its_own_watchdog()
 
 #[test]
 fn when_the_estop_is_pressed_at_the_robot_expect_pi0d_to_bring_it_to_rest_quickly() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dom = domain(3);
-    let dir = scratch_dir("hil-estop");
-    let bot = robot(dom, &dir, 10.0, &["--estop-at", "6.0"]);
-    std::thread::sleep(Duration::from_millis(1500));
-    let run = pi0d(&dir, &hil_config(dom), 7.5);
-    let out = run.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let r = report(&dir, bot);
-    assert_robot_sane(&r);
+    let seen = scenario("hil-estop", 3, 10.0, &["--estop-at", "6.0"], |_| {}, 7.5);
+    let (r, s) = (&seen.robot, &seen.summary);
     let pressed = r["estop_at"].as_f64().expect("the e-stop was pressed");
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
     assert_eq!(s["final_mode"], "estopped", "{s}");
-    let held = held_at(&r, pressed).expect("the arm came to rest");
+    let held = held_at(r, pressed).expect("the arm came to rest");
     let reaction = held - pressed;
     assert!(
         (0.0..1.5).contains(&reaction),
@@ -260,35 +337,11 @@ fn when_the_estop_is_pressed_at_the_robot_expect_pi0d_to_bring_it_to_rest_quickl
 /// (the summary names the watchdog), the robot's setpoint is at rest within `bound_s` of the
 /// stall's start, and the arm runs again after it.
 fn stalled_input_holds(name: &str, flag: &str, input: &str, hold: &str, bound_s: f64, offset: u32) {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dom = domain(offset);
-    let dir = scratch_dir(name);
-    let bot = robot(dom, &dir, 11.0, &[flag, "5.5,1.5"]);
-    std::thread::sleep(Duration::from_millis(1500));
-    let run = pi0d(&dir, &hil_config(dom), 8.5);
-    let out = run.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let r = report(&dir, bot);
-    assert_robot_sane(&r);
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
-    let states: Vec<&str> = s["transitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["to"].as_str().unwrap())
-        .collect();
-    let i = states
-        .iter()
-        .position(|t| *t == hold)
-        .unwrap_or_else(|| panic!("no {hold}: {states:?}"));
-    assert!(
-        states[i + 1..].contains(&"running"),
-        "never resumed: {states:?}"
-    );
+    let seen = scenario(name, offset, 11.0, &[flag, "5.5,1.5"], scripted, 8.5);
+    let r = &seen.robot;
+    assert_held_then_resumed(&seen.summary, hold);
     let stalled = r["stalled_at"][input].as_f64().expect("the stall happened");
-    let held = held_at(&r, stalled).expect("the arm came to rest");
+    let held = held_at(r, stalled).expect("the arm came to rest");
     let reaction = held - stalled;
     assert!(
         (0.0..bound_s).contains(&reaction),
@@ -330,40 +383,17 @@ fn when_the_robots_camera_stalls_expect_a_hold_at_the_robot_within_the_timeout_t
 
 #[test]
 fn when_the_policy_starts_emitting_nan_expect_none_at_the_robot_and_the_arm_held() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dom = domain(6);
-    let dir = scratch_dir("hil-nan");
-    let bot = robot(dom, &dir, 10.0, &[]);
-    std::thread::sleep(Duration::from_millis(1500));
-    let mut cfg = hil_config(dom);
-    cfg["policy"].as_table_mut().unwrap().insert(
-        "fault".into(),
-        table(&[
-            ("kind", Value::String("nan".into())),
-            ("after_chunks", Value::Integer(3)),
-            ("count", Value::Integer(0)),
-            ("latency_s", Value::Float(0.0)),
-        ]),
-    );
-    let run = pi0d(&dir, &cfg, 7.5);
-    let out = run.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let r = report(&dir, bot);
+    let seen = scenario("hil-nan", 6, 10.0, &[], with_fault("nan", 3, 0, 0.0), 7.5);
+    let (r, s) = (&seen.robot, &seen.summary);
     // Nothing non-finite ever reached the robot (`assert_robot_sane`), and it held.
-    assert_robot_sane(&r);
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
     let nan = s["chunks_rejected_by_reason"]["non_finite"]
         .as_u64()
         .unwrap_or(0);
     assert!(nan >= 3, "{s}");
     assert!(
-        s["transitions"]
-            .to_string()
-            .contains("holding(chunk_starved)"),
-        "{}",
-        s["transitions"]
+        states(s).iter().any(|t| t == "holding(chunk_starved)"),
+        "{:?}",
+        states(s)
     );
     println!(
         "hil NaN policy: {nan} chunks refused, none reached the robot ({} commands, all finite); setpoint jerk max {:.1}",
@@ -374,43 +404,14 @@ fn when_the_policy_starts_emitting_nan_expect_none_at_the_robot_and_the_arm_held
 
 #[test]
 fn when_inference_is_slower_than_the_chunk_horizon_expect_the_robot_held_then_moving_again() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dom = domain(7);
-    let dir = scratch_dir("hil-slow");
-    let bot = robot(dom, &dir, 12.0, &[]);
-    std::thread::sleep(Duration::from_millis(1500));
-    let mut cfg = hil_config(dom);
-    cfg["policy"].as_table_mut().unwrap().insert(
-        "fault".into(),
-        table(&[
-            ("kind", Value::String("slow".into())),
-            ("after_chunks", Value::Integer(3)),
-            ("count", Value::Integer(2)),
-            ("latency_s", Value::Float(1.5)),
-        ]),
-    );
-    let run = pi0d(&dir, &cfg, 9.5);
-    let out = run.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let r = report(&dir, bot);
-    assert_robot_sane(&r);
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
-    let states: Vec<&str> = s["transitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["to"].as_str().unwrap())
-        .collect();
-    let i = states
-        .iter()
-        .position(|t| *t == "holding(chunk_starved)")
-        .unwrap_or_else(|| panic!("never starved: {states:?}"));
-    assert!(
-        states[i + 1..].contains(&"running"),
-        "never resumed: {states:?}"
-    );
+    let slow = with_fault("slow", 3, 2, 1.5);
+    let edit = |cfg: &mut toml::Table| {
+        scripted(cfg);
+        slow(cfg);
+    };
+    let seen = scenario("hil-slow", 7, 12.0, &[], edit, 9.5);
+    let r = &seen.robot;
+    assert_held_then_resumed(&seen.summary, "holding(chunk_starved)");
     // At the robot: moving, then a span at rest, then moving again.
     let first = r["motion"]
         .as_array()
@@ -419,7 +420,7 @@ fn when_inference_is_slower_than_the_chunk_horizon_expect_the_robot_held_then_mo
         .find(|m| m[1].as_f64().unwrap() > 1e-3)
         .and_then(|m| m[0].as_f64())
         .expect("the arm moved");
-    let held = held_at(&r, first).expect("the arm held while starved");
+    let held = held_at(r, first).expect("the arm held while starved");
     let moved_after = r["motion"]
         .as_array()
         .unwrap()
