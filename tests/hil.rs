@@ -240,6 +240,14 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
     // the raw one.
     let mut cfg = hil_config(dom);
     cfg["ros"]["cameras"]["front"] = Value::String("/camera/image_raw/compressed".into());
+    // Recorded, to read back what a ROS run looks like in the file.
+    cfg.insert(
+        "record".into(),
+        table(&[(
+            "path",
+            Value::String(format!("{}/", dir.join("rec").display())),
+        )]),
+    );
     let run = pi0d(&dir, &cfg, 30.0);
     // SIGTERM, as systemd stops a service: decelerate, hold, exit 0.
     std::thread::sleep(Duration::from_millis(7000));
@@ -266,6 +274,7 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
     let holds = watchdog_holds(&r);
     assert_eq!(holds.len(), 1, "{holds:?}");
     assert!(holds[0] <= ended + 0.3, "{} vs {ended}", holds[0]);
+    assert_recording_of_the_robot(&s);
     let jerk = max_over_joints(&r["max_setpoint_jerk"]);
     println!(
         "hil nominal + SIGTERM: robot at {:.0} Hz (largest gap {:.1} ms), {} commands, {} chunks accepted, latency p50 {} ms, setpoint jerk max {jerk:.1}, measured jerk max {:.1}",
@@ -276,6 +285,34 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
         s["latency_ms"]["p50"],
         max_over_joints(&r["max_measured_jerk"]),
     );
+}
+
+/// The run's MCAP file, read back with Python's mcap readers: the robot's joint-state topic,
+/// one command per tick, the rendered frames at the camera's size, diagnostics.
+fn assert_recording_of_the_robot(s: &serde_json::Value) {
+    let rec = &s["recording"];
+    assert_eq!(rec["ended_by"], "run_end", "{rec}");
+    assert_eq!(rec["dropped"], 0, "{rec}");
+    let out = Command::new(peer_python())
+        .arg(root().join("tests/peers/mcap_check.py"))
+        .arg(rec["path"].as_str().unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let back: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let count = |t: &str| back["topics"][t]["count"].as_u64().unwrap_or(0);
+    assert_eq!(count("/pi0d/command"), s["ticks"].as_u64().unwrap());
+    assert!(count("/joint_states") > 500, "{}", back["topics"]);
+    assert!(count("/diagnostics") >= 3, "{}", back["topics"]);
+    let frames = back["frames"].as_array().unwrap();
+    assert!(frames.len() >= 10, "{} frames", frames.len());
+    assert!(frames
+        .iter()
+        .all(|f| f["size"] == serde_json::json!([160, 120])));
 }
 
 #[test]
