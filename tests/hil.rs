@@ -31,7 +31,26 @@ fn hil_config(domain: u16) -> toml::Table {
     t
 }
 
+/// Starts the robot and waits (up to 20 s) until its joint states flow and its camera has
+/// sent a frame, so that a scenario's timing does not include the robot's own start-up.
 fn robot(domain: u16, dir: &Path, duration_s: f64, args: &[&str]) -> Child {
+    let ready = dir.join("robot.ready");
+    let mut child = spawn_robot(domain, dir, duration_s, args, &ready);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !ready.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the robot exited during start-up: {status}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the robot was not ready within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+fn spawn_robot(domain: u16, dir: &Path, duration_s: f64, args: &[&str], ready: &Path) -> Child {
     let cyclone = format!(
         "file://{}",
         root().join("tests/peers/cyclone_loopback.xml").display()
@@ -42,6 +61,8 @@ fn robot(domain: u16, dir: &Path, duration_s: f64, args: &[&str]) -> Child {
         .arg(duration_s.to_string())
         .arg("--report")
         .arg(dir.join("robot.json"))
+        .arg("--ready-file")
+        .arg(ready)
         .args(args)
         .env("CYCLONEDDS_URI", cyclone)
         .env("MUJOCO_GL", "egl")
@@ -89,7 +110,7 @@ struct Seen {
     summary: serde_json::Value,
 }
 
-/// The robot for `robot_s` seconds (with `args`), pi0d started 1.5 s later on config/hil.toml
+/// The robot for `robot_s` seconds (with `args`), pi0d started once it is ready on config/hil.toml
 /// as `edit` changes it, for `pi0d_s` seconds; both must end well.
 fn scenario(
     name: &str,
@@ -103,7 +124,7 @@ fn scenario(
     let dom = domain(offset);
     let dir = scratch_dir(name);
     let bot = robot(dom, &dir, robot_s, args);
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(300));
     let mut cfg = hil_config(dom);
     edit(&mut cfg);
     let out = pi0d(&dir, &cfg, pi0d_s).wait_with_output().unwrap();
@@ -234,8 +255,8 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dom = domain(1);
     let dir = scratch_dir("hil-nominal");
-    let bot = robot(dom, &dir, 11.0, &[]);
-    std::thread::sleep(Duration::from_millis(1500));
+    let bot = robot(dom, &dir, 9.5, &[]);
+    std::thread::sleep(Duration::from_millis(300));
     // The camera through image_transport's compressed topic (JPEG); the other scenarios take
     // the raw one.
     let mut cfg = hil_config(dom);
@@ -320,8 +341,8 @@ fn when_pi0d_is_killed_mid_motion_expect_the_robot_to_hold_on_its_own_watchdog()
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dom = domain(2);
     let dir = scratch_dir("hil-kill");
-    let bot = robot(dom, &dir, 9.0, &[]);
-    std::thread::sleep(Duration::from_millis(1500));
+    let bot = robot(dom, &dir, 7.5, &[]);
+    std::thread::sleep(Duration::from_millis(300));
     let mut run = pi0d(&dir, &hil_config(dom), 30.0);
     // Running by then (warm-up and the first chunks take about 2 s on two cores).
     std::thread::sleep(Duration::from_millis(4500));
@@ -353,7 +374,7 @@ fn when_pi0d_is_killed_mid_motion_expect_the_robot_to_hold_on_its_own_watchdog()
 
 #[test]
 fn when_the_estop_is_pressed_at_the_robot_expect_pi0d_to_bring_it_to_rest_quickly() {
-    let seen = scenario("hil-estop", 3, 10.0, &["--estop-at", "6.0"], |_| {}, 7.5);
+    let seen = scenario("hil-estop", 3, 8.5, &["--estop-at", "4.0"], |_| {}, 7.5);
     let (r, s) = (&seen.robot, &seen.summary);
     let pressed = r["estop_at"].as_f64().expect("the e-stop was pressed");
     assert_eq!(s["final_mode"], "estopped", "{s}");
@@ -374,7 +395,7 @@ fn when_the_estop_is_pressed_at_the_robot_expect_pi0d_to_bring_it_to_rest_quickl
 /// (the summary names the watchdog), the robot's setpoint is at rest within `bound_s` of the
 /// stall's start, and the arm runs again after it.
 fn stalled_input_holds(name: &str, flag: &str, input: &str, hold: &str, bound_s: f64, offset: u32) {
-    let seen = scenario(name, offset, 11.0, &[flag, "5.5,1.5"], scripted, 8.5);
+    let seen = scenario(name, offset, 9.5, &[flag, "3.5,1.5"], scripted, 8.5);
     let r = &seen.robot;
     assert_held_then_resumed(&seen.summary, hold);
     let stalled = r["stalled_at"][input].as_f64().expect("the stall happened");
@@ -420,7 +441,7 @@ fn when_the_robots_camera_stalls_expect_a_hold_at_the_robot_within_the_timeout_t
 
 #[test]
 fn when_the_policy_starts_emitting_nan_expect_none_at_the_robot_and_the_arm_held() {
-    let seen = scenario("hil-nan", 6, 10.0, &[], with_fault("nan", 3, 0, 0.0), 7.5);
+    let seen = scenario("hil-nan", 6, 8.5, &[], with_fault("nan", 3, 0, 0.0), 7.5);
     let (r, s) = (&seen.robot, &seen.summary);
     // Nothing non-finite ever reached the robot (`assert_robot_sane`), and it held.
     let nan = s["chunks_rejected_by_reason"]["non_finite"]
@@ -446,7 +467,7 @@ fn when_inference_is_slower_than_the_chunk_horizon_expect_the_robot_held_then_mo
         scripted(cfg);
         slow(cfg);
     };
-    let seen = scenario("hil-slow", 7, 12.0, &[], edit, 9.5);
+    let seen = scenario("hil-slow", 7, 10.5, &[], edit, 9.5);
     let r = &seen.robot;
     assert_held_then_resumed(&seen.summary, "holding(chunk_starved)");
     // At the robot: moving, then a span at rest, then moving again.

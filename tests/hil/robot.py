@@ -116,7 +116,7 @@ def mjcf(urdf_joints, camera_wh):
 </mujoco>"""
 
 
-def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused):
+def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_frame):
     """Renders the scene at `hz` from the physics' joint positions (shared memory) and
     publishes raw rgb8 frames; its own process, so the physics never waits for it."""
     os.environ.setdefault("MUJOCO_GL", "egl")
@@ -166,6 +166,7 @@ def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused):
             PILImage.fromarray(px).save(buf, format="JPEG", quality=85)
             jpeg_writer.write(CompressedImage(header=header, format="jpeg",
                                               data=buf.getvalue()))
+            first_frame.set()
     finally:
         renderer.close()
 
@@ -173,19 +174,21 @@ def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--domain", type=int, required=True)
-    ap.add_argument("--duration", type=float, required=True)
+    ap.add_argument("--duration", type=float, required=True, help="s (from readiness with --ready-file)")
     ap.add_argument("--report", required=True)
     ap.add_argument("--camera", default="160x120@10", help="WxH@HZ; 'none' for no camera")
     ap.add_argument("--watchdog-ms", type=float, default=100.0)
+    ap.add_argument("--ready-file", default=None,
+                    help="created once joint states flow and the camera has sent its first frame")
     ap.add_argument("--start", default="0,0.3,0.6,-0.4,0,0,0.02")
     ap.add_argument("--start-from", choices=["desired", "measured"], default="desired",
                     help="where a new trajectory starts: the last setpoint (interpolate_from_desired_state,"
                          " as pi0d's README recommends) or the measured state (the controller's default)")
     ap.add_argument("--stall-joint-states", default=None, metavar="AT,FOR",
-                    help="stop publishing joint states at AT s for FOR s (a stalled driver)")
+                    help="stop publishing joint states AT s after the first command, for FOR s (a stalled driver)")
     ap.add_argument("--stall-camera", default=None, metavar="AT,FOR",
-                    help="stop the camera at AT s for FOR s (a stalled camera)")
-    ap.add_argument("--estop-at", type=float, default=None, help="press pi0d's e-stop then (s from start)")
+                    help="stop the camera AT s after the first command, for FOR s (a stalled camera)")
+    ap.add_argument("--estop-at", type=float, default=None, help="press pi0d's e-stop this long after the first command (s)")
     args = ap.parse_args()
 
     import mujoco
@@ -224,10 +227,12 @@ def main():
     stop = ctx.Event()
     shared_q = ctx.Array("d", len(names) + 7)
     camera_paused = ctx.Event()
+    first_frame = ctx.Event()
     cam = None
     if args.camera != "none":
         cam = ctx.Process(
-            target=camera_process, args=(xml, names, shared_q, args.domain, wh, hz, stop, camera_paused), daemon=True)
+            target=camera_process, args=(xml, names, shared_q, args.domain, wh, hz, stop, camera_paused, first_frame),
+            daemon=True)
         cam.start()
 
     dp = DomainParticipant(args.domain)
@@ -264,8 +269,11 @@ def main():
     max_late, behind_steps = 0.0, 0
     worst_jerk_at = None
     stalled_at = {}  # input -> wall time its stall began
+    ready = False
     at_last_command, tails = None, []  # the setpoint at the last command; its travel after it
-    while time.time() - t0 < args.duration and not terminated:
+    # With --ready-file, --duration counts from readiness (the camera's start-up varies).
+    deadline = t0 + args.duration
+    while time.time() < deadline and not terminated:
         # Everything runs on the step's own time: a late loop catches up step by step, each
         # step sampling the trajectory where that step is due.
         now = t0 + step * PHYSICS_DT
@@ -281,7 +289,9 @@ def main():
             arm_msgs, grip_msgs = [], []
         else:
             arm_msgs, grip_msgs = arm_r.take(N=50), grip_r.take(N=50)
-        if args.estop_at is not None and estop_at is None and now - t0 >= args.estop_at:
+        # Events are timed from the first command: pi0d's start-up time does not shift them.
+        since_first = now - first_command if first_command is not None else -1.0
+        if args.estop_at is not None and estop_at is None and since_first >= args.estop_at:
             estop_w.write(Bool(data=True))
             estop_at = now
         for msg in arm_msgs:
@@ -368,11 +378,15 @@ def main():
         for key, spec in (("joint_states", args.stall_joint_states), ("camera", args.stall_camera)):
             if spec:
                 at, span = (float(x) for x in spec.split(","))
-                stalls[key] = at <= now - t0 < at + span
+                stalls[key] = at <= since_first < at + span
                 if stalls[key] and key not in stalled_at:
                     stalled_at[key] = now
         if "camera" in stalls and stalls["camera"] != camera_paused.is_set():
             (camera_paused.set if stalls["camera"] else camera_paused.clear)()
+        if args.ready_file and not ready and (cam is None or first_frame.is_set()) and js_times:
+            Path(args.ready_file).write_text("ready")
+            ready = True
+            deadline = now + args.duration
         if step % JOINT_STATE_EVERY == 0 and not stalls.get("joint_states"):
             sec = int(now)
             js_w.write(JointState(header=Header(stamp=Time(sec=sec, nanosec=int((now - sec) * 1e9))),
