@@ -60,6 +60,8 @@ pub struct Run {
     pub output: Output,
     pub summary: Option<serde_json::Value>,
     pub stderr: String,
+    /// How long the daemon ran (from its start, not from waiting for `SERIAL`).
+    pub elapsed_s: f64,
 }
 
 impl Run {
@@ -117,6 +119,7 @@ pub fn run_daemon_with(name: &str, config: &toml::Table, duration_s: f64, args: 
     let cfg = dir.join("config.toml");
     std::fs::write(&cfg, toml::to_string(config).unwrap()).unwrap();
     let summary = dir.join("summary.json");
+    let started = std::time::Instant::now();
     let output = Command::new(env!("CARGO_BIN_EXE_pi0d"))
         .arg("run")
         .args(args)
@@ -127,6 +130,7 @@ pub fn run_daemon_with(name: &str, config: &toml::Table, duration_s: f64, args: 
         .env("RUST_LOG", "info")
         .output()
         .expect("pi0d runs");
+    let elapsed_s = started.elapsed().as_secs_f64();
     let stderr = String::from_utf8_lossy(&output.stderr).to_string();
     let summary = std::fs::read_to_string(&summary)
         .ok()
@@ -135,6 +139,7 @@ pub fn run_daemon_with(name: &str, config: &toml::Table, duration_s: f64, args: 
         output,
         summary,
         stderr,
+        elapsed_s,
     }
 }
 
