@@ -28,6 +28,7 @@ fn when_config_valid_expect_it_loads() {
     all.push(root.join("config/pi0d.example.toml"));
     all.push(root.join("config/ur5e.toml"));
     all.push(root.join("config/aloha.toml"));
+    all.push(root.join("config/hil.toml"));
     assert!(all.len() >= 4);
     for f in all {
         if let Err(e) = Config::load(&f) {
