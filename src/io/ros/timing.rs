@@ -7,20 +7,32 @@ use super::decode::InputError;
 use super::msgs;
 use crate::time::MonoTime;
 
-/// Stamps from ROS (wall clock) to the monotonic clock and back, from one reading of both.
+/// Stamps from ROS (wall clock) to the monotonic clock and back, from paired readings of both.
 pub struct ClockMap {
     /// wall - monotonic, seconds.
     offset_s: f64,
 }
 
+/// Paired readings taken; the tightest pair is kept.
+const CLOCK_READINGS: usize = 16;
+
 impl ClockMap {
     pub fn now() -> ClockMap {
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        ClockMap {
-            offset_s: wall - MonoTime::now().as_nanos() as f64 * 1e-9,
+        // A wall reading between two monotonic ones: a thread preempted between them (at start-up
+        // on a busy machine, for milliseconds) would put the whole map off by that long, so the
+        // pair with the smallest gap is used, at its midpoint.
+        let mut best = (f64::INFINITY, 0.0);
+        for _ in 0..CLOCK_READINGS {
+            let before = MonoTime::now().as_nanos() as f64 * 1e-9;
+            let wall = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            let after = MonoTime::now().as_nanos() as f64 * 1e-9;
+            if after - before < best.0 {
+                best = (after - before, wall - (before + after) / 2.0);
+            }
         }
+        ClockMap { offset_s: best.1 }
     }
 
     /// A ROS stamp on the monotonic clock. Refused: nanoseconds out of range, and stamps before
@@ -136,6 +148,25 @@ impl SkewEstimator {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn when_two_clock_maps_are_made_expect_them_to_agree_within_a_millisecond() {
+        let (a, b) = (ClockMap::now(), ClockMap::now());
+        assert!(
+            (a.offset_s - b.offset_s).abs() < 1e-3,
+            "{} vs {}",
+            a.offset_s,
+            b.offset_s
+        );
+        // And with the wall clock: a stamp of now maps to about now.
+        let t = MonoTime::now();
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!((a.to_ros(t).as_seconds() - wall).abs() < 5e-3);
+    }
+
     use super::*;
 
     #[test]
