@@ -2,7 +2,7 @@
 //!
 //! 1. The real daemon (config/sim.toml: simulated arm, the tiny pi0 inferring) at 200 Hz, 500 Hz
 //!    and 1 kHz for S seconds while another thread burns a core: tick jitter p50/p99/max and
-//!    overruns, with the normal scheduler and with SCHED_FIFO (the default) where permitted; then
+//!    overruns, with the normal scheduler and with SCHED_FIFO where permitted; then
 //!    200 Hz with the MCAP recorder on.
 //! 2. The cost of one tick for 14 joints, in nanoseconds: state machine, chunk executor with
 //!    quintic interpolation and blend, governor and limit monitor, with a chunk switch every

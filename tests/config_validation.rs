@@ -239,13 +239,13 @@ fn when_prompt_too_long_expect_refused() {
 }
 
 #[test]
-fn when_realtime_is_not_configured_expect_sched_fifo_80_by_default_and_0_to_turn_it_off() {
+fn when_realtime_is_not_configured_expect_the_normal_scheduler_and_a_priority_when_asked() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let sim = Config::load(&root.join("config/sim.toml")).unwrap();
-    assert_eq!(sim.realtime.priority, 80);
+    assert_eq!(sim.realtime.priority, 0);
     assert!(!sim.realtime.lock_memory);
     let text = std::fs::read_to_string(root.join("config/sim.toml")).unwrap()
-        + "\n[realtime]\npriority = 0\n";
+        + "\n[realtime]\npriority = 80\n";
     let dir = std::env::temp_dir().join(format!("pi0d-rt-default-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("sim.toml");
@@ -253,5 +253,5 @@ fn when_realtime_is_not_configured_expect_sched_fifo_80_by_default_and_0_to_turn
         .replace("../urdf/", &format!("{}/urdf/", root.display()))
         .replace("../models/", &format!("{}/models/", root.display()));
     std::fs::write(&file, text).unwrap();
-    assert_eq!(Config::load(&file).unwrap().realtime.priority, 0);
+    assert_eq!(Config::load(&file).unwrap().realtime.priority, 80);
 }
