@@ -314,17 +314,7 @@ fn assert_recording_of_the_robot(s: &serde_json::Value) {
     let rec = &s["recording"];
     assert_eq!(rec["ended_by"], "run_end", "{rec}");
     assert_eq!(rec["dropped"], 0, "{rec}");
-    let out = Command::new(peer_python())
-        .arg(root().join("tests/peers/mcap_check.py"))
-        .arg(rec["path"].as_str().unwrap())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let back: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let back = mcap_read_back(Path::new(rec["path"].as_str().unwrap()));
     let count = |t: &str| back["topics"][t]["count"].as_u64().unwrap_or(0);
     assert_eq!(count("/pi0d/command"), s["ticks"].as_u64().unwrap());
     assert!(count("/joint_states") > 500, "{}", back["topics"]);

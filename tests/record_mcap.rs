@@ -15,21 +15,6 @@ fn recorded(mut cfg: toml::Table, settings: &[(&str, Value)]) -> toml::Table {
     cfg
 }
 
-fn read_back(file: &Path) -> serde_json::Value {
-    let out = Command::new(peer_python())
-        .arg(root().join("tests/peers/mcap_check.py"))
-        .arg(file)
-        .output()
-        .expect("python runs");
-    assert!(
-        out.status.success(),
-        "mcap_check.py failed on {}:\n{}",
-        file.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("mcap_check.py prints JSON")
-}
-
 fn recording_file(run: &Run) -> PathBuf {
     let r = &run.summary()["recording"];
     PathBuf::from(
@@ -78,7 +63,7 @@ fn when_a_run_is_recorded_expect_every_channel_read_back_and_agreeing_with_the_s
         name.starts_with("pi0d-") && name.ends_with("Z.mcap") && name.len() == 26,
         "{name}"
     );
-    let back = read_back(&file);
+    let back = mcap_read_back(&file);
     let topics = &back["topics"];
     let count = |t: &str| topics[t]["count"].as_u64().unwrap_or(0);
     assert_eq!(
@@ -313,7 +298,7 @@ fn when_max_megabytes_is_reached_expect_the_file_closed_readable_and_the_run_goi
         run.stderr
     );
     // The file was closed properly: its summary section is there and agrees.
-    let back = read_back(&file);
+    let back = mcap_read_back(&file);
     assert_eq!(back["statistics_message_count"], rec["messages"]);
     // The recording stopped; the arm did not.
     let commands = back["topics"]["/pi0d/command"]["count"].as_u64().unwrap();

@@ -555,3 +555,20 @@ pub fn remote_policy_config(backend: &str, settings: &[(&str, toml::Value)]) -> 
     with_backend(&mut cfg, backend, settings);
     cfg
 }
+
+/// An MCAP recording read back by Python's `mcap` and `mcap-ros2-support`
+/// (tests/peers/mcap_check.py): what it found, as JSON.
+pub fn mcap_read_back(file: &Path) -> serde_json::Value {
+    let out = Command::new(peer_python())
+        .arg(root().join("tests/peers/mcap_check.py"))
+        .arg(file)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "mcap_check.py failed on {}:\n{}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("mcap_check.py prints JSON")
+}
