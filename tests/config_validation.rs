@@ -239,19 +239,73 @@ fn when_prompt_too_long_expect_refused() {
 }
 
 #[test]
-fn when_realtime_is_not_configured_expect_the_normal_scheduler_and_a_priority_when_asked() {
+fn when_realtime_is_not_configured_expect_fifo_80_for_control_and_70_for_ros_and_off_when_asked() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let sim = Config::load(&root.join("config/sim.toml")).unwrap();
-    assert_eq!(sim.realtime.priority, 0);
+    // As ros2_control's controller manager: real time is tried by default.
+    assert_eq!(sim.realtime.priority, 80);
+    assert_eq!(sim.realtime.io_priority, 70);
     assert!(!sim.realtime.lock_memory);
-    let text = std::fs::read_to_string(root.join("config/sim.toml")).unwrap()
-        + "\n[realtime]\npriority = 80\n";
     let dir = std::env::temp_dir().join(format!("pi0d-rt-default-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let with = |section: &str| {
+        let text = std::fs::read_to_string(root.join("config/sim.toml")).unwrap()
+            + "\n[realtime]\n"
+            + section;
+        let file = dir.join("sim.toml");
+        let text = text
+            .replace("../urdf/", &format!("{}/urdf/", root.display()))
+            .replace("../models/", &format!("{}/models/", root.display()));
+        std::fs::write(&file, text).unwrap();
+        Config::load(&file).map(|c| (c.realtime.priority, c.realtime.io_priority))
+    };
+    // Off is off for both; the ROS thread follows the control thread's priority.
+    assert_eq!(with("priority = 0\n").unwrap(), (0, 0));
+    assert_eq!(with("priority = 50\n").unwrap(), (50, 40));
+    assert_eq!(with("priority = 5\n").unwrap(), (5, 0));
+    assert_eq!(with("priority = 50\nio_priority = 0\n").unwrap(), (50, 0));
+    // Never at or above the control thread.
+    let e = with("priority = 50\nio_priority = 50\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`realtime.io_priority`") && e.contains("not below realtime.priority = 50"),
+        "{e}"
+    );
+    let e = with("priority = 0\nio_priority = 10\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`realtime.io_priority`"), "{e}");
+}
+
+#[test]
+fn when_drills_are_configured_expect_them_in_time_order_and_each_warned_about() {
+    use pi0d::config::drill::DrillKind;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("config/sim.toml")).unwrap()
+        + "\n[[drill]]\nat_s = 5.0\nevent = \"crash_io\"\n"
+        + "\n[[drill]]\nat_s = 2.0\nevent = \"stall_control\"\nduration_s = 0.5\n";
+    let dir = std::env::temp_dir().join(format!("pi0d-drills-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("sim.toml");
     let text = text
         .replace("../urdf/", &format!("{}/urdf/", root.display()))
         .replace("../models/", &format!("{}/models/", root.display()));
     std::fs::write(&file, text).unwrap();
-    assert_eq!(Config::load(&file).unwrap().realtime.priority, 80);
+    let cfg = Config::load(&file).unwrap();
+    let kinds: Vec<(f64, DrillKind)> = cfg.drills.iter().map(|d| (d.at_s, d.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (2.0, DrillKind::StallControl { duration_s: 0.5 }),
+            (5.0, DrillKind::CrashIo)
+        ]
+    );
+    let warned: Vec<&str> = cfg
+        .warnings
+        .iter()
+        .filter(|w| w.message.contains("never in production"))
+        .map(|w| w.field.as_str())
+        .collect();
+    assert_eq!(warned, ["drill[0]", "drill[1]"], "{:?}", cfg.warnings);
 }

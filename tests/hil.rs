@@ -72,6 +72,11 @@ fn spawn_robot(domain: u16, dir: &Path, duration_s: f64, args: &[&str], ready: &
 }
 
 fn pi0d(dir: &Path, cfg: &toml::Table, duration_s: f64) -> Child {
+    pi0d_with_env(dir, cfg, duration_s, &[])
+}
+
+/// As `pi0d`, with `env` added to its environment.
+fn pi0d_with_env(dir: &Path, cfg: &toml::Table, duration_s: f64, env: &[(&str, String)]) -> Child {
     let path = dir.join("config.toml");
     std::fs::write(&path, toml::to_string(cfg).unwrap()).unwrap();
     Command::new(env!("CARGO_BIN_EXE_pi0d"))
@@ -85,6 +90,7 @@ fn pi0d(dir: &Path, cfg: &toml::Table, duration_s: f64) -> Child {
         .arg(&path)
         .arg("--summary")
         .arg(dir.join("summary.json"))
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -479,5 +485,190 @@ fn when_inference_is_slower_than_the_chunk_horizon_expect_the_robot_held_then_mo
         "hil slow inference: held at the robot {:.1} s after it first moved, then moving again; setpoint jerk max {:.1}",
         held - first,
         max_over_joints(&r["max_setpoint_jerk"])
+    );
+}
+
+/// A NOTIFY_SOCKET as systemd opens one for a service: every datagram with its arrival (wall
+/// seconds), read while the daemon runs (a datagram queue holds only a few messages).
+struct NotifySocket {
+    path: std::path::PathBuf,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reader: std::thread::JoinHandle<Vec<(f64, String)>>,
+}
+
+impl NotifySocket {
+    fn open(dir: &Path) -> NotifySocket {
+        let path = dir.join("notify.sock");
+        let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = done.clone();
+        let reader = std::thread::spawn(move || {
+            let mut messages = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(n) = socket.recv(&mut buf) {
+                    messages.push((wall_now(), String::from_utf8_lossy(&buf[..n]).to_string()));
+                }
+            }
+            messages
+        });
+        NotifySocket { path, done, reader }
+    }
+
+    /// Everything received, once the daemon has ended.
+    fn messages(self) -> Vec<(f64, String)> {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.reader.join().unwrap()
+    }
+}
+
+/// The first time `what` was notified.
+fn notified(messages: &[(f64, String)], what: &str) -> Option<f64> {
+    messages
+        .iter()
+        .find(|(_, m)| m.contains(what))
+        .map(|(t, _)| *t)
+}
+
+/// `[[drill]]` with one drill: `event` at `at_s` (and `duration_s` where it lasts).
+fn with_drill(event: &str, at_s: f64, duration_s: Option<f64>) -> impl FnOnce(&mut toml::Table) {
+    let event = event.to_string();
+    move |cfg| {
+        let mut d = vec![
+            ("at_s", Value::Float(at_s)),
+            ("event", Value::String(event)),
+        ];
+        if let Some(s) = duration_s {
+            d.push(("duration_s", Value::Float(s)));
+        }
+        cfg.insert("drill".into(), Value::Array(vec![table(&d)]));
+    }
+}
+
+/// What a drill run left: the robot's report, pi0d's exit code, stderr and summary, the
+/// notifications with their times, and when the drill fired (READY + its `at_s`).
+struct Drilled {
+    robot: serde_json::Value,
+    code: Option<i32>,
+    stderr: String,
+    summary: serde_json::Value,
+    notes: Vec<(f64, String)>,
+    drill_at: f64,
+}
+
+/// The scripted policy under systemd's notify protocol (watchdog 200 ms: pings every 100 ms)
+/// with `drill` (`at_s` after READY), on the robot for 8 s.
+fn drilled(name: &str, offset: u32, drill: impl FnOnce(&mut toml::Table), at_s: f64) -> Drilled {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dom = domain(offset);
+    let dir = scratch_dir(name);
+    let bot = robot(dom, &dir, 8.0, &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut cfg = hil_config(dom);
+    scripted(&mut cfg);
+    drill(&mut cfg);
+    let socket = NotifySocket::open(&dir);
+    let env = [
+        ("NOTIFY_SOCKET", socket.path.display().to_string()),
+        ("WATCHDOG_USEC", "200000".to_string()),
+    ];
+    let out = pi0d_with_env(&dir, &cfg, 30.0, &env)
+        .wait_with_output()
+        .unwrap();
+    let notes = socket.messages();
+    let ready = notified(&notes, "READY=1").expect("READY=1 was sent");
+    let robot = report(&dir, bot);
+    assert_robot_sane(&robot);
+    Drilled {
+        robot,
+        code: out.status.code(),
+        stderr: String::from_utf8_lossy(&out.stderr).to_string(),
+        summary: summary(&dir),
+        notes,
+        drill_at: ready + at_s,
+    }
+}
+
+/// The robot's driver watchdog held the arm once, `bound` after the drill at most; returns the
+/// reaction (s) and the travel after the last command (rad).
+fn held_by_the_robot(d: &Drilled, bound: std::ops::Range<f64>) -> (f64, f64) {
+    let holds = watchdog_holds(&d.robot);
+    assert_eq!(holds.len(), 1, "{holds:?}");
+    let reaction = holds[0] - d.drill_at;
+    assert!(
+        bound.contains(&reaction),
+        "the robot held {reaction:.3} s after the drill"
+    );
+    let travel = d.robot["travel_after_last_command"][0].as_f64().unwrap();
+    assert!(travel < 0.05, "{travel} rad after the last command");
+    (reaction, travel)
+}
+
+#[test]
+fn when_the_control_loop_freezes_expect_the_watchdog_pings_to_stop_and_the_robot_to_hold() {
+    let d = drilled(
+        "hil-freeze",
+        8,
+        with_drill("stall_control", 3.0, Some(30.0)),
+        3.0,
+    );
+    // No controlled stop is possible: exit 6 at once (not after the 30 s stall).
+    assert_eq!(d.code, Some(6), "{}", d.stderr);
+    assert!(
+        d.stderr.contains("control thread stopped ticking"),
+        "{}",
+        d.stderr
+    );
+    let pings: Vec<f64> = d
+        .notes
+        .iter()
+        .filter(|(_, m)| m.contains("WATCHDOG=1"))
+        .map(|(t, _)| *t)
+        .collect();
+    let before = pings.iter().filter(|t| **t < d.drill_at).count();
+    assert!(
+        before >= 20,
+        "{before} pings before the freeze: {:?}",
+        d.notes
+    );
+    // The last ping within one ping period (100 ms) of the freeze, plus the supervisor's poll.
+    let last = pings.last().copied().unwrap() - d.drill_at;
+    assert!(last < 0.2, "pings went on {last:.3} s after the freeze");
+    let (reaction, travel) = held_by_the_robot(&d, 0.05..0.35);
+    println!(
+        "hil frozen control loop: the last systemd watchdog ping {:.0} ms after the freeze ({before} before it, one per 100 ms); the robot's watchdog held {:.0} ms after it, {travel:.4} rad of travel after the last command; exit 6",
+        last * 1e3,
+        reaction * 1e3
+    );
+}
+
+#[test]
+fn when_the_ros_thread_dies_expect_a_fault_stop_exit_7_and_the_robot_held() {
+    let d = drilled("hil-ros-death", 9, with_drill("crash_io", 3.0, None), 3.0);
+    assert_eq!(d.code, Some(7), "{}", d.stderr);
+    assert!(
+        d.stderr.contains("ROS thread panicked") && d.stderr.contains("crash_io"),
+        "{}",
+        d.stderr
+    );
+    assert_eq!(d.summary["exit"], "thread_fault", "{}", d.summary);
+    // A thread fault stops the watchdog pings too: systemd sees it even before the exit.
+    let last_ping = d
+        .notes
+        .iter()
+        .filter(|(_, m)| m.contains("WATCHDOG=1"))
+        .map(|(t, _)| *t)
+        .fold(0.0, f64::max);
+    assert!(last_ping - d.drill_at < 0.2, "{}", last_ping - d.drill_at);
+    // No command can reach the robot any more: its own watchdog holds the arm.
+    let (reaction, travel) = held_by_the_robot(&d, 0.05..0.35);
+    let ended = notified(&d.notes, "STOPPING=1").map(|t| t - d.drill_at);
+    println!(
+        "hil ROS thread death: fault stop (exit 7); the robot's watchdog held {:.0} ms after it, {travel:.4} rad of travel after the last command; STOPPING {:?} s after it",
+        reaction * 1e3,
+        ended
     );
 }

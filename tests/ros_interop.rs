@@ -115,8 +115,8 @@ fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
     // config/sim.toml: 6 rad/s² and 150 rad/s³ for the arm joints.
     assert_controller_accepts(r, 6.0, 150.0);
     eprintln!(
-        "command inter-arrival at the peer: {}",
-        r["interarrival_ms"]
+        "command inter-arrival at the peer: {}; first points off the ticks' timeline: {}",
+        r["interarrival_ms"], r["timeline_error_ms"]
     );
 }
 
@@ -130,6 +130,10 @@ fn when_peer_presses_estop_then_calls_reset_service_expect_latch_and_fresh_resum
         .insert("service_mapping".into(), Value::String("cyclone".into()));
     let peer = ["--duration", "10", "--estop-at", "3", "--reset-at", "4.5"];
     let x = exchange("ros-estop", &cfg, domain, &peer, 7.0);
+    eprintln!(
+        "e-stop sent at {} s, reset at {} s (after the first command); first points off the ticks' timeline: {}",
+        x.report["estop_sent_s"], x.report["reset_sent_s"], x.report["timeline_error_ms"]
+    );
     assert_estop_latched_then_reset(&x);
     // Through the e-stop's braking, the hold and the fresh resume, every trajectory is one
     // the controller accepts and follows smoothly.

@@ -7,6 +7,7 @@
 pub mod check;
 pub mod commands;
 pub mod control;
+pub mod drill;
 pub mod metrics;
 pub mod openpi;
 pub mod policy;
@@ -100,6 +101,8 @@ pub struct Config {
     pub metrics: Option<metrics::MetricsConfig>,
     /// `[record]`: the MCAP recording, when the section is there.
     pub record: Option<record::RecordConfig>,
+    /// `[[drill]]`: deliberate faults at set times of the run, in time order.
+    pub drills: Vec<drill::Drill>,
     /// Valid settings that are ignored or widen the URDF (logged at start, shown by `check`).
     pub warnings: Vec<ConfigWarning>,
 }
@@ -282,6 +285,7 @@ impl Config {
             .as_ref()
             .map(|r| record::validate(&c, r))
             .transpose()?;
+        let drills = drill::validate(&c, &raw.drill)?;
         match &io {
             Io::Ros(r) => {
                 for (from, to) in ros_args::unmatched_remaps(ros, &ros_topics(r)) {
@@ -313,6 +317,7 @@ impl Config {
             serve,
             metrics,
             record,
+            drills,
             warnings: c.take_warnings(),
         })
     }

@@ -32,6 +32,8 @@ pub struct RawConfig {
     pub serve: Option<super::serve::RawServe>,
     pub metrics: Option<super::metrics::RawMetrics>,
     pub record: Option<super::record::RawRecord>,
+    #[serde(default)]
+    pub drill: Vec<super::drill::RawDrill>,
 }
 
 /// `robot.io`: where inputs come from and commands go.
@@ -541,17 +543,18 @@ fn default_max_image_bytes() -> usize {
 }
 
 fn default_priority() -> i32 {
-    0
+    80
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRealtime {
-    /// SCHED_FIFO for the control thread (0: the normal scheduler, the default: with FIFO by
-    /// default the controller-model checks of the written command stream still spike now and
-    /// then on a 2-core machine, even with the lock-free hand-over).
+    /// SCHED_FIFO for the control thread (0: the normal scheduler).
     #[serde(default = "default_priority")]
     pub priority: i32,
+    /// SCHED_FIFO for the ROS thread, below the control thread (0: the normal scheduler;
+    /// default: 10 below `priority`).
+    pub io_priority: Option<i32>,
     #[serde(default)]
     pub cpu_affinity: Vec<usize>,
     #[serde(default)]
@@ -564,6 +567,7 @@ impl Default for RawRealtime {
     fn default() -> Self {
         RawRealtime {
             priority: default_priority(),
+            io_priority: None,
             cpu_affinity: Vec::new(),
             lock_memory: false,
             spin_us: 0.0,

@@ -95,44 +95,41 @@ impl Lookahead {
     }
 
     /// Joint `j`'s position, velocity and acceleration `tau` after the command: coasting for at
-    /// most `coast_s` (less where the position limit needs the room to stop), then braking at
+    /// most `coast_s` (less where the position limits need the room to stop), then braking at
     /// its deceleration limit, then at rest. While coasting, the command's acceleration goes
-    /// on (a deceleration down to rest, not beyond; a speed-up up to the velocity limit), so a
-    /// controller following the points accelerates and brakes with the arm.
+    /// on (through zero velocity into a reversal, up to the velocity limit), so a controller
+    /// following the points accelerates and brakes with the arm, and the points move
+    /// continuously with the command: a coast that stopped at zero velocity would jump by
+    /// `a c^2 / 2` the moment the joint reverses.
     fn joint_at(&self, j: usize, cmd: &MotionState, coast_s: f64, tau: f64) -> (f64, f64, f64) {
         let (p, v) = (cmd.position[j], cmd.velocity[j]);
         let dec = self.deceleration[j];
-        if v == 0.0 {
+        let a = cmd.acceleration[j].clamp(-dec, dec);
+        if v == 0.0 && a == 0.0 {
             return (p, 0.0, 0.0);
         }
-        let sign = v.signum();
-        let coast_acc = cmd.acceleration[j].clamp(-dec, dec);
-        let room = if v > 0.0 {
-            self.upper[j] - p
-        } else {
-            p - self.lower[j]
-        };
         let coast = Coast {
             p,
             v,
-            a: coast_acc,
+            a,
             vmax: self.velocity[j].max(v.abs()),
         };
-        // How far the joint gets coasting `c` and then braking: it must stay in its range.
-        let reach = |c: f64| {
-            let (pc, vc, _) = coast.at(c);
-            (pc - p) * sign + vc * vc / (2.0 * dec)
+        let (lower, upper) = (self.lower[j], self.upper[j]);
+        // The whole path, coasting `c` and then braking to rest, must stay in the range.
+        let fits = |c: f64| {
+            let (lo, hi) = coast.extent(c, dec);
+            lo >= lower && hi <= upper
         };
         let mut c = coast_s;
-        if room.is_finite() && reach(c) > room {
-            // `reach` grows with `c` (braking at `dec` is at least as hard as coasting).
+        if !fits(c) {
+            // Braking at once fits (the governor's velocity band keeps the braking distance).
             let (mut lo, mut hi) = (0.0, c);
             for _ in 0..40 {
                 let mid = 0.5 * (lo + hi);
-                if reach(mid) > room {
-                    hi = mid;
-                } else {
+                if fits(mid) {
                     lo = mid;
+                } else {
+                    hi = mid;
                 }
             }
             c = lo;
@@ -141,19 +138,26 @@ impl Lookahead {
             return coast.at(tau);
         }
         let (pc, vc, _) = coast.at(c);
-        let brake = vc.abs() / dec;
-        let s = (tau - c).min(brake);
-        let pos = pc + vc * s - 0.5 * sign * dec * s * s;
-        if tau - c >= brake {
-            (pos, 0.0, 0.0)
-        } else {
-            (pos, vc - sign * dec * s, -sign * dec)
-        }
+        braking(pc, vc, dec, tau - c)
     }
 }
 
-/// One joint coasting from `p` at `v` (not 0) with a constant acceleration `a`: one that
-/// slows it ends at rest, one that speeds it up ends at `vmax`.
+/// Braking from `v` at `p` at `dec` for `s`, then at rest: position, velocity, acceleration.
+fn braking(p: f64, v: f64, dec: f64, s: f64) -> (f64, f64, f64) {
+    let sign = v.signum();
+    let stop = v.abs() / dec;
+    if s >= stop {
+        return (p + 0.5 * v * stop, 0.0, 0.0);
+    }
+    (
+        p + v * s - 0.5 * sign * dec * s * s,
+        v - sign * dec * s,
+        -sign * dec,
+    )
+}
+
+/// One joint coasting from `p` at `v` with a constant acceleration `a`, until the velocity
+/// reaches `vmax` (either way).
 struct Coast {
     p: f64,
     v: f64,
@@ -167,18 +171,33 @@ impl Coast {
         if a == 0.0 {
             return (p + v * t, v, 0.0);
         }
-        // When the acceleration ends: at rest, or at the velocity limit.
-        let end = if a * v < 0.0 {
-            (v / a).abs()
-        } else {
-            (vmax - v.abs()) / a.abs()
-        };
+        // When the velocity reaches the limit in the acceleration's direction (|v| <= vmax).
+        let end = (vmax * a.signum() - v) / a;
         if t >= end {
             let (pe, ve) = (p + v * end + 0.5 * a * end * end, v + a * end);
             (pe + ve * (t - end), ve, 0.0)
         } else {
             (p + v * t + 0.5 * a * t * t, v + a * t, a)
         }
+    }
+
+    /// The lowest and highest positions coasting `c` and then braking to rest at `dec`: the
+    /// path is monotonic between the start, a reversal while coasting, the coast's end and the
+    /// stop.
+    fn extent(&self, c: f64, dec: f64) -> (f64, f64) {
+        let (pc, vc, _) = self.at(c);
+        let stop = braking(pc, vc, dec, f64::INFINITY).0;
+        let mut lo = self.p.min(pc).min(stop);
+        let mut hi = self.p.max(pc).max(stop);
+        if self.a != 0.0 {
+            let turn = -self.v / self.a;
+            if turn > 0.0 && turn < c {
+                let pt = self.at(turn).0;
+                lo = lo.min(pt);
+                hi = hi.max(pt);
+            }
+        }
+        (lo, hi)
     }
 }
 
@@ -290,6 +309,58 @@ mod tests {
         Lookahead::new(&lim, 0.05).plan(&cmd, 0.005, &mut out);
         assert_eq!(out[0].state.velocity[0], 1.0);
         assert_eq!(out[0].state.acceleration[0], 0.0);
+    }
+
+    #[test]
+    fn when_a_joint_reverses_expect_the_points_to_move_on_continuously() {
+        let lim = limits(1);
+        // Just before and just after the velocity changes sign, accelerating at 4 rad/s²: the
+        // first point (50 ms out) moves by about the command's own step, not by a c^2 / 2.
+        let first = |v: f64| {
+            let mut cmd = MotionState::at_rest(JointVector::from_slice(&[0.0]));
+            cmd.velocity[0] = v;
+            cmd.acceleration[0] = 1.9;
+            let mut out = Vec::new();
+            Lookahead::new(&lim, 0.05).plan(&cmd, 0.005, &mut out);
+            out[0].state
+        };
+        let (before, after) = (first(-1e-4), first(1e-4));
+        assert!(
+            (before.position[0] - after.position[0]).abs() < 2e-5,
+            "{before:?} then {after:?}"
+        );
+        // It reverses while coasting: 50 ms at 1.9 rad/s² from -1e-4 rad/s.
+        assert!((before.velocity[0] - (-1e-4 + 1.9 * 0.05)).abs() < 1e-12);
+        assert!(before.position[0] > 0.0);
+    }
+
+    proptest! {
+        /// A small change of the command moves every point a little: the controller sees no
+        /// jump from one message to the next that the command itself did not make.
+        #[test]
+        fn when_the_command_changes_slightly_expect_the_points_to_change_slightly(
+            p in -0.5f64..0.5,
+            v in -1.0f64..1.0,
+            a in -2.0f64..2.0,
+            dv in -1e-4f64..1e-4,
+        ) {
+            let lim = limits(1);
+            let plan = |v: f64| {
+                let mut cmd = MotionState::at_rest(JointVector::from_slice(&[p]));
+                cmd.velocity[0] = v;
+                cmd.acceleration[0] = a;
+                let mut out = Vec::new();
+                Lookahead::new(&lim, 0.05).plan(&cmd, 0.005, &mut out);
+                out
+            };
+            let (x, y) = (plan(v), plan(v + dv));
+            // A velocity change of dv moves a point by at most dv x its time (under 0.6 s here)
+            // plus the braking distance's change (v dv / dec, dec = 2 rad/s²).
+            for (a, b) in x.iter().zip(&y) {
+                let d = (a.state.position[0] - b.state.position[0]).abs();
+                prop_assert!(d <= 1.2 * dv.abs() + 1e-12, "{:?} vs {:?}", a, b);
+            }
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! with `ExitReason::ControlFault` (nothing else can command the arm).
 
 pub mod control;
+mod drill;
 pub mod exit;
 pub mod latch;
 pub mod log;
@@ -233,8 +234,12 @@ fn run_latched(
             let node = supervise::caught(move || node.connect())
                 .map_err(DaemonError::MiddlewarePanic)??;
             let (board, live, stop) = (board.clone(), live.clone(), io_stop.clone());
+            let rt_cfg = cfg.realtime.clone();
             supervise::spawn(Role::Ros, move |h| {
-                node.run(&board, &live, &stop, &|| h.beat())
+                rt::apply_to_io_thread(&rt_cfg);
+                // Decoding runs below the ROS thread, with inference.
+                let decoding = || rt::lower_current_thread(rt::INFERENCE_NICE);
+                node.run(&board, &live, &stop, &|| h.beat(), &decoding)
             })
             .map_err(spawn_err("ROS"))?
         }
@@ -593,6 +598,7 @@ fn supervise(
     // What the arm waited for when the start timed out (once stopping, it waits for nothing).
     let mut start_waiting: Option<Waiting> = None;
 
+    let mut drills = drill::Drills::new(&cfg.drills);
     let mut last_poll = MonoTime::now();
     let mut liveness_from = MonoTime::now();
     while !control.is_finished() {
@@ -608,6 +614,7 @@ fn supervise(
             liveness_from = now;
         }
         let t = now.seconds_since(run_start);
+        drills.fire_due(t, board);
         log.drain(&events_rx, start);
         if signals.take_reload() {
             reload(&mut running, opts, board);

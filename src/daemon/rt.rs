@@ -1,23 +1,65 @@
-//! Real-time settings for the control thread: SCHED_FIFO, CPU affinity, mlockall. Each is tried
+//! Real-time settings for the control and ROS threads: SCHED_FIFO, CPU affinity, mlockall. Each is tried
 //! and merely warned about when the system does not permit it (no root, no CAP_SYS_NICE,
 //! RLIMIT_RTPRIO/RLIMIT_MEMLOCK too low), like ros2_control does.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::config::RealtimeConfig;
 
-/// The nice value of inference and compute threads: below the control thread (SCHED_FIFO)
-/// and the middleware's threads (nice 0), so a long inference never delays either.
+/// The nice value of inference, compute, decoding and recording threads: below the control and
+/// ROS threads (SCHED_FIFO) and the middleware's own threads (nice 0), so a long inference
+/// never delays any of them.
 pub const INFERENCE_NICE: i32 = 5;
 
-/// Lowers the calling thread's priority to `nice` (always permitted: lowering needs no
-/// privilege).
+/// Puts the calling thread on the normal scheduler at `nice` (always permitted: lowering needs
+/// no privilege). A thread started by a real-time one inherits its SCHED_FIFO: this undoes it.
 pub fn lower_current_thread(nice: i32) {
-    // SAFETY: gettid has no preconditions; setpriority on one's own thread id.
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: valid sched_param for the calling thread; gettid has no preconditions;
+    // setpriority on one's own thread id.
     let rc = unsafe {
+        libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_OTHER, &param);
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
         libc::setpriority(libc::PRIO_PROCESS, tid, nice)
     };
     if rc != 0 {
         tracing::debug!(error = %std::io::Error::last_os_error(), "nice {nice} not applied");
+    }
+}
+
+/// Whether a refused real-time priority was warned about (once per process: the ROS thread's
+/// refusal has the same cause as the control thread's).
+static REFUSAL_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// SCHED_FIFO at `priority` for the calling thread (`thread` names it in the log); a refusal is
+/// warned about once.
+fn set_fifo(priority: i32, thread: &str) {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: valid sched_param for the calling thread.
+    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+    if rc == 0 {
+        tracing::info!(priority, "{thread} thread on SCHED_FIFO");
+    } else if !REFUSAL_WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            priority,
+            error = %std::io::Error::from_raw_os_error(rc),
+            "SCHED_FIFO not permitted (for the {thread} thread first): the control and ROS threads run with normal priority, with more jitter (raise LimitRTPRIO or grant CAP_SYS_NICE; realtime.priority = 0 asks for none)"
+        );
+    } else {
+        tracing::debug!(
+            priority,
+            "SCHED_FIFO not permitted for the {thread} thread either"
+        );
+    }
+}
+
+/// The ROS thread's scheduling: SCHED_FIFO below the control thread (`realtime.io_priority`),
+/// so that inference and decoding never delay a command on its way out or an e-stop coming in.
+pub fn apply_to_io_thread(cfg: &RealtimeConfig) {
+    if cfg.io_priority > 0 {
+        set_fifo(cfg.io_priority, "ROS");
     }
 }
 
@@ -35,27 +77,13 @@ pub fn lock_memory() {
     }
 }
 
-/// Applies timer slack, priority and affinity to the calling thread.
+/// Applies timer slack, priority and affinity to the calling (control) thread.
 pub fn apply_to_current_thread(cfg: &RealtimeConfig) {
     // Normal threads get 50 us of timer slack: the deadline sleep would wake that late.
     // SAFETY: prctl with PR_SET_TIMERSLACK takes one integer argument.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
     if cfg.priority > 0 {
-        let param = libc::sched_param {
-            sched_priority: cfg.priority,
-        };
-        // SAFETY: valid sched_param for the calling thread.
-        let rc =
-            unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
-        if rc != 0 {
-            tracing::warn!(
-                priority = cfg.priority,
-                error = %std::io::Error::from_raw_os_error(rc),
-                "SCHED_FIFO not permitted; the control loop runs with normal priority (raise LimitRTPRIO or grant CAP_SYS_NICE)"
-            );
-        } else {
-            tracing::info!(priority = cfg.priority, "control thread on SCHED_FIFO");
-        }
+        set_fifo(cfg.priority, "control");
     }
     if !cfg.cpu_affinity.is_empty() {
         // SAFETY: cpu_set_t is plain data; CPU_SET bounds are checked below.

@@ -32,6 +32,8 @@ pub struct Blackboard {
     /// `drill_stall_ms` (0: none).
     pub control_drill: AtomicU64,
     pub drill_stall_ms: AtomicU64,
+    /// A drill for the I/O thread (`crash_io`): it panics at its next iteration.
+    pub io_drill: AtomicBool,
     /// Latched by the daemon's supervisor when a thread died: an e-stop that no reset clears.
     pub fault: AtomicBool,
     pub resets: AtomicU64,
@@ -56,6 +58,7 @@ impl Blackboard {
             fault: AtomicBool::new(false),
             control_drill: AtomicU64::new(0),
             drill_stall_ms: AtomicU64::new(0),
+            io_drill: AtomicBool::new(false),
             resets: AtomicU64::new(0),
             command: Latest::new((MonoTime::ZERO, MotionState::default())),
             startup_note: Mutex::new(String::new()),

@@ -61,6 +61,9 @@ impl SimArm {
         let mut events = self.cfg.events.clone();
         events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
         while !stop.load(Ordering::Relaxed) {
+            if board.io_drill.load(Ordering::Relaxed) {
+                panic!("fault drill `crash_io`: the simulator thread panics");
+            }
             beat();
             deadline = deadline + period;
             sleep_until(deadline);

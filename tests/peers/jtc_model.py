@@ -164,17 +164,22 @@ class Follower:
     def measure(self, positions, stopped_at):
         dt = self.dt
         jerk = acc = 0.0
+        acc_at = None
         for i in range(3, len(positions)):
             for j in range(len(positions[0])):
                 p3, p2, p1, p0 = (positions[i - d][j] for d in range(4))
                 jerk = max(jerk, abs(p3 - 3 * p2 + 3 * p1 - p0) / dt**3)
-                acc = max(acc, abs(p2 - 2 * p1 + p0) / dt**2)
+                a = abs(p2 - 2 * p1 + p0) / dt**2
+                if a > acc:
+                    acc, acc_at = a, i - 1
         # After the last message: how far the arm still travelled (a stream that stops must
         # not end in a halt at the last point, nor in a runaway).
         tail = None
         if stopped_at is not None and stopped_at < len(positions):
             tail = max(abs(positions[-1][j] - positions[stopped_at - 1][j]) for j in range(len(positions[0])))
+        # Where the largest acceleration was (s after the first message), to find its cause.
         return {"max_jerk": jerk, "max_acceleration": acc, "travel_after_last": tail,
+                "max_acceleration_at_s": None if acc_at is None else acc_at * dt,
                 "samples": len(positions)}
 
 

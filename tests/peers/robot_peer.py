@@ -30,7 +30,7 @@ from cyclonedds.util import duration
 from PIL import Image as PILImage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jtc_model import check_stream, interarrival  # noqa: E402
+from jtc_model import check_stream, interarrival, seconds  # noqa: E402
 from ros_types import (  # noqa: E402
     Bool, CompressedImage, DiagnosticArray, Float64MultiArray, Header, Image, JointState, JointTrajectory,
     String, Time, TriggerRequest, TriggerResponse, GripperSendGoalRequest, GripperSendGoalResponse,
@@ -73,6 +73,24 @@ def percentiles(seconds):
     s = sorted(seconds)
     at = lambda q: s[round((len(s) - 1) * q)] * 1e3  # noqa: E731
     return {"p50": at(0.5), "p99": at(0.99), "max": s[-1] * 1e3, "n": len(s)}
+
+
+def timeline_error(written_at):
+    """How far each written message's first point is due off the ticks' timeline: the write time
+    plus the first point's time should advance by one control period per message; what does
+    not is the delay between pi0d measuring a command's age and writing it (percentiles of the
+    deviation from the median step, ms)."""
+    due = [w + seconds(m.points[0].time_from_start) for w, _, m in sorted(written_at, key=lambda r: r[0])]
+    steps = sorted(b - a for a, b in zip(due, due[1:]))
+    if not steps:
+        return None
+    mid = steps[len(steps) // 2]
+    # A tick whose command was replaced before it went out (the next one's newer) is a skip,
+    # not a timing error: deviations are taken from whole periods.
+    ticks = [max(round(s / mid), 1) for s in steps]
+    out = percentiles([abs(s - k * mid) for s, k in zip(steps, ticks)])
+    out["skipped_ticks"] = sum(k - 1 for k in ticks)
+    return out
 
 
 def main():
@@ -243,12 +261,12 @@ def main():
             prompt_sent = True
         if args.estop_at is not None and not estop_sent and now - t0 > args.estop_at:
             estop_w.write(Bool(data=True))
-            estop_sent = True
+            estop_sent = time.time()
         if args.reset_at is not None and not reset_sent and now - t0 > args.reset_at:
             estop_w.write(Bool(data=False))
             time.sleep(0.05)
             req_w.write(TriggerRequest(guid=my_guid, seq_high=0, seq_low=1))
-            reset_sent = True
+            reset_sent = time.time()
         for rep in rep_r.take(N=10):
             if isinstance(rep, TriggerResponse) and list(rep.guid) == my_guid and rep.seq_low == 1:
                 reset_reply = {"success": bool(rep.success), "message": rep.message, "at": now - t0}
@@ -269,6 +287,10 @@ def main():
               "duplicate_goal_ids": duplicate_goal_ids,
               "final_position": position,
               "write_interval_ms": interarrival([r[0] for r in written_at]),
+              "timeline_error_ms": timeline_error(written_at),
+              # On the controller model's time axis (s after the first command was written).
+              "estop_sent_s": estop_sent - written_at[0][0] if estop_sent and written_at else None,
+              "reset_sent_s": reset_sent - written_at[0][0] if reset_sent and written_at else None,
               "bad_sent": bad_sent, "commands_after_bad": commands_after_bad,
               "moved_after_bad": None if at_bad_end is None or last is None
               else sum(abs(a - b) for a, b in zip(at_bad_end, last))}

@@ -232,8 +232,16 @@ pub struct RosNode {
 
 impl RosNode {
     /// Drains the inputs into the blackboard and publishes commands and status until `stop`;
-    /// `beat` is called on every pass (the supervisor's liveness check).
-    pub fn run(self, board: &Blackboard, live: &LiveStats, stop: &AtomicBool, beat: &dyn Fn()) {
+    /// `beat` is called on every pass (the supervisor's liveness check); `on_camera_thread`
+    /// first thing on the camera (decoding) thread (the daemon lowers its priority there).
+    pub fn run(
+        self,
+        board: &Blackboard,
+        live: &LiveStats,
+        stop: &AtomicBool,
+        beat: &dyn Fn(),
+        on_camera_thread: &(dyn Fn() + Sync),
+    ) {
         let RosNode {
             _teardown,
             io,
@@ -241,7 +249,11 @@ impl RosNode {
             _keep,
         } = self;
         let names = io.limits.names().map(str::to_string).collect();
-        worker::Worker::new(io.cfg, names, io.period, ep, board, live).run(stop, beat)
+        worker::Worker::new(io.cfg, names, io.period, ep, board, live).run(
+            stop,
+            beat,
+            on_camera_thread,
+        )
     }
 }
 

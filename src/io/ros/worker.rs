@@ -94,7 +94,12 @@ impl<'a> Worker<'a> {
         }
     }
 
-    pub(super) fn run(mut self, stop: &AtomicBool, beat: &dyn Fn()) {
+    pub(super) fn run(
+        mut self,
+        stop: &AtomicBool,
+        beat: &dyn Fn(),
+        on_camera_thread: &(dyn Fn() + Sync),
+    ) {
         // Handed to the camera thread through a slot, so that they stay here if no thread
         // can be started for them.
         let cameras = Mutex::new(Some(Cameras::new(
@@ -110,6 +115,7 @@ impl<'a> Worker<'a> {
             let spawned = std::thread::Builder::new()
                 .name("pi0d-cameras".into())
                 .spawn_scoped(s, move || {
+                    on_camera_thread();
                     if let Some(c) = slot.lock().ok().and_then(|mut c| c.take()) {
                         c.run(cameras_stop)
                     }
@@ -120,7 +126,13 @@ impl<'a> Worker<'a> {
                 tracing::error!(error = %e, "cannot start the camera thread: cameras are taken and decoded on the ROS thread");
                 inline = cameras.lock().ok().and_then(|mut c| c.take());
             }
+            // The camera thread stops when this loop ends, a panic included (the scope joins
+            // it before the panic goes on to the supervisor).
+            let _cameras_stop = StopOnDrop(cameras_stop);
             while !stop.load(Ordering::Relaxed) {
+                if self.board.io_drill.load(Ordering::Relaxed) {
+                    panic!("fault drill `crash_io`: the ROS thread panics");
+                }
                 beat();
                 let now = MonoTime::now();
                 // A new command goes out as soon as the control loop has made it (polled
@@ -139,7 +151,6 @@ impl<'a> Worker<'a> {
                 }
                 std::thread::sleep(Duration::from_micros(500));
             }
-            cameras_stop.store(true, Ordering::Relaxed);
         });
         // The last word, once the camera thread has finished: what was refused until the end.
         self.status(MonoTime::now());
@@ -408,6 +419,15 @@ impl<'a> Worker<'a> {
     }
 }
 
+/// Sets its flag when dropped, on unwinding too.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::any::Any;
@@ -628,7 +648,7 @@ mod tests {
                 &board,
                 &live,
             );
-            let ros = s.spawn(|| worker.run(&stop, &|| {}));
+            let ros = s.spawn(|| worker.run(&stop, &|| {}, &|| {}));
             // The control loop's commands, one per millisecond, while the inputs are drained
             // (a panic costs the hook's print, slow with RUST_BACKTRACE set: wait for them).
             let sent = |fake: &Fake| fake.sent::<msgs::JointTrajectory>(&command_topic).len();

@@ -1,0 +1,97 @@
+//! `[[drill]]`: deliberate faults at set times of a run, so that commissioning and
+//! hardware-in-the-loop tests can see the robot, the service manager and the operators react
+//! (a frozen control loop stops the systemd watchdog pings; a dead ROS thread ends in a fault
+//! stop). Never for production: `check` and the start-up log warn about every drill.
+
+use serde::Deserialize;
+
+use super::check::Check;
+use super::ConfigError;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDrill {
+    /// Seconds after the run starts (the service's READY).
+    pub at_s: f64,
+    pub event: DrillName,
+    /// `stall_control` only.
+    pub duration_s: Option<f64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrillName {
+    CrashControl,
+    StallControl,
+    CrashIo,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DrillKind {
+    /// The control thread panics.
+    CrashControl,
+    /// The control thread stops ticking for this long (a deadlock, a page-fault storm).
+    StallControl { duration_s: f64 },
+    /// The I/O thread (ROS, or the simulator) panics, as a malformed frame once made it.
+    CrashIo,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Drill {
+    pub at_s: f64,
+    pub kind: DrillKind,
+}
+
+/// A stall longer than this is not a drill any more.
+const MAX_STALL_S: f64 = 3600.0;
+
+pub fn validate(c: &Check, raw: &[RawDrill]) -> Result<Vec<Drill>, ConfigError> {
+    let mut drills = Vec::with_capacity(raw.len());
+    for (i, d) in raw.iter().enumerate() {
+        let field = |k: &str| format!("drill[{i}].{k}");
+        let at_s = c.in_range(&field("at_s"), d.at_s, 0.0, 1e6)?;
+        let kind = match d.event {
+            DrillName::StallControl => {
+                let Some(s) = d.duration_s else {
+                    return c.fail(
+                        &field("duration_s"),
+                        "missing: how long the control thread stops ticking (s)",
+                    );
+                };
+                DrillKind::StallControl {
+                    duration_s: c.in_range(&field("duration_s"), s, 0.001, MAX_STALL_S)?,
+                }
+            }
+            other => {
+                c.unused(
+                    &field("duration_s"),
+                    d.duration_s.is_some(),
+                    "only stall_control lasts",
+                );
+                match other {
+                    DrillName::CrashIo => DrillKind::CrashIo,
+                    _ => DrillKind::CrashControl,
+                }
+            }
+        };
+        c.warn(
+            &format!("drill[{i}]"),
+            format!(
+                "fault drill `{}` at {at_s} s: for commissioning and tests, never in production",
+                name(kind)
+            ),
+        );
+        drills.push(Drill { at_s, kind });
+    }
+    drills.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    Ok(drills)
+}
+
+/// The drill's name as configured.
+pub fn name(kind: DrillKind) -> &'static str {
+    match kind {
+        DrillKind::CrashControl => "crash_control",
+        DrillKind::StallControl { .. } => "stall_control",
+        DrillKind::CrashIo => "crash_io",
+    }
+}

@@ -1,0 +1,76 @@
+//! Fires the configured `[[drill]]`s at their times: the supervisor sets the flags that the
+//! control and I/O threads look at once per tick or iteration.
+
+use std::sync::atomic::Ordering;
+
+use crate::config::drill::{name, Drill, DrillKind};
+use crate::io::Blackboard;
+
+pub struct Drills {
+    drills: Vec<Drill>,
+    /// The first not fired yet.
+    next: usize,
+}
+
+impl Drills {
+    /// `drills` in time order (as the configuration keeps them).
+    pub fn new(drills: &[Drill]) -> Drills {
+        Drills {
+            drills: drills.to_vec(),
+            next: 0,
+        }
+    }
+
+    /// Fires every drill due `t_s` seconds into the run.
+    pub fn fire_due(&mut self, t_s: f64, board: &Blackboard) {
+        while let Some(&d) = self.drills.get(self.next).filter(|d| d.at_s <= t_s) {
+            tracing::warn!(
+                at_s = d.at_s,
+                "fault drill `{}` now (configured in [[drill]])",
+                name(d.kind)
+            );
+            match d.kind {
+                DrillKind::CrashControl => board.control_drill.store(1, Ordering::SeqCst),
+                DrillKind::StallControl { duration_s } => {
+                    board
+                        .drill_stall_ms
+                        .store((duration_s * 1e3) as u64, Ordering::SeqCst);
+                    board.control_drill.store(2, Ordering::SeqCst);
+                }
+                DrillKind::CrashIo => board.io_drill.store(true, Ordering::SeqCst),
+            }
+            self.next += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_time_passes_expect_each_drill_once_in_order() {
+        let board = Blackboard::new(0, "");
+        let mut d = Drills::new(&[
+            Drill {
+                at_s: 1.0,
+                kind: DrillKind::StallControl { duration_s: 0.25 },
+            },
+            Drill {
+                at_s: 2.0,
+                kind: DrillKind::CrashIo,
+            },
+        ]);
+        d.fire_due(0.5, &board);
+        assert_eq!(board.control_drill.load(Ordering::SeqCst), 0);
+        d.fire_due(1.5, &board);
+        assert_eq!(board.control_drill.load(Ordering::SeqCst), 2);
+        assert_eq!(board.drill_stall_ms.load(Ordering::SeqCst), 250);
+        assert!(!board.io_drill.load(Ordering::SeqCst));
+        board.control_drill.store(0, Ordering::SeqCst);
+        d.fire_due(5.0, &board);
+        assert!(board.io_drill.load(Ordering::SeqCst));
+        // Fired once: the stall is not set again.
+        assert_eq!(board.control_drill.load(Ordering::SeqCst), 0);
+    }
+}
