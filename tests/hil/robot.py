@@ -189,6 +189,7 @@ def main():
     ap.add_argument("--stall-camera", default=None, metavar="AT,FOR",
                     help="stop the camera AT s after the first command, for FOR s (a stalled camera)")
     ap.add_argument("--estop-at", type=float, default=None, help="press pi0d's e-stop this long after the first command (s)")
+    ap.add_argument("--cube", default=None, metavar="X,Y", help="where the cube starts on the table (m)")
     args = ap.parse_args()
 
     import mujoco
@@ -220,6 +221,9 @@ def main():
     for a, v in zip(qadr, start):
         d.qpos[a] = v
     d.ctrl[:] = start
+    if args.cube:
+        c = m.jnt_qposadr[m.body("cube").jntadr[0]]
+        d.qpos[c:c + 2] = [float(x) for x in args.cube.split(",")]
     mujoco.mj_forward(m, d)
 
     # Spawned, not forked: the camera process gets a fresh EGL context and no DDS state.
@@ -434,6 +438,9 @@ def main():
         # (wall s, setpoint speed, measured speed), every 20 ms.
         "motion": [(t, sp, ms) for t, sp, ms, _ in moving],
         "final_position": [d.qpos[a] for a in qadr],
+        # For the closed-loop task: where the tool (flange) and the cube ended (m).
+        "tool_final": list(d.xpos[m.body("tool0").id]),
+        "cube_final": list(d.qpos[m.jnt_qposadr[m.body("cube").jntadr[0]]:][:3]),
         "names": names,
     }
     Path(args.report).write_text(json.dumps(report))
