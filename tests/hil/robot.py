@@ -43,6 +43,8 @@ PHYSICS_DT = 0.002
 JOINT_STATE_EVERY = 2  # physics steps: 250 Hz
 ARM_TOPIC = "/arm_controller/joint_trajectory"
 GRIPPER_TOPIC = "/gripper_position_controller/commands"
+# The arm stands on a pedestal at the table's height, as a bench-mounted arm does.
+BASE_Z = 0.4
 
 
 def load_urdf(path):
@@ -110,7 +112,8 @@ def mjcf(urdf_joints, camera_wh):
     <body name="cube" pos="0.4 0.1 0.425"><freejoint/><geom type="box" size="0.025 0.025 0.025" mass="0.05" rgba="0.85 0.1 0.1 1"/></body>
     <body name="bowl" pos="0.45 -0.15 0.41"><geom type="cylinder" size="0.06 0.01" rgba="0.1 0.3 0.8 1"/></body>
     <camera name="front" pos="1.2 0 0.9" xyaxes="0 1 0 -0.55 0 0.85"/>
-    <body name="base_link" pos="0 0 0">{"".join(body("base_link", 0))}</body>
+    <geom name="pedestal" type="cylinder" pos="0 0 {BASE_Z / 2}" size="0.08 {BASE_Z / 2}" rgba="0.3 0.3 0.3 1"/>
+    <body name="base_link" pos="0 0 {BASE_Z}">{"".join(body("base_link", 0))}</body>
   </worldbody>
   <actuator>{actuators}</actuator>
 </mujoco>"""
