@@ -30,13 +30,8 @@ impl Drills {
                 name(d.kind)
             );
             match d.kind {
-                DrillKind::CrashControl => board.control_drill.store(1, Ordering::SeqCst),
-                DrillKind::StallControl { duration_s } => {
-                    board
-                        .drill_stall_ms
-                        .store((duration_s * 1e3) as u64, Ordering::SeqCst);
-                    board.control_drill.store(2, Ordering::SeqCst);
-                }
+                DrillKind::CrashControl => board.drill_crash_control(),
+                DrillKind::StallControl { duration_s } => board.drill_stall_control(duration_s),
                 DrillKind::CrashIo => board.io_drill.store(true, Ordering::SeqCst),
             }
             self.next += 1;

@@ -66,6 +66,18 @@ impl Blackboard {
         }
     }
 
+    /// Drills for the control thread: it panics at its next tick.
+    pub fn drill_crash_control(&self) {
+        self.control_drill.store(1, Ordering::SeqCst);
+    }
+
+    /// ... or stops ticking for `duration_s` from its next tick.
+    pub fn drill_stall_control(&self, duration_s: f64) {
+        self.drill_stall_ms
+            .store((duration_s * 1e3) as u64, Ordering::SeqCst);
+        self.control_drill.store(2, Ordering::SeqCst);
+    }
+
     pub fn note_startup(&self, note: String) {
         if let Ok(mut n) = self.startup_note.lock() {
             *n = note;

@@ -87,12 +87,9 @@ impl SimArm {
                     SimEventKind::Crash => {
                         panic!("sim event `crash` at {} s (drill)", e.at_s)
                     }
-                    SimEventKind::CrashControl => board.control_drill.store(1, Ordering::SeqCst),
+                    SimEventKind::CrashControl => board.drill_crash_control(),
                     SimEventKind::StallControl { duration_s } => {
-                        board
-                            .drill_stall_ms
-                            .store((duration_s * 1e3) as u64, Ordering::SeqCst);
-                        board.control_drill.store(2, Ordering::SeqCst);
+                        board.drill_stall_control(duration_s)
                     }
                 }
                 next_event += 1;
