@@ -212,7 +212,8 @@ def collect(args):
         print(f"episode {ep}: cube at ({cube[0]:.3f}, {cube[1]:.3f}), IK residual {residual * 1e3:.2f} mm, "
               f"expert {'succeeded' if ok else 'FAILED'}", flush=True)
     ds.finalize()
-    summary = {"episodes": args.episodes, "expert_success": sum(solved) / len(solved), "seed": args.seed}
+    summary = {"episodes": len(solved), "skipped_unreachable": args.episodes - len(solved),
+               "expert_success": sum(solved) / max(len(solved), 1), "seed": args.seed}
     (out / "collect.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary))
 
