@@ -256,7 +256,7 @@ def train(args):
         dataset=DatasetConfig(repo_id="pi0d/hil-above-cube", root=str(args.data)),
         policy=policy, output_dir=work, job_name="hil-above-cube", seed=args.seed,
         steps=args.steps, batch_size=args.batch_size, num_workers=args.workers,
-        log_freq=args.log_every, save_freq=args.steps, save_checkpoint=True, env_eval_freq=0,
+        log_freq=args.log_every, save_freq=min(args.save_every, args.steps), save_checkpoint=True, env_eval_freq=0,
         persistent_workers=False, prefetch_factor=2 if args.workers else None)
     logging.basicConfig(level=logging.INFO)
     out = Path(args.out)
@@ -336,6 +336,8 @@ def main():
     t.add_argument("--lr", type=float, default=3e-4)
     t.add_argument("--workers", type=int, default=1)
     t.add_argument("--log-every", type=int, default=50)
+    t.add_argument("--save-every", type=int, default=250,
+                   help="checkpoint this often (an interrupted run keeps its last one)")
     t.add_argument("--seed", type=int, default=0)
     r = sub.add_parser("rollout", help="lerobot's synchronous rollout of a checkpoint in the scene")
     r.add_argument("--checkpoint", required=True)
