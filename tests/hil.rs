@@ -7,17 +7,10 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 use toml::Value;
-
-fn wall_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
 
 fn hil_config(domain: u16) -> toml::Table {
     let text = std::fs::read_to_string(root().join("config/hil.toml")).unwrap();
@@ -488,64 +481,16 @@ fn when_inference_is_slower_than_the_chunk_horizon_expect_the_robot_held_then_mo
     );
 }
 
-/// A NOTIFY_SOCKET as systemd opens one for a service: every datagram with its arrival (wall
-/// seconds), read while the daemon runs (a datagram queue holds only a few messages).
-struct NotifySocket {
-    path: std::path::PathBuf,
-    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    reader: std::thread::JoinHandle<Vec<(f64, String)>>,
-}
-
-impl NotifySocket {
-    fn open(dir: &Path) -> NotifySocket {
-        let path = dir.join("notify.sock");
-        let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
-        socket
-            .set_read_timeout(Some(Duration::from_millis(50)))
-            .unwrap();
-        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stop = done.clone();
-        let reader = std::thread::spawn(move || {
-            let mut messages = Vec::new();
-            let mut buf = [0u8; 4096];
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(n) = socket.recv(&mut buf) {
-                    messages.push((wall_now(), String::from_utf8_lossy(&buf[..n]).to_string()));
-                }
-            }
-            messages
-        });
-        NotifySocket { path, done, reader }
-    }
-
-    /// Everything received, once the daemon has ended.
-    fn messages(self) -> Vec<(f64, String)> {
-        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.reader.join().unwrap()
-    }
-}
-
-/// The first time `what` was notified.
-fn notified(messages: &[(f64, String)], what: &str) -> Option<f64> {
-    messages
-        .iter()
-        .find(|(_, m)| m.contains(what))
-        .map(|(t, _)| *t)
-}
-
 /// `[[drill]]` with one drill: `event` at `at_s` (and `duration_s` where it lasts).
-fn with_drill(event: &str, at_s: f64, duration_s: Option<f64>) -> impl FnOnce(&mut toml::Table) {
-    let event = event.to_string();
-    move |cfg| {
-        let mut d = vec![
-            ("at_s", Value::Float(at_s)),
-            ("event", Value::String(event)),
-        ];
-        if let Some(s) = duration_s {
-            d.push(("duration_s", Value::Float(s)));
-        }
-        cfg.insert("drill".into(), Value::Array(vec![table(&d)]));
+fn add_drill(cfg: &mut toml::Table, event: &str, at_s: f64, duration_s: Option<f64>) {
+    let mut d = vec![
+        ("at_s", Value::Float(at_s)),
+        ("event", Value::String(event.to_string())),
+    ];
+    if let Some(s) = duration_s {
+        d.push(("duration_s", Value::Float(s)));
     }
+    cfg.insert("drill".into(), Value::Array(vec![table(&d)]));
 }
 
 /// What a drill run left: the robot's report, pi0d's exit code, stderr and summary, the
@@ -560,8 +505,8 @@ struct Drilled {
 }
 
 /// The scripted policy under systemd's notify protocol (watchdog 200 ms: pings every 100 ms)
-/// with `drill` (`at_s` after READY), on the robot for 8 s.
-fn drilled(name: &str, offset: u32, drill: impl FnOnce(&mut toml::Table), at_s: f64) -> Drilled {
+/// with the drill `event` `at_s` after READY (lasting `duration_s`), on the robot for 8 s.
+fn drilled(name: &str, offset: u32, event: &str, at_s: f64, duration_s: Option<f64>) -> Drilled {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dom = domain(offset);
     let dir = scratch_dir(name);
@@ -569,7 +514,7 @@ fn drilled(name: &str, offset: u32, drill: impl FnOnce(&mut toml::Table), at_s: 
     std::thread::sleep(Duration::from_millis(300));
     let mut cfg = hil_config(dom);
     scripted(&mut cfg);
-    drill(&mut cfg);
+    add_drill(&mut cfg, event, at_s, duration_s);
     let socket = NotifySocket::open(&dir);
     let env = [
         ("NOTIFY_SOCKET", socket.path.display().to_string()),
@@ -609,12 +554,7 @@ fn held_by_the_robot(d: &Drilled, bound: std::ops::Range<f64>) -> (f64, f64) {
 
 #[test]
 fn when_the_control_loop_freezes_expect_the_watchdog_pings_to_stop_and_the_robot_to_hold() {
-    let d = drilled(
-        "hil-freeze",
-        8,
-        with_drill("stall_control", 3.0, Some(30.0)),
-        3.0,
-    );
+    let d = drilled("hil-freeze", 8, "stall_control", 3.0, Some(30.0));
     // No controlled stop is possible: exit 6 at once (not after the 30 s stall).
     assert_eq!(d.code, Some(6), "{}", d.stderr);
     assert!(
@@ -622,12 +562,7 @@ fn when_the_control_loop_freezes_expect_the_watchdog_pings_to_stop_and_the_robot
         "{}",
         d.stderr
     );
-    let pings: Vec<f64> = d
-        .notes
-        .iter()
-        .filter(|(_, m)| m.contains("WATCHDOG=1"))
-        .map(|(t, _)| *t)
-        .collect();
+    let pings = notified_at(&d.notes, "WATCHDOG=1");
     let before = pings.iter().filter(|t| **t < d.drill_at).count();
     assert!(
         before >= 20,
@@ -647,7 +582,7 @@ fn when_the_control_loop_freezes_expect_the_watchdog_pings_to_stop_and_the_robot
 
 #[test]
 fn when_the_ros_thread_dies_expect_a_fault_stop_exit_7_and_the_robot_held() {
-    let d = drilled("hil-ros-death", 9, with_drill("crash_io", 3.0, None), 3.0);
+    let d = drilled("hil-ros-death", 9, "crash_io", 3.0, None);
     assert_eq!(d.code, Some(7), "{}", d.stderr);
     assert!(
         d.stderr.contains("ROS thread panicked") && d.stderr.contains("crash_io"),
@@ -656,12 +591,10 @@ fn when_the_ros_thread_dies_expect_a_fault_stop_exit_7_and_the_robot_held() {
     );
     assert_eq!(d.summary["exit"], "thread_fault", "{}", d.summary);
     // A thread fault stops the watchdog pings too: systemd sees it even before the exit.
-    let last_ping = d
-        .notes
-        .iter()
-        .filter(|(_, m)| m.contains("WATCHDOG=1"))
-        .map(|(t, _)| *t)
-        .fold(0.0, f64::max);
+    let last_ping = notified_at(&d.notes, "WATCHDOG=1")
+        .last()
+        .copied()
+        .unwrap_or(0.0);
     assert!(last_ping - d.drill_at < 0.2, "{}", last_ping - d.drill_at);
     // No command can reach the robot any more: its own watchdog holds the arm.
     let (reaction, travel) = held_by_the_robot(&d, 0.05..0.35);

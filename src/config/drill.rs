@@ -50,7 +50,14 @@ pub fn validate(c: &Check, raw: &[RawDrill]) -> Result<Vec<Drill>, ConfigError> 
     for (i, d) in raw.iter().enumerate() {
         let field = |k: &str| format!("drill[{i}].{k}");
         let at_s = c.in_range(&field("at_s"), d.at_s, 0.0, 1e6)?;
+        c.unused(
+            &field("duration_s"),
+            d.duration_s.is_some() && d.event != DrillName::StallControl,
+            "only stall_control lasts",
+        );
         let kind = match d.event {
+            DrillName::CrashControl => DrillKind::CrashControl,
+            DrillName::CrashIo => DrillKind::CrashIo,
             DrillName::StallControl => {
                 let Some(s) = d.duration_s else {
                     return c.fail(
@@ -60,17 +67,6 @@ pub fn validate(c: &Check, raw: &[RawDrill]) -> Result<Vec<Drill>, ConfigError> 
                 };
                 DrillKind::StallControl {
                     duration_s: c.in_range(&field("duration_s"), s, 0.001, MAX_STALL_S)?,
-                }
-            }
-            other => {
-                c.unused(
-                    &field("duration_s"),
-                    d.duration_s.is_some(),
-                    "only stall_control lasts",
-                );
-                match other {
-                    DrillName::CrashIo => DrillKind::CrashIo,
-                    _ => DrillKind::CrashControl,
                 }
             }
         };

@@ -1,8 +1,6 @@
 //! Fires the configured `[[drill]]`s at their times: the supervisor sets the flags that the
 //! control and I/O threads look at once per tick or iteration.
 
-use std::sync::atomic::Ordering;
-
 use crate::config::drill::{name, Drill, DrillKind};
 use crate::io::Blackboard;
 
@@ -32,7 +30,7 @@ impl Drills {
             match d.kind {
                 DrillKind::CrashControl => board.drill_crash_control(),
                 DrillKind::StallControl { duration_s } => board.drill_stall_control(duration_s),
-                DrillKind::CrashIo => board.io_drill.store(true, Ordering::SeqCst),
+                DrillKind::CrashIo => board.drill_crash_io(),
             }
             self.next += 1;
         }
@@ -41,6 +39,8 @@ impl Drills {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
 
     #[test]

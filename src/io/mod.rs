@@ -78,6 +78,11 @@ impl Blackboard {
         self.control_drill.store(2, Ordering::SeqCst);
     }
 
+    /// A drill for the I/O thread: it panics at its next iteration.
+    pub fn drill_crash_io(&self) {
+        self.io_drill.store(true, Ordering::SeqCst);
+    }
+
     pub fn note_startup(&self, note: String) {
         if let Ok(mut n) = self.startup_note.lock() {
             *n = note;

@@ -572,3 +572,70 @@ pub fn mcap_read_back(file: &Path) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).expect("mcap_check.py prints JSON")
 }
+
+/// A NOTIFY_SOCKET as systemd opens one for a service: every datagram with its arrival (wall
+/// seconds), read while the daemon runs (a datagram queue holds only a few messages).
+pub struct NotifySocket {
+    pub path: std::path::PathBuf,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reader: std::thread::JoinHandle<Vec<(f64, String)>>,
+}
+
+impl NotifySocket {
+    pub fn open(dir: &Path) -> NotifySocket {
+        let path = dir.join("notify.sock");
+        let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_millis(50)))
+            .unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = done.clone();
+        let reader = std::thread::spawn(move || {
+            let mut messages = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Until a read times out once the daemon has ended: what it sent last is kept.
+            loop {
+                match socket.recv(&mut buf) {
+                    Ok(n) => {
+                        messages.push((wall_now(), String::from_utf8_lossy(&buf[..n]).to_string()))
+                    }
+                    Err(_) if stop.load(std::sync::atomic::Ordering::Relaxed) => break,
+                    Err(_) => {}
+                }
+            }
+            messages
+        });
+        NotifySocket { path, done, reader }
+    }
+
+    /// Everything received, once the daemon has ended.
+    pub fn messages(self) -> Vec<(f64, String)> {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.reader.join().unwrap()
+    }
+}
+
+/// The first time `what` was notified.
+pub fn notified(messages: &[(f64, String)], what: &str) -> Option<f64> {
+    messages
+        .iter()
+        .find(|(_, m)| m.contains(what))
+        .map(|(t, _)| *t)
+}
+
+/// Every time `what` was notified, in order.
+pub fn notified_at(messages: &[(f64, String)], what: &str) -> Vec<f64> {
+    messages
+        .iter()
+        .filter(|(_, m)| m.contains(what))
+        .map(|(t, _)| *t)
+        .collect()
+}
+
+/// Seconds since the Unix epoch (the robots' and notify readers' clock).
+pub fn wall_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
