@@ -23,6 +23,9 @@ use crate::safety::{
 };
 use crate::time::MonoTime;
 
+/// The longest stall a tick catches up on (s); a longer one is the overrun watchdog's.
+const MAX_CATCH_UP_S: f64 = 0.1;
+
 pub struct TickInputs<'a> {
     /// What the safety supervisor reads: time, measurements, operator inputs, overruns.
     pub safety: SafetyInputs<'a>,
@@ -79,7 +82,8 @@ pub struct Controller {
     governor: Governor,
     monitor: LimitMonitor,
     safety: Supervisor,
-    last_tick: MonoTime,
+    /// None before the first tick.
+    last_tick: Option<MonoTime>,
     accepted: u64,
     pub latency: Histogram,
     /// Tighter limits from a reload, applied once the arm is at rest.
@@ -125,7 +129,7 @@ impl Controller {
         workspace: Option<Workspace>,
         settings: ControllerSettings,
         start: &JointMeasurement,
-        now: MonoTime,
+        _now: MonoTime,
     ) -> Result<Controller, StartRefused> {
         let safety = Supervisor::new(
             SupervisorSettings {
@@ -149,7 +153,7 @@ impl Controller {
             governor: Governor::new(limits, dt, start.position),
             monitor,
             safety,
-            last_tick: now,
+            last_tick: None,
             accepted: 0,
             pending_limits: None,
             at_rest: true,
@@ -255,27 +259,20 @@ impl Controller {
             c => c.and_then(|c| self.take_chunk(c, now, &gate, &mut t, recycle)),
         };
 
-        // 3. The target, sampled once (`JointVector` is Copy: no allocation) and checked.
-        let target = self.target(now, &mut t, recycle);
-
-        // 4. The governor.
-        let gov = match &target {
-            Some(p) => self
-                .governor
-                .step(Target::Track(p), &i.safety.measured.position),
-            None => self
-                .governor
-                .step(Target::Stop, &i.safety.measured.position),
-        };
-        self.count_governor(&gov);
-        self.at_rest = gov.at_rest;
-        if gov.limit_brake {
-            self.hold(HoldReason::PositionLimit, now, &mut t, recycle);
+        // 3-5. The target, the governor and the independent monitor, once per control period
+        // since the last tick: after a stall (a host that did not run this thread) the command
+        // moves on with the time that passed, as the controller it feeds extrapolated it did,
+        // instead of lagging that by the stall and having it brake back.
+        let periods = self.periods_since_last_tick(now);
+        for m in (1..periods).rev() {
+            if self.safety.mode() != Mode::Running {
+                break;
+            }
+            let at = now.offset_seconds(-(m as f64) * self.dt);
+            self.govern(at, &i.safety.measured.position, &mut t, recycle);
         }
-
-        // 5. The independent monitor.
+        let gov = self.govern(now, &i.safety.measured.position, &mut t, recycle);
         let command = *self.governor.state();
-        self.monitor.observe(&command.position);
 
         // 6. The next inference, early enough that the arm never pauses.
         let mode = self.safety.mode();
@@ -284,7 +281,7 @@ impl Controller {
             Mode::Starting | Mode::Holding(_) => true,
             Mode::EStopped | Mode::Stopping => false,
         };
-        self.last_tick = now;
+        self.last_tick = Some(now);
         TickReport {
             mode,
             command,
@@ -322,7 +319,10 @@ impl Controller {
         let latency_s = now.seconds_since(chunk.obs_stamp);
         let commanded = *self.governor.state();
         Some(
-            match self.executor.accept(chunk, now, self.last_tick, &commanded) {
+            match self
+                .executor
+                .accept(chunk, now, self.last_tick.unwrap_or(now), &commanded)
+            {
                 Ok(old) => {
                     let blend_correction = old.is_some().then(|| self.executor.last_correction());
                     if let Some(old) = old {
@@ -372,6 +372,40 @@ impl Controller {
                 None
             }
         }
+    }
+
+    /// Whole control periods from the last tick to `now` (1 on time; at most
+    /// `MAX_CATCH_UP_S` worth: a longer stall is the overrun watchdog's).
+    fn periods_since_last_tick(&self, now: MonoTime) -> usize {
+        let Some(last) = self.last_tick else {
+            return 1;
+        };
+        let periods = (now.seconds_since(last) / self.dt).round();
+        let max = (MAX_CATCH_UP_S / self.dt).ceil();
+        periods.clamp(1.0, max.max(1.0)) as usize
+    }
+
+    /// One control period at `at`: the target sampled and checked, the governor stepped to
+    /// it (or to a stop), the monitor shown the command.
+    fn govern(
+        &mut self,
+        at: MonoTime,
+        measured: &JointVector,
+        t: &mut Transitions,
+        recycle: &mut impl FnMut(Box<JointChunk>),
+    ) -> GovernorReport {
+        let target = self.target(at, t, recycle);
+        let gov = match &target {
+            Some(p) => self.governor.step(Target::Track(p), measured),
+            None => self.governor.step(Target::Stop, measured),
+        };
+        self.count_governor(&gov);
+        self.at_rest = gov.at_rest;
+        if gov.limit_brake {
+            self.hold(HoldReason::PositionLimit, at, t, recycle);
+        }
+        self.monitor.observe(&self.governor.state().position);
+        gov
     }
 
     fn count_governor(&mut self, gov: &GovernorReport) {

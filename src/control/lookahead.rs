@@ -27,6 +27,9 @@ const COAST_POINTS: usize = 1;
 const BRAKE_POINTS: usize = 3;
 /// Points in a whole look-ahead.
 pub const POINTS: usize = COAST_POINTS + BRAKE_POINTS;
+/// The first point is never sooner than this after the message's start (s): a controller
+/// installs a message at its next update, and a point already past by then is skipped.
+pub const MIN_FIRST_S: f64 = 0.001;
 
 #[derive(Clone, Debug)]
 pub struct Lookahead {
@@ -60,17 +63,22 @@ impl Lookahead {
         }
     }
 
-    /// The points that follow `cmd` (due `first_s` after the start) into `out` (cleared
-    /// first): times strictly increasing, the last point at rest.
-    pub fn plan(&self, cmd: &MotionState, first_s: f64, out: &mut Vec<TimedState>) {
+    /// The points that follow `cmd` into `out` (cleared first): times strictly increasing,
+    /// the last point at rest. `due_s` is when the command itself is due after the message's
+    /// start: negative for a command that waited (a late wake-up, a busy sender thread). The
+    /// points stay on the command's timeline as long as the first one is still ahead, at least
+    /// `MIN_FIRST_S` after the start; a command older than that has the whole plan pushed to
+    /// start there, rather than a longer coast extrapolating a stale command further.
+    pub fn plan(&self, cmd: &MotionState, due_s: f64, out: &mut Vec<TimedState>) {
         out.clear();
         let n = cmd.position.len();
         // The longest stop sets the braking points' times; each joint follows its own profile.
         let brake_s = (0..n)
             .map(|j| cmd.velocity[j].abs() / self.deceleration[j])
             .fold(0.0, f64::max)
-            .max(first_s);
-        let coast_s = self.coast_s.max(first_s);
+            .max(MIN_FIRST_S);
+        let coast_s = self.coast_s;
+        let first_s = due_s.max(MIN_FIRST_S - coast_s);
         let times = (1..=COAST_POINTS)
             .map(|k| coast_s * k as f64 / COAST_POINTS as f64)
             .chain((1..=BRAKE_POINTS).map(|k| coast_s + brake_s * k as f64 / BRAKE_POINTS as f64));
@@ -361,6 +369,28 @@ mod tests {
                 prop_assert!(d <= 1.2 * dv.abs() + 1e-12, "{:?} vs {:?}", a, b);
             }
         }
+    }
+
+    #[test]
+    fn when_the_command_waited_expect_its_points_on_its_own_timeline_while_they_are_ahead() {
+        let lim = limits(1);
+        let mut cmd = MotionState::at_rest(JointVector::from_slice(&[0.0]));
+        cmd.velocity[0] = 0.4;
+        cmd.acceleration[0] = 1.0;
+        let la = Lookahead::new(&lim, 0.05);
+        let (mut on_time, mut late) = (Vec::new(), Vec::new());
+        la.plan(&cmd, 0.005, &mut on_time);
+        // Sent 12 ms after its tick (due 7 ms before the message's start): the same points,
+        // each 12 ms sooner after the start, so due at the same moments.
+        la.plan(&cmd, -0.007, &mut late);
+        for (a, b) in on_time.iter().zip(&late) {
+            assert!((a.t_s - b.t_s - 0.012).abs() < 1e-12, "{a:?} vs {b:?}");
+            assert_eq!(a.state, b.state);
+        }
+        // Older than the coast: the plan starts MIN_FIRST_S after the start, not in the past.
+        la.plan(&cmd, -0.2, &mut late);
+        assert!((late[0].t_s - MIN_FIRST_S).abs() < 1e-12, "{:?}", late[0]);
+        assert_eq!(late[0].state, on_time[0].state);
     }
 
     #[test]

@@ -381,6 +381,11 @@ pub fn with_backend(cfg: &mut toml::Table, backend: &str, settings: &[(&str, tom
 /// multiple of `jerk_limit` (third differences at the controller's 2 ms).
 pub fn assert_controller_accepts(report: &serde_json::Value, accel_limit: f64, jerk_limit: f64) {
     let commands = report["commands"].as_u64().unwrap();
+    // The stream's timing first, so that a failure below shows whether pi0d wrote late.
+    eprintln!(
+        "write intervals (ms): {}; first points off the ticks' timeline (ms): {}",
+        report["write_interval_ms"], report["timeline_error_ms"]
+    );
     assert!(
         report["jtc_written"].is_object(),
         "no controller model: {report}"

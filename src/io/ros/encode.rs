@@ -25,9 +25,6 @@ pub enum CommandError {
 type SendCommand =
     Box<dyn FnMut(msgs::Header, &[String], &MotionState, f64) -> Result<(), CommandError> + Send>;
 
-/// A trajectory's first point is never sooner than this fraction of a period after receipt.
-const MIN_FIRST_POINT: f64 = 0.2;
-
 /// One command output's publisher: its joints taken from the governed command, at its rate,
 /// as the message type its controller takes.
 pub struct CommandPublisher {
@@ -43,7 +40,8 @@ pub struct CommandPublisher {
 impl CommandPublisher {
     /// Advertises `topic` for `group`. A trajectory's points follow the command, due one
     /// control period (`period_s`) after its tick: the time the message waited in pi0d is
-    /// taken off, so the controller's timeline follows the ticks, not the moments of sending.
+    /// taken off, so the controller's timeline follows the ticks, not the moments of sending
+    /// (a late wake-up or a busy ROS thread shifts no point while the first is still ahead).
     /// `lookahead` (for every robot joint) plans them. `answers_expected`: whether an action
     /// server should answer (not in a dry run, whose shadow actions have none).
     pub fn advertise(
@@ -62,8 +60,7 @@ impl CommandPublisher {
                 let lookahead = lookahead.select(&group.indices);
                 let mut plan = Vec::with_capacity(lookahead::POINTS);
                 Box::new(move |_, names, cmd, age_s| {
-                    let first_s = (period_s - age_s.max(0.0)).max(MIN_FIRST_POINT * period_s);
-                    lookahead.plan(cmd, first_s, &mut plan);
+                    lookahead.plan(cmd, period_s - age_s.max(0.0), &mut plan);
                     p.put(trajectory(names, &plan))
                         .map_err(CommandError::Failed)
                 })
