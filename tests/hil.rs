@@ -481,18 +481,6 @@ fn when_inference_is_slower_than_the_chunk_horizon_expect_the_robot_held_then_mo
     );
 }
 
-/// `[[drill]]` with one drill: `event` at `at_s` (and `duration_s` where it lasts).
-fn add_drill(cfg: &mut toml::Table, event: &str, at_s: f64, duration_s: Option<f64>) {
-    let mut d = vec![
-        ("at_s", Value::Float(at_s)),
-        ("event", Value::String(event.to_string())),
-    ];
-    if let Some(s) = duration_s {
-        d.push(("duration_s", Value::Float(s)));
-    }
-    cfg.insert("drill".into(), Value::Array(vec![table(&d)]));
-}
-
 /// What a drill run left: the robot's report, pi0d's exit code, stderr and summary, the
 /// notifications with their times, and when the drill fired (READY + its `at_s`).
 struct Drilled {

@@ -59,9 +59,7 @@ fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
     // A 40 ms stall of the control thread mid-motion (as a busy host gives): the command moves
     // on with the time that passed, so the controller models below see no brake-back.
     let mut cfg = ros_config(domain);
-    let drill = "[[drill]]\nat_s = 1.5\nevent = \"stall_control\"\nduration_s = 0.04\n";
-    let drill: toml::Table = drill.parse().unwrap();
-    cfg.insert("drill".into(), drill["drill"].clone());
+    add_drill(&mut cfg, "stall_control", 1.5, Some(0.04));
     let x = exchange("ros-interop", &cfg, domain, &["--duration", "9"], 5.0);
     let (s, r, stderr) = (&x.summary, &x.report, &x.stderr);
     assert_eq!(s["limit_violations"], 0);

@@ -82,8 +82,7 @@ pub struct Controller {
     governor: Governor,
     monitor: LimitMonitor,
     safety: Supervisor,
-    /// None before the first tick.
-    last_tick: Option<MonoTime>,
+    last_tick: MonoTime,
     accepted: u64,
     pub latency: Histogram,
     /// Tighter limits from a reload, applied once the arm is at rest.
@@ -129,7 +128,7 @@ impl Controller {
         workspace: Option<Workspace>,
         settings: ControllerSettings,
         start: &JointMeasurement,
-        _now: MonoTime,
+        now: MonoTime,
     ) -> Result<Controller, StartRefused> {
         let safety = Supervisor::new(
             SupervisorSettings {
@@ -153,7 +152,7 @@ impl Controller {
             governor: Governor::new(limits, dt, start.position),
             monitor,
             safety,
-            last_tick: None,
+            last_tick: now,
             accepted: 0,
             pending_limits: None,
             at_rest: true,
@@ -281,7 +280,7 @@ impl Controller {
             Mode::Starting | Mode::Holding(_) => true,
             Mode::EStopped | Mode::Stopping => false,
         };
-        self.last_tick = Some(now);
+        self.last_tick = now;
         TickReport {
             mode,
             command,
@@ -319,10 +318,7 @@ impl Controller {
         let latency_s = now.seconds_since(chunk.obs_stamp);
         let commanded = *self.governor.state();
         Some(
-            match self
-                .executor
-                .accept(chunk, now, self.last_tick.unwrap_or(now), &commanded)
-            {
+            match self.executor.accept(chunk, now, self.last_tick, &commanded) {
                 Ok(old) => {
                     let blend_correction = old.is_some().then(|| self.executor.last_correction());
                     if let Some(old) = old {
@@ -374,13 +370,11 @@ impl Controller {
         }
     }
 
-    /// Whole control periods from the last tick to `now` (1 on time; at most
-    /// `MAX_CATCH_UP_S` worth: a longer stall is the overrun watchdog's).
+    /// Whole control periods from the last tick (or the start) to `now`: 1 on time, at most
+    /// `MAX_CATCH_UP_S` worth (a longer stall is the overrun watchdog's). Only a running arm
+    /// catches up, so the wait before the first tick never counts.
     fn periods_since_last_tick(&self, now: MonoTime) -> usize {
-        let Some(last) = self.last_tick else {
-            return 1;
-        };
-        let periods = (now.seconds_since(last) / self.dt).round();
+        let periods = (now.seconds_since(self.last_tick) / self.dt).round();
         let max = (MAX_CATCH_UP_S / self.dt).ceil();
         periods.clamp(1.0, max.max(1.0)) as usize
     }

@@ -49,6 +49,18 @@ pub fn table(pairs: &[(&str, toml::Value)]) -> toml::Value {
     toml::Value::Table(t)
 }
 
+/// `[[drill]]` with one drill: `event` at `at_s` (and `duration_s` where it lasts).
+pub fn add_drill(cfg: &mut toml::Table, event: &str, at_s: f64, duration_s: Option<f64>) {
+    let mut d = vec![
+        ("at_s", toml::Value::Float(at_s)),
+        ("event", toml::Value::String(event.to_string())),
+    ];
+    if let Some(s) = duration_s {
+        d.push(("duration_s", toml::Value::Float(s)));
+    }
+    cfg.insert("drill".into(), toml::Value::Array(vec![table(&d)]));
+}
+
 pub fn scratch_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("pi0d-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
