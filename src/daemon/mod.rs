@@ -42,7 +42,7 @@ use crate::safety::Waiting;
 use crate::time::MonoTime;
 use control::{ControlEvent, ControlLoop, ControlResult};
 use exit::ExitReason;
-use report::{build_summary, waiting_detail, EventLog, StatusLine};
+use report::{build_summary, camera_names, waiting_detail, EventLog, StatusLine};
 use signals::Signals;
 use summary::Summary;
 use supervise::{Health, Role, Supervised};
@@ -584,6 +584,7 @@ fn supervise(
     let mut log = EventLog {
         chunk_latency,
         record: recorder.as_ref().map(|r| r.notes.clone()),
+        cameras: camera_names(cfg),
         ..EventLog::default()
     };
     // What a reload compares with: the configuration as started, with what reloads applied.

@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::control::controller::ChunkOutcome;
 use crate::control::stats::{mode_name, LiveStats};
 use crate::record::{Note, NoteTap};
-use crate::safety::{Mode, SafetyEvent, Waiting};
+use crate::safety::{HoldReason, Mode, SafetyEvent, Waiting};
 use crate::time::MonoTime;
 
 /// What the control thread reported, collected by the supervisor for the log and the summary.
@@ -32,6 +32,8 @@ pub struct EventLog {
     pub chunk_latency: Option<prometheus_client::metrics::histogram::Histogram>,
     /// The recorder, when the run is recorded: every event goes there too.
     pub record: Option<NoteTap>,
+    /// How the configuration names each camera, for the stale-camera holds.
+    pub cameras: Vec<String>,
 }
 
 impl EventLog {
@@ -53,12 +55,21 @@ impl EventLog {
                         Mode::EStopped => Some(SafetyEvent::EStop.name()),
                         _ => None,
                     };
+                    let camera = match t.to {
+                        Mode::Holding(HoldReason::StaleCamera(k)) => {
+                            self.cameras.get(usize::from(k)).cloned()
+                        }
+                        _ => None,
+                    };
                     let t_ms = format!("{t_s:.3}");
-                    match event {
-                        Some(event) => {
+                    match (event, &camera) {
+                        (Some(event), Some(camera)) => {
+                            tracing::warn!(t_s = t_ms, mode = t.to.name(), safety_event = event, camera = %camera, from = %t.from, to = %t.to, "state")
+                        }
+                        (Some(event), None) => {
                             tracing::warn!(t_s = t_ms, mode = t.to.name(), safety_event = event, from = %t.from, to = %t.to, "state")
                         }
-                        None => {
+                        (None, _) => {
                             tracing::info!(t_s = t_ms, mode = t.to.name(), from = %t.from, to = %t.to, "state")
                         }
                     }
@@ -66,6 +77,7 @@ impl EventLog {
                         t_s,
                         from: t.from.to_string(),
                         to: t.to.to_string(),
+                        camera,
                     });
                 }
                 ControlEvent::Chunk(ChunkOutcome::Accepted {
@@ -141,6 +153,15 @@ pub fn waiting_detail(cfg: &Config, waiting: Waiting, ws: &WorkerStats) -> Strin
         }
         other => other.to_string(),
     }
+}
+
+/// How the configuration names each camera, in the model's order.
+pub fn camera_names(cfg: &Config) -> Vec<String> {
+    let count = match &cfg.io {
+        crate::config::Io::Sim => cfg.sim.cameras.len(),
+        crate::config::Io::Ros(r) => r.cameras.len(),
+    };
+    (0..count).map(|k| camera_name(cfg, k)).collect()
 }
 
 /// How the configuration names camera `k`: the simulated camera's name, or its ROS topic.

@@ -45,6 +45,9 @@ pub struct TransitionRecord {
     pub t_s: f64,
     pub from: String,
     pub to: String,
+    /// The camera whose frames went stale, for a `holding(stale_camera)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub camera: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize)]
