@@ -6,102 +6,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::hil::*;
 use common::*;
 use toml::Value;
-
-fn hil_config(domain: u16) -> toml::Table {
-    let text = std::fs::read_to_string(root().join("config/hil.toml")).unwrap();
-    let mut t: toml::Table = text.parse().unwrap();
-    t["robot"]["urdf"] = Value::String(root().join("urdf/sim_arm.urdf").display().to_string());
-    t["policy"]["checkpoint"] = Value::String(root().join("models/tiny-pi0").display().to_string());
-    t["ros"]
-        .as_table_mut()
-        .unwrap()
-        .insert("domain_id".into(), Value::Integer(domain as i64));
-    t
-}
-
-/// Starts the robot and waits (up to 20 s) until its joint states flow and its camera has
-/// sent a frame, so that a scenario's timing does not include the robot's own start-up.
-fn robot(domain: u16, dir: &Path, duration_s: f64, args: &[&str]) -> Child {
-    let ready = dir.join("robot.ready");
-    let mut child = spawn_robot(domain, dir, duration_s, args, &ready);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !ready.exists() {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the robot exited during start-up: {status}");
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the robot was not ready within 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
-}
-
-fn spawn_robot(domain: u16, dir: &Path, duration_s: f64, args: &[&str], ready: &Path) -> Child {
-    let cyclone = format!(
-        "file://{}",
-        root().join("tests/peers/cyclone_loopback.xml").display()
-    );
-    Command::new(peer_python())
-        .arg(root().join("tests/hil/robot.py"))
-        .args(["--domain", &domain.to_string(), "--duration"])
-        .arg(duration_s.to_string())
-        .arg("--report")
-        .arg(dir.join("robot.json"))
-        .arg("--ready-file")
-        .arg(ready)
-        .args(args)
-        .env("CYCLONEDDS_URI", cyclone)
-        .env("MUJOCO_GL", "egl")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("the MuJoCo robot starts")
-}
-
-fn pi0d(dir: &Path, cfg: &toml::Table, duration_s: f64) -> Child {
-    pi0d_with_env(dir, cfg, duration_s, &[])
-}
-
-/// As `pi0d`, with `env` added to its environment.
-fn pi0d_with_env(dir: &Path, cfg: &toml::Table, duration_s: f64, env: &[(&str, String)]) -> Child {
-    let path = dir.join("config.toml");
-    std::fs::write(&path, toml::to_string(cfg).unwrap()).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args([
-            "run",
-            "--quiet",
-            "--duration",
-            &duration_s.to_string(),
-            "--config",
-        ])
-        .arg(&path)
-        .arg("--summary")
-        .arg(dir.join("summary.json"))
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("pi0d starts")
-}
-
-fn report(dir: &Path, mut robot: Child) -> serde_json::Value {
-    assert!(robot.wait().unwrap().success(), "the robot failed");
-    serde_json::from_str(&std::fs::read_to_string(dir.join("robot.json")).unwrap()).unwrap()
-}
-
-fn domain(offset: u32) -> u16 {
-    30 + ((std::process::id() + offset) % 150) as u16
-}
-
-fn summary(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
-}
 
 /// What a scenario run by `scenario` left: the robot's report and pi0d's summary.
 struct Seen {
@@ -217,37 +126,6 @@ fn held_at(report: &serde_json::Value, after: f64) -> Option<f64> {
     })
 }
 
-fn max_over_joints(v: &serde_json::Value) -> f64 {
-    v.as_object()
-        .unwrap()
-        .values()
-        .map(|x| x.as_f64().unwrap())
-        .fold(0.0, f64::max)
-}
-
-/// What every scenario checks at the robot: its rate held, commands came, nothing non-finite,
-/// no joint past its limits.
-fn assert_robot_sane(r: &serde_json::Value) {
-    let rate = r["joint_state_rate_hz"].as_f64().unwrap();
-    assert!(rate > 200.0, "the robot published at {rate} Hz");
-    assert!(r["commands"].as_u64().unwrap() > 50, "{}", r["commands"]);
-    assert_eq!(r["nonfinite_commands"], 0);
-    let over = max_over_joints(&r["over_limit"]);
-    assert!(
-        over <= 1e-3,
-        "a joint went {over} past its limit: {}",
-        r["over_limit"]
-    );
-    // The controller's splines between pi0d's points, on 2 ms differences: the same bound as
-    // the controller model's check (config/hil.toml's jerk limit is 150 rad/s^3).
-    let jerk = max_over_joints(&r["max_setpoint_jerk"]);
-    assert!(
-        jerk < 20.0 * 150.0,
-        "setpoint jerk {jerk}: {}",
-        r["max_setpoint_jerk"]
-    );
-}
-
 #[test]
 fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_then_the_driver_holds()
 {
@@ -271,8 +149,7 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
     let run = pi0d(&dir, &cfg, 30.0);
     // SIGTERM, as systemd stops a service: decelerate, hold, exit 0.
     std::thread::sleep(Duration::from_millis(7000));
-    // SAFETY: a signal to the child this test started.
-    unsafe { libc::kill(run.id() as libc::pid_t, libc::SIGTERM) };
+    stop(&run);
     let out = run.wait_with_output().unwrap();
     let ended = wall_now();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -362,29 +239,79 @@ fn when_pi0d_is_killed_mid_motion_expect_the_robot_to_hold_on_its_own_watchdog()
 }
 
 #[test]
-fn when_the_estop_is_pressed_at_the_robot_expect_pi0d_to_bring_it_to_rest_quickly() {
-    let seen = scenario("hil-estop", 3, 8.5, &["--estop-at", "4.0"], |_| {}, 7.5);
+fn when_the_estop_is_pressed_expect_rest_latched_until_a_reset_then_a_fresh_chunk() {
+    // The scripted policy (80 ms per chunk), moving at up to 0.4 rad/s when pressed.
+    let args = ["--estop-at", "3.0", "--reset-at", "5.0"];
+    let seen = scenario("hil-estop", 3, 9.5, &args, scripted, 8.5);
     let (r, s) = (&seen.robot, &seen.summary);
     let pressed = r["estop_at"].as_f64().expect("the e-stop was pressed");
-    assert_eq!(s["final_mode"], "estopped", "{s}");
+    let reset = r["reset_at"].as_f64().expect("the reset was sent");
     let held = held_at(r, pressed).expect("the arm came to rest");
     let reaction = held - pressed;
     assert!(
         (0.0..1.5).contains(&reaction),
         "at rest {reaction:.3} s after the e-stop"
     );
+    // Latched: at rest from then until the reset, the button released 0.2 s before it.
+    let motion: Vec<(f64, f64)> = r["motion"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m[0].as_f64().unwrap(), m[1].as_f64().unwrap()))
+        .collect();
+    let moved_while_latched = motion
+        .iter()
+        .filter(|(t, v)| *t > held && *t < reset && *v > 1e-3)
+        .count();
+    assert_eq!(moved_while_latched, 0, "the arm moved while e-stopped");
+    // The reset resumes nothing by itself: a chunk from an observation after it (80 ms of
+    // inference at least) moves the arm again.
+    let resumed = motion
+        .iter()
+        .find(|(t, v)| *t > reset && *v > 1e-3)
+        .map(|(t, _)| t - reset)
+        .expect("the arm never moved after the reset");
+    assert!(
+        resumed >= 0.06,
+        "the arm moved {resumed:.3} s after the reset: sooner than a fresh chunk"
+    );
+    let states = states(s);
+    let latched = states
+        .iter()
+        .position(|t| t == "estopped")
+        .expect("no estopped");
+    let after = &states[latched..];
+    let i = after
+        .iter()
+        .position(|t| t == "holding(after_reset)")
+        .unwrap_or_else(|| panic!("no reset: {states:?}"));
+    assert!(after[i..].iter().any(|t| t == "running"), "{states:?}");
     println!(
-        "hil e-stop: the robot's setpoint at rest {:.0} ms after the press (decelerating within the limits); setpoint jerk max {:.1}",
+        "hil e-stop: the robot's setpoint at rest {:.0} ms after the press (decelerating within the limits), held until the reset, moving again {:.0} ms after it (a fresh chunk); setpoint jerk max {:.1}",
         reaction * 1e3,
+        resumed * 1e3,
         max_over_joints(&r["max_setpoint_jerk"])
     );
 }
 
-/// A stalled input at the robot (`--stall-joint-states` or `--stall-camera` AT,FOR): pi0d holds
-/// (the summary names the watchdog), the robot's setpoint is at rest within `bound_s` of the
-/// stall's start, and the arm runs again after it.
-fn stalled_input_holds(name: &str, flag: &str, input: &str, hold: &str, bound_s: f64, offset: u32) {
-    let seen = scenario(name, offset, 9.5, &[flag, "3.5,1.5"], scripted, 8.5);
+/// A stalled input at the robot (`args`: `--stall-joint-states` or `--stall-camera`, from
+/// 3.5 s for 1.5 s): pi0d holds (the summary names the watchdog), the robot's setpoint is at
+/// rest within `bound_s` of the stall's start, and the arm runs again after it. Returns the
+/// summary.
+fn stalled_input_holds(
+    name: &str,
+    args: &[&str],
+    edit: impl FnOnce(&mut toml::Table),
+    input: &str,
+    hold: &str,
+    bound_s: f64,
+    offset: u32,
+) -> serde_json::Value {
+    let both = |cfg: &mut toml::Table| {
+        scripted(cfg);
+        edit(cfg);
+    };
+    let seen = scenario(name, offset, 9.5, args, both, 8.5);
     let r = &seen.robot;
     assert_held_then_resumed(&seen.summary, hold);
     let stalled = r["stalled_at"][input].as_f64().expect("the stall happened");
@@ -399,6 +326,7 @@ fn stalled_input_holds(name: &str, flag: &str, input: &str, hold: &str, bound_s:
         reaction * 1e3,
         max_over_joints(&r["max_setpoint_jerk"])
     );
+    seen.summary
 }
 
 #[test]
@@ -407,7 +335,8 @@ fn when_the_robots_joint_states_stall_expect_a_hold_at_the_robot_within_the_time
     // safety.joint_state_timeout_s = 0.1, then the deceleration.
     stalled_input_holds(
         "hil-js-stall",
-        "--stall-joint-states",
+        &["--stall-joint-states", "3.5,1.5"],
+        |_| {},
         "joint_states",
         "holding(stale_joint_state)",
         0.6,
@@ -416,15 +345,40 @@ fn when_the_robots_joint_states_stall_expect_a_hold_at_the_robot_within_the_time
 }
 
 #[test]
-fn when_the_robots_camera_stalls_expect_a_hold_at_the_robot_within_the_timeout_then_a_resume() {
-    // safety.camera_timeout_s = 0.5, then the deceleration.
-    stalled_input_holds(
+fn when_one_of_two_cameras_stalls_expect_a_hold_naming_it_within_the_timeout_then_a_resume() {
+    // Two cameras at the robot, both watched by pi0d; only the wrist camera stalls, the front
+    // one goes on. safety.camera_timeout_s = 0.5, then the deceleration.
+    let wrist = "/wrist_camera/image_raw";
+    let two = |cfg: &mut toml::Table| {
+        cfg["ros"]["cameras"]
+            .as_table_mut()
+            .unwrap()
+            .insert("wrist".into(), Value::String(wrist.into()));
+    };
+    let s = stalled_input_holds(
         "hil-camera-stall",
-        "--stall-camera",
+        &[
+            "--cameras",
+            "front,wrist",
+            "--stall-camera",
+            "3.5,1.5,wrist",
+        ],
+        two,
         "camera",
         "holding(stale_camera)",
         1.1,
         5,
+    );
+    let named: Vec<&str> = s["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["to"] == "holding(stale_camera)")
+        .map(|t| t["camera"].as_str().unwrap_or("(none)"))
+        .collect();
+    assert!(
+        !named.is_empty() && named.iter().all(|c| c.contains(wrist)),
+        "the stale-camera holds named {named:?}, not {wrist}"
     );
 }
 

@@ -4,6 +4,7 @@
 
 pub mod counting_alloc;
 pub mod edge;
+pub mod hil;
 pub mod procs;
 
 use std::path::{Path, PathBuf};

@@ -3,12 +3,15 @@
 gripper, the URDF's kinematics and limits) in MuJoCo, on a table with a cube and a bowl, behind
 Cyclone DDS as a ros2_control robot would be.
 
-* Physics at 500 Hz in real time; position actuators (kp 150, kv 12 on ~1 kg links, gravity
-  compensated as an industrial arm's drives do).
+* Physics at 500 Hz in real time, the loop at SCHED_FIFO 50 as ros2_control's controller
+  manager runs (where the process may); position actuators (kp 150, kv 12 on ~1 kg links,
+  gravity compensated as an industrial arm's drives do).
 * sensor_msgs/JointState at 250 Hz on /joint_states, stamped with the time of the state.
-* One camera rendered off-screen (MUJOCO_GL=egl) in a process of its own, so rendering never
-  stalls the physics: sensor_msgs/Image rgb8 on /camera/image_raw and the same frame as JPEG on
-  /camera/image_raw/compressed (image_transport's compressed topic).
+* Cameras rendered off-screen (MUJOCO_GL=egl) in a process of their own, so rendering never
+  stalls the physics: `front` (over the table, facing the arm) and, with `--cameras front,wrist`,
+  `wrist` (on the tool, looking along it). Each as sensor_msgs/Image rgb8 on
+  /camera/image_raw (front) or /<name>_camera/image_raw, and the same frame as JPEG on
+  .../image_raw/compressed (image_transport's compressed topic).
 * trajectory_msgs/JointTrajectory on /arm_controller/joint_trajectory, executed as
   joint_trajectory_controller executes it (tests/peers/jtc_model.py's sampling; a new message
   starts from the last setpoint, interpolate_from_desired_state as pi0d's README recommends, or
@@ -17,11 +20,17 @@ Cyclone DDS as a ros2_control robot would be.
 * Its own driver watchdog, as real drivers have: no command for 100 ms, it holds where it is and
   reports when.
 
-    robot.py --domain D --duration S --report FILE [--camera WxH@HZ] [--watchdog-ms MS]
+    robot.py --domain D --duration S --report FILE [--camera WxH@HZ] [--cameras front,wrist]
+             [--watchdog-ms MS] [--cube X,Y] [--episode-s S]
+
+With --episode-s the run is one episode of the closed-loop task: it ends S seconds after the
+arm's setpoint first moved, and the report says where the tool and the cube were then.
 
 The report (JSON, written at the end or on SIGTERM) has the rates it kept, what it received, the
-watchdog's holds, the largest jerk of the setpoints it executed and of the measured motion, how
-far any joint went past its limits, and a timeline (wall-clock seconds) of when the arm moved.
+watchdog's holds, the largest jerk of the setpoints it executed (apart: within 20 ms of a step
+this loop ran late, when a message is installed behind pi0d's course, which a real-time
+controller does not do) and of the measured motion, how far any joint went past its limits,
+and a timeline (wall-clock seconds) of when the arm moved.
 """
 
 import argparse
@@ -41,6 +50,8 @@ sys.path.insert(0, str(ROOT / "tests/peers"))
 
 PHYSICS_DT = 0.002
 JOINT_STATE_EVERY = 2  # physics steps: 250 Hz
+# Physics steps after one this loop ran late whose setpoint jerk is counted apart (20 ms).
+LATE_SETTLE_STEPS = 10
 ARM_TOPIC = "/arm_controller/joint_trajectory"
 GRIPPER_TOPIC = "/gripper_position_controller/commands"
 # The arm stands on a pedestal at the table's height, as a bench-mounted arm does.
@@ -69,7 +80,9 @@ def load_urdf(path):
 
 def mjcf(urdf_joints, camera_wh):
     """The MJCF scene: the URDF's chain with masses added (URDFs without inertials cannot be
-    simulated as they are), a table, a cube and a bowl, and the camera."""
+    simulated as they are), a table, a cube and a bowl, and the cameras. Shadows from a
+    1024-pixel map: MuJoCo's default 4096 made a 160x120 frame cost 140 ms of a core in Mesa's
+    software renderer (32 ms now), for images within 0.02 of 255 per pixel on average."""
     by_parent = {}
     for j in urdf_joints:
         by_parent.setdefault(j["parent"], []).append(j)
@@ -92,6 +105,9 @@ def mjcf(urdf_joints, camera_wh):
             elif j["type"] == "prismatic":
                 inner.insert(0, f'<joint name="{j["name"]}" type="slide" axis="{j["axis"]}" limited="true" range="{j["lower"]} {j["upper"]}" armature="0.01" damping="5"/>')
                 inner[-1] = '<geom type="box" size="0.01 0.02 0.03" mass="0.1" rgba="0.2 0.2 0.2 1"/>'
+            if j["child"] == "tool0":
+                # The wrist camera looks along the tool (a camera looks down its -z).
+                inner.append('<camera name="wrist" pos="0 0.04 0.035" euler="3.14159 0 0" fovy="75"/>')
             inner.extend(body(j["child"], depth + 1))
             out.append(f'<body name="{j["child"]}" pos="{j["xyz"]}" euler="{j["rpy"]}" gravcomp="1">{"".join(inner)}</body>')
         return out
@@ -104,7 +120,7 @@ def mjcf(urdf_joints, camera_wh):
     return f"""<mujoco model="pi0d_hil">
   <compiler angle="radian" eulerseq="XYZ"/>
   <option timestep="{PHYSICS_DT}" gravity="0 0 -9.81"/>
-  <visual><global offwidth="{max(w, 64)}" offheight="{max(h, 64)}"/></visual>
+  <visual><global offwidth="{max(w, 64)}" offheight="{max(h, 64)}"/><quality shadowsize="1024"/></visual>
   <worldbody>
     <light pos="0.5 0 1.5" dir="-0.3 0 -1"/>
     <geom type="plane" size="2 2 0.1" rgba="0.85 0.85 0.8 1"/>
@@ -119,10 +135,20 @@ def mjcf(urdf_joints, camera_wh):
 </mujoco>"""
 
 
-def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_frame):
-    """Renders the scene at `hz` from the physics' joint positions (shared memory) and
-    publishes raw rgb8 frames; its own process, so the physics never waits for it."""
+def camera_topic(camera):
+    """The image topic of a camera: /camera/image_raw for the front one (the name the other
+    tests and config/hil.toml use), /<name>_camera/image_raw for the others."""
+    return "/camera/image_raw" if camera == "front" else f"/{camera}_camera/image_raw"
+
+
+def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_frame, cameras):
+    """Renders `cameras` at `hz` from the physics' joint positions (shared memory) and publishes
+    raw rgb8 frames and JPEG; its own process, so the physics never waits for it. `paused` maps
+    a camera to the event that stalls it."""
     os.environ.setdefault("MUJOCO_GL", "egl")
+    # Mesa's software rasterizer on one thread: a frame takes a little longer, but the camera
+    # never takes both cores from pi0d and the physics at once.
+    os.environ.setdefault("LP_NUM_THREADS", "1")
     import mujoco
     from cyclonedds.core import Policy, Qos
     from cyclonedds.domain import DomainParticipant
@@ -136,9 +162,12 @@ def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_fra
     renderer = mujoco.Renderer(m, wh[1], wh[0])
     dp = DomainParticipant(domain)
     best_effort = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1))
-    writer = DataWriter(dp, Topic(dp, "rt/camera/image_raw", Image), qos=best_effort)
-    # image_transport's compressed topic: the same frame as JPEG.
-    jpeg_writer = DataWriter(dp, Topic(dp, "rt/camera/image_raw/compressed", CompressedImage), qos=best_effort)
+    writers = {}
+    for cam in cameras:
+        topic = camera_topic(cam)
+        # image_transport's compressed topic: the same frame as JPEG.
+        writers[cam] = (DataWriter(dp, Topic(dp, "rt" + topic, Image), qos=best_effort),
+                        DataWriter(dp, Topic(dp, "rt" + topic + "/compressed", CompressedImage), qos=best_effort))
     adr = [m.jnt_qposadr[m.joint(n).id] for n in names]
     next_t = time.time()
     try:
@@ -148,7 +177,8 @@ def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_fra
                 time.sleep(min(next_t - now, 0.01))
                 continue
             next_t += 1.0 / hz
-            if paused.is_set():
+            live = [cam for cam in cameras if not paused[cam].is_set()]
+            if not live:
                 continue
             with shared_q.get_lock():
                 q = list(shared_q[:len(names)])
@@ -159,16 +189,17 @@ def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_fra
             d.qpos[c:c + 7] = cube
             mujoco.mj_forward(m, d)
             captured = time.time()
-            renderer.update_scene(d, camera="front")
-            px = renderer.render()
             stamp = Time(sec=int(captured), nanosec=int((captured % 1) * 1e9))
-            header = Header(stamp=stamp, frame_id="front")
-            writer.write(Image(header=header, height=wh[1], width=wh[0],
-                               encoding="rgb8", step=wh[0] * 3, data=px.tobytes()))
-            buf = io.BytesIO()
-            PILImage.fromarray(px).save(buf, format="JPEG", quality=85)
-            jpeg_writer.write(CompressedImage(header=header, format="jpeg",
-                                              data=buf.getvalue()))
+            for cam in live:
+                renderer.update_scene(d, camera=cam)
+                px = renderer.render()
+                header = Header(stamp=stamp, frame_id=cam)
+                raw, jpeg = writers[cam]
+                raw.write(Image(header=header, height=wh[1], width=wh[0],
+                                encoding="rgb8", step=wh[0] * 3, data=px.tobytes()))
+                buf = io.BytesIO()
+                PILImage.fromarray(px).save(buf, format="JPEG", quality=85)
+                jpeg.write(CompressedImage(header=header, format="jpeg", data=buf.getvalue()))
             first_frame.set()
     finally:
         renderer.close()
@@ -179,8 +210,11 @@ def main():
     ap.add_argument("--domain", type=int, required=True)
     ap.add_argument("--duration", type=float, required=True, help="s (from readiness with --ready-file)")
     ap.add_argument("--report", required=True)
-    ap.add_argument("--camera", default="160x120@10", help="WxH@HZ; 'none' for no camera")
+    ap.add_argument("--camera", default="160x120@10", help="WxH@HZ of every camera; 'none' for no camera")
+    ap.add_argument("--cameras", default="front", help="the cameras rendered: front, or front,wrist")
     ap.add_argument("--watchdog-ms", type=float, default=100.0)
+    ap.add_argument("--rt-priority", type=int, default=50,
+                    help="SCHED_FIFO priority of the control loop (0: the normal scheduler)")
     ap.add_argument("--ready-file", default=None,
                     help="created once joint states flow and the camera has sent its first frame")
     ap.add_argument("--start", default="0,0.3,0.6,-0.4,0,0,0.02")
@@ -189,10 +223,14 @@ def main():
                          " as pi0d's README recommends) or the measured state (the controller's default)")
     ap.add_argument("--stall-joint-states", default=None, metavar="AT,FOR",
                     help="stop publishing joint states AT s after the first command, for FOR s (a stalled driver)")
-    ap.add_argument("--stall-camera", default=None, metavar="AT,FOR",
-                    help="stop the camera AT s after the first command, for FOR s (a stalled camera)")
+    ap.add_argument("--stall-camera", default=None, metavar="AT,FOR[,NAME]",
+                    help="stop a camera (NAME, or every camera) AT s after the first command, for FOR s")
     ap.add_argument("--estop-at", type=float, default=None, help="press pi0d's e-stop this long after the first command (s)")
+    ap.add_argument("--reset-at", type=float, default=None,
+                    help="release the e-stop and reset pi0d (/pi0d/reset) this long after the first command (s)")
     ap.add_argument("--cube", default=None, metavar="X,Y", help="where the cube starts on the table (m)")
+    ap.add_argument("--episode-s", type=float, default=None,
+                    help="one episode of the closed-loop task: end this long after the setpoint first moved")
     args = ap.parse_args()
 
     import mujoco
@@ -233,12 +271,17 @@ def main():
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     shared_q = ctx.Array("d", len(names) + 7)
-    camera_paused = ctx.Event()
+    cameras = [c for c in args.cameras.split(",") if c]
+    unknown = [c for c in cameras if c not in ("front", "wrist")]
+    if unknown:
+        sys.exit(f"--cameras: no camera named {unknown} (front, wrist)")
+    camera_paused = {c: ctx.Event() for c in cameras}
     first_frame = ctx.Event()
     cam = None
     if args.camera != "none":
         cam = ctx.Process(
-            target=camera_process, args=(xml, names, shared_q, args.domain, wh, hz, stop, camera_paused, first_frame),
+            target=camera_process,
+            args=(xml, names, shared_q, args.domain, wh, hz, stop, camera_paused, first_frame, cameras),
             daemon=True)
         cam.start()
 
@@ -249,9 +292,18 @@ def main():
     arm_r = DataReader(dp, Topic(dp, "rt" + ARM_TOPIC, JointTrajectory), qos=reliable)
     grip_r = DataReader(dp, Topic(dp, "rt" + GRIPPER_TOPIC, Float64MultiArray), qos=reliable)
     estop_w = DataWriter(dp, Topic(dp, "rt/pi0d/estop", Bool), qos=reliable)
-    estop_at = None
+    reset_w = DataWriter(dp, Topic(dp, "rt/pi0d/reset", Bool), qos=reliable)
+    estop_at = reset_at = released_at = None
 
     terminated = []
+    # The control loop real-time, as ros2_control's controller manager runs (SCHED_FIFO 50):
+    # this thread only (DDS's threads were started before, at their normal priority). Without
+    # the privilege it runs as it is and says so.
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(args.rt_priority))
+        realtime = args.rt_priority > 0
+    except (PermissionError, OSError):
+        realtime = False
     signal.signal(signal.SIGTERM, lambda *_: terminated.append(time.time()))
 
     follower = Follower("measured")
@@ -267,6 +319,8 @@ def main():
     setpoints = []  # the last four setpoints, for jerk
     measured = []
     max_set_jerk = {n: 0.0 for n in names if n not in gripper}
+    max_set_jerk_late = {n: 0.0 for n in names if n not in gripper}
+    last_late_step = -LATE_SETTLE_STEPS - 1
     max_meas_jerk = {n: 0.0 for n in names}
     over_limit = {n: 0.0 for n in names}
     moving = []  # (wall, speed of the setpoint) at 50 Hz, for the reaction times
@@ -277,6 +331,8 @@ def main():
     worst_jerk_at = None
     stalled_at = {}  # input -> wall time its stall began
     ready = False
+    moved_at, last_arm_target = None, None  # the episode's start: the setpoint's first motion
+    arm_idx = [names.index(n) for n in names if n not in gripper]
     at_last_command, tails = None, []  # the setpoint at the last command; its travel after it
     # With --ready-file, --duration counts from readiness (the camera's start-up varies).
     deadline = t0 + args.duration
@@ -293,6 +349,7 @@ def main():
         # to catch up leaves new messages for the step that is on time.
         if late > PHYSICS_DT:
             behind_steps += 1
+            last_late_step = step
             arm_msgs, grip_msgs = [], []
         else:
             arm_msgs, grip_msgs = arm_r.take(N=50), grip_r.take(N=50)
@@ -301,6 +358,15 @@ def main():
         if args.estop_at is not None and estop_at is None and since_first >= args.estop_at:
             estop_w.write(Bool(data=True))
             estop_at = now
+        if args.reset_at is not None and reset_at is None and estop_at is not None:
+            # The operator releases the button, then (a moment later: the two topics are not
+            # ordered with each other) asks for a reset.
+            if released_at is None and since_first >= args.reset_at - 0.2:
+                estop_w.write(Bool(data=False))
+                released_at = now
+            if since_first >= args.reset_at:
+                reset_w.write(Bool(data=True))
+                reset_at = now
         for msg in arm_msgs:
             if not isinstance(msg, JointTrajectory) or not msg.points:
                 continue
@@ -361,14 +427,25 @@ def main():
         # Jerk of the arm's setpoints while they follow pi0d's stream (the watchdog's own hold,
         # a stopped stream's tail and the gripper's forward command step by design), and of the
         # measured motion.
-        setpoints.append((tracking, list(target)))
+        # A message installed late (this loop ran behind: a real controller's loop does not)
+        # starts its trajectory that much behind pi0d's course; the jerk of the catch-up is the
+        # simulation's, counted apart.
+        on_time = step - last_late_step > LATE_SETTLE_STEPS
+        setpoints.append((tracking, on_time, list(target)))
+        if args.episode_s is not None and moved_at is None:
+            arm_target = [target[i] for i in arm_idx]
+            if last_arm_target is not None and max(abs(a - b) for a, b in zip(arm_target, last_arm_target)) > 1e-6:
+                moved_at = now
+                deadline = now + args.episode_s
+            last_arm_target = arm_target
         measured.append(q)
         if len(setpoints) > 4:
             setpoints.pop(0)
             measured.pop(0)
             series = [(max_meas_jerk, measured, names)]
-            if all(tr for tr, _ in setpoints):
-                series.append((max_set_jerk, [p for _, p in setpoints], arm_names))
+            if all(tr for tr, _, _ in setpoints):
+                on_time = all(ok for _, ok, _ in setpoints)
+                series.append((max_set_jerk if on_time else max_set_jerk_late, [p for _, _, p in setpoints], arm_names))
             for out, values, joints in series:
                 for n in joints:
                     j = names.index(n)
@@ -384,12 +461,15 @@ def main():
         stalls = {}
         for key, spec in (("joint_states", args.stall_joint_states), ("camera", args.stall_camera)):
             if spec:
-                at, span = (float(x) for x in spec.split(","))
+                at, span = (float(x) for x in spec.split(",")[:2])
                 stalls[key] = at <= since_first < at + span
                 if stalls[key] and key not in stalled_at:
                     stalled_at[key] = now
-        if "camera" in stalls and stalls["camera"] != camera_paused.is_set():
-            (camera_paused.set if stalls["camera"] else camera_paused.clear)()
+        if "camera" in stalls:
+            named = args.stall_camera.split(",")[2:]
+            for c, paused in camera_paused.items():
+                if (not named or c in named) and stalls["camera"] != paused.is_set():
+                    (paused.set if stalls["camera"] else paused.clear)()
         if args.ready_file and not ready and (cam is None or first_frame.is_set()) and js_times:
             Path(args.ready_file).write_text("ready")
             ready = True
@@ -426,21 +506,28 @@ def main():
         "joint_state_rate_hz": len(js_times) / max(js_times[-1] - js_times[0], 1e-9) if len(js_times) > 1 else 0.0,
         "joint_state_gap_max_ms": gaps[-1] * 1e3 if gaps else None,
         # How far the Python loop fell behind real time, and the steps it ran late to catch up.
-        "max_late_ms": max_late * 1e3, "late_steps": behind_steps,
+        "max_late_ms": max_late * 1e3, "late_steps": behind_steps, "realtime": realtime,
         "commands": commands, "gripper_commands": grip_commands, "nonfinite_commands": nonfinite,
         "first_command_at": first_command,
         "estop_at": estop_at,
+        "reset_at": reset_at,
         "stalled_at": stalled_at,
         "watchdog_holds": holds,
         # Per hold: how far the setpoint travelled from the last command to the hold (rad or m).
         "travel_after_last_command": tails,
         "max_setpoint_jerk": max_set_jerk,
+        # ... and within LATE_SETTLE_STEPS of a step this loop ran late (the simulation's).
+        "max_setpoint_jerk_after_late_steps": max_set_jerk_late,
         "max_measured_jerk": max_meas_jerk,
         "worst_setpoint_jerk_at": worst_jerk_at,
         "over_limit": over_limit,
         # (wall s, setpoint speed, measured speed), every 20 ms.
         "motion": [(t, sp, ms) for t, sp, ms, _ in moving],
         "final_position": [d.qpos[a] for a in qadr],
+        # The closed-loop episode (--episode-s): when the setpoint first moved, and whether the
+        # episode ran its whole length (the tool and cube below are then at its end).
+        "moved_at": moved_at,
+        "episode_complete": moved_at is not None and not terminated,
         # For the closed-loop task: where the tool (flange) and the cube ended (m).
         "tool_final": list(d.xpos[m.body("tool0").id]),
         "cube_final": list(d.qpos[m.jnt_qposadr[m.body("cube").jntadr[0]]:][:3]),

@@ -1,0 +1,165 @@
+//! The hardware-in-the-loop plumbing shared by tests/hil.rs (fault scenarios) and
+//! tests/hil_task.rs (the closed-loop task): the MuJoCo robot (tests/hil/robot.py) over real
+//! Cyclone DDS, and the real `pi0d` binary on a config/hil*.toml.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use toml::Value;
+
+use super::{peer_python, root};
+
+/// `config/<file>` ready to run from a scratch directory: the URDF and checkpoint paths made
+/// absolute (they are relative to config/), on DDS domain `domain`.
+pub fn hil_config_from(file: &str, domain: u16) -> toml::Table {
+    let path = root().join("config").join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut t: toml::Table = text.parse().unwrap();
+    for (section, key) in [("robot", "urdf"), ("policy", "checkpoint")] {
+        let rel = t[section][key].as_str().unwrap().to_string();
+        let abs = root().join("config").join(rel);
+        t[section][key] = Value::String(abs.display().to_string());
+    }
+    t["ros"]
+        .as_table_mut()
+        .unwrap()
+        .insert("domain_id".into(), Value::Integer(domain as i64));
+    t
+}
+
+/// config/hil.toml (the bundled tiny pi0) on `domain`.
+pub fn hil_config(domain: u16) -> toml::Table {
+    hil_config_from("hil.toml", domain)
+}
+
+/// A DDS domain of this test process's own (`offset` tells a binary's scenarios apart).
+pub fn domain(offset: u32) -> u16 {
+    30 + ((std::process::id() + offset) % 150) as u16
+}
+
+/// Starts the robot and waits (up to 20 s) until its joint states flow and its camera has
+/// sent a frame, so that a scenario's timing does not include the robot's own start-up.
+pub fn robot(domain: u16, dir: &Path, duration_s: f64, args: &[&str]) -> Child {
+    let ready = dir.join("robot.ready");
+    let _ = std::fs::remove_file(&ready);
+    let mut child = spawn_robot(domain, dir, duration_s, args, &ready);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !ready.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the robot exited during start-up: {status}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the robot was not ready within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+fn spawn_robot(domain: u16, dir: &Path, duration_s: f64, args: &[&str], ready: &Path) -> Child {
+    let cyclone = format!(
+        "file://{}",
+        root().join("tests/peers/cyclone_loopback.xml").display()
+    );
+    Command::new(peer_python())
+        .arg(root().join("tests/hil/robot.py"))
+        .args(["--domain", &domain.to_string(), "--duration"])
+        .arg(duration_s.to_string())
+        .arg("--report")
+        .arg(dir.join("robot.json"))
+        .arg("--ready-file")
+        .arg(ready)
+        .args(args)
+        .env("CYCLONEDDS_URI", cyclone)
+        .env("MUJOCO_GL", "egl")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("the MuJoCo robot starts")
+}
+
+/// `pi0d run` on `cfg` (written to `dir`) for `duration_s`, its summary in `dir`.
+pub fn pi0d(dir: &Path, cfg: &toml::Table, duration_s: f64) -> Child {
+    pi0d_with_env(dir, cfg, duration_s, &[])
+}
+
+/// As `pi0d`, with `env` added to its environment.
+pub fn pi0d_with_env(
+    dir: &Path,
+    cfg: &toml::Table,
+    duration_s: f64,
+    env: &[(&str, String)],
+) -> Child {
+    let path = dir.join("config.toml");
+    std::fs::write(&path, toml::to_string(cfg).unwrap()).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args([
+            "run",
+            "--quiet",
+            "--duration",
+            &duration_s.to_string(),
+            "--config",
+        ])
+        .arg(&path)
+        .arg("--summary")
+        .arg(dir.join("summary.json"))
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pi0d starts")
+}
+
+/// The robot's report, once it has exited well.
+pub fn report(dir: &Path, mut robot: Child) -> serde_json::Value {
+    assert!(robot.wait().unwrap().success(), "the robot failed");
+    serde_json::from_str(&std::fs::read_to_string(dir.join("robot.json")).unwrap()).unwrap()
+}
+
+/// pi0d's `--summary`.
+pub fn summary(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+/// SIGTERM, as systemd stops a service: pi0d decelerates, holds and exits 0.
+pub fn stop(run: &Child) {
+    // SAFETY: a signal to a child this test started.
+    unsafe { libc::kill(run.id() as libc::pid_t, libc::SIGTERM) };
+}
+
+/// The largest of a report's per-joint figures.
+pub fn max_over_joints(v: &serde_json::Value) -> f64 {
+    v.as_object()
+        .unwrap()
+        .values()
+        .map(|x| x.as_f64().unwrap())
+        .fold(0.0, f64::max)
+}
+
+/// What every run checks at the robot: its rate held, commands came, nothing non-finite, no
+/// joint past its limits, the setpoint jerk within the controller model's bound.
+pub fn assert_robot_sane(r: &serde_json::Value) {
+    let rate = r["joint_state_rate_hz"].as_f64().unwrap();
+    assert!(rate > 200.0, "the robot published at {rate} Hz");
+    assert!(r["commands"].as_u64().unwrap() > 50, "{}", r["commands"]);
+    assert_eq!(r["nonfinite_commands"], 0);
+    let over = max_over_joints(&r["over_limit"]);
+    assert!(
+        over <= 1e-3,
+        "a joint went {over} past its limit: {}",
+        r["over_limit"]
+    );
+    // The controller's splines between pi0d's points, on 2 ms differences: the same bound as
+    // the controller model's check (config/hil.toml's jerk limit is 150 rad/s^3).
+    // (Apart: within 20 ms of a step the robot's own loop ran late, a message installed behind
+    // pi0d's course; the robot reports those, and how many late steps there were.)
+    let jerk = max_over_joints(&r["max_setpoint_jerk"]);
+    assert!(
+        jerk < 20.0 * 150.0,
+        "setpoint jerk {jerk}: {} (the robot ran {} steps late, by up to {:.1} ms)",
+        r["max_setpoint_jerk"],
+        r["late_steps"],
+        r["max_late_ms"].as_f64().unwrap_or(f64::NAN)
+    );
+}
