@@ -7,16 +7,10 @@ cd "$(dirname "$0")/.."
 
 export CARGO_TERM_COLOR=never
 
-# The interop tests' independent peers (Cyclone DDS, rosbags), pinned, in a project venv.
+# The interop tests' independent peers (Cyclone DDS, rosbags, MuJoCo, ...), pinned, in a
+# project venv.
 echo "== peers venv (.venv)"
-# Reinstalled whenever the requirements change (their hash is kept in the venv).
-want="$(cat tests/peers/requirements.txt tests/peers/requirements-nodeps.txt | sha256sum | cut -d' ' -f1)"
-if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.requirements-sha 2>/dev/null)" != "$want" ]; then
-  python3 -m venv .venv
-  .venv/bin/pip install --quiet --disable-pip-version-check -r tests/peers/requirements.txt
-  .venv/bin/pip install --quiet --disable-pip-version-check --no-deps -r tests/peers/requirements-nodeps.txt
-  echo "$want" > .venv/.requirements-sha
-fi
+./tools/peers_venv.sh
 # systemd-analyze checks the service unit (Debian 12's systemd).
 if ! command -v systemd-analyze >/dev/null; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
