@@ -103,27 +103,28 @@ impl Governor {
         &self.state
     }
 
-    /// Whether `goal` moves some joint toward its position limit faster than the joint could
-    /// stop before that limit at its deceleration limit (as ros2_control's joint_limits checks):
-    /// then all joints brake together, keeping the arm's motion coordinated.
+    /// Whether following `goal` would carry some joint toward its position limit faster than it
+    /// could stop short of it: then all joints brake together, keeping the arm's motion
+    /// coordinated. As ros2_control's joint_limits judges it, from the joint's own state: the
+    /// velocity it would reach this period (the goal's velocity, within what the acceleration
+    /// limit lets the joint reach from its velocity now), against the braking distance from
+    /// where that leaves it. Judged at the planning deceleration, the one that bends a joint's
+    /// path near its limit: a goal that jitters (a policy's noisy chunk) while the joint moves
+    /// slowly is not mistaken for a run into the limit.
     fn drives_into_limit(&self, goal: &JointVector) -> bool {
         let dt = self.dt;
         (0..self.limits.len()).any(|j| {
-            let prev = if self.had_goal {
-                self.prev_goal[j]
-            } else {
-                self.state.position[j]
-            };
-            // The goal's own motion, at the speed a joint could follow it, from where the goal
-            // is: a goal heading for the limit faster than it could stop short of it.
+            let (p, v) = (self.state.position[j], self.state.velocity[j]);
+            let prev = if self.had_goal { self.prev_goal[j] } else { p };
             let vmax = self.limits.velocity[j];
-            let v = ((goal[j] - prev) / dt).clamp(-vmax, vmax);
-            let p = goal[j];
-            // The full deceleration limit: short of that, the velocity band slows the joint
-            // smoothly on its own and it catches up once the target turns back.
             let a = self.limits.acceleration[j];
-            (v > 0.0 && v > braking_velocity(self.limits.upper[j] - p, a, dt))
-                || (v < 0.0 && -v > braking_velocity(p - self.limits.lower[j], a, dt))
+            let v_goal = ((goal[j] - prev) / dt).clamp(-vmax, vmax);
+            let v_next = v_goal.clamp(v - a * dt, v + a * dt);
+            let p_next = p + v_next * dt;
+            let plan_a = PLAN_ACCEL_FRACTION * a;
+            (v_next > 0.0 && v_next > braking_velocity(self.limits.upper[j] - p_next, plan_a, dt))
+                || (v_next < 0.0
+                    && -v_next > braking_velocity(p_next - self.limits.lower[j], plan_a, dt))
         })
     }
 
