@@ -29,6 +29,7 @@ fn when_config_valid_expect_it_loads() {
     all.push(root.join("config/ur5e.toml"));
     all.push(root.join("config/aloha.toml"));
     all.push(root.join("config/hil.toml"));
+    all.push(root.join("config/hil_task.toml"));
     assert!(all.len() >= 4);
     for f in all {
         if let Err(e) = Config::load(&f) {

@@ -4,12 +4,14 @@ tests/hil/robot.py: move the tool above the red cube, whose position on the tabl
 episode and is visible only in the front camera. Run by hand in the reference environment
 (tools/golden/setup.sh: Python 3.12, pinned lerobot 0.6.1 and mujoco):
 
-    ~/venvs/golden/bin/python tools/hil_task.py collect --episodes 120 --out /tmp/hil-task-data
+    ~/venvs/golden/bin/python tools/hil_task.py collect --episodes 300 --out /tmp/hil-task-data
 
-    ~/venvs/golden/bin/python tools/hil_task.py train --data /tmp/hil-task-data --steps 3000 \
-        --out models/hil-above-cube
+    ~/venvs/golden/bin/python tools/hil_task.py train --data /tmp/hil-task-data --steps 4000 \
+        --batch-size 16 --resolution 112 --workers 2 --out models/hil-above-cube
     ~/venvs/golden/bin/python tools/hil_task.py rollout --checkpoint models/hil-above-cube \
         --episodes 20 --report models/hil-above-cube/rollout.json
+    ~/venvs/golden/bin/python tools/hil_task.py golden --checkpoint models/hil-above-cube \
+        --out tests/fixtures/cases/hil_above_cube_end_to_end
 
 `collect` writes scripted demonstrations as a LeRobotDataset (lerobot's own writer): the
 expert solves the tool position above the cube with damped least-squares IK on MuJoCo's
@@ -47,17 +49,27 @@ from robot import PHYSICS_DT, load_urdf, mjcf  # noqa: E402
 
 FPS = 50
 CAMERA = (160, 120)
+# The HIL robot's camera runs at 10 Hz: a new frame every fifth step.
+FRAME_EVERY = 5
 START = [0.0, 0.3, 0.6, -0.4, 0.0, 0.0, 0.02]
 PROMPT = "move the gripper above the red cube"
 # Where the cube may be (table top, m): in front of the arm and inside the camera's view.
 CUBE_X = (0.32, 0.52)
 CUBE_Y = (-0.18, 0.18)
 CUBE_Z = 0.425
+# The bowl (tests/hil/robot.py's scene) and how far the cube's centre stays from its centre:
+# the bowl's radius, the cube's half diagonal and a centimetre.
+BOWL_XY = (0.45, -0.15)
+BOWL_CLEARANCE = 0.06 + 0.036 + 0.01
 # The tool's goal above the cube, and what counts as there (m).
 ABOVE = 0.09
 SUCCESS_XY = 0.03
 SUCCESS_Z = (0.04, 0.15)
 MOVE_S = 2.0
+# How far inside its URDF limits the expert keeps every joint (rad): the HIL config keeps
+# pi0d 0.05 inside them and brakes the arm for a target that runs into that edge, so a
+# demonstration there teaches the policy to drive the arm into its limits.
+LIMIT_MARGIN = 0.15  # `collect --limit-margin`
 TOKENIZER = ROOT / "models/tiny-pi0/tokenizer.json"
 EPISODE_S = 3.0
 
@@ -78,6 +90,8 @@ class Scene:
         self.vadr = [self.m.jnt_dofadr[self.m.joint(n).id] for n in self.names]
         self.cube_adr = self.m.jnt_qposadr[self.m.body("cube").jntadr[0]]
         self.tool = self.m.body("tool0").id
+        self.arm_root = self.m.body("base_link").id
+        self.skipped = 0
         self.renderer = mujoco.Renderer(self.m, CAMERA[1], CAMERA[0])
 
     def reset(self, cube_xy):
@@ -116,8 +130,26 @@ class Scene:
     def cube_pos(self):
         return self.d.qpos[self.cube_adr:self.cube_adr + 3].copy()
 
+    def arm_touches(self, contact):
+        """A contact between a link of the arm and anything that is not the arm (the table, the
+        pedestal, the cube, the bowl)."""
+        arm = [self.m.body_rootid[self.m.geom_bodyid[g]] == self.arm_root for g in (contact.geom1, contact.geom2)]
+        return arm[0] != arm[1]
+
+    def placement(self, rng):
+        """A random cube placement the expert can solve (the scene reset to it) and the joint
+        positions above it; the placements drawn and passed over are counted in `skipped`."""
+        while True:
+            cube = random_cube(rng)
+            self.reset(cube)
+            goal, _ = self.solve_above(self.cube_pos())
+            if goal is not None:
+                return cube, goal
+            self.skipped += 1
+
     def solve_above(self, cube):
-        """Joint positions that put the tool `ABOVE` the cube with no link touching anything:
+        """Joint positions that put the tool `ABOVE` the cube with no link touching anything
+        and every joint `LIMIT_MARGIN` inside its limits:
         damped least squares on the tool body's Jacobian from a few starting guesses, the
         collision-free solution closest to the start pose; the gripper stays as it is."""
         goal = np.array([cube[0], cube[1], cube[2] + ABOVE])
@@ -142,10 +174,9 @@ class Scene:
                     mujoco.mj_jacBody(self.m, d, jac, None, self.tool)
                     J = jac[:, cols]
                     dq = J.T @ np.linalg.solve(J @ J.T + 1e-3 * np.eye(3), err)
-                    q[:6] = np.clip(q[:6] + dq, self.lower[:6], self.upper[:6])
+                    q[:6] = np.clip(q[:6] + dq, self.lower[:6] + LIMIT_MARGIN, self.upper[:6] - LIMIT_MARGIN)
                 mujoco.mj_forward(self.m, d)
-                touching = any(self.m.geom_bodyid[c.geom1] != self.m.geom_bodyid[c.geom2]
-                               for c in d.contact[:d.ncon] if c.dist < 0)
+                touching = any(self.arm_touches(c) for c in d.contact[:d.ncon] if c.dist < -1e-4)
                 residual = float(np.linalg.norm(err))
                 if residual < 1e-3 and not touching:
                     cost = float(np.abs(q[:6] - np.array(START[:6])).sum())
@@ -168,11 +199,18 @@ def min_jerk(s):
 
 
 def random_cube(rng):
-    return (rng.uniform(*CUBE_X), rng.uniform(*CUBE_Y))
+    """A placement on the table clear of the bowl (a cube on the bowl's rim is another task)."""
+    while True:
+        xy = (rng.uniform(*CUBE_X), rng.uniform(*CUBE_Y))
+        if np.hypot(xy[0] - BOWL_XY[0], xy[1] - BOWL_XY[1]) > BOWL_CLEARANCE:
+            return xy
 
 
 def collect(args):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    global LIMIT_MARGIN
+    LIMIT_MARGIN = args.limit_margin
 
     names = Scene().names
     features = {
@@ -189,18 +227,17 @@ def collect(args):
     rng = np.random.default_rng(args.seed)
     solved = []
     for ep in range(args.episodes):
-        cube = random_cube(rng)
-        scene.reset(cube)
-        goal, residual = scene.solve_above(scene.cube_pos())
-        if goal is None:
-            print(f"episode {ep}: cube at ({cube[0]:.3f}, {cube[1]:.3f}) cannot be reached; skipped")
-            continue
+        cube, goal = scene.placement(rng)
         start = np.array(START)
         for k in range(round(EPISODE_S * FPS)):
             t = k / FPS
             target = start + (goal - start) * min_jerk((t + 1.0 / FPS) / MOVE_S)
+            # The camera at the HIL robot's rate: a frame holds until the next one, as the
+            # newest frame does on the robot (and rendering is most of this loop's time).
+            if k % FRAME_EVERY == 0:
+                frame = scene.image()
             ds.add_frame({
-                "observation.images.front": scene.image(),
+                "observation.images.front": frame,
                 "observation.state": scene.q().astype(np.float32),
                 "action": target.astype(np.float32),
                 "task": PROMPT,
@@ -209,10 +246,10 @@ def collect(args):
         ok = success(scene)
         solved.append(ok)
         ds.save_episode()
-        print(f"episode {ep}: cube at ({cube[0]:.3f}, {cube[1]:.3f}), IK residual {residual * 1e3:.2f} mm, "
+        print(f"episode {ep}: cube at ({cube[0]:.3f}, {cube[1]:.3f}), "
               f"expert {'succeeded' if ok else 'FAILED'}", flush=True)
     ds.finalize()
-    summary = {"episodes": len(solved), "skipped_unreachable": args.episodes - len(solved),
+    summary = {"episodes": len(solved), "skipped_unreachable": scene.skipped, "limit_margin_rad": LIMIT_MARGIN,
                "expert_success": sum(solved) / max(len(solved), 1), "seed": args.seed}
     (out / "collect.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary))
@@ -236,7 +273,6 @@ def tiny_pi0():
 
 
 def train(args):
-    import logging
     import shutil
 
     tiny_pi0()
@@ -244,12 +280,14 @@ def train(args):
     from lerobot.configs.default import DatasetConfig
     from lerobot.configs.train import TrainPipelineConfig
     from lerobot.policies.pi0.configuration_pi0 import PI0Config
+    import lerobot.scripts.lerobot_train as lerobot_train_module
     from lerobot.scripts.lerobot_train import train as lerobot_train
 
     work = Path(args.work)
     if work.exists():
         shutil.rmtree(work)
     policy = PI0Config(device="cpu", dtype="float32", push_to_hub=False,
+                       image_resolution=(args.resolution, args.resolution),
                        optimizer_lr=args.lr, scheduler_warmup_steps=min(200, args.steps // 10),
                        scheduler_decay_steps=args.steps, scheduler_decay_lr=args.lr / 10)
     cfg = TrainPipelineConfig(
@@ -258,12 +296,13 @@ def train(args):
         steps=args.steps, batch_size=args.batch_size, num_workers=args.workers,
         log_freq=args.log_every, save_freq=min(args.save_every, args.steps), save_checkpoint=True, env_eval_freq=0,
         persistent_workers=False, prefetch_factor=2 if args.workers else None)
-    logging.basicConfig(level=logging.INFO)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    log = logging.FileHandler(out / "train.log", mode="w")
-    log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logging.getLogger().addHandler(log)
+    # lerobot's training sets logging up afresh (init_logging): its own log file goes next to
+    # the checkpoint (the training log committed with it).
+    real_init = lerobot_train_module.init_logging
+    (out / "train.log").unlink(missing_ok=True)
+    lerobot_train_module.init_logging = lambda **kw: real_init(log_file=out / "train.log", file_level="INFO", **kw)
     lerobot_train(cfg)
 
     # The last checkpoint as pi0d reads it.
@@ -287,6 +326,9 @@ def rollout(args):
     from lerobot.policies.pi0.modeling_pi0 import PI0Policy
 
     policy = PI0Policy.from_pretrained(args.checkpoint)
+    if args.replan_steps:
+        # Execute only the first N steps of each chunk before observing again.
+        policy.config.n_action_steps = args.replan_steps
     policy.eval()
     pre, post = make_pre_post_processors(
         policy.config, pretrained_path=args.checkpoint,
@@ -295,12 +337,14 @@ def rollout(args):
     rng = np.random.default_rng(args.seed)
     results = []
     for ep in range(args.episodes):
-        cube = random_cube(rng)
-        scene.reset(cube)
+        cube, _ = scene.placement(rng)
         policy.reset()
-        for _ in range(round(EPISODE_S * FPS)):
+        for k in range(round(EPISODE_S * FPS)):
+            # The camera at 10 Hz, as in the data and on the HIL robot.
+            if k % FRAME_EVERY == 0:
+                frame = scene.image()
             obs = {
-                "observation.images.front": torch.from_numpy(scene.image()).permute(2, 0, 1).float()[None] / 255.0,
+                "observation.images.front": torch.from_numpy(frame).permute(2, 0, 1).float()[None] / 255.0,
                 "observation.state": torch.from_numpy(scene.q()).float()[None],
                 "task": [PROMPT],
             }
@@ -309,15 +353,59 @@ def rollout(args):
             scene.step(action[0].numpy().astype(float), 1.0 / FPS)
         ok = success(scene)
         tool, c = scene.tool_pos(), scene.cube_pos()
-        results.append({"cube": list(cube), "tool": tool.tolist(), "success": ok,
+        results.append({"cube": list(cube), "tool": tool.tolist(), "cube_final": c.tolist(), "success": ok,
                         "xy_error": float(np.linalg.norm(tool[:2] - c[:2]))})
         print(f"episode {ep}: cube at ({cube[0]:.3f}, {cube[1]:.3f}), tool {np.round(tool, 3)}, "
               f"{'success' if ok else 'miss'} ({results[-1]['xy_error'] * 1e3:.0f} mm off)", flush=True)
-    summary = {"episodes": len(results), "success_rate": sum(r["success"] for r in results) / len(results),
-               "median_xy_error_m": float(np.median([r["xy_error"] for r in results])), "results": results}
+    summary = {"episodes": len(results), "replan_steps": args.replan_steps or 50,
+               "success_rate": sum(r["success"] for r in results) / len(results),
+               "median_xy_error_m": float(np.median([r["xy_error"] for r in results])),
+               # What the HIL test's closed loop repeats: the same placements, episode length,
+               # prompt and criteria.
+               "task": {"prompt": PROMPT, "episode_s": EPISODE_S, "success_xy_m": SUCCESS_XY,
+                        "success_dz_m": list(SUCCESS_Z), "seed": args.seed},
+               "results": results}
     if args.report:
         Path(args.report).write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "results"}))
+
+
+def golden(args):
+    """A raw observation of the scene (the front camera's first frame of a placement, the start
+    pose) through lerobot's preprocessor, the checkpoint's model with fixed noise and the
+    postprocessor: the fixture tests/pi0_pipeline.rs holds pi0d's whole path to."""
+    import torch
+    from safetensors.torch import save_file
+
+    fast = tiny_pi0()
+    from lerobot.policies.factory import make_pre_post_processors
+    from lerobot.policies.pi0.modeling_pi0 import PI0Policy
+
+    policy = PI0Policy.from_pretrained(args.checkpoint)
+    policy.eval()
+    pre, post = make_pre_post_processors(
+        policy.config, pretrained_path=args.checkpoint,
+        preprocessor_overrides={"tokenizer_processor": {"tokenizer": fast}})
+    scene = Scene()
+    scene.placement(np.random.default_rng(args.seed))
+    frame = torch.from_numpy(scene.image())
+    state = torch.from_numpy(scene.q()).float()[None]
+    noise = torch.randn(1, 50, 32, generator=torch.Generator().manual_seed(args.seed))
+    batch = {"observation.images.front": frame.permute(2, 0, 1).float()[None] / 255.0,
+             "observation.state": state, "task": PROMPT}
+    processed = pre(batch)
+    with torch.no_grad():
+        actions = post(policy.predict_action_chunk(processed, noise=noise.clone()))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({"frame0": frame.contiguous(), "state": state[0].contiguous(), "noise": noise.contiguous(),
+               "normalized_state": processed["observation.state"].contiguous(),
+               "lang_tokens": processed["observation.language.tokens"].contiguous(),
+               "lang_masks": processed["observation.language.attention_mask"].to(torch.uint8).contiguous()},
+              str(out / "raw.safetensors"))
+    save_file({"actions": actions.float().contiguous()}, str(out / "expected.safetensors"))
+    (out / "case.json").write_text(json.dumps({"checkpoint": "../../models/hil-above-cube", "task": PROMPT}) + "\n")
+    print(f"{out}: actions {tuple(actions.shape)}")
 
 
 def main():
@@ -326,6 +414,8 @@ def main():
     c = sub.add_parser("collect", help="scripted demonstrations as a LeRobotDataset")
     c.add_argument("--episodes", type=int, default=120)
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--limit-margin", type=float, default=LIMIT_MARGIN,
+                   help="how far inside its limits the expert keeps every joint (rad)")
     c.add_argument("--out", required=True, help="the dataset's root (must not exist)")
     t = sub.add_parser("train", help="a tiny pi0 trained from scratch with lerobot's training loop")
     t.add_argument("--data", required=True, help="the dataset `collect` wrote")
@@ -334,6 +424,8 @@ def main():
     t.add_argument("--steps", type=int, default=3000)
     t.add_argument("--batch-size", type=int, default=32)
     t.add_argument("--lr", type=float, default=3e-4)
+    t.add_argument("--resolution", type=int, default=224,
+                   help="the model's square image size (a multiple of the 14-pixel patch)")
     t.add_argument("--workers", type=int, default=1)
     t.add_argument("--log-every", type=int, default=50)
     t.add_argument("--save-every", type=int, default=250,
@@ -344,8 +436,14 @@ def main():
     r.add_argument("--episodes", type=int, default=20)
     r.add_argument("--seed", type=int, default=1000, help="cube placements (not the training ones)")
     r.add_argument("--report", default=None)
+    r.add_argument("--replan-steps", type=int, default=0,
+                   help="observe again after this many steps of a chunk (default: the whole chunk)")
+    g = sub.add_parser("golden", help="lerobot's actions for one raw observation (pi0d's fixture)")
+    g.add_argument("--checkpoint", required=True)
+    g.add_argument("--seed", type=int, default=7)
+    g.add_argument("--out", required=True)
     args = ap.parse_args()
-    {"collect": collect, "train": train, "rollout": rollout}[args.cmd](args)
+    {"collect": collect, "train": train, "rollout": rollout, "golden": golden}[args.cmd](args)
 
 
 if __name__ == "__main__":

