@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use toml::Value;
 
-use super::{peer_python, root};
+use super::{cyclone_python, root};
 
 /// `config/<file>` ready to run from a scratch directory: the URDF and checkpoint paths made
 /// absolute (they are relative to config/), on DDS domain `domain`.
@@ -59,20 +59,14 @@ pub fn robot(domain: u16, dir: &Path, duration_s: f64, args: &[&str]) -> Child {
 }
 
 fn spawn_robot(domain: u16, dir: &Path, duration_s: f64, args: &[&str], ready: &Path) -> Child {
-    let cyclone = format!(
-        "file://{}",
-        root().join("tests/peers/cyclone_loopback.xml").display()
-    );
-    Command::new(peer_python())
-        .arg(root().join("tests/hil/robot.py"))
-        .args(["--domain", &domain.to_string(), "--duration"])
+    cyclone_python("tests/hil/robot.py", domain)
+        .arg("--duration")
         .arg(duration_s.to_string())
         .arg("--report")
         .arg(dir.join("robot.json"))
         .arg("--ready-file")
         .arg(ready)
         .args(args)
-        .env("CYCLONEDDS_URI", cyclone)
         .env("MUJOCO_GL", "egl")
         .stdout(Stdio::null())
         .spawn()

@@ -440,19 +440,27 @@ pub fn check_config(name: &str, cfg: &toml::Table) -> (Option<i32>, String) {
     (out.status.code(), text)
 }
 
-/// Starts the Cyclone DDS robot peer (tests/peers/robot_peer.py) on `domain`, reporting to
-/// `report`, with `args` added.
-pub fn cyclone_peer(domain: u16, report: &Path, args: &[&str]) -> std::process::Child {
+/// The peers' Python running `script` (relative to the repository) on DDS `domain`, with
+/// Cyclone DDS kept on loopback.
+pub fn cyclone_python(script: &str, domain: u16) -> Command {
     let cyclone = format!(
         "file://{}",
         root().join("tests/peers/cyclone_loopback.xml").display()
     );
-    Command::new(peer_python())
-        .arg(root().join("tests/peers/robot_peer.py"))
-        .args(["--domain", &domain.to_string(), "--report"])
+    let mut cmd = Command::new(peer_python());
+    cmd.arg(root().join(script))
+        .args(["--domain", &domain.to_string()])
+        .env("CYCLONEDDS_URI", cyclone);
+    cmd
+}
+
+/// Starts the Cyclone DDS robot peer (tests/peers/robot_peer.py) on `domain`, reporting to
+/// `report`, with `args` added.
+pub fn cyclone_peer(domain: u16, report: &Path, args: &[&str]) -> std::process::Child {
+    cyclone_python("tests/peers/robot_peer.py", domain)
+        .arg("--report")
         .arg(report)
         .args(args)
-        .env("CYCLONEDDS_URI", cyclone)
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("peer starts")
