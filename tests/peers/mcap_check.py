@@ -103,7 +103,8 @@ def main(path):
             elif schema.name == "sensor_msgs/msg/CompressedImage":
                 img = Image.open(io.BytesIO(bytes(msg.data)))
                 out["frames"].append(
-                    {"topic": channel.topic, "format": msg.format, "size": list(img.size), "bytes": len(msg.data)}
+                    {"topic": channel.topic, "format": msg.format, "size": list(img.size), "bytes": len(msg.data),
+                     "stamp_s": msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9}
                 )
             elif channel.topic == "/diagnostics":
                 out["diagnostics"].append([s.name for s in msg.status])
