@@ -187,15 +187,22 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
     }
     let last = *holds.last().unwrap();
     assert!(last <= ended + 0.3, "{last} vs {ended}");
-    // 29.8-29.9 Hz measured on the 2-core VM; the floor leaves room for a loaded host.
+    // Every frame the robot rendered reached pi0d (29.8-30.0 Hz of 30 measured on the 2-core
+    // VM); a host that takes the cores away slows the software renderer itself (19 Hz with two
+    // busy loops beside the tests), which is the robot's rate, not pi0d's.
     let camera_hz = assert_recording_of_the_robot(&s);
+    let rendered_hz = r["camera_rate_hz"].as_f64().unwrap();
     assert!(
-        camera_hz > 20.0,
-        "the 30 Hz camera reached pi0d at {camera_hz:.1} Hz"
+        rendered_hz > 10.0,
+        "the robot rendered at {rendered_hz:.1} Hz"
+    );
+    assert!(
+        camera_hz > 0.9 * rendered_hz,
+        "the camera rendered at {rendered_hz:.1} Hz reached pi0d at {camera_hz:.1} Hz"
     );
     let jerk = max_over_joints(&r["max_setpoint_jerk"]);
     println!(
-        "hil nominal + SIGTERM: robot at {:.0} Hz (largest gap {:.1} ms), camera at {camera_hz:.1} Hz, {} commands, {} chunks accepted, latency p50 {} ms, setpoint jerk max {jerk:.1}, measured jerk max {:.1}",
+        "hil nominal + SIGTERM: robot at {:.0} Hz (largest gap {:.1} ms), camera at {camera_hz:.1} Hz (rendered at {rendered_hz:.1}), {} commands, {} chunks accepted, latency p50 {} ms, setpoint jerk max {jerk:.1}, measured jerk max {:.1}",
         r["joint_state_rate_hz"].as_f64().unwrap(),
         r["joint_state_gap_max_ms"].as_f64().unwrap(),
         r["commands"],

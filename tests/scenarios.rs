@@ -79,7 +79,11 @@ fn when_nominal_expect_continuous_motion_without_pauses_or_violations() {
     assert_eq!(run.event("chunk_starved"), 0);
     let ticks = s["ticks"].as_u64().unwrap();
     assert!(ticks >= 750, "{ticks} ticks in 4 s at 200 Hz");
-    assert!(s["overruns"].as_u64().unwrap() * 100 <= ticks, "{s}");
+    // No streak of overruns (the hold it would cause is the pause this test rules out); single
+    // late ticks are the host's: a 2-core CI VM running this binary's tests two at a time
+    // overran 16 of 822 ticks (1.9 %), so the bound only catches a loop that waits on inference.
+    assert_eq!(run.event("overrun_streak"), 0, "{s}");
+    assert!(s["overruns"].as_u64().unwrap() * 100 <= ticks * 5, "{s}");
     // The arm really moved: some joint reached a fair fraction of its scripted speed.
     let vmax = s["max_abs_velocity"]
         .as_object()
@@ -394,14 +398,15 @@ fn when_chunk_drives_into_a_position_limit_expect_all_joints_brake_and_hold() {
 fn when_rtc_enabled_expect_new_chunks_to_agree_with_the_running_plan_and_no_violation() {
     // The bundled model on one thread here takes some 8 steps (50 Hz) from observation to
     // chunk: without RTC each chunk starts from its own noise and disagrees with the plan it
-    // replaces over those steps.
+    // replaces over those steps. The horizon leaves room for a host three times slower (25
+    // steps seen with two busy loops beside the tests): a delay past it is guided only up to it.
     let run_with = |rtc: bool| {
         let mut cfg = sim_model_config();
         cfg["control"].as_table_mut().unwrap().insert(
             "rtc".into(),
             table(&[
                 ("enabled", Value::Boolean(rtc)),
-                ("execution_horizon", Value::Integer(20)),
+                ("execution_horizon", Value::Integer(40)),
             ]),
         );
         let run = run_daemon(&format!("rtc-{rtc}"), &cfg, 6.0);

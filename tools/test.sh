@@ -28,4 +28,4 @@ echo "== aarch64 kernels (cross-compiled, qemu-user)"
 ./tools/test_aarch64.sh
 # Every feature that can run here is tested (onnx: ONNX Runtime from the venv's wheel).
 echo "== cargo test (all features)"
-cargo test --workspace --all-features --locked
+cargo test --workspace --all-features --locked --no-fail-fast

@@ -141,10 +141,11 @@ def camera_topic(camera):
     return "/camera/image_raw" if camera == "front" else f"/{camera}_camera/image_raw"
 
 
-def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_frame, cameras):
+def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_frame, cameras, rendered):
     """Renders `cameras` at `hz` from the physics' joint positions (shared memory) and publishes
     raw rgb8 frames and JPEG; its own process, so the physics never waits for it. `paused` maps
-    a camera to the event that stalls it."""
+    a camera to the event that stalls it; `rendered` counts the frames published and stamps the
+    first and last (the rate the host let it reach)."""
     os.environ.setdefault("MUJOCO_GL", "egl")
     # Mesa's software rasterizer on one thread: a frame takes a little longer, but the camera
     # never takes both cores from pi0d and the physics at once.
@@ -200,6 +201,11 @@ def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_fra
                 buf = io.BytesIO()
                 PILImage.fromarray(px).save(buf, format="JPEG", quality=85)
                 jpeg.write(CompressedImage(header=header, format="jpeg", data=buf.getvalue()))
+            with rendered.get_lock():
+                if rendered[0] == 0:
+                    rendered[1] = captured
+                rendered[0] += 1
+                rendered[2] = captured
             first_frame.set()
     finally:
         renderer.close()
@@ -277,11 +283,12 @@ def main():
         sys.exit(f"--cameras: no camera named {unknown} (front, wrist)")
     camera_paused = {c: ctx.Event() for c in cameras}
     first_frame = ctx.Event()
+    rendered = ctx.Array("d", 3)  # frames, first and last capture (wall s)
     cam = None
     if args.camera != "none":
         cam = ctx.Process(
             target=camera_process,
-            args=(xml, names, shared_q, args.domain, wh, hz, stop, camera_paused, first_frame, cameras),
+            args=(xml, names, shared_q, args.domain, wh, hz, stop, camera_paused, first_frame, cameras, rendered),
             daemon=True)
         cam.start()
 
@@ -505,6 +512,10 @@ def main():
         "terminated": bool(terminated),
         "joint_state_rate_hz": len(js_times) / max(js_times[-1] - js_times[0], 1e-9) if len(js_times) > 1 else 0.0,
         "joint_state_gap_max_ms": gaps[-1] * 1e3 if gaps else None,
+        # The rate the cameras were rendered and published at (below --camera's on a host that
+        # took the cores away).
+        "camera_frames": int(rendered[0]),
+        "camera_rate_hz": (rendered[0] - 1) / (rendered[2] - rendered[1]) if rendered[0] > 1 else 0.0,
         # How far the Python loop fell behind real time, and the steps it ran late to catch up.
         "max_late_ms": max_late * 1e3, "late_steps": behind_steps, "realtime": realtime,
         "commands": commands, "gripper_commands": grip_commands, "nonfinite_commands": nonfinite,
