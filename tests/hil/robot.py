@@ -336,6 +336,9 @@ def main():
     step = 0
     max_late, behind_steps = 0.0, 0
     worst_jerk_at = None
+    # When pi0d's trajectories arrived: a message held up on its way (a busy host delays DDS's
+    # threads) starts late, being stamped "start when received".
+    last_arrival, arrival_gaps, worst_jerk_gap = None, [0.0, 0.0], None
     stalled_at = {}  # input -> wall time its stall began
     ready = False
     moved_at, last_arm_target = None, None  # the episode's start: the setpoint's first motion
@@ -374,6 +377,10 @@ def main():
             if since_first >= args.reset_at:
                 reset_w.write(Bool(data=True))
                 reset_at = now
+        if arm_msgs:
+            if last_arrival is not None:
+                arrival_gaps = [arrival_gaps[1], now - last_arrival]
+            last_arrival = now
         for msg in arm_msgs:
             if not isinstance(msg, JointTrajectory) or not msg.points:
                 continue
@@ -460,6 +467,7 @@ def main():
                     jerk = abs(p3 - 3 * p2 + 3 * p1 - p0) / PHYSICS_DT**3
                     if out is max_set_jerk and jerk > max(out.values()):
                         worst_jerk_at = now
+                        worst_jerk_gap = max(arrival_gaps)
                     out[n] = max(out[n], jerk)
         for j, n in enumerate(names):
             lo, hi = limits[n]
@@ -531,6 +539,8 @@ def main():
         "max_setpoint_jerk_after_late_steps": max_set_jerk_late,
         "max_measured_jerk": max_meas_jerk,
         "worst_setpoint_jerk_at": worst_jerk_at,
+        # The longest of the last two intervals between pi0d's trajectories arriving there (ms).
+        "command_gap_at_worst_jerk_ms": worst_jerk_gap * 1e3 if worst_jerk_gap is not None else None,
         "over_limit": over_limit,
         # (wall s, setpoint speed, measured speed), every 20 ms.
         "motion": [(t, sp, ms) for t, sp, ms, _ in moving],
