@@ -12,9 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cube="0.35,-0.06"
+cube="0.465,0.128"
 out="hil-demo"
-seconds="4"
+# The task's episode, as the test and lerobot's rollout judge it (models/hil-above-cube/rollout.json).
+seconds="3"
 while [ $# -gt 0 ]; do
   case "$1" in
     --cube) cube="$2"; shift 2 ;;

@@ -87,7 +87,12 @@ pub fn pi0d_with_env(
 ) -> Child {
     let path = dir.join("config.toml");
     std::fs::write(&path, toml::to_string(cfg).unwrap()).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_pi0d"))
+    // PI0D_BIN: the suite against another build of pi0d (release, or the one installed on a board).
+    let bin = std::env::var_os("PI0D_BIN").map_or_else(
+        || env!("CARGO_BIN_EXE_pi0d").into(),
+        std::path::PathBuf::from,
+    );
+    Command::new(bin)
         .args([
             "run",
             "--quiet",
