@@ -117,9 +117,14 @@ const ROBOT_HOLD_STALL_MS: f64 = 50.0;
 /// (said, then left out); otherwise there must be none.
 fn watchdog_holds_after(report: &serde_json::Value, event: f64) -> Vec<(f64, f64)> {
     let travel = report["travel_after_last_command"].as_array().unwrap();
+    assert_eq!(
+        travel.len(),
+        report["watchdog_holds"].as_array().unwrap().len()
+    );
     let holds: Vec<(f64, f64)> = watchdog_holds(report)
         .into_iter()
-        .zip(travel.iter().map(|t| t.as_f64().unwrap()))
+        // null: no arm command was tracked before that hold (NaN fails every travel bound).
+        .zip(travel.iter().map(|t| t.as_f64().unwrap_or(f64::NAN)))
         .collect();
     let stall_ms = report["max_late_ms"].as_f64().unwrap_or(0.0);
     let before = holds.iter().filter(|h| h.0 < event).count();

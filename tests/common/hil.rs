@@ -136,6 +136,10 @@ pub fn max_over_joints(v: &serde_json::Value) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The controller model's bound on the setpoint jerk: twenty times config/hil.toml's jerk
+/// limit (150 rad/s^3), for the controller's splines between pi0d's points on 2 ms differences.
+const SETPOINT_JERK_BOUND: f64 = 20.0 * 150.0;
+
 /// A stall of the robot's own control loop past which its setpoint jerk says nothing about pi0d:
 /// five physics steps. Over 457 recorded runs on the 2-core VM, every setpoint jerk above 2500
 /// came with the robot's loop 11.5 ms late or more; none of the runs on time within 10 ms
@@ -167,7 +171,7 @@ pub fn assert_robot_sane(r: &serde_json::Value) {
     let late_ms = r["max_late_ms"].as_f64().unwrap_or(f64::NAN);
     // A robot whose own loop stalled for longer (the host took its cores away, SCHED_FIFO or
     // not) samples its controller's spline across the gap: the jump is the robot's, not pi0d's.
-    if jerk >= 20.0 * 150.0 && late_ms > ROBOT_STALL_MS {
+    if jerk >= SETPOINT_JERK_BOUND && late_ms > ROBOT_STALL_MS {
         println!(
             "the robot's own loop stalled {late_ms:.1} ms ({} late steps): its setpoint jerk {jerk:.0} is not pi0d's",
             r["late_steps"]
@@ -178,14 +182,14 @@ pub fn assert_robot_sane(r: &serde_json::Value) {
     // threads, not pi0d's real-time loop) starts late at the controller, as a real one's would:
     // the jump is the transport's. Seen only with two busy loops beside the tests.
     let gap_ms = r["command_gap_at_worst_jerk_ms"].as_f64().unwrap_or(0.0);
-    if jerk >= 20.0 * 150.0 && gap_ms > COMMAND_GAP_MS {
+    if jerk >= SETPOINT_JERK_BOUND && gap_ms > COMMAND_GAP_MS {
         println!(
             "a trajectory reached the robot {gap_ms:.1} ms after the one before: its setpoint jerk {jerk:.0} is the transport's"
         );
         return;
     }
     assert!(
-        jerk < 20.0 * 150.0,
+        jerk < SETPOINT_JERK_BOUND,
         "setpoint jerk {jerk}: {} (the robot ran {} steps late, by up to {:.1} ms)",
         r["max_setpoint_jerk"],
         r["late_steps"],

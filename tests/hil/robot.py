@@ -416,8 +416,10 @@ def main():
             if holding_since is None:
                 holding_since = now
                 holds.append(now)
-                if at_last_command is not None:
-                    tails.append(max(abs(a - b) for a, b in zip(target, at_last_command)))
+                # One entry per hold (None before any arm command was tracked), so the two
+                # lists stay index for index.
+                tails.append(max(abs(a - b) for a, b in zip(target, at_last_command))
+                             if at_last_command is not None else None)
                 target = [d.qpos[a] for a in qadr]
                 traj = None
         else:
