@@ -3,7 +3,8 @@
 //! 1. The real daemon (config/sim.toml: simulated arm, the tiny pi0 inferring) at 200 Hz, 500 Hz
 //!    and 1 kHz for S seconds while another thread burns a core: tick jitter p50/p99/max and
 //!    overruns, with the normal scheduler and with SCHED_FIFO where permitted; then
-//!    200 Hz with the MCAP recorder on.
+//!    200 Hz with the MCAP recorder on; then 200 Hz SCHED_FIFO on an idle and on a loaded host,
+//!    each with and without the PM QoS wake-up latency request (`realtime.cpu_latency_us`).
 //! 2. The cost of one tick for 14 joints, in nanoseconds: state machine, chunk executor with
 //!    quintic interpolation and blend, governor and limit monitor, with a chunk switch every
 //!    100 ticks.
@@ -25,7 +26,41 @@ use pi0d::robot::{JointKind, JointLimits, RobotLimits};
 use pi0d::safety::supervisor::SafetyInputs;
 use pi0d::time::MonoTime;
 
-fn loop_under_load(rate_hz: f64, priority: i32, spin_us: f64, seconds: f64, record: bool) {
+/// One run of the daemon: its scheduling, and what else the host does.
+#[derive(Clone, Copy)]
+struct LoopRun {
+    rate_hz: f64,
+    priority: i32,
+    spin_us: f64,
+    record: bool,
+    /// Another thread burns a core meanwhile.
+    load: bool,
+    /// `realtime.cpu_latency_us` (`None`: not asked).
+    cpu_latency_us: Option<u32>,
+}
+
+impl LoopRun {
+    fn loaded(rate_hz: f64, priority: i32, spin_us: f64) -> LoopRun {
+        LoopRun {
+            rate_hz,
+            priority,
+            spin_us,
+            record: false,
+            load: true,
+            cpu_latency_us: Some(0),
+        }
+    }
+}
+
+fn run_loop(run: LoopRun, seconds: f64) {
+    let LoopRun {
+        rate_hz,
+        priority,
+        spin_us,
+        record,
+        load,
+        cpu_latency_us,
+    } = run;
     let mut cfg = Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim.toml"))
         .expect("config/sim.toml loads");
     cfg.control.rate_hz = rate_hz;
@@ -33,6 +68,7 @@ fn loop_under_load(rate_hz: f64, priority: i32, spin_us: f64, seconds: f64, reco
     cfg.realtime.priority = priority;
     cfg.realtime.lock_memory = priority > 0;
     cfg.realtime.spin_us = spin_us;
+    cfg.realtime.cpu_latency_us = cpu_latency_us;
     let dir = std::env::temp_dir().join(format!("pi0d-bench-record-{}", std::process::id()));
     if record {
         cfg.record = Some(pi0d::config::record::RecordConfig {
@@ -42,7 +78,7 @@ fn loop_under_load(rate_hz: f64, priority: i32, spin_us: f64, seconds: f64, reco
             camera_hz: 5.0,
         });
     }
-    let burn = Arc::new(AtomicBool::new(true));
+    let burn = Arc::new(AtomicBool::new(load));
     let burner = {
         let burn = burn.clone();
         std::thread::spawn(move || {
@@ -76,11 +112,16 @@ fn loop_under_load(rate_hz: f64, priority: i32, spin_us: f64, seconds: f64, reco
         .unwrap_or_default();
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "loop {:>5.0} Hz {:<11} spin {:>3.0} us{} | ticks {:>6} | overruns {:>3} | jitter p50 {:>6.1} us  p99 {:>6.1} us  max {:>7.1} us | limit violations {}{recorded}",
+        "loop {:>5.0} Hz {:<11} spin {:>3.0} us{}{}{} | ticks {:>6} | overruns {:>3} | jitter p50 {:>6.1} us  p99 {:>6.1} us  max {:>7.1} us | limit violations {}{recorded}",
         rate_hz,
         if priority > 0 { "SCHED_FIFO" } else { "SCHED_OTHER" },
         spin_us,
         if record { " +record" } else { "" },
+        if load { "" } else { " idle host" },
+        match cpu_latency_us {
+            Some(us) => format!(" pm_qos {us} us"),
+            None => " no pm_qos".into(),
+        },
         s.ticks,
         s.overruns,
         s.jitter_us.p50,
@@ -206,16 +247,36 @@ fn main() {
     tick_cost(14, 200_000);
     tick_cost(7, 200_000);
     let fifo = fifo_permitted();
+    let fifo_priority = if fifo { 80 } else { 0 };
     for rate in [200.0, 500.0, 1000.0] {
         for spin_us in [0.0, 60.0] {
-            loop_under_load(rate, 0, spin_us, seconds, false);
+            run_loop(LoopRun::loaded(rate, 0, spin_us), seconds);
             if fifo {
-                loop_under_load(rate, 80, spin_us, seconds, false);
+                run_loop(LoopRun::loaded(rate, 80, spin_us), seconds);
             }
         }
     }
     // The recorder on (its own thread, a queue the loop never waits on): the same loop.
-    loop_under_load(200.0, if fifo { 80 } else { 0 }, 0.0, seconds, true);
+    run_loop(
+        LoopRun {
+            record: true,
+            ..LoopRun::loaded(200.0, fifo_priority, 0.0)
+        },
+        seconds,
+    );
+    // An idle host wakes the control thread from deep C-states unless PM QoS holds them off.
+    for load in [false, true] {
+        for cpu_latency_us in [None, Some(0)] {
+            run_loop(
+                LoopRun {
+                    load,
+                    cpu_latency_us,
+                    ..LoopRun::loaded(200.0, fifo_priority, 0.0)
+                },
+                seconds,
+            );
+        }
+    }
     if !fifo {
         println!("SCHED_FIFO not permitted here: real-time runs skipped");
     }

@@ -485,6 +485,39 @@ fn when_control_thread_panics_or_stalls_expect_exit_6_control_fault_at_once() {
     }
 }
 
+/// The independent monitor acts: a governor fault (the drill makes one command jump) is
+/// refused before it is commanded, the arm brakes to rest from the last good command, and the
+/// run ends at once with its own code.
+#[test]
+fn when_governor_makes_a_command_jump_expect_exit_10_limit_violation_after_a_controlled_stop() {
+    let mut cfg = sim_config();
+    add_drill(&mut cfg, "governor_fault", 1.5, None);
+    let run = run_daemon("exit-10", &cfg, 10.0);
+    assert_exit(
+        run.output.status,
+        run.summary.as_ref(),
+        10,
+        "limit_violation",
+        &run.stderr,
+    );
+    let s = run.summary();
+    assert_eq!(s["limit_violations"], 1, "only the refused command: {s}");
+    assert_eq!(s["safety_events"]["limit_violation"], 1, "{s}");
+    assert!(
+        run.states().iter().any(|m| m == "holding(limit_violation)"),
+        "{:?}",
+        run.states()
+    );
+    // The arm came to rest: the stop was a controlled one, long before --duration.
+    assert_eq!(s["final_mode"], "stopping", "{s}");
+    assert!(run.elapsed_s < 8.0, "took {} s", run.elapsed_s);
+    assert!(
+        run.stderr.contains("independent monitor refused a command"),
+        "{}",
+        run.stderr
+    );
+}
+
 /// The fault latch (`--state-dir`): after a control fault the next start stays e-stopped and
 /// runs no chunk until a reset; a run that ends without one keeps the latch; after a reset the
 /// arm runs and the run after that starts normally.

@@ -155,6 +155,8 @@ fn when_control_tick_runs_expect_no_allocation() {
                     ControlEvent::Transition(t) => states.push(t.to.to_string()),
                     ControlEvent::Chunk(_) => chunks += 1,
                     ControlEvent::ResetRefused => states.push("reset refused".into()),
+                    ControlEvent::Reconfigured(r) => states.push(format!("{r:?}")),
+                    ControlEvent::LimitViolation => states.push("limit violation".into()),
                 }
             }
             if outcome != StepOutcome::Continue {

@@ -24,6 +24,7 @@ pub enum DrillName {
     CrashControl,
     StallControl,
     CrashIo,
+    GovernorFault,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -34,6 +35,9 @@ pub enum DrillKind {
     StallControl { duration_s: f64 },
     /// The I/O thread (ROS, or the simulator) panics, as a malformed frame once made it.
     CrashIo,
+    /// One command from the governor jumps, as a governor bug would make it: the independent
+    /// monitor must refuse it and stop the arm.
+    GovernorFault,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -58,6 +62,7 @@ pub fn validate(c: &Check, raw: &[RawDrill]) -> Result<Vec<Drill>, ConfigError> 
         let kind = match d.event {
             DrillName::CrashControl => DrillKind::CrashControl,
             DrillName::CrashIo => DrillKind::CrashIo,
+            DrillName::GovernorFault => DrillKind::GovernorFault,
             DrillName::StallControl => {
                 let Some(s) = d.duration_s else {
                     return c.fail(
@@ -89,5 +94,6 @@ pub fn name(kind: DrillKind) -> &'static str {
         DrillKind::CrashControl => "crash_control",
         DrillKind::StallControl { .. } => "stall_control",
         DrillKind::CrashIo => "crash_io",
+        DrillKind::GovernorFault => "governor_fault",
     }
 }

@@ -561,6 +561,9 @@ pub struct RawRealtime {
     pub lock_memory: bool,
     #[serde(default)]
     pub spin_us: f64,
+    /// PM QoS: the CPUs' wake-up latency held at most this (us) while running; -1: not asked.
+    #[serde(default)]
+    pub cpu_latency_us: i64,
 }
 
 impl Default for RawRealtime {
@@ -571,6 +574,7 @@ impl Default for RawRealtime {
             cpu_affinity: Vec::new(),
             lock_memory: false,
             spin_us: 0.0,
+            cpu_latency_us: 0,
         }
     }
 }

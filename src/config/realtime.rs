@@ -16,6 +16,8 @@ pub struct RealtimeConfig {
     pub lock_memory: bool,
     /// Busy-wait this long before each deadline instead of sleeping (0: sleep only).
     pub spin_us: f64,
+    /// The CPUs' wake-up latency asked for while running (PM QoS), us; `None`: not asked.
+    pub cpu_latency_us: Option<u32>,
 }
 
 /// The ROS thread's default priority: this much below the control thread's.
@@ -54,7 +56,19 @@ pub fn validate(c: &Check, r: &RawRealtime, rate_hz: f64) -> Result<RealtimeConf
             format!("CPU {cpu} is beyond the largest CPU index Linux accepts (1023)"),
         );
     }
+    // Above a control period the request would not help the loop; -1 leaves it to the system.
+    let max_latency_us = (1e6 / rate_hz) as i64;
+    if !(-1..=max_latency_us).contains(&r.cpu_latency_us) {
+        return c.fail(
+            "realtime.cpu_latency_us",
+            format!(
+                "expected -1 (not asked) or 0 to {max_latency_us} us (one control period), found {}",
+                r.cpu_latency_us
+            ),
+        );
+    }
     Ok(RealtimeConfig {
+        cpu_latency_us: u32::try_from(r.cpu_latency_us).ok(),
         priority: r.priority,
         io_priority,
         cpu_affinity: r.cpu_affinity.clone(),

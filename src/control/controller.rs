@@ -15,6 +15,7 @@ use crate::chunk::JointChunk;
 use crate::config::{Config, Workspace};
 use crate::joints::{JointMeasurement, JointVector, MotionState};
 use crate::robot::RobotLimits;
+use crate::safety::reconfigure::{self, Reconfigure};
 use crate::safety::supervisor::{
     Gate, LateRejection, SafetyInputs, StartRefused, Supervisor, SupervisorSettings, Transitions,
 };
@@ -25,6 +26,8 @@ use crate::time::MonoTime;
 
 /// The longest stall a tick catches up on (s); a longer one is the overrun watchdog's.
 const MAX_CATCH_UP_S: f64 = 0.1;
+/// How far ahead a reload's stopping point is foreseen (s); a longer stop is judged at rest.
+const STOP_HORIZON_S: f64 = 30.0;
 
 pub struct TickInputs<'a> {
     /// What the safety supervisor reads: time, measurements, operator inputs, overruns.
@@ -64,6 +67,11 @@ pub struct TickReport {
     pub waiting: Waiting,
     /// The `seq` of the chunk being executed, if one is.
     pub running_chunk: Option<u64>,
+    /// What became of reloaded limits, in the tick that decided it.
+    pub reconfigured: Option<Reconfigure>,
+    /// The independent monitor found this tick's command outside the limits: it was not
+    /// commanded, the arm brakes from the last command that kept them, and the daemon stops.
+    pub limit_violation: bool,
 }
 
 pub struct ControllerSettings {
@@ -85,9 +93,13 @@ pub struct Controller {
     last_tick: MonoTime,
     accepted: u64,
     pub latency: Histogram,
-    /// Tighter limits from a reload, applied once the arm is at rest.
+    /// Tighter limits from a reload, applied once the arm is at rest inside them.
     pending_limits: Option<Box<RobotLimits>>,
+    /// A reload decided outside a tick (refused on arrival), reported by the next one.
+    reconfigured: Option<Reconfigure>,
     at_rest: bool,
+    /// A fault drill: the governor's next command is this far off (rad or m) on joint 0.
+    governor_fault: Option<f64>,
 }
 
 impl Controller {
@@ -155,7 +167,9 @@ impl Controller {
             last_tick: now,
             accepted: 0,
             pending_limits: None,
+            reconfigured: None,
             at_rest: true,
+            governor_fault: None,
             latency: Histogram::new(100_000, 100_000),
         })
     }
@@ -198,33 +212,53 @@ impl Controller {
         }
     }
 
-    /// Tighter limits (a configuration reload): a running arm holds first; they apply at rest
-    /// and the arm resumes with a fresh chunk, as after any hold.
+    /// Tighter limits (a configuration reload). Refused at once when the command would come
+    /// to rest outside their range if it braked now; otherwise a running arm holds, and they
+    /// apply at rest inside them (judged again there), the arm resuming with a fresh chunk.
+    /// The outcome is in a later tick's report.
     pub fn request_limits(&mut self, limits: Box<RobotLimits>) {
-        self.pending_limits = Some(limits);
+        let command = self.governor.state().position;
+        let rest = self.governor.stopping_point(&command, STOP_HORIZON_S);
+        if let Some(refused) = reconfigure::on_arrival(&limits, rest.as_ref()) {
+            self.pending_limits = None;
+            self.reconfigured = Some(refused);
+        } else {
+            self.pending_limits = Some(limits);
+        }
     }
 
-    fn apply_pending_limits(
+    /// A fault drill: the governor's next command is `offset` off on the first joint, as a
+    /// governor bug would make it; the independent monitor must catch it.
+    pub fn inject_governor_fault(&mut self, offset: f64) {
+        self.governor_fault = Some(offset);
+    }
+
+    fn reconfigure(
         &mut self,
         now: MonoTime,
         t: &mut Transitions,
         recycle: &mut impl FnMut(Box<JointChunk>),
-    ) {
-        if self.pending_limits.is_none() {
-            return;
-        }
-        match self.safety.mode() {
-            Mode::Running => self.hold(HoldReason::Reconfigure, now, t, recycle),
-            Mode::Stopping => self.pending_limits = None,
-            _ if self.at_rest => {
-                if let Some(l) = self.pending_limits.take() {
+    ) -> Option<Reconfigure> {
+        let limits = self.pending_limits.as_deref()?;
+        let mode = self.safety.mode();
+        let command = &self.governor.state().position;
+        match reconfigure::step(limits, mode == Mode::Stopping, self.at_rest, command) {
+            reconfigure::Step::Wait => {
+                if mode == Mode::Running {
+                    self.hold(HoldReason::Reconfigure, now, t, recycle);
+                }
+                None
+            }
+            reconfigure::Step::Decided(outcome) => {
+                if let (Reconfigure::Applied, Some(l)) = (outcome, self.pending_limits.take()) {
                     self.executor.set_limits(&l.velocity, &l.acceleration);
                     self.governor.set_limits((*l).clone());
                     self.monitor.set_limits((*l).clone());
                     self.safety.set_limits(*l);
                 }
+                self.pending_limits = None;
+                Some(outcome)
             }
-            _ => {}
         }
     }
 
@@ -235,7 +269,10 @@ impl Controller {
     ) -> TickReport {
         let now = i.safety.now;
         let mut t: Transitions = [None, None];
-        self.apply_pending_limits(now, &mut t, recycle);
+        let reconfigured = self
+            .reconfigured
+            .take()
+            .or_else(|| self.reconfigure(now, &mut t, recycle));
 
         // 1. Operator inputs and watchdogs.
         let gate = self
@@ -263,14 +300,17 @@ impl Controller {
         // moves on with the time that passed, as the controller it feeds extrapolated it did,
         // instead of lagging that by the stall and having it brake back.
         let periods = self.periods_since_last_tick(now);
+        let mut limit_violation = false;
         for m in (1..periods).rev() {
             if self.safety.mode() != Mode::Running {
                 break;
             }
             let at = now.offset_seconds(-(m as f64) * self.dt);
-            self.govern(at, &i.safety.measured.position, &mut t, recycle);
+            let (_, broken) = self.govern(at, &i.safety.measured.position, &mut t, recycle);
+            limit_violation |= broken;
         }
-        let gov = self.govern(now, &i.safety.measured.position, &mut t, recycle);
+        let (gov, broken) = self.govern(now, &i.safety.measured.position, &mut t, recycle);
+        limit_violation |= broken;
         let command = *self.governor.state();
 
         // 6. The next inference, early enough that the arm never pauses.
@@ -293,6 +333,8 @@ impl Controller {
                 && (mode == Mode::Stopping || (i.safety.stop_requested && mode == Mode::EStopped)),
             waiting: self.safety.waiting(gate.stale),
             running_chunk: self.executor.active_seq(),
+            reconfigured,
+            limit_violation,
         }
     }
 
@@ -357,12 +399,9 @@ impl Controller {
         if self.safety.mode() != Mode::Running {
             return None;
         }
-        let Some(target) = self.executor.target(now).copied() else {
-            self.hold(HoldReason::ChunkStarved, now, t, recycle);
-            return None;
-        };
-        match self.safety.check(&target) {
-            Verdict::Ok => Some(target),
+        let target = self.executor.target(now).copied();
+        match self.safety.check(target.as_ref()) {
+            Verdict::Ok => target,
             Verdict::Hold(reason) => {
                 self.hold(reason, now, t, recycle);
                 None
@@ -380,26 +419,39 @@ impl Controller {
     }
 
     /// One control period at `at`: the target sampled and checked, the governor stepped to
-    /// it (or to a stop), the monitor shown the command.
+    /// it (or to a stop), its command judged by the independent monitor before it is taken.
+    /// A command the monitor refuses is never commanded: the governor brakes instead from the
+    /// last command that kept the limits, and the supervisor latches the stop. Returns the
+    /// governor's report and whether the monitor refused a command.
     fn govern(
         &mut self,
         at: MonoTime,
         measured: &JointVector,
         t: &mut Transitions,
         recycle: &mut impl FnMut(Box<JointChunk>),
-    ) -> GovernorReport {
+    ) -> (GovernorReport, bool) {
         let target = self.target(at, t, recycle);
-        let gov = match &target {
+        let before = *self.governor.state();
+        let mut gov = match &target {
             Some(p) => self.governor.step(Target::Track(p), measured),
             None => self.governor.step(Target::Stop, measured),
         };
+        if let Some(offset) = self.governor_fault.take() {
+            self.governor.corrupt(offset);
+        }
+        let broken = self.monitor.judge(&self.governor.state().position);
+        if broken > 0 {
+            self.monitor.violations += u64::from(broken);
+            self.governor.restore(before);
+            gov = self.governor.step(Target::Stop, measured);
+        }
         self.count_governor(&gov);
         self.at_rest = gov.at_rest;
-        if gov.limit_brake {
-            self.hold(HoldReason::PositionLimit, at, t, recycle);
+        if let Verdict::Hold(reason) = self.safety.judge_command(gov.limit_brake, broken) {
+            self.hold(reason, at, t, recycle);
         }
-        self.monitor.observe(&self.governor.state().position);
-        gov
+        self.monitor.record(&self.governor.state().position);
+        (gov, broken > 0)
     }
 
     fn count_governor(&mut self, gov: &GovernorReport) {

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::safety::Mode;
+use crate::safety::{Mode, ModeKind};
 
 /// Linear histogram with `bucket_ns` resolution up to `buckets * bucket_ns`; larger samples fall
 /// into an overflow count but still update `max`. Allocates only in `new`.
@@ -100,6 +100,8 @@ pub struct LiveStats {
     pub remote_errors: AtomicU64,
     /// 1 while the fault latch holds the arm (the previous run faulted; a reset lifts it).
     pub fault_latched: AtomicU64,
+    /// 1 once the independent monitor refused a command (the daemon then stops).
+    pub limit_violation: AtomicU64,
     /// The latest inference's stages, µs (copied from the worker once a second).
     pub stage_queue_us: AtomicU64,
     pub stage_preprocess_us: AtomicU64,
@@ -124,21 +126,12 @@ impl LiveStats {
 
 /// Name of a `LiveStats::mode` code.
 pub fn mode_name(code: u64) -> &'static str {
-    ["starting", "running", "holding", "estopped", "stopping"]
-        .get(code as usize)
-        .copied()
-        .unwrap_or("?")
+    ModeKind::from_code(code).map_or("?", ModeKind::name)
 }
 
 /// The `LiveStats::mode` code of a mode.
 pub fn mode_code(mode: Mode) -> u64 {
-    match mode {
-        Mode::Starting => 0,
-        Mode::Running => 1,
-        Mode::Holding(_) => 2,
-        Mode::EStopped => 3,
-        Mode::Stopping => 4,
-    }
+    mode.kind().code()
 }
 
 #[cfg(test)]

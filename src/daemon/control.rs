@@ -14,8 +14,12 @@ use crate::control::{Controller, TickInputs};
 use crate::daemon::worker::WorkerHandle;
 use crate::io::Blackboard;
 use crate::record::{TickSample, TickTap};
+use crate::safety::reconfigure::Reconfigure;
 use crate::safety::supervisor::{SafetyInputs, Transition};
 use crate::time::MonoTime;
+
+/// The `governor_fault` drill's jump (rad or m): far beyond one period's velocity limit.
+const GOVERNOR_FAULT_JUMP: f64 = 0.2;
 
 /// What the control thread reports to the supervisor. `Copy`: sending it never allocates.
 #[derive(Clone, Copy, Debug)]
@@ -23,6 +27,10 @@ pub enum ControlEvent {
     Transition(Transition),
     Chunk(ChunkOutcome),
     ResetRefused,
+    /// What became of reloaded limits.
+    Reconfigured(Reconfigure),
+    /// The independent monitor refused a command: the arm brakes, the daemon stops.
+    LimitViolation,
 }
 
 pub struct ControlResult {
@@ -58,6 +66,8 @@ pub struct ControlLoop {
     stop_timeout_s: f64,
     stop_deadline: Option<MonoTime>,
     record: Option<TickTap>,
+    /// The `governor_fault` drill is due: the next command jumps.
+    governor_fault: bool,
 }
 
 impl ControlLoop {
@@ -87,6 +97,7 @@ impl ControlLoop {
             stop_timeout_s,
             stop_deadline: None,
             record: None,
+            governor_fault: false,
         }
     }
 
@@ -123,7 +134,7 @@ impl ControlLoop {
     }
 
     /// The simulator's drills for the supervisor (`crash_control`, `stall_control`).
-    fn drill(&self) {
+    fn drill(&mut self) {
         // A read per tick; the shared line is written only when a drill is due.
         if self.board.control_drill.load(Ordering::Relaxed) == 0 {
             return;
@@ -131,6 +142,7 @@ impl ControlLoop {
         match self.board.control_drill.swap(0, Ordering::Relaxed) {
             0 => {}
             1 => panic!("sim event `crash_control` (drill)"),
+            3 => self.governor_fault = true,
             _ => std::thread::sleep(Duration::from_millis(
                 self.board.drill_stall_ms.load(Ordering::Relaxed),
             )),
@@ -165,6 +177,9 @@ impl ControlLoop {
             .and_then(|mut g| g.take())
         {
             self.ctl.request_limits(l);
+        }
+        if std::mem::take(&mut self.governor_fault) {
+            self.ctl.inject_governor_fault(GOVERNOR_FAULT_JUMP);
         }
         let measured = self.board.joint_state.load();
         self.board.read_camera_stamps(&mut self.camera_stamps);
@@ -219,6 +234,14 @@ impl ControlLoop {
         }
         if report.reset_refused {
             let _ = self.events.try_send(ControlEvent::ResetRefused);
+        }
+        if let Some(r) = report.reconfigured {
+            let _ = self.events.try_send(ControlEvent::Reconfigured(r));
+        }
+        if report.limit_violation {
+            // The flag decides the exit (an event may be dropped on a full channel).
+            LiveStats::set(&live.limit_violation, 1);
+            let _ = self.events.try_send(ControlEvent::LimitViolation);
         }
         self.ticks += 1;
         LiveStats::set(&live.ticks, self.ticks);

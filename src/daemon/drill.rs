@@ -31,6 +31,7 @@ impl Drills {
                 DrillKind::CrashControl => board.drill_crash_control(),
                 DrillKind::StallControl { duration_s } => board.drill_stall_control(duration_s),
                 DrillKind::CrashIo => board.drill_crash_io(),
+                DrillKind::GovernorFault => board.drill_governor_fault(),
             }
             self.next += 1;
         }

@@ -32,10 +32,13 @@ pub enum ExitReason {
     RuntimeFailure,
     /// A second SIGINT/SIGTERM during the controlled stop.
     Interrupted,
+    /// The independent monitor found a command outside the limits (a governor fault): the
+    /// command was refused, the arm braked to rest from the last one that kept them.
+    LimitViolation,
 }
 
 impl ExitReason {
-    pub const ALL: [ExitReason; 11] = [
+    pub const ALL: [ExitReason; 12] = [
         ExitReason::Clean,
         ExitReason::InvalidInput,
         ExitReason::Usage,
@@ -47,6 +50,7 @@ impl ExitReason {
         ExitReason::StartTimeout,
         ExitReason::RuntimeFailure,
         ExitReason::Interrupted,
+        ExitReason::LimitViolation,
     ];
 
     pub const fn code(self) -> u8 {
@@ -62,6 +66,7 @@ impl ExitReason {
             ExitReason::StartTimeout => 8,
             ExitReason::RuntimeFailure => 9,
             ExitReason::Interrupted => 130,
+            ExitReason::LimitViolation => 10,
         }
     }
 
@@ -78,6 +83,7 @@ impl ExitReason {
             ExitReason::StartTimeout => "start_timeout",
             ExitReason::RuntimeFailure => "runtime_failure",
             ExitReason::Interrupted => "interrupted",
+            ExitReason::LimitViolation => "limit_violation",
         }
     }
 }

@@ -78,6 +78,7 @@ impl FaultLatch {
             ExitReason::StopTimeout
                 | ExitReason::ControlFault
                 | ExitReason::ThreadFault
+                | ExitReason::LimitViolation
                 | ExitReason::RuntimeFailure
         );
         if fault || self.latched.is_some() {

@@ -18,8 +18,9 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use super::worker::WorkerStats;
-use crate::control::stats::{mode_name, LiveStats};
+use crate::control::stats::LiveStats;
 use crate::io::Blackboard;
+use crate::safety::ModeKind;
 use crate::time::MonoTime;
 
 /// What a scrape reads.
@@ -67,13 +68,13 @@ impl Collector for Live {
             "Largest tick jitter of the run.",
             get(&l.max_jitter_ns) as f64 / 1e9,
         )?;
-        let mode = mode_name(get(&l.mode));
-        for m in ["starting", "running", "holding", "estopped", "stopping"] {
+        let mode = ModeKind::from_code(get(&l.mode));
+        for m in ModeKind::ALL {
             gauge(
                 &mut e,
-                &format!("pi0d_mode_{m}"),
-                &format!("1 while the arm is {m}."),
-                f64::from(u8::from(mode.starts_with(m))),
+                &format!("pi0d_mode_{}", m.name()),
+                &format!("1 while the arm is {}.", m.name()),
+                f64::from(u8::from(mode == Some(m))),
             )?;
         }
         counter(

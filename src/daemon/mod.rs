@@ -37,6 +37,8 @@ use crate::io::Blackboard;
 use crate::joints::JointMeasurement;
 use crate::policy::PolicyBuildError;
 use crate::record::{RecordSetup, Recorder, Topics};
+use crate::robot::RobotLimits;
+use crate::safety::reconfigure::Reconfigure;
 use crate::safety::supervisor::StartRefused;
 use crate::safety::Waiting;
 use crate::time::MonoTime;
@@ -160,11 +162,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
     let result = run_latched(cfg, opts, latched.clone());
     // A reset accepted during the run lifts the latch (the e-stop's own transition).
     if let Ok(s) = &result {
-        if latched.is_some()
-            && s.transitions
-                .iter()
-                .any(|t| t.from == "estopped" && t.to != "stopping")
-        {
+        if latched.is_some() && s.resets > 0 {
             latch.reset()?;
         }
     }
@@ -187,6 +185,11 @@ fn run_latched(
     if cfg.realtime.lock_memory {
         rt::lock_memory();
     }
+    // Held until the run returns: the request ends with it.
+    let _cpu_latency = cfg
+        .realtime
+        .cpu_latency_us
+        .and_then(rt::CpuLatency::request);
     let mut signals = Signals::install();
     let io_stop = Arc::new(AtomicBool::new(false));
     let board = Arc::new(Blackboard::new(cfg.camera_count(), &cfg.policy.prompt));
@@ -340,16 +343,17 @@ fn wait_first_joint_state(
 
 /// SIGHUP: reads the configuration again and applies what may change while the arm runs;
 /// every refusal is logged naming its field.
-fn reload(running: &mut Config, opts: &RunOptions, board: &Blackboard) {
+/// Returns the limits handed to the control thread (in force once it says so).
+fn reload(running: &mut Config, opts: &RunOptions, board: &Blackboard) -> Option<RobotLimits> {
     let Some((path, ros)) = &opts.reload_from else {
         tracing::warn!("SIGHUP: no configuration file to reload");
-        return;
+        return None;
     };
     let new = match Config::load_with(path, ros) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(error = %e, "SIGHUP: the configuration does not load; nothing changed");
-            return;
+            return None;
         }
     };
     let plan = reload::plan(running, &new, &board.joint_state.load().position);
@@ -367,13 +371,12 @@ fn reload(running: &mut Config, opts: &RunOptions, board: &Blackboard) {
         tracing::info!("SIGHUP: control.status_interval_s reloaded ({s} s)");
         running.control.status_interval_s = s;
     }
-    if let Some(l) = plan.limits {
+    let limits = plan.limits.inspect(|l| {
         if let Ok(mut slot) = board.reload_limits.lock() {
             *slot = Some(Box::new(l.clone()));
         }
-        tracing::info!("SIGHUP: tighter limits reloaded; they apply with the arm at rest (a running arm holds, then resumes)");
-        running.limits = l;
-    }
+        tracing::info!("SIGHUP: tighter limits reloaded; they apply with the arm at rest inside them (a running arm holds, then resumes), or are refused where it would come to rest outside them");
+    });
     if plan.refused.is_empty() {
         tracing::info!(file = %path.display(), "SIGHUP: configuration reloaded");
     } else {
@@ -383,6 +386,7 @@ fn reload(running: &mut Config, opts: &RunOptions, board: &Blackboard) {
             "SIGHUP: configuration partly reloaded; what was refused keeps its running value"
         );
     }
+    limits
 }
 
 /// What the recording is told about this run: topic names and the file's metadata.
@@ -585,8 +589,11 @@ fn supervise(
         chunk_latency,
         record: recorder.as_ref().map(|r| r.notes.clone()),
         cameras: camera_names(cfg),
+        joints: cfg.limits.joints.iter().map(|j| j.name.clone()).collect(),
         ..EventLog::default()
     };
+    // Reloaded limits handed to the control thread: in `running` once in force.
+    let mut pending_limits: Option<RobotLimits> = None;
     // What a reload compares with: the configuration as started, with what reloads applied.
     let mut running = cfg.clone();
     let mut last_status = MonoTime::now();
@@ -618,14 +625,23 @@ fn supervise(
         drills.fire_due(t, board);
         log.drain(&events_rx, start);
         if signals.take_reload() {
-            reload(&mut running, opts, board);
+            if let Some(l) = reload(&mut running, opts, board) {
+                pending_limits = Some(l);
+            }
         }
-        if LiveStats::get(&live.fault_latched) == 1
-            && log
-                .transitions
-                .iter()
-                .any(|t| t.from == "estopped" && t.to != "stopping")
+        if let Some(r) = log.reconfigured.take() {
+            if let (Reconfigure::Applied, Some(l)) = (r, pending_limits.take()) {
+                running.limits = l;
+            }
+        }
+        if LiveStats::get(&live.limit_violation) == 1
+            && !matches!(exit, ExitReason::LimitViolation | ExitReason::ThreadFault)
         {
+            faults.push("the independent monitor refused a command outside the limits".into());
+            stop_requested.store(true, Ordering::SeqCst);
+            exit = ExitReason::LimitViolation;
+        }
+        if LiveStats::get(&live.fault_latched) == 1 && log.resets > 0 {
             LiveStats::set(&live.fault_latched, 0);
             tracing::info!("fault latch lifted by the reset");
         }
@@ -763,6 +779,7 @@ fn supervise(
         return Ok(Summary {
             duration_s,
             faults,
+            resets: log.resets,
             transitions: log.transitions,
             recording,
             exit: ExitReason::ControlFault,

@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::control::controller::ChunkOutcome;
 use crate::control::stats::{mode_name, LiveStats};
 use crate::record::{Note, NoteTap};
+use crate::safety::reconfigure::Reconfigure;
 use crate::safety::{HoldReason, Mode, SafetyEvent, Waiting};
 use crate::time::MonoTime;
 
@@ -34,17 +35,30 @@ pub struct EventLog {
     pub record: Option<NoteTap>,
     /// How the configuration names each camera, for the stale-camera holds.
     pub cameras: Vec<String>,
+    /// The joints in command order, for reload refusals.
+    pub joints: Vec<String>,
+    /// Resets granted (each lifts a fault latch).
+    pub resets: u64,
+    /// The newest reload decision not yet taken by the supervisor.
+    pub reconfigured: Option<Reconfigure>,
+    /// Commands the independent monitor refused.
+    pub limit_violations: u64,
 }
 
 impl EventLog {
     pub fn drain(&mut self, rx: &Receiver<ControlEvent>, start: MonoTime) {
         while let Ok(e) = rx.try_recv() {
             if let Some(r) = &self.record {
-                r.send(match e {
-                    ControlEvent::Transition(t) => Note::Transition(t),
-                    ControlEvent::Chunk(c) => Note::Outcome(c),
-                    ControlEvent::ResetRefused => Note::ResetRefused,
-                });
+                let note = match e {
+                    ControlEvent::Transition(t) => Some(Note::Transition(t)),
+                    ControlEvent::Chunk(c) => Some(Note::Outcome(c)),
+                    ControlEvent::ResetRefused => Some(Note::ResetRefused),
+                    // Shown by the transitions they cause (or not: a refused reload).
+                    ControlEvent::Reconfigured(_) | ControlEvent::LimitViolation => None,
+                };
+                if let Some(n) = note {
+                    r.send(n);
+                }
             }
             match e {
                 ControlEvent::Transition(t) => {
@@ -73,6 +87,7 @@ impl EventLog {
                             tracing::info!(t_s = t_ms, mode = t.to.name(), from = %t.from, to = %t.to, "state")
                         }
                     }
+                    self.resets += u64::from(t.is_reset());
                     self.transitions.push(TransitionRecord {
                         t_s,
                         from: t.from.to_string(),
@@ -113,9 +128,47 @@ impl EventLog {
                 ControlEvent::ResetRefused => {
                     self.reset_refused += 1;
                     tracing::warn!(
-                        "reset refused: arm not at rest or outside its limits; still e-stopped"
+                        "reset refused: arm not at rest, outside its limits, or stopped by a limit violation; still e-stopped"
                     );
                 }
+                ControlEvent::Reconfigured(r) => {
+                    self.log_reconfigure(r);
+                    self.reconfigured = Some(r);
+                }
+                ControlEvent::LimitViolation => {
+                    self.limit_violations += 1;
+                    if self.limit_violations == 1 {
+                        tracing::error!(
+                            safety_event = SafetyEvent::LimitViolation.name(),
+                            "the independent monitor refused a command outside the limits (a governor fault): the arm brakes from the last command that kept them, and pi0d stops"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl EventLog {
+    fn log_reconfigure(&self, r: Reconfigure) {
+        match r {
+            Reconfigure::Applied => {
+                tracing::info!(
+                    "SIGHUP: the reloaded limits are in force (the arm at rest inside them)"
+                )
+            }
+            Reconfigure::Refused(o) => {
+                let joint = self.joints.get(o.joint).map_or("?", String::as_str);
+                tracing::warn!(
+                    joint,
+                    "SIGHUP: reloaded limits refused: joint `{joint}` would come to rest at {:.4}, outside its new range [{:.4}, {:.4}]; the running limits stay (move the arm inside the new range, then reload again)",
+                    o.position,
+                    o.lower,
+                    o.upper
+                )
+            }
+            Reconfigure::Abandoned => {
+                tracing::info!("SIGHUP: reloaded limits not applied: stopping first")
             }
         }
     }
@@ -187,6 +240,7 @@ pub fn build_summary(
         accepted,
         reset_refused,
         blend_corrections,
+        resets,
         ..
     } = log;
     let us = |ns: u64| ns as f64 / 1e3;
@@ -261,6 +315,7 @@ pub fn build_summary(
         transitions,
         exit,
         exit_code: exit.code(),
+        resets,
         ..Summary::default()
     }
 }

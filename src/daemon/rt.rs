@@ -103,3 +103,68 @@ pub fn apply_to_current_thread(cfg: &RealtimeConfig) {
         }
     }
 }
+
+/// The Linux PM QoS request for the CPUs' wake-up latency, held while the file stays open
+/// (`/dev/cpu_dma_latency`, as cyclictest and ros2_control's real-time guide use it): an
+/// idle CPU then stays out of deep C-states, whose exit latency (a millisecond and more on a
+/// VM or a laptop-class board) otherwise lands on the control thread's wake-up at every tick.
+/// Dropped (the request ends) when this value is dropped.
+pub struct CpuLatency {
+    _file: std::fs::File,
+}
+
+/// Where the kernel takes the request.
+const CPU_DMA_LATENCY: &str = "/dev/cpu_dma_latency";
+
+impl CpuLatency {
+    /// Asks for at most `us` microseconds of wake-up latency; warned about (and `None`) when
+    /// the system does not permit it (no such device, not root and no udev rule).
+    pub fn request(us: u32) -> Option<CpuLatency> {
+        Self::request_at(std::path::Path::new(CPU_DMA_LATENCY), us)
+    }
+
+    fn request_at(path: &std::path::Path, us: u32) -> Option<CpuLatency> {
+        use std::io::Write;
+        // The kernel reads a binary s32; it keeps the request while the descriptor is open.
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(&(us as i32).to_ne_bytes()).map(|()| f));
+        match opened {
+            Ok(f) => {
+                tracing::info!(
+                    us,
+                    "CPU wake-up latency held at {us} us while running (PM QoS, {})",
+                    path.display()
+                );
+                Some(CpuLatency { _file: f })
+            }
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "PM QoS not permitted ({}): idle CPUs may wake late, adding up to milliseconds of tick jitter on an idle host (run as root, grant write access to it, or set realtime.cpu_latency_us = -1 to not ask)",
+                    path.display()
+                );
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_latency_requested_expect_the_binary_value_written_and_held_open() {
+        let dir = std::env::temp_dir().join(format!("pi0d-pmqos-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cpu_dma_latency");
+        std::fs::write(&path, b"").unwrap();
+        let held = CpuLatency::request_at(&path, 7).expect("writable");
+        assert_eq!(std::fs::read(&path).unwrap(), 7i32.to_ne_bytes());
+        drop(held);
+        assert!(CpuLatency::request_at(&dir.join("missing/none"), 0).is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

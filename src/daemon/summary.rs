@@ -106,4 +106,7 @@ pub struct Summary {
     pub recording: Option<crate::record::RecordingSummary>,
     pub exit: ExitReason,
     pub exit_code: u8,
+    /// E-stop resets granted (the summary's `safety_events.reset` too; typed for the latch).
+    #[serde(skip)]
+    pub resets: u64,
 }

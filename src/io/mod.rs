@@ -78,6 +78,11 @@ impl Blackboard {
         self.control_drill.store(2, Ordering::SeqCst);
     }
 
+    /// ... or has the governor's next command jump (the monitor must refuse it).
+    pub fn drill_governor_fault(&self) {
+        self.control_drill.store(3, Ordering::SeqCst);
+    }
+
     /// A drill for the I/O thread: it panics at its next iteration.
     pub fn drill_crash_io(&self) {
         self.io_drill.store(true, Ordering::SeqCst);

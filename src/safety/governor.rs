@@ -50,6 +50,7 @@ pub struct GovernorReport {
     pub at_rest: bool,
 }
 
+#[derive(Clone)]
 pub struct Governor {
     dt: f64,
     limits: RobotLimits,
@@ -101,6 +102,29 @@ impl Governor {
 
     pub fn state(&self) -> &MotionState {
         &self.state
+    }
+
+    /// Back to a state it commanded before (the monitor refused the one after it).
+    pub fn restore(&mut self, state: MotionState) {
+        self.state = state;
+    }
+
+    /// A fault drill: the command jumps by `offset` on the first joint, as a bug would make it.
+    pub fn corrupt(&mut self, offset: f64) {
+        if !self.state.position.is_empty() {
+            self.state.position[0] += offset;
+        }
+    }
+
+    /// Where the command comes to rest if it brakes from now on, within `horizon_s` (`None`
+    /// past it). Simulated on a copy, so it is the stop this governor really makes; allocates
+    /// (a reload's decision, not the hot path).
+    pub fn stopping_point(&self, measured: &JointVector, horizon_s: f64) -> Option<JointVector> {
+        let mut g = self.clone();
+        let steps = (horizon_s / self.dt).ceil().clamp(1.0, 1e6) as usize;
+        (0..steps)
+            .any(|_| g.step(Target::Stop, measured).at_rest)
+            .then_some(g.state.position)
     }
 
     /// Whether following `goal` would carry some joint toward its position limit faster than it

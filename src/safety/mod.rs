@@ -6,11 +6,12 @@
 pub mod governor;
 pub mod limiter;
 pub mod monitor;
+pub mod reconfigure;
 pub mod state;
 pub mod supervisor;
 pub mod validate;
 
 pub use governor::{Governor, GovernorReport, Target};
 pub use monitor::LimitMonitor;
-pub use state::{HoldReason, Mode, SafetyEvent, Waiting};
+pub use state::{HoldReason, Mode, ModeKind, SafetyEvent, Waiting};
 pub use supervisor::{Supervisor, Verdict};

@@ -41,7 +41,7 @@ impl LimitMonitor {
         }
     }
 
-    /// New limits (a reload; the arm at rest).
+    /// New limits (a reload, applied with the command at rest inside them).
     pub fn set_limits(&mut self, limits: RobotLimits) {
         self.limits = limits;
     }
@@ -54,34 +54,47 @@ impl LimitMonitor {
         self.prev_acceleration = Some(JointVector::zeros(n));
     }
 
-    /// Records one command; returns how many joints broke a limit in it.
-    pub fn observe(&mut self, command: &JointVector) -> u32 {
+    /// How many joints of `command` would break a limit, were it commanded next; records
+    /// nothing (the controller then decides what is commanded instead).
+    pub fn judge(&self, command: &JointVector) -> u32 {
         let mut broken = 0;
-        let n = self.limits.len();
-        let mut v = JointVector::zeros(n);
-        let mut a = JointVector::zeros(n);
-        for j in 0..n {
+        for j in 0..self.limits.len() {
             let p = command[j];
             let mut bad = !p.is_finite()
                 || p < self.limits.lower[j] - ABS_TOL
                 || p > self.limits.upper[j] + ABS_TOL;
             if let Some(prev) = &self.prev {
-                v[j] = (p - prev[j]) / self.dt;
-                bad |= exceeds(v[j], self.limits.velocity[j]);
+                let v = (p - prev[j]) / self.dt;
+                bad |= exceeds(v, self.limits.velocity[j]);
+                if let Some(pv) = &self.prev_velocity {
+                    // Acceleration from two differences of rounded positions carries ~eps/dt² noise.
+                    let a = (v - pv[j]) / self.dt;
+                    bad |= exceeds(a, self.limits.acceleration[j] + 1e-6);
+                }
+            }
+            broken += u32::from(bad);
+        }
+        broken
+    }
+
+    /// Records one command as commanded (its breaches, judged as `judge` does, are counted).
+    pub fn record(&mut self, command: &JointVector) {
+        self.violations += u64::from(self.judge(command));
+        let n = self.limits.len();
+        let mut v = JointVector::zeros(n);
+        let mut a = JointVector::zeros(n);
+        for j in 0..n {
+            if let Some(prev) = &self.prev {
+                v[j] = (command[j] - prev[j]) / self.dt;
                 self.max_abs_velocity[j] = self.max_abs_velocity[j].max(v[j].abs());
                 if let Some(pv) = &self.prev_velocity {
                     a[j] = (v[j] - pv[j]) / self.dt;
-                    // Acceleration from two differences of rounded positions carries ~eps/dt² noise.
-                    bad |= exceeds(a[j], self.limits.acceleration[j] + 1e-6);
                     self.max_abs_acceleration[j] = self.max_abs_acceleration[j].max(a[j].abs());
                     if let Some(pa) = &self.prev_acceleration {
                         let jerk = (a[j] - pa[j]) / self.dt;
                         self.max_abs_jerk[j] = self.max_abs_jerk[j].max(jerk.abs());
                     }
                 }
-            }
-            if bad {
-                broken += 1;
             }
         }
         if self.prev.is_some() {
@@ -91,7 +104,12 @@ impl LimitMonitor {
             self.prev_velocity = Some(v);
         }
         self.prev = Some(*command);
-        self.violations += broken as u64;
+    }
+
+    /// Records one command; returns how many joints broke a limit in it.
+    pub fn observe(&mut self, command: &JointVector) -> u32 {
+        let broken = self.judge(command);
+        self.record(command);
         broken
     }
 }

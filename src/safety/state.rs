@@ -21,6 +21,9 @@ pub enum HoldReason {
     AfterReset,
     /// Tighter limits from a configuration reload (SIGHUP) are applied at rest.
     Reconfigure,
+    /// The independent monitor saw a command break a limit the governor should have kept:
+    /// latched, the daemon stops (a governor bug must never drive the arm on).
+    LimitViolation,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,14 +39,18 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub fn name(&self) -> &'static str {
+    pub fn kind(&self) -> ModeKind {
         match self {
-            Mode::Starting => "starting",
-            Mode::Running => "running",
-            Mode::Holding(_) => "holding",
-            Mode::EStopped => "estopped",
-            Mode::Stopping => "stopping",
+            Mode::Starting => ModeKind::Starting,
+            Mode::Running => ModeKind::Running,
+            Mode::Holding(_) => ModeKind::Holding,
+            Mode::EStopped => ModeKind::EStopped,
+            Mode::Stopping => ModeKind::Stopping,
         }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
     }
 }
 
@@ -68,6 +75,7 @@ impl HoldReason {
             HoldReason::NonFiniteTarget => "non_finite_target",
             HoldReason::AfterReset => "after_reset",
             HoldReason::Reconfigure => "reconfigure",
+            HoldReason::LimitViolation => "limit_violation",
         }
     }
 }
@@ -106,6 +114,30 @@ named_enum! {
         PositionClamped => "position_clamped",
         MaxStepClamped => "max_step_clamped",
         JerkOverride => "jerk_override",
+        LimitViolation => "limit_violation",
+    }
+}
+
+named_enum! {
+    /// A mode without its hold reason: the one name table for logs, the status line, the
+    /// metrics and the live counter (`LiveStats::mode` holds its index in `ALL`).
+    pub enum ModeKind {
+        Starting => "starting",
+        Running => "running",
+        Holding => "holding",
+        EStopped => "estopped",
+        Stopping => "stopping",
+    }
+}
+
+impl ModeKind {
+    /// The index in `ALL`, for a lock-free counter.
+    pub fn code(self) -> u64 {
+        self as u64
+    }
+
+    pub fn from_code(code: u64) -> Option<ModeKind> {
+        ModeKind::ALL.get(code as usize).copied()
     }
 }
 
@@ -119,6 +151,7 @@ impl SafetyEvent {
             HoldReason::Workspace => SafetyEvent::Workspace,
             HoldReason::PositionLimit => SafetyEvent::PositionLimit,
             HoldReason::NonFiniteTarget => SafetyEvent::NonFiniteTarget,
+            HoldReason::LimitViolation => SafetyEvent::LimitViolation,
             HoldReason::AfterReset | HoldReason::Reconfigure => return None,
         })
     }

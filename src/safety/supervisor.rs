@@ -70,6 +70,13 @@ pub struct Transition {
     pub to: Mode,
 }
 
+impl Transition {
+    /// An e-stop reset was granted (what lifts a fault latch).
+    pub fn is_reset(&self) -> bool {
+        self.from == Mode::EStopped && self.to == Mode::Holding(HoldReason::AfterReset)
+    }
+}
+
 /// Mode changes of one tick (at most two are kept: the first and the last).
 pub type Transitions = [Option<Transition>; 2];
 
@@ -118,6 +125,8 @@ pub struct Supervisor {
     seen_resets: u64,
     seen_presses: u64,
     events: [u64; SafetyEvent::COUNT],
+    /// The independent monitor saw a limit broken: no chunk runs again in this process.
+    violation_latched: bool,
 }
 
 impl Supervisor {
@@ -141,6 +150,7 @@ impl Supervisor {
             seen_resets: 0,
             seen_presses: 0,
             events: [0; SafetyEvent::COUNT],
+            violation_latched: false,
         })
     }
 
@@ -180,8 +190,17 @@ impl Supervisor {
     /// Enters a hold; returns whether it is new (the caller then drops the running chunk,
     /// which is never replayed). Only chunks from later observations are taken afterwards.
     pub fn hold(&mut self, reason: HoldReason, now: MonoTime, t: &mut Transitions) -> bool {
-        if self.mode == Mode::Holding(reason) {
+        // A latched violation is left only for the stop (or an e-stop), never for another hold.
+        if self.mode == Mode::Holding(reason)
+            || (self.violation_latched && reason != HoldReason::LimitViolation)
+        {
             return false;
+        }
+        if reason == HoldReason::LimitViolation {
+            if self.violation_latched {
+                return false;
+            }
+            self.violation_latched = true;
         }
         if let Some(e) = SafetyEvent::for_hold(reason) {
             self.count(e);
@@ -225,7 +244,8 @@ impl Supervisor {
             self.seen_resets = i.resets;
             if self.mode == Mode::EStopped && !i.estop {
                 // Not yet at rest, or outside the limits: the operator resets again later.
-                if commanded.velocity.iter().any(|v| *v != 0.0)
+                if self.violation_latched
+                    || commanded.velocity.iter().any(|v| *v != 0.0)
                     || check_start(&self.limits, &i.measured.position).is_err()
                 {
                     gate.reset_refused = true;
@@ -258,7 +278,7 @@ impl Supervisor {
     /// Whether a chunk observed at `obs_stamp` may be executed now.
     pub fn admit(&self, obs_stamp: MonoTime, gate: &Gate) -> Result<(), LateRejection> {
         let active = matches!(self.mode, Mode::Running | Mode::Starting | Mode::Holding(_));
-        if !active || gate.stale.is_some() {
+        if !active || gate.stale.is_some() || self.violation_latched {
             Err(LateRejection::NotRunnable)
         } else if obs_stamp <= self.fresh_after {
             Err(LateRejection::NotFresh)
@@ -272,9 +292,17 @@ impl Supervisor {
         self.set_mode(Mode::Running, now, t);
     }
 
-    /// The last check before the governor: a target must be finite and keep the tool point
-    /// inside the workspace.
-    pub fn check(&self, target: &JointVector) -> Verdict {
+    /// Whether the monitor's verdict latched the arm (the daemon then stops).
+    pub fn violation_latched(&self) -> bool {
+        self.violation_latched
+    }
+
+    /// The last check before the governor: there must be a target (the running chunk has not
+    /// run out), finite, keeping the tool point inside the workspace.
+    pub fn check(&self, target: Option<&JointVector>) -> Verdict {
+        let Some(target) = target else {
+            return Verdict::Hold(HoldReason::ChunkStarved);
+        };
         if !target.all_finite() {
             // Defence in depth: chunks are checked whole on arrival.
             Verdict::Hold(HoldReason::NonFiniteTarget)
@@ -284,6 +312,19 @@ impl Supervisor {
             .is_some_and(|w| !w.contains(target.as_slice()))
         {
             Verdict::Hold(HoldReason::Workspace)
+        } else {
+            Verdict::Ok
+        }
+    }
+
+    /// What the governor and the independent monitor said of this period's command: a
+    /// coordinated brake before a position limit holds the arm; a command the monitor found
+    /// outside the limits latches a stop (the governor that made it cannot be trusted).
+    pub fn judge_command(&self, limit_brake: bool, violations: u32) -> Verdict {
+        if violations > 0 {
+            Verdict::Hold(HoldReason::LimitViolation)
+        } else if limit_brake {
+            Verdict::Hold(HoldReason::PositionLimit)
         } else {
             Verdict::Ok
         }
@@ -402,10 +443,43 @@ mod tests {
     #[test]
     fn when_target_not_finite_expect_hold_verdict() {
         let r = Rig::new();
-        assert_eq!(r.s.check(&JointVector::from_slice(&[0.3])), Verdict::Ok);
         assert_eq!(
-            r.s.check(&JointVector::from_slice(&[f64::NAN])),
+            r.s.check(Some(&JointVector::from_slice(&[0.3]))),
+            Verdict::Ok
+        );
+        assert_eq!(
+            r.s.check(Some(&JointVector::from_slice(&[f64::NAN]))),
             Verdict::Hold(HoldReason::NonFiniteTarget)
         );
+        assert_eq!(r.s.check(None), Verdict::Hold(HoldReason::ChunkStarved));
+    }
+
+    #[test]
+    fn when_monitor_saw_a_violation_expect_latched_through_holds_estop_and_reset() {
+        let mut r = Rig::new();
+        let now = r.t0.offset_seconds(0.01);
+        let mut t = [None, None];
+        assert_eq!(r.s.judge_command(false, 0), Verdict::Ok);
+        assert_eq!(
+            r.s.judge_command(true, 0),
+            Verdict::Hold(HoldReason::PositionLimit)
+        );
+        let v = r.s.judge_command(true, 2);
+        assert_eq!(v, Verdict::Hold(HoldReason::LimitViolation));
+        assert!(r.s.hold(HoldReason::LimitViolation, now, &mut t));
+        // No other hold replaces it, no chunk is admitted.
+        assert!(!r.s.hold(HoldReason::ChunkStarved, now, &mut t));
+        assert_eq!(r.s.mode(), Mode::Holding(HoldReason::LimitViolation));
+        let g = r.observe(0.02, 0, false, 0);
+        assert_eq!(
+            r.s.admit(r.t0.offset_seconds(0.015), &g),
+            Err(LateRejection::NotRunnable)
+        );
+        // An e-stop and its reset do not lift it either.
+        r.observe(0.03, 1, false, 0);
+        assert_eq!(r.s.mode(), Mode::EStopped);
+        let g = r.observe(0.04, 1, false, 1);
+        assert!(g.reset_refused && g.reset_at.is_none());
+        assert!(r.s.violation_latched());
     }
 }
