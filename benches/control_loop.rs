@@ -211,6 +211,7 @@ fn tick_cost(joints: usize, ticks: usize) {
                     measured: &measured,
                     camera_stamps: &[],
                     estop: false,
+                    thread_fault: false,
                     estop_presses: 0,
                     resets: 0,
                     overrun_streak: 0,

@@ -118,6 +118,7 @@ impl Rig {
                     measured: &self.measured,
                     camera_stamps: &[],
                     estop: false,
+                    thread_fault: false,
                     estop_presses: 0,
                     resets: 0,
                     overrun_streak: 0,

@@ -318,6 +318,7 @@ fn simulate(case: &Case) -> Outcome {
                     measured: &measured,
                     camera_stamps: &[],
                     estop,
+                    thread_fault: false,
                     estop_presses: 0,
                     resets,
                     overrun_streak: 0,

@@ -193,9 +193,8 @@ impl ControlLoop {
                 now,
                 measured: &measured,
                 camera_stamps: &self.camera_stamps,
-                // A fault latched by the supervisor (a thread died) acts as an e-stop no reset clears.
-                estop: self.board.estop.load(Ordering::Relaxed)
-                    || self.board.fault.load(Ordering::Relaxed),
+                estop: self.board.estop.load(Ordering::Relaxed),
+                thread_fault: self.board.fault.load(Ordering::Relaxed),
                 estop_presses: self.board.estop_presses.load(Ordering::Relaxed),
                 resets: self.board.resets.load(Ordering::Relaxed),
                 overrun_streak: self.streak,

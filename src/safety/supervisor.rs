@@ -18,6 +18,9 @@ pub struct SafetyInputs<'a> {
     pub camera_stamps: &'a [MonoTime],
     /// The e-stop input is pressed now.
     pub estop: bool,
+    /// Another daemon thread died or stalled (the supervisor thread saw it): latched as an
+    /// e-stop that no reset lifts.
+    pub thread_fault: bool,
     /// Count of e-stop presses so far: a press and release between two ticks still latches.
     pub estop_presses: u64,
     /// Count of reset requests so far; a change is one request.
@@ -127,6 +130,8 @@ pub struct Supervisor {
     events: [u64; SafetyEvent::COUNT],
     /// The independent monitor saw a limit broken: no chunk runs again in this process.
     violation_latched: bool,
+    /// A thread fault was seen: e-stopped for good.
+    fault_latched: bool,
 }
 
 impl Supervisor {
@@ -151,6 +156,7 @@ impl Supervisor {
             seen_presses: 0,
             events: [0; SafetyEvent::COUNT],
             violation_latched: false,
+            fault_latched: false,
         })
     }
 
@@ -233,7 +239,8 @@ impl Supervisor {
     ) -> Gate {
         let now = i.now;
         let mut gate = Gate::default();
-        let pressed = i.estop || i.estop_presses != self.seen_presses;
+        self.fault_latched |= i.thread_fault;
+        let pressed = i.estop || self.fault_latched || i.estop_presses != self.seen_presses;
         self.seen_presses = i.estop_presses;
         if pressed && self.mode != Mode::EStopped {
             self.count(SafetyEvent::EStop);
@@ -245,6 +252,7 @@ impl Supervisor {
             if self.mode == Mode::EStopped && !i.estop {
                 // Not yet at rest, or outside the limits: the operator resets again later.
                 if self.violation_latched
+                    || self.fault_latched
                     || commanded.velocity.iter().any(|v| *v != 0.0)
                     || check_start(&self.limits, &i.measured.position).is_err()
                 {
@@ -379,6 +387,17 @@ mod tests {
         }
 
         fn observe(&mut self, at_s: f64, presses: u64, estop: bool, resets: u64) -> Gate {
+            self.observe_fault(at_s, presses, estop, resets, false)
+        }
+
+        fn observe_fault(
+            &mut self,
+            at_s: f64,
+            presses: u64,
+            estop: bool,
+            resets: u64,
+            thread_fault: bool,
+        ) -> Gate {
             let now = self.t0.offset_seconds(at_s);
             self.m.stamp = now;
             let i = SafetyInputs {
@@ -386,6 +405,7 @@ mod tests {
                 measured: &self.m,
                 camera_stamps: &[],
                 estop,
+                thread_fault,
                 estop_presses: presses,
                 resets,
                 overrun_streak: 0,
@@ -411,6 +431,18 @@ mod tests {
         let g = r.observe(0.04, 1, false, 1);
         assert_eq!(g.reset_at, Some(JointVector::zeros(1)));
         assert_eq!(r.s.mode(), Mode::Holding(HoldReason::AfterReset));
+    }
+
+    #[test]
+    fn when_a_thread_fault_is_seen_once_expect_estopped_for_good() {
+        let mut r = Rig::new();
+        let g = r.observe_fault(0.01, 0, false, 0, true);
+        assert!(g.drop_chunk);
+        assert_eq!(r.s.mode(), Mode::EStopped);
+        // Even were the input to clear, no reset lifts it.
+        let g = r.observe(0.02, 0, false, 1);
+        assert!(g.reset_refused && g.reset_at.is_none());
+        assert_eq!(r.s.mode(), Mode::EStopped);
     }
 
     #[test]
