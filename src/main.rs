@@ -50,7 +50,7 @@ enum Command {
     Export(ExportArgs),
     /// Serve the policy over openpi's websocket protocol (any openpi client drives a robot
     /// from it): metadata on connect, msgpack-numpy observations, `actions` replies, GET /healthz.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Draw a recording (`[record]`, MCAP) as a PNG: per joint, commanded and measured
     /// position and velocity, limits, chunk arrivals, holds shaded.
     Plot(commands::plot::PlotArgs),
@@ -147,7 +147,7 @@ fn main() -> ExitCode {
             Command::Check(a) => check(a, &ros),
             Command::Infer(a) => commands::infer::infer(a),
             Command::Export(a) => commands::export::export(a),
-            Command::Serve(a) => commands::serve::serve(a, &ros),
+            Command::Serve(a) => commands::serve::serve(*a, &ros),
             Command::Plot(a) => commands::plot::plot(a),
         });
     match outcome {

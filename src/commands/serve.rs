@@ -1,12 +1,18 @@
 //! `pi0d serve`: the policy behind openpi's websocket protocol (and over Zenoh).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 
 use pi0d::config::ros_args::RosArgs;
+use pi0d::config::serve::{
+    BATCH_WINDOW_MS, DEFAULT_HANDSHAKE_TIMEOUT_S, DEFAULT_IDLE_TIMEOUT_S, HANDSHAKE_TIMEOUT_S,
+    IDLE_TIMEOUT_S, RTC_MAX_GUIDANCE,
+};
 use pi0d::daemon::exit::ExitReason;
 use pi0d::daemon::log::say;
+use pi0d::daemon::signals::Signals;
 
 use crate::{all_cores, classified, compute_threads, load_config, Failure, Outcome};
 
@@ -59,10 +65,18 @@ pub(crate) struct ServeArgs {
     /// Requests from several clients run as one batch, at most this many (1: one at a time).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     max_batch: u32,
-    /// How long a request waits for others to batch with, ms (0: only those already waiting
-    /// join it).
-    #[arg(long, default_value_t = 0.0)]
+    /// How long a request waits for others to batch with, ms, 0 to 1000 (0: only those
+    /// already waiting join it).
+    #[arg(long, default_value_t = 0.0, value_parser = |s: &str| BATCH_WINDOW_MS.parse(s))]
     batch_window_ms: f64,
+    /// A connection must finish its HTTP request or websocket handshake within this, s, 0.1 to
+    /// 60 [default: the config's serve.handshake_timeout_s, else 5].
+    #[arg(long, value_parser = |s: &str| HANDSHAKE_TIMEOUT_S.parse(s))]
+    handshake_timeout_s: Option<f64>,
+    /// A client that sends no request for this long is disconnected, s, 0.1 to 86400
+    /// [default: the config's serve.idle_timeout_s, else 60].
+    #[arg(long, value_parser = |s: &str| IDLE_TIMEOUT_S.parse(s))]
+    idle_timeout_s: Option<f64>,
     /// Also answer Zenoh queries on this key, e.g. pi0d/policy/arm (feature `zenoh`).
     #[arg(long)]
     zenoh: Option<String>,
@@ -70,9 +84,10 @@ pub(crate) struct ServeArgs {
     /// control.rtc.schedule, else linear].
     #[arg(long, value_parser = ["zeros", "ones", "linear", "exp"])]
     rtc_schedule: Option<String>,
-    /// Real-time chunking's guidance cap [default: the config's, else 10].
-    #[arg(long)]
-    rtc_max_guidance: Option<f32>,
+    /// Real-time chunking's guidance cap, above 0, at most 1000 [default: the config's, else
+    /// 10].
+    #[arg(long, value_parser = |s: &str| RTC_MAX_GUIDANCE.parse(s))]
+    rtc_max_guidance: Option<f64>,
     /// Zenoh endpoints to connect to (a zenohd router, other peers); repeatable.
     #[arg(long = "zenoh-connect", requires = "zenoh")]
     zenoh_connect: Vec<String>,
@@ -91,6 +106,8 @@ pub(crate) fn camera_key(s: &str) -> Result<(String, String), String> {
 pub(crate) fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
     use pi0d::config::serve::ServeConfig;
     use pi0d::policy::pi0::pipeline::{BackendOptions, Pi0Pipeline, PipelineOptions};
+    // First: no signal may end it without a controlled stop while the model loads either.
+    let signals = Signals::install();
     let (options, optional, seed, mut sc, rtc) = match &a.config {
         Some(path) => {
             let cfg = load_config(Some(path.clone()), ros)?;
@@ -188,8 +205,17 @@ pub(crate) fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
         queue: a.queue.or(sc.queue).unwrap_or(8) as usize,
         seed,
         max_batch: a.max_batch as usize,
-        batch_window: std::time::Duration::from_secs_f64(
-            a.batch_window_ms.clamp(0.0, 1000.0) / 1e3,
+        // In range: checked by the option's parser and [serve]'s validation.
+        batch_window: Duration::from_secs_f64(a.batch_window_ms / 1e3),
+        handshake_timeout: Duration::from_secs_f64(
+            a.handshake_timeout_s
+                .or(sc.handshake_timeout_s)
+                .unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT_S),
+        ),
+        idle_timeout: Duration::from_secs_f64(
+            a.idle_timeout_s
+                .or(sc.idle_timeout_s)
+                .unwrap_or(DEFAULT_IDLE_TIMEOUT_S),
         ),
         rtc: pi0d::config::RtcSettings {
             schedule: a
@@ -197,7 +223,9 @@ pub(crate) fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
                 .as_deref()
                 .and_then(pi0d::config::Schedule::parse)
                 .unwrap_or(rtc.schedule),
-            max_guidance_weight: a.rtc_max_guidance.unwrap_or(rtc.max_guidance_weight),
+            max_guidance_weight: a
+                .rtc_max_guidance
+                .map_or(rtc.max_guidance_weight, |g| g as f32),
         },
         zenoh: a
             .zenoh
@@ -208,7 +236,7 @@ pub(crate) fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
                 listen: a.zenoh_listen.clone(),
             }),
     };
-    pi0d::remote::serve::serve(pipeline, layout, opts)
+    pi0d::remote::serve::serve(pipeline, layout, opts, signals)
         .map_err(|e| Failure::new(ExitReason::RuntimeFailure, e))?;
     Ok(ExitReason::Clean)
 }

@@ -2,8 +2,10 @@
 //! policy protocol (frames in `io::msgpack_numpy`) for any openpi client. pi0d's own client of
 //! that protocol is a policy backend (`policy::openpi`).
 
+pub mod admission;
 pub mod request;
 pub mod serve;
+mod worker;
 
 use crate::config::serve::ServeKeys;
 use crate::policy::pi0::pipeline::Pi0Pipeline;

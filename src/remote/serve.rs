@@ -4,37 +4,47 @@
 //! and `policy_timing` out, errors as a text frame then close code 1011, `GET /healthz`.
 //! Stricter than openpi's own server: the API key is checked when one is set, frames and
 //! arrays are capped, a bad request costs only its own connection, and the inference queue is
-//! bounded (a full one answers "busy").
+//! bounded (a full one answers "busy"). No client can silence it: unauthenticated connections
+//! and sessions have separate budgets (`admission`), a handshake deadline and an idle timeout;
+//! requests are decoded off the I/O thread, a few at a time. SIGINT, SIGTERM, SIGQUIT, SIGXCPU
+//! and SIGPWR stop it; the signals that would otherwise kill it are logged and ignored, as in
+//! `pi0d run` (`daemon::signals`).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
-use rand::SeedableRng;
-use rand_distr::{Distribution, StandardNormal};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Semaphore};
+use tokio_tungstenite::tungstenite::error::ProtocolError;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::StatusCode;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
+use super::admission::{Budget, Full, Room, Slot, MAX_PENDING, MAX_SESSIONS};
 use super::request::{Layout, Request as Observation};
+use super::worker::{infer_loop, Job};
+use crate::daemon::signals::Signals;
 use crate::io::msgpack_numpy::{self, NdArray, Out};
-use crate::policy::pi0::pipeline::{error_chain, Pi0Pipeline};
-use crate::policy::CameraFrame;
+use crate::policy::pi0::pipeline::Pi0Pipeline;
 
-/// Connections served at once; more are closed on arrival.
-pub const MAX_CONNECTIONS: usize = 64;
-/// A client must finish its HTTP request (or websocket handshake) within this.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Requests decoded at once, each on the blocking pool: a request that is slow to decode holds
+/// one of them, never the I/O thread.
+pub const DECODERS: usize = 4;
 /// Largest HTTP request head read to tell a health check from an upgrade.
 const MAX_HEAD: usize = 8192;
+/// How often the accept loop looks at the signals.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+/// A close frame (or an error's text) to a client that does not read is given up after this.
+const CLOSE_WRITE: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
@@ -51,6 +61,12 @@ pub struct ServeOptions {
     pub max_batch: usize,
     /// How long the first request of a batch waits for others.
     pub batch_window: Duration,
+    /// A connection must finish its HTTP request or websocket handshake within this of its
+    /// arrival.
+    pub handshake_timeout: Duration,
+    /// A session that sends no request for this long is closed (writes to a client that does
+    /// not read are given up after it too).
+    pub idle_timeout: Duration,
     /// Also answer Zenoh queries on this key (feature `zenoh`).
     pub zenoh: Option<crate::config::openpi::ZenohLinkOptions>,
     /// How requests that bring a `prev_actions` leftover are guided (real-time chunking).
@@ -59,30 +75,16 @@ pub struct ServeOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         addr: SocketAddr,
+        #[source]
         source: std::io::Error,
     },
-    #[error("async runtime: {0}")]
-    Runtime(std::io::Error),
+    #[error("async runtime")]
+    Runtime(#[source] std::io::Error),
     #[error("Zenoh: {0}")]
     Zenoh(String),
-}
-
-/// What the inference thread answers.
-struct Inferred {
-    actions: Vec<Vec<f32>>,
-    infer_ms: f64,
-    prefix_ms: f64,
-    steps_ms: f64,
-    /// Requests run together with this one (itself included).
-    batch: usize,
-}
-
-struct Job {
-    obs: Observation,
-    reply: oneshot::Sender<Result<Inferred, String>>,
 }
 
 struct Shared {
@@ -92,7 +94,13 @@ struct Shared {
     api_key: Option<String>,
     max_request_bytes: usize,
     queue: usize,
-    connections: AtomicUsize,
+    handshake_timeout: Duration,
+    idle_timeout: Duration,
+    /// Connections that have not finished their handshake.
+    pending: Arc<Budget>,
+    /// Authenticated websocket sessions.
+    sessions: Arc<Budget>,
+    decoders: Arc<Semaphore>,
 }
 
 /// The metadata frame: what the model takes and returns, for clients to check.
@@ -120,8 +128,14 @@ pub fn metadata(p: &Pi0Pipeline, layout: &Layout) -> Out {
     ])
 }
 
-/// Serves until SIGINT or SIGTERM.
-pub fn serve(pipeline: Pi0Pipeline, layout: Layout, opts: ServeOptions) -> Result<(), ServeError> {
+/// Serves until a stop signal (SIGINT, SIGTERM, SIGQUIT, SIGXCPU, SIGPWR); a second one exits
+/// at once with 130 (`daemon::signals`).
+pub fn serve(
+    pipeline: Pi0Pipeline,
+    layout: Layout,
+    opts: ServeOptions,
+    signals: Signals,
+) -> Result<(), ServeError> {
     let metadata = msgpack_numpy::encode(&metadata(&pipeline, &layout));
     let (jobs, queue) = mpsc::sync_channel(opts.queue.max(1));
     let (seed, max_batch, window) = (opts.seed, opts.max_batch.max(1), opts.batch_window);
@@ -137,7 +151,11 @@ pub fn serve(pipeline: Pi0Pipeline, layout: Layout, opts: ServeOptions) -> Resul
         api_key: opts.api_key.clone(),
         max_request_bytes: opts.max_request_bytes,
         queue: opts.queue,
-        connections: AtomicUsize::new(0),
+        handshake_timeout: opts.handshake_timeout,
+        idle_timeout: opts.idle_timeout,
+        pending: Budget::new(MAX_PENDING),
+        sessions: Budget::new(MAX_SESSIONS),
+        decoders: Arc::new(Semaphore::new(DECODERS)),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -145,7 +163,13 @@ pub fn serve(pipeline: Pi0Pipeline, layout: Layout, opts: ServeOptions) -> Resul
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
-    let outcome = rt.block_on(accept_loop(opts.listen, opts.zenoh.clone(), shared));
+    let outcome = rt.block_on(accept_loop(
+        opts.listen,
+        opts.zenoh.clone(),
+        shared,
+        signals,
+    ));
+    // Connections end with the runtime; a decode still running is left behind.
     rt.shutdown_timeout(Duration::from_secs(1));
     // The queue's sender is gone with the runtime's tasks: the worker ends after its job.
     drop(worker);
@@ -156,6 +180,7 @@ async fn accept_loop(
     addr: SocketAddr,
     zenoh: Option<crate::config::openpi::ZenohLinkOptions>,
     shared: Arc<Shared>,
+    mut signals: Signals,
 ) -> Result<(), ServeError> {
     let listener = TcpListener::bind(addr)
         .await
@@ -173,28 +198,63 @@ async fn accept_loop(
         }
     };
     let local = listener.local_addr().unwrap_or(addr);
-    tracing::info!(%local, "serving openpi's websocket protocol (GET /healthz for health)");
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(ServeError::Runtime)?;
+    tracing::info!(
+        handshake_timeout_s = shared.handshake_timeout.as_secs_f64(),
+        idle_timeout_s = shared.idle_timeout.as_secs_f64(),
+        // Last: tools and tests read the port at the end of the line.
+        %local,
+        "serving openpi's websocket protocol (GET /healthz for health)"
+    );
+    let mut poll = tokio::time::interval(SIGNAL_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let shared = shared.clone();
-                    tokio::spawn(async move { connection(stream, peer, shared).await });
-                }
+                Ok((stream, peer)) => admit(stream, peer, &shared),
                 // Out of descriptors and the like: keep serving those connected.
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
+            _ = poll.tick() => {
+                signals.log_ignored();
+                if signals.take_reload() {
+                    tracing::warn!(
+                        signal = "SIGHUP",
+                        "ignored: pi0d serve has nothing to reload (restart it to change options)"
+                    );
+                }
+                if signals.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+            }
         }
     }
-    tracing::info!("stopping");
+    tracing::info!(
+        sessions = shared.sessions.held(),
+        "stopping: a stop signal arrived; connected clients are closed"
+    );
     Ok(())
+}
+
+/// Gives an arriving connection a place among the unauthenticated ones (evicting the oldest
+/// when they are all taken) and serves it.
+fn admit(stream: TcpStream, peer: SocketAddr, sh: &Arc<Shared>) {
+    let arrived = Instant::now();
+    match sh.pending.admit(arrived) {
+        Ok((slot, room)) => {
+            if room == Room::Evicted {
+                tracing::debug!(
+                    %peer,
+                    "{MAX_PENDING} connections were mid-handshake: the oldest closed for this one"
+                );
+            }
+            tokio::spawn(connection(stream, peer, sh.clone(), slot, arrived));
+        }
+        // Unreachable: a connection mid-handshake is never busy, so one is always evicted.
+        Err(Full) => tracing::warn!(%peer, "refused: no place for an unauthenticated connection"),
+    }
 }
 
 /// Answers Zenoh queries on the key with the same frames as the websocket: each query's
@@ -224,7 +284,7 @@ async fn zenoh_queryable(
                     .payload()
                     .map(|p| p.to_bytes().into_owned())
                     .unwrap_or_default();
-                let sent = match infer(&sh, &bytes, None).await {
+                let sent = match infer(&sh, bytes, None).await {
                     Ok(reply) => {
                         tracing::debug!("Zenoh query answered");
                         query.reply(query.key_expr().clone(), reply).await
@@ -243,75 +303,158 @@ async fn zenoh_queryable(
     Ok((session, task))
 }
 
-/// Counts a connection while it lives.
-struct Slot<'a>(&'a AtomicUsize);
+/// How a connection's HTTP request ended.
+enum Opened {
+    /// An authenticated websocket session, holding its place among the sessions.
+    Session(Box<Ws>, Slot),
+    Health,
+    /// Closed by the client before its request was complete (a port scan, a health probe
+    /// that gave up).
+    Closed,
+    Lost(std::io::Error),
+    HeadTooLarge,
+    /// Not a websocket upgrade, a wrong API key, or every session mid-request (the client got
+    /// the HTTP error).
+    Refused(WsError),
+    TimedOut,
+    /// Its place went to a newer connection.
+    Evicted,
+}
 
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+/// How a session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    /// The client sent a close frame.
+    Closed,
+    /// The connection dropped without one.
+    Gone,
+    Idle,
+    Evicted,
+    /// A request was refused (told the client, logged, connection closed).
+    Refused,
+    /// The client did not take its reply within the idle timeout.
+    Stalled,
+}
+
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    sh: Arc<Shared>,
+    pending: Slot,
+    arrived: Instant,
+) {
+    let _ = stream.set_nodelay(true);
+    let deadline = tokio::time::Instant::from_std(arrived + sh.handshake_timeout);
+    let opened = tokio::select! {
+        _ = pending.evicted() => Opened::Evicted,
+        o = tokio::time::timeout_at(deadline, open(stream, &sh)) => o.unwrap_or(Opened::TimedOut),
+    };
+    drop(pending);
+    let limit = sh.handshake_timeout;
+    let (ws, slot) = match opened {
+        Opened::Session(ws, slot) => (ws, slot),
+        Opened::Health => return tracing::debug!(%peer, "health check answered"),
+        Opened::Closed => return tracing::debug!(%peer, "closed before its request was complete"),
+        Opened::Lost(e) => {
+            return tracing::debug!(%peer, error = %e, "lost before its request was complete")
+        }
+        Opened::HeadTooLarge => {
+            return tracing::warn!(%peer, "request head over {MAX_HEAD} bytes: closed")
+        }
+        Opened::Refused(e) => {
+            return tracing::warn!(%peer, error = %e, "websocket handshake refused")
+        }
+        Opened::TimedOut => {
+            return tracing::info!(%peer, "no complete handshake within {limit:?}: closed")
+        }
+        Opened::Evicted => {
+            return tracing::debug!(%peer, "unauthenticated, the oldest of {MAX_PENDING}: closed")
+        }
+    };
+    tracing::info!(%peer, "client connected");
+    let idle = sh.idle_timeout;
+    match session(*ws, &sh, &slot).await {
+        End::Closed => tracing::info!(%peer, "client closed"),
+        End::Gone => tracing::info!(%peer, "client gone (connection dropped without a close)"),
+        End::Idle => tracing::info!(%peer, "client closed: no request for {idle:?}"),
+        End::Evicted => tracing::info!(
+            %peer,
+            "client closed: idle the longest of {MAX_SESSIONS} sessions when another client came"
+        ),
+        End::Refused => tracing::info!(%peer, "client closed after its refused request"),
+        End::Stalled => tracing::info!(%peer, "client closed: it did not take its reply"),
     }
 }
 
-async fn connection(mut stream: TcpStream, peer: SocketAddr, sh: Arc<Shared>) {
-    let _slot = Slot(&sh.connections);
-    if sh.connections.fetch_add(1, Ordering::Relaxed) >= MAX_CONNECTIONS {
-        tracing::warn!(%peer, "refused: {MAX_CONNECTIONS} connections already");
-        return;
+/// Reads the HTTP request and answers it: a health check, or the websocket handshake (API key
+/// checked, a session place taken).
+async fn open(mut stream: TcpStream, sh: &Shared) -> Opened {
+    let head = match read_head(&mut stream).await {
+        Ok(Head::Complete(head)) => head,
+        Ok(Head::Eof) => return Opened::Closed,
+        Ok(Head::TooLarge) => return Opened::HeadTooLarge,
+        Err(e) => return Opened::Lost(e),
+    };
+    if is_health_check(&head) {
+        return match answer_health(&mut stream).await {
+            Ok(()) => Opened::Health,
+            Err(e) => Opened::Lost(e),
+        };
     }
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, health_check(&mut stream)).await {
-        Ok(Ok(true)) => return,
-        Ok(Ok(false)) => {}
-        Ok(Err(e)) => {
-            tracing::debug!(%peer, error = %e, "connection lost before its request");
-            return;
-        }
-        Err(_) => {
-            tracing::warn!(%peer, "no complete request within {HANDSHAKE_TIMEOUT:?}: closed");
-            return;
-        }
-    }
-    let key = sh.api_key.clone();
+    // tungstenite reads the request again: what was read comes first.
+    let (rd, wr) = stream.into_split();
+    let io = tokio::io::join(std::io::Cursor::new(head).chain(rd), wr);
+    let key = sh.api_key.as_deref();
+    let sessions = &sh.sessions;
+    let mut admitted: Option<Slot> = None;
+    let refuse = |status: StatusCode, body: String| {
+        let mut e = ErrorResponse::new(Some(body));
+        *e.status_mut() = status;
+        e
+    };
     // tungstenite's callback signature: its error is the HTTP response sent back.
     #[allow(clippy::result_large_err)]
-    let check = move |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
-        let Some(key) = &key else { return Ok(resp) };
-        let given = req
-            .headers()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok());
-        if given.is_some_and(|g| same(g, &format!("Api-Key {key}"))) {
-            return Ok(resp);
+    let check = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
+        if let Some(key) = key {
+            let given = req
+                .headers()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok());
+            if !given.is_some_and(|g| same(g, &format!("Api-Key {key}"))) {
+                return Err(refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "missing or wrong API key\n".into(),
+                ));
+            }
         }
-        let mut e = ErrorResponse::new(Some("missing or wrong API key\n".into()));
-        *e.status_mut() = StatusCode::UNAUTHORIZED;
-        Err(e)
+        match sessions.admit(Instant::now()) {
+            Ok((slot, room)) => {
+                if room == Room::Evicted {
+                    tracing::info!(
+                        "{MAX_SESSIONS} sessions: the longest idle closed for a new one"
+                    );
+                }
+                admitted = Some(slot);
+                Ok(resp)
+            }
+            Err(Full) => Err(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("all {MAX_SESSIONS} sessions are mid-request; try again\n"),
+            )),
+        }
     };
     let config = WebSocketConfig {
         max_message_size: Some(sh.max_request_bytes),
         max_frame_size: Some(sh.max_request_bytes),
         ..Default::default()
     };
-    let upgraded = tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(config)),
-    )
-    .await;
-    let ws = match upgraded {
-        Ok(Ok(ws)) => ws,
-        Ok(Err(e)) => {
-            tracing::warn!(%peer, error = %e, "websocket handshake refused");
-            return;
-        }
-        Err(_) => {
-            tracing::warn!(%peer, "websocket handshake took over {HANDSHAKE_TIMEOUT:?}: closed");
-            return;
-        }
-    };
-    tracing::info!(%peer, "client connected");
-    if let Err(e) = session(ws, &sh).await {
-        tracing::info!(%peer, reason = %e, "client gone");
-    } else {
-        tracing::info!(%peer, "client closed");
+    match tokio_tungstenite::accept_hdr_async_with_config(io, check, Some(config)).await {
+        Ok(ws) => match admitted {
+            Some(slot) => Opened::Session(Box::new(ws), slot),
+            // The callback admits every handshake it lets through.
+            None => Opened::Closed,
+        },
+        Err(e) => Opened::Refused(e),
     }
 }
 
@@ -320,79 +463,186 @@ fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
-/// Answers `GET /healthz` (a plain HTTP request, no upgrade) with 200 "OK"; says whether it did.
-async fn health_check(stream: &mut TcpStream) -> std::io::Result<bool> {
-    let mut buf = vec![0u8; MAX_HEAD];
-    let n = loop {
-        let n = stream.peek(&mut buf).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        if n == MAX_HEAD || buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-            break n;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    let head = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
-    let health = head.starts_with("get /healthz ") && !head.contains("\nupgrade:");
-    if health {
-        use tokio::io::AsyncWriteExt;
-        let end = head.find("\r\n\r\n").map_or(n, |i| i + 4);
-        stream.read_exact(&mut buf[..end]).await?;
-        stream
-            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\nOK\n")
-            .await?;
-        stream.shutdown().await?;
-    }
-    Ok(health)
+enum Head {
+    /// The request head, and whatever followed it in the same reads.
+    Complete(Vec<u8>),
+    /// The client closed first.
+    Eof,
+    TooLarge,
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<TcpStream>;
+/// Reads up to the blank line that ends an HTTP request head. Reads, never peeks: a client
+/// that sends a few bytes and closes is seen closing at once.
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Head> {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let room = (MAX_HEAD - head.len()).min(chunk.len());
+        let n = stream.read(&mut chunk[..room]).await?;
+        if n == 0 {
+            return Ok(Head::Eof);
+        }
+        let from = head.len().saturating_sub(3);
+        head.extend_from_slice(&chunk[..n]);
+        if head[from..].windows(4).any(|w| w == b"\r\n\r\n") {
+            return Ok(Head::Complete(head));
+        }
+        if head.len() >= MAX_HEAD {
+            return Ok(Head::TooLarge);
+        }
+    }
+}
 
-/// One client: metadata first, then a reply per request until it closes or a request fails.
-async fn session(ws: Ws, sh: &Shared) -> Result<(), String> {
+/// `GET /healthz` without an upgrade.
+fn is_health_check(head: &[u8]) -> bool {
+    let head = String::from_utf8_lossy(head).to_ascii_lowercase();
+    head.starts_with("get /healthz ") && !head.contains("\nupgrade:")
+}
+
+async fn answer_health(stream: &mut TcpStream) -> std::io::Result<()> {
+    stream
+        .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\nOK\n")
+        .await?;
+    stream.shutdown().await
+}
+
+/// What tungstenite reads: the request head already read, then the socket.
+type Io =
+    tokio::io::Join<tokio::io::Chain<std::io::Cursor<Vec<u8>>, OwnedReadHalf>, OwnedWriteHalf>;
+type Ws = tokio_tungstenite::WebSocketStream<Io>;
+type Tx = SplitSink<Ws, Message>;
+
+/// The connection ended under the client (no close frame): not a bad frame.
+fn disconnected(e: &WsError) -> bool {
+    use std::io::ErrorKind::*;
+    match e {
+        WsError::ConnectionClosed | WsError::AlreadyClosed => true,
+        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => true,
+        WsError::Io(e) => matches!(
+            e.kind(),
+            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+        ),
+        _ => false,
+    }
+}
+
+/// Sends `msg` unless the client does not take it within `limit`; says whether it was sent.
+async fn send(tx: &mut Tx, msg: Message, limit: Duration) -> bool {
+    matches!(tokio::time::timeout(limit, tx.send(msg)).await, Ok(Ok(())))
+}
+
+async fn close(tx: &mut Tx, code: CloseCode, reason: &str) {
+    let frame = CloseFrame {
+        code,
+        reason: reason.to_string().into(),
+    };
+    send(tx, Message::Close(Some(frame)), CLOSE_WRITE).await;
+}
+
+/// One client: metadata first, then a reply per request until it closes, a request fails, it
+/// stays idle past the idle timeout or its place goes to another client.
+async fn session(ws: Ws, sh: &Arc<Shared>, slot: &Slot) -> End {
     let (mut tx, mut rx) = ws.split();
-    tx.send(Message::Binary(sh.metadata.clone()))
-        .await
-        .map_err(|e| e.to_string())?;
+    if !send(
+        &mut tx,
+        Message::Binary(sh.metadata.clone()),
+        sh.idle_timeout,
+    )
+    .await
+    {
+        return End::Stalled;
+    }
     let mut prev_total_ms: Option<f64> = None;
-    while let Some(msg) = rx.next().await {
+    let mut idle_since = tokio::time::Instant::now();
+    loop {
+        let msg = tokio::select! {
+            msg = rx.next() => msg,
+            _ = tokio::time::sleep_until(idle_since + sh.idle_timeout) => {
+                close(&mut tx, CloseCode::Normal, "idle: no request within the idle timeout").await;
+                return End::Idle;
+            }
+            _ = slot.evicted() => {
+                close(&mut tx, CloseCode::Again, "the server is full and this client was idle")
+                    .await;
+                return End::Evicted;
+            }
+        };
         let start = Instant::now();
         let outcome = match msg {
-            Ok(Message::Binary(b)) => infer(sh, &b, prev_total_ms).await,
-            Ok(Message::Text(_)) => Err("expected a binary msgpack frame, found text".into()),
-            Ok(Message::Close(_)) => return Ok(()),
-            Ok(_) => continue,
+            None => return End::Gone,
+            Some(Ok(Message::Binary(b))) => {
+                // Mid-request from here: never evicted.
+                if !slot.begin() {
+                    close(
+                        &mut tx,
+                        CloseCode::Again,
+                        "the server is full and this client was idle",
+                    )
+                    .await;
+                    return End::Evicted;
+                }
+                infer(sh, b, prev_total_ms).await
+            }
+            Some(Ok(Message::Text(_))) => Err("expected a binary msgpack frame, found text".into()),
+            Some(Ok(Message::Close(_))) => return End::Closed,
+            // Pings and pongs (answered by tungstenite) are not requests.
+            Some(Ok(_)) => continue,
+            Some(Err(e)) if disconnected(&e) => return End::Gone,
             // Over the size cap, or not websocket: the client is told if it still listens.
-            Err(e) => Err(format!("bad frame: {e}")),
+            Some(Err(e)) => Err(format!("bad frame: {e}")),
         };
         match outcome {
-            Ok(reply) => tx
-                .send(Message::Binary(reply))
-                .await
-                .map_err(|e| e.to_string())?,
+            Ok(reply) => {
+                if !send(&mut tx, Message::Binary(reply), sh.idle_timeout).await {
+                    return End::Stalled;
+                }
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "request refused");
-                let _ = tx.send(Message::Text(e.clone())).await;
-                let _ = tx
-                    .send(Message::Close(Some(CloseFrame {
-                        code: CloseCode::Error,
-                        reason: "Internal server error. Traceback included in previous frame."
-                            .into(),
-                    })))
-                    .await;
-                return Err(e);
+                send(&mut tx, Message::Text(e), CLOSE_WRITE).await;
+                close(
+                    &mut tx,
+                    CloseCode::Error,
+                    "Internal server error. Traceback included in previous frame.",
+                )
+                .await;
+                return End::Refused;
             }
         }
+        let now = Instant::now();
+        slot.end(now);
+        idle_since = tokio::time::Instant::from_std(now);
         prev_total_ms = Some(start.elapsed().as_secs_f64() * 1e3);
     }
-    Ok(())
+}
+
+/// Decodes and checks a request on the blocking pool, at most `DECODERS` at once: however
+/// long a hostile request takes, the I/O thread (accepts, health checks, other clients) is
+/// never held up by it.
+async fn decode(sh: &Arc<Shared>, bytes: Vec<u8>) -> Result<Observation, String> {
+    let permit = sh
+        .decoders
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| "the server is stopping".to_string())?;
+    let shared = sh.clone();
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let items = msgpack_numpy::decode_request(&bytes).map_err(|e| e.to_string())?;
+        shared.layout.parse(items).map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|_| Err("the request could not be decoded (see the server's log)".into()))
 }
 
 /// Decodes, queues and answers one request.
-async fn infer(sh: &Shared, bytes: &[u8], prev_total_ms: Option<f64>) -> Result<Vec<u8>, String> {
-    let items = msgpack_numpy::decode_request(bytes).map_err(|e| e.to_string())?;
-    let obs = sh.layout.parse(items).map_err(|e| e.to_string())?;
+async fn infer(
+    sh: &Arc<Shared>,
+    bytes: Vec<u8>,
+    prev_total_ms: Option<f64>,
+) -> Result<Vec<u8>, String> {
+    let obs = decode(sh, bytes).await?;
     let (reply, answer) = oneshot::channel();
     match sh.jobs.try_send(Job { obs, reply }) {
         Ok(()) => {}
@@ -429,120 +679,4 @@ async fn infer(sh: &Shared, bytes: &[u8], prev_total_ms: Option<f64>) -> Result<
             ]),
         ),
     ])))
-}
-
-/// The model's thread: requests in arrival order; those waiting when the model is free (and,
-/// with a `window`, those arriving within it), up to `max_batch`, run as one batch; each gets
-/// its own answer.
-fn infer_loop(
-    mut pipeline: Pi0Pipeline,
-    jobs: mpsc::Receiver<Job>,
-    seed: u64,
-    max_batch: usize,
-    window: Duration,
-    rtc: crate::config::RtcSettings,
-) {
-    use crate::policy::pi0::pipeline::BatchItem;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let n = pipeline.arch.chunk * pipeline.arch.action_dim;
-    while let Ok(first) = jobs.recv() {
-        // Those already waiting join at once (requests queue up while the model runs); with
-        // a window, the first waits that long for more.
-        let mut batch = vec![first];
-        let until = Instant::now() + window;
-        while batch.len() < max_batch {
-            let next = if window.is_zero() {
-                jobs.try_recv().ok()
-            } else {
-                jobs.recv_timeout(until.saturating_duration_since(Instant::now()))
-                    .ok()
-            };
-            match next {
-                Some(j) => batch.push(j),
-                None => break,
-            }
-        }
-        // A leftover the model cannot be guided with fails that request alone.
-        let mut kept = Vec::with_capacity(batch.len());
-        let mut guidance = Vec::with_capacity(batch.len());
-        for j in batch {
-            match j
-                .obs
-                .rtc
-                .as_ref()
-                .map(|p| pipeline.guidance(rtc, p))
-                .transpose()
-            {
-                Ok(g) => {
-                    kept.push(j);
-                    guidance.push(g);
-                }
-                Err(e) => {
-                    let _ = j
-                        .reply
-                        .send(Err(format!("`prev_actions`: {}", error_chain(&e))));
-                }
-            }
-        }
-        let mut batch = kept;
-        if batch.is_empty() {
-            continue;
-        }
-        let noises: Vec<Vec<f32>> = batch
-            .iter_mut()
-            .map(|j| {
-                j.obs
-                    .noise
-                    .take()
-                    .unwrap_or_else(|| (0..n).map(|_| StandardNormal.sample(&mut rng)).collect())
-            })
-            .collect();
-        let refs: Vec<Vec<Option<&CameraFrame>>> = batch
-            .iter()
-            .map(|j| j.obs.frames.iter().map(Option::as_ref).collect())
-            .collect();
-        let items: Vec<BatchItem> = batch
-            .iter()
-            .zip(&refs)
-            .zip(&noises)
-            .zip(&guidance)
-            .map(|(((j, frames), noise), guidance)| BatchItem {
-                frames,
-                state: &j.obs.state,
-                task: &j.obs.prompt,
-                noise,
-                guidance: guidance.as_ref(),
-            })
-            .collect();
-        let start = Instant::now();
-        // A panic in the model answers these requests and leaves the server up.
-        let results =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pipeline.run_batch(&items)));
-        let infer_ms = start.elapsed().as_secs_f64() * 1e3;
-        drop(items);
-        let size = batch.len();
-        match results {
-            Ok(results) => {
-                for (job, r) in batch.into_iter().zip(results) {
-                    let answer = r
-                        .map(|(actions, t)| Inferred {
-                            actions,
-                            infer_ms,
-                            prefix_ms: t.prefix_ms,
-                            steps_ms: t.steps_ms,
-                            batch: size,
-                        })
-                        .map_err(|e| error_chain(&e));
-                    let _ = job.reply.send(answer);
-                }
-            }
-            Err(_) => {
-                for job in batch {
-                    let _ = job.reply.send(Err(
-                        "the model failed on this request (see the server's log)".into(),
-                    ));
-                }
-            }
-        }
-    }
 }
