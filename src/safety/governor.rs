@@ -408,6 +408,22 @@ mod tests {
         }
     }
 
+    /// Whatever the jerk limit (up to absurd values a config might carry), a stop from a
+    /// moving state comes to rest exactly, without creeping.
+    #[test]
+    fn when_jerk_limit_is_enormous_expect_stop_to_reach_rest() {
+        let dt = 0.005;
+        for jerk in [1e4, 1e9, 1e19, 1e300] {
+            let mut joint = limits(-30.0, 30.0).joints[0].clone();
+            joint.jerk = jerk;
+            let mut g = Governor::new(RobotLimits::new(vec![joint]), dt, JointVector::zeros(1));
+            g.state.velocity[0] = -0.36;
+            let meas = JointVector::zeros(1);
+            let rest = (0..2000).any(|_| g.step(Target::Stop, &meas).at_rest);
+            assert!(rest, "jerk {jerk}: still moving: {:?}", g.state);
+        }
+    }
+
     #[test]
     fn when_stop_requested_expect_rest_within_deceleration_limits() {
         let dt = 0.005;

@@ -20,8 +20,14 @@ pub fn braking_velocity(distance: f64, decel: f64, dt: f64) -> f64 {
         return f64::INFINITY;
     }
     let d = distance.max(0.0);
-    // Rounding can leave -1e-16 at zero distance.
-    (-decel * dt + (decel * decel * dt * dt + 2.0 * decel * d).sqrt()).max(0.0)
+    if d == 0.0 {
+        return 0.0;
+    }
+    // The root of v² + 2·a·dt·v - 2·a·d = 0 written without cancellation or overflow: the
+    // textbook `-a·dt + sqrt(a²dt² + 2ad)` loses every digit once a·dt dwarfs the distance (a
+    // jerk limit of 1e19 gave 0, so a stop never removed the last 0.008 rad/s and the joint
+    // crept on). An infinite rate gives d/dt, a zero one 0.
+    (2.0 * d / (dt + (dt * dt + 2.0 * d / decel).sqrt())).max(0.0)
 }
 
 /// `braking_velocity` with the sign of `x`: how much of a quantity may be built up toward a
@@ -68,6 +74,30 @@ mod tests {
                 })
             },
         )
+    }
+
+    /// The braking velocity is exact where the textbook form cancels to nothing: with an
+    /// enormous rate the joint may close the whole distance in one period.
+    #[test]
+    fn when_rate_dwarfs_distance_expect_braking_velocity_without_cancellation() {
+        let dt = 0.005;
+        for rate in [1e12, 8e18, 1e300, f64::INFINITY] {
+            let v = braking_velocity(0.0077, rate, dt);
+            assert!(
+                (v - 0.0077 / dt).abs() < 1e-9 * (0.0077 / dt),
+                "{rate}: {v}"
+            );
+        }
+        // Ordinary rates: v·dt + v²/2a = d.
+        for (d, a) in [(0.5, 2.0), (1e-6, 100.0), (3.0, 0.01)] {
+            let v = braking_velocity(d, a, dt);
+            assert!(
+                (v * dt + v * v / (2.0 * a) - d).abs() < 1e-12,
+                "{d} {a}: {v}"
+            );
+        }
+        assert_eq!(braking_velocity(0.0, 5.0, dt), 0.0);
+        assert_eq!(braking_velocity(-1e-16, 5.0, dt), 0.0);
     }
 
     proptest! {
