@@ -473,4 +473,34 @@ mod tests {
         assert_eq!(read_regular_file(&big, 4096).unwrap().len(), 2048);
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// wss:// with `ca_file = /dev/zero`: start-up is refused at once, naming the field.
+    #[cfg(feature = "tls")]
+    #[test]
+    fn when_the_ca_file_is_dev_zero_expect_the_link_refused_naming_the_field() {
+        let opts = OpenpiOptions {
+            url: "wss://127.0.0.1:9".into(),
+            api_key: None,
+            ca_file: Some("/dev/zero".into()),
+            connect_timeout_s: 1.0,
+            request_timeout_s: 1.0,
+            reconnect_initial_s: 0.1,
+            reconnect_max_s: 1.0,
+            images: None,
+            state_key: "observation.state".into(),
+            prompt_key: "prompt".into(),
+            extra: Vec::new(),
+            image_size: 0,
+            action_dim: None,
+            max_reply_bytes: 1 << 20,
+            zenoh: None,
+        };
+        let Err(e) = Websocket::new(&opts) else {
+            panic!("/dev/zero taken as a CA file")
+        };
+        assert_eq!(
+            e,
+            "policy.openpi.ca_file /dev/zero: expected a regular file, found a device"
+        );
+    }
 }
