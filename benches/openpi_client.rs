@@ -46,7 +46,8 @@ fn main() {
         max_reply_bytes: 16 << 20,
         zenoh: None,
     };
-    let mut policy = OpenpiPolicy::new(&opts, &names, 7, 0.02).expect("cameras map");
+    // policy.chunk_steps = 50: the bench server answers [50, 8].
+    let mut policy = OpenpiPolicy::new(&opts, &names, 7, 50, 0.02).expect("cameras map");
     let frame = |seed: u8| {
         Some(Arc::new(CameraFrame {
             stamp: MonoTime::now(),

@@ -3,17 +3,41 @@
 //! accepted too) and numpy scalars as `{__npgeneric__: true, data, dtype}`. Only plain numeric
 //! dtypes are taken (openpi refuses object, void and complex ones too; there is no pickle).
 
+//!
+//! A frame is checked before anything is built from it (`scan`), in time linear in its size:
+//! nesting, keys per map and values in all are capped, so a hostile frame costs at most its
+//! own bytes plus `MAX_VALUES` small values of memory, and no more work than reading it.
+
+use std::collections::HashSet;
+
 use rmpv::Value;
 
-/// How deep a request may nest (openpi's observations are two levels deep).
+/// How deep containers may nest (openpi's observations are three levels deep: the keys, an
+/// array's map, its shape list).
 pub const MAX_DEPTH: usize = 16;
 /// Most dimensions an array may have.
 pub const MAX_DIMS: usize = 4;
+/// Most keys in one map: openpi's observations, replies and metadata have tens.
+pub const MAX_KEYS: usize = 1024;
+/// Most msgpack values in one frame (each scalar, string, list or map counts one; an array's
+/// bytes are one). An openpi observation or reply has a few hundred. Decoded, a value takes
+/// ~40 bytes besides its bytes: a frame costs at most its size plus ~2.6 MB.
+pub const MAX_VALUES: usize = 65_536;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
     #[error("not msgpack: {0}")]
     Msgpack(#[from] rmpv::decode::Error),
+    #[error("not msgpack: {0}")]
+    Structure(String),
+    #[error("not msgpack within bounds: nested deeper than {MAX_DEPTH} levels (at byte {at})")]
+    TooDeep { at: usize },
+    #[error("a map of {keys} keys (at byte {at}): at most {MAX_KEYS} keys per map are taken")]
+    TooManyKeys { keys: u64, at: usize },
+    #[error(
+        "more than {MAX_VALUES} values in one frame (at byte {at}): at most {MAX_VALUES} are taken"
+    )]
+    TooManyValues { at: usize },
     #[error("`{key}`: {message}")]
     Field { key: String, message: String },
     #[error("{0}")]
@@ -132,16 +156,130 @@ fn get<'a>(map: &'a [(Value, Value)], key: &str) -> Option<&'a Value> {
         .map(|(_, v)| v)
 }
 
-/// Decodes one frame (a request, or a reply) into its top-level keys, in order.
-pub fn decode_request(bytes: &[u8]) -> Result<Vec<(String, Item)>, WireError> {
-    let mut rd = bytes;
-    let v = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH)?;
-    if !rd.is_empty() {
+/// The big-endian length of `n` bytes at `at`, if the frame has them.
+fn length(bytes: &[u8], at: usize, n: usize) -> Option<u64> {
+    let b = bytes.get(at..at.checked_add(n)?)?;
+    Some(b.iter().fold(0u64, |acc, x| (acc << 8) | u64::from(*x)))
+}
+
+/// Walks the frame's msgpack structure without building it (iteratively: no recursion for a
+/// hostile nesting to blow): exactly one value, no container deeper than `MAX_DEPTH`, no map
+/// of more than `MAX_KEYS` keys, at most `MAX_VALUES` values, and no length that claims more
+/// than the bytes left. Its work is linear in the frame's size.
+pub fn scan(bytes: &[u8]) -> Result<(), WireError> {
+    let short = |at: usize| {
+        WireError::Structure(format!(
+            "the frame ends inside a value (at byte {at} of {})",
+            bytes.len()
+        ))
+    };
+    // Per open container: the values still to come in it (a map's keys and values both).
+    let mut open: Vec<u64> = Vec::with_capacity(MAX_DEPTH + 1);
+    open.push(1);
+    let mut values = 0usize;
+    let mut at = 0usize;
+    while let Some(left) = open.last_mut() {
+        if *left == 0 {
+            open.pop();
+            continue;
+        }
+        *left -= 1;
+        values += 1;
+        if values > MAX_VALUES {
+            return Err(WireError::TooManyValues { at });
+        }
+        let m = *bytes.get(at).ok_or_else(|| short(at))?;
+        at += 1;
+        // (payload bytes to skip, entries of a container: (count, is a map))
+        let (skip, entries): (u64, Option<(u64, bool)>) = match m {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, None),
+            0x80..=0x8f => (0, Some((u64::from(m & 0x0f), true))),
+            0x90..=0x9f => (0, Some((u64::from(m & 0x0f), false))),
+            0xa0..=0xbf => (u64::from(m & 0x1f), None),
+            0xc1 => {
+                return Err(WireError::Structure(format!(
+                    "the reserved byte 0xc1 at byte {}",
+                    at - 1
+                )))
+            }
+            // bin, str: 1, 2 or 4 length bytes.
+            0xc4 | 0xd9 => (length(bytes, at, 1).ok_or_else(|| short(at))? + 1, None),
+            0xc5 | 0xda => (length(bytes, at, 2).ok_or_else(|| short(at))? + 2, None),
+            0xc6 | 0xdb => (length(bytes, at, 4).ok_or_else(|| short(at))? + 4, None),
+            // ext: the length, then the type byte.
+            0xc7 => (length(bytes, at, 1).ok_or_else(|| short(at))? + 2, None),
+            0xc8 => (length(bytes, at, 2).ok_or_else(|| short(at))? + 3, None),
+            0xc9 => (length(bytes, at, 4).ok_or_else(|| short(at))? + 5, None),
+            0xca => (4, None),
+            0xcb => (8, None),
+            0xcc | 0xd0 => (1, None),
+            0xcd | 0xd1 => (2, None),
+            0xce | 0xd2 => (4, None),
+            0xcf | 0xd3 => (8, None),
+            // fixext 1, 2, 4, 8, 16 (and the type byte).
+            0xd4 => (2, None),
+            0xd5 => (3, None),
+            0xd6 => (5, None),
+            0xd7 => (9, None),
+            0xd8 => (17, None),
+            0xdc => (
+                2,
+                Some((length(bytes, at, 2).ok_or_else(|| short(at))?, false)),
+            ),
+            0xdd => (
+                4,
+                Some((length(bytes, at, 4).ok_or_else(|| short(at))?, false)),
+            ),
+            0xde => (
+                2,
+                Some((length(bytes, at, 2).ok_or_else(|| short(at))?, true)),
+            ),
+            0xdf => (
+                4,
+                Some((length(bytes, at, 4).ok_or_else(|| short(at))?, true)),
+            ),
+        };
+        let end = (at as u64).saturating_add(skip);
+        if end > bytes.len() as u64 {
+            return Err(short(at));
+        }
+        let container_at = at - 1;
+        at = end as usize;
+        if let Some((n, map)) = entries {
+            if map && n > MAX_KEYS as u64 {
+                return Err(WireError::TooManyKeys {
+                    keys: n,
+                    at: container_at,
+                });
+            }
+            let n = if map { 2 * n } else { n };
+            // Every value takes at least a byte.
+            if n > (bytes.len() - at) as u64 {
+                return Err(short(bytes.len()));
+            }
+            if open.len() > MAX_DEPTH {
+                return Err(WireError::TooDeep { at: container_at });
+            }
+            open.push(n);
+        }
+    }
+    if at < bytes.len() {
         return Err(WireError::Request(format!(
             "{} bytes after the request's msgpack value",
-            rd.len()
+            bytes.len() - at
         )));
     }
+    Ok(())
+}
+
+/// Decodes one frame (a request, or a reply) into its top-level keys, in order. The frame is
+/// scanned first: what is built from it is bounded by the caps above.
+pub fn decode_request(bytes: &[u8]) -> Result<Vec<(String, Item)>, WireError> {
+    scan(bytes)?;
+    let mut rd = bytes;
+    // rmpv counts a container twice and a string once more: the scan has bounded the
+    // nesting already.
+    let v = rmpv::decode::read_value_with_max_depth(&mut rd, 4 * MAX_DEPTH + 8)?;
     let Value::Map(entries) = v else {
         return Err(WireError::Request(format!(
             "expected a map of keys, found {}",
@@ -153,6 +291,7 @@ pub fn decode_request(bytes: &[u8]) -> Result<Vec<(String, Item)>, WireError> {
 
 fn map_items(entries: &[(Value, Value)]) -> Result<Vec<(String, Item)>, WireError> {
     let mut out = Vec::with_capacity(entries.len());
+    let mut seen = HashSet::with_capacity(entries.len());
     for (k, v) in entries {
         let Some(key) = key_text(k) else {
             return Err(WireError::Request(format!(
@@ -160,7 +299,7 @@ fn map_items(entries: &[(Value, Value)]) -> Result<Vec<(String, Item)>, WireErro
                 kind(k)
             )));
         };
-        if out.iter().any(|(seen, _): &(String, Item)| seen == key) {
+        if !seen.insert(key) {
             return Err(field(key, "given twice"));
         }
         out.push((key.to_string(), item(key, v)?));
@@ -413,10 +552,19 @@ mod tests {
             deep = Value::Array(vec![deep]);
         }
         let e = decode_request(&request(vec![("x", deep)])).unwrap_err();
-        assert!(matches!(e, WireError::Msgpack(_)), "{e}");
+        assert!(matches!(e, WireError::TooDeep { .. }), "{e}");
         // A list claiming 4 billion entries in a few bytes.
         let e = decode_request(&[0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0]).unwrap_err();
-        assert!(matches!(e, WireError::Msgpack(_)), "{e}");
+        assert!(e.to_string().contains("ends inside a value"), "{e}");
+        // Strings and bytes claiming more than the frame has; the reserved marker.
+        for bad in [
+            &[0x81, 0xdb, 0xff, 0xff, 0xff, 0xff][..],
+            &[0x81, 0xc4],
+            &[0xc1],
+        ] {
+            let e = decode_request(bad).unwrap_err();
+            assert!(matches!(e, WireError::Structure(_)), "{e}");
+        }
         // Not a map; trailing bytes; a key given twice.
         assert!(decode_request(&[0x01]).is_err());
         let mut b = request(vec![("prompt", Value::String("a".into()))]);
@@ -433,6 +581,71 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("given twice"));
+    }
+
+    /// A map of `n` keys `k0`, `k1`, ... (`dup`: the last one repeats the first), nil values.
+    fn many_keys(n: usize, dup: bool) -> Vec<u8> {
+        let mut b = Vec::new();
+        rmp::encode::write_map_len(&mut b, n as u32).unwrap();
+        for i in 0..n {
+            let k = if dup && i == n - 1 { 0 } else { i };
+            rmp::encode::write_str(&mut b, &format!("k{k}")).unwrap();
+            rmp::encode::write_nil(&mut b).unwrap();
+        }
+        b
+    }
+
+    #[test]
+    fn when_a_map_has_150k_keys_expect_the_key_cap_named_not_a_quadratic_check() {
+        // 1.5 MB: what kept `pi0d serve` (and the robot's client) busy for a minute.
+        let e = decode_request(&many_keys(150_000, false)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("a map of 150000 keys (at byte 0): at most 1024 keys per map"),
+            "{e}"
+        );
+        // A nested map is held to it too.
+        let mut nested = vec![0x81, 0xa1, b'x'];
+        nested.extend(many_keys(MAX_KEYS + 1, false));
+        let e = decode_request(&nested).unwrap_err();
+        assert!(
+            matches!(e, WireError::TooManyKeys { keys: 1025, at: 3 }),
+            "{e}"
+        );
+        // Up to the cap a map is taken, and a repeated key is still found at its end.
+        assert_eq!(
+            decode_request(&many_keys(MAX_KEYS, false)).unwrap().len(),
+            MAX_KEYS
+        );
+        let e = decode_request(&many_keys(MAX_KEYS, true)).unwrap_err();
+        assert!(e.to_string().starts_with("`k0`: given twice"), "{e}");
+    }
+
+    #[test]
+    fn when_a_frame_is_a_list_of_millions_of_nils_expect_it_refused_before_it_is_built() {
+        // 4 MiB of nils would decode to ~170 MB of values (16 MiB, the default reply cap,
+        // to ~700 MB): refused at the values cap by the scan, before anything is built.
+        let n = 4 << 20;
+        let mut b = vec![0x81, 0xa1, b'x', 0xdd];
+        b.extend((n as u32).to_be_bytes());
+        b.resize(b.len() + n, 0xc0);
+        let e = decode_request(&b).unwrap_err();
+        assert!(matches!(e, WireError::TooManyValues { .. }), "{e}");
+        assert!(e.to_string().contains("at most 65536"), "{e}");
+    }
+
+    #[test]
+    fn when_a_frame_nests_100k_deep_expect_an_error_not_a_stack_overflow() {
+        let mut b = vec![0x81, 0xa1, b'x'];
+        b.resize(b.len() + 100_000, 0x91);
+        b.push(0xc0);
+        let e = decode_request(&b).unwrap_err();
+        assert!(matches!(e, WireError::TooDeep { .. }), "{e}");
+        // As deep as allowed is taken: the top map and MAX_DEPTH - 1 lists in it.
+        let mut ok = vec![0x81, 0xa1, b'x'];
+        ok.resize(ok.len() + MAX_DEPTH - 1, 0x91);
+        ok.push(0xc0);
+        assert_eq!(decode_request(&ok).unwrap()[0].1, Item::Other("a list"));
     }
 
     #[test]

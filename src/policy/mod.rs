@@ -76,16 +76,20 @@ pub enum RemoteFault {
     Malformed,
     /// The reply's actions have the wrong shape.
     Shape,
+    /// A frame came that answers no request (a second reply, anything waiting before a
+    /// request is sent): openpi's replies carry no id, so the connection is dropped.
+    Unsolicited,
 }
 
 impl RemoteFault {
-    pub const ALL: [RemoteFault; 6] = [
+    pub const ALL: [RemoteFault; 7] = [
         RemoteFault::Down,
         RemoteFault::Timeout,
         RemoteFault::Closed,
         RemoteFault::ServerError,
         RemoteFault::Malformed,
         RemoteFault::Shape,
+        RemoteFault::Unsolicited,
     ];
 
     pub fn name(self) -> &'static str {
@@ -96,6 +100,7 @@ impl RemoteFault {
             RemoteFault::ServerError => "server_error",
             RemoteFault::Malformed => "malformed_reply",
             RemoteFault::Shape => "wrong_shape",
+            RemoteFault::Unsolicited => "unsolicited_reply",
         }
     }
 }
@@ -215,6 +220,7 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
                     opts,
                     &cameras,
                     p.action_map.action_dim(),
+                    p.chunk_steps,
                     p.step_period_s,
                 )
                 .map_err(|message| PolicyBuildError::Remote {

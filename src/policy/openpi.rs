@@ -4,17 +4,17 @@
 //! are a chunk like a local model's (validated, time-aligned to the observation, blended,
 //! governed). Every failure (down, stalled, closed, an error frame, a malformed or wrongly
 //! shaped reply) is a typed error and no chunk: the arm holds when the running chunk ends.
-//! A late reply is never taken for the next request's: a timeout drops the connection.
+//! A reply is only ever taken for the request it answers: one request is in flight, a timeout
+//! drops the connection, and so does any frame that comes unasked (`websocket`). The request
+//! timeout is a deadline on the whole reply, its decoding included.
 
 use std::collections::VecDeque;
-use std::io::ErrorKind;
-use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use tungstenite::client::IntoClientRequest;
-use tungstenite::protocol::WebSocketConfig;
-use tungstenite::stream::MaybeTlsStream;
-use tungstenite::{Message, WebSocket};
+mod websocket;
+mod wire;
+
+pub use websocket::{Websocket, MAX_CA_FILE_BYTES};
 
 use super::{
     ActionChunk, CameraFrame, Observation, PixelFormat, Policy, PolicyError, RemoteFault,
@@ -49,8 +49,8 @@ pub trait Link: Send {
     /// Opens the link if it is not open (connects, reads the metadata).
     fn open(&mut self) -> Result<(), PolicyError>;
     fn is_open(&self) -> bool;
-    /// Sends one request and returns its reply, within `timeout`.
-    fn round_trip(&mut self, bytes: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, PolicyError>;
+    /// Sends one request and returns its reply, by `deadline`.
+    fn round_trip(&mut self, bytes: Vec<u8>, deadline: Instant) -> Result<Vec<u8>, PolicyError>;
     /// Closes the link after a failure, so that no late reply is read for a later request.
     fn close(&mut self);
 }
@@ -61,6 +61,8 @@ pub struct OpenpiPolicy {
     /// Per observation image (the configured camera order): its request key.
     image_keys: Vec<String>,
     action_dim: usize,
+    /// The longest chunk taken (`policy.chunk_steps`).
+    max_steps: usize,
     step_period_s: f64,
     backoff: Duration,
     next_attempt: Instant,
@@ -71,111 +73,20 @@ pub struct OpenpiPolicy {
     server_ms: VecDeque<f64>,
 }
 
-/// openpi's websocket link, over TLS for wss:// (feature `tls`).
-pub struct Websocket {
-    url: String,
-    api_key: Option<crate::config::openpi::Secret>,
-    connect_timeout: Duration,
-    max_reply_bytes: usize,
-    #[cfg(feature = "tls")]
-    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
-    ws: Option<WebSocket<MaybeTlsStream<TcpStream>>>,
-}
-
-impl Websocket {
-    /// Fails on a CA file that cannot be read or holds no certificate.
-    pub fn new(opts: &OpenpiOptions) -> Result<Websocket, String> {
-        Ok(Websocket {
-            url: opts.url.clone(),
-            api_key: opts.api_key.clone(),
-            connect_timeout: Duration::from_secs_f64(opts.connect_timeout_s),
-            max_reply_bytes: opts.max_reply_bytes,
-            #[cfg(feature = "tls")]
-            tls: if opts.url.starts_with("wss://") {
-                Some(tls_config(opts.ca_file.as_deref())?)
-            } else {
-                None
-            },
-            ws: None,
-        })
-    }
-
-    /// The TCP stream, as is or inside TLS for wss://.
-    fn wrap(&self, tcp: TcpStream, host: &str) -> Result<MaybeTlsStream<TcpStream>, PolicyError> {
-        #[cfg(feature = "tls")]
-        if let Some(config) = &self.tls {
-            let name = rustls::pki_types::ServerName::try_from(host.to_string())
-                .map_err(|e| fault(RemoteFault::Down, format!("{}: {host}: {e}", self.url)))?;
-            let conn = rustls::ClientConnection::new(config.clone(), name)
-                .map_err(|e| fault(RemoteFault::Down, format!("{}: TLS: {e}", self.url)))?;
-            return Ok(MaybeTlsStream::Rustls(rustls::StreamOwned::new(conn, tcp)));
-        }
-        let _ = host;
-        Ok(MaybeTlsStream::Plain(tcp))
-    }
-}
-
-/// The public roots (Mozilla's, from webpki-roots) plus the certificates in `ca_file`.
-#[cfg(feature = "tls")]
-fn tls_config(
-    ca_file: Option<&std::path::Path>,
-) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::CertificateDer;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    if let Some(path) = ca_file {
-        let shown = path.display();
-        let certs = CertificateDer::pem_file_iter(path)
-            .map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
-        let mut added = 0;
-        for cert in certs {
-            let cert = cert.map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
-            added += 1;
-        }
-        if added == 0 {
-            return Err(format!(
-                "policy.openpi.ca_file {shown}: no PEM certificate in it"
-            ));
-        }
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(std::sync::Arc::new(config))
-}
-
-/// The TCP socket under the websocket (to set its timeouts).
-fn socket(ws: &mut WebSocket<MaybeTlsStream<TcpStream>>) -> &TcpStream {
-    match ws.get_ref() {
-        MaybeTlsStream::Plain(s) => s,
-        #[cfg(feature = "tls")]
-        MaybeTlsStream::Rustls(s) => s.get_ref(),
-        // No other TLS implementation is built.
-        #[allow(unreachable_patterns)]
-        _ => unreachable!("only plain and rustls streams are made"),
-    }
-}
-
 impl OpenpiPolicy {
-    /// `cameras`: the configured cameras' names, in observation order. The link is openpi's
-    /// websocket, or Zenoh where the options say so.
+    /// `cameras`: the configured cameras' names, in observation order; `chunk_steps`: the
+    /// longest chunk taken. The link is openpi's websocket, or Zenoh where the options say so.
     pub fn new(
         opts: &OpenpiOptions,
         cameras: &[String],
         action_dim: usize,
+        chunk_steps: usize,
         step_period_s: f64,
     ) -> Result<OpenpiPolicy, String> {
         let link: Box<dyn Link> = match &opts.zenoh {
             None => Box::new(Websocket::new(opts)?),
             #[cfg(feature = "zenoh")]
-            Some(z) => Box::new(super::openpi_zenoh::ZenohLink::new(z)),
+            Some(z) => Box::new(super::openpi_zenoh::ZenohLink::new(z, opts.max_reply_bytes)),
             #[cfg(not(feature = "zenoh"))]
             Some(_) => {
                 return Err(
@@ -183,7 +94,7 @@ impl OpenpiPolicy {
                 )
             }
         };
-        Self::with_link(opts, link, cameras, action_dim, step_period_s)
+        Self::with_link(opts, link, cameras, action_dim, chunk_steps, step_period_s)
     }
 
     pub fn with_link(
@@ -191,6 +102,7 @@ impl OpenpiPolicy {
         link: Box<dyn Link>,
         cameras: &[String],
         action_dim: usize,
+        chunk_steps: usize,
         step_period_s: f64,
     ) -> Result<OpenpiPolicy, String> {
         let mut image_keys = Vec::with_capacity(cameras.len());
@@ -221,6 +133,7 @@ impl OpenpiPolicy {
             link,
             image_keys,
             action_dim: opts.action_dim.unwrap_or(action_dim),
+            max_steps: chunk_steps,
             step_period_s,
             backoff: Duration::from_secs_f64(opts.reconnect_initial_s),
             next_attempt: Instant::now(),
@@ -237,6 +150,14 @@ impl OpenpiPolicy {
 
     /// Drops the connection after `e` and schedules the next attempt (capped exponential).
     fn failed(&mut self, e: PolicyError) -> PolicyError {
+        // A protocol fault is logged every time (the worker logs only every so many errors).
+        if let PolicyError::Remote {
+            fault: RemoteFault::Unsolicited,
+            message,
+        } = &e
+        {
+            tracing::warn!(url = %self.opts.url, "policy server protocol fault: {message}");
+        }
         self.link.close();
         self.stats.connected = self.link.is_open();
         self.next_attempt = Instant::now() + self.backoff;
@@ -337,6 +258,17 @@ impl OpenpiPolicy {
                 ))
             }
         };
+        if h > self.max_steps {
+            return Err(fault(
+                RemoteFault::Shape,
+                format!(
+                    "`actions` has {h} steps: at most policy.chunk_steps = {} are taken (at {} s a step, it would run {:.1} s open loop)",
+                    self.max_steps,
+                    self.step_period_s,
+                    h as f64 * self.step_period_s
+                ),
+            ));
+        }
         if h < 2 || d < self.action_dim {
             return Err(fault(
                 RemoteFault::Shape,
@@ -361,132 +293,6 @@ impl OpenpiPolicy {
     }
 }
 
-impl Link for Websocket {
-    fn open(&mut self) -> Result<(), PolicyError> {
-        if self.ws.is_some() {
-            return Ok(());
-        }
-        let down = |m: String| fault(RemoteFault::Down, m);
-        let url = &self.url;
-        let mut request = url
-            .as_str()
-            .into_client_request()
-            .map_err(|e| down(format!("{url}: {e}")))?;
-        if let Some(key) = &self.api_key {
-            let value = format!("Api-Key {}", key.0)
-                .parse()
-                .map_err(|_| down("the API key is not a valid header value".into()))?;
-            request.headers_mut().insert("authorization", value);
-        }
-        let uri = request.uri();
-        let host = uri.host().unwrap_or_default().to_string();
-        let port = uri.port_u16().unwrap_or(80);
-        let timeout = self.connect_timeout;
-        let addr = (host.as_str(), port)
-            .to_socket_addrs()
-            .map_err(|e| down(format!("{url}: cannot resolve {host}: {e}")))?
-            .next()
-            .ok_or_else(|| down(format!("{url}: {host} has no address")))?;
-        let stream =
-            TcpStream::connect_timeout(&addr, timeout).map_err(|e| down(format!("{url}: {e}")))?;
-        let _ = stream.set_nodelay(true);
-        stream
-            .set_read_timeout(Some(timeout))
-            .and_then(|()| stream.set_write_timeout(Some(timeout)))
-            .map_err(|e| down(format!("{url}: {e}")))?;
-        let config = WebSocketConfig {
-            max_message_size: Some(self.max_reply_bytes),
-            max_frame_size: Some(self.max_reply_bytes),
-            ..Default::default()
-        };
-        let stream = self.wrap(stream, &host)?;
-        let (mut ws, _) = tungstenite::client::client_with_config(request, stream, Some(config))
-            .map_err(|e| match e {
-                tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r)) => down(format!(
-                    "{url} refused the connection: HTTP {}{}",
-                    r.status(),
-                    if r.status() == 401 || r.status() == 403 {
-                        " (check policy.openpi's API key)"
-                    } else {
-                        ""
-                    }
-                )),
-                e => down(format!("{url}: handshake: {e}")),
-            })?;
-        // openpi's server sends its metadata first.
-        let metadata = match ws.read() {
-            Ok(Message::Binary(b)) => b,
-            Ok(other) => {
-                return Err(fault(
-                    RemoteFault::Malformed,
-                    format!(
-                        "{url}: expected the metadata frame first, got {}",
-                        describe(&other)
-                    ),
-                ))
-            }
-            Err(e) => return Err(down(format!("{url}: no metadata frame: {e}"))),
-        };
-        let meta = msgpack_numpy::decode_request(&metadata)
-            .map_err(|e| fault(RemoteFault::Malformed, format!("{url}: metadata: {e}")))?;
-        tracing::info!(
-            url = %url,
-            metadata = %summarize(&meta),
-            "connected to the policy server"
-        );
-        self.ws = Some(ws);
-        Ok(())
-    }
-
-    fn round_trip(&mut self, bytes: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, PolicyError> {
-        let deadline = Instant::now() + timeout;
-        let timeout_s = timeout.as_secs_f64();
-        let Some(ws) = self.ws.as_mut() else {
-            return Err(fault(RemoteFault::Down, "not connected"));
-        };
-        ws.send(Message::Binary(bytes))
-            .map_err(|e| io_fault(e, timeout_s))?;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(fault(
-                    RemoteFault::Timeout,
-                    format!("no reply within {timeout_s} s"),
-                ));
-            }
-            let _ = socket(ws).set_read_timeout(Some(left));
-            match ws.read() {
-                Ok(Message::Binary(b)) => return Ok(b),
-                Ok(Message::Text(t)) => {
-                    return Err(fault(RemoteFault::ServerError, first_lines(&t)));
-                }
-                Ok(Message::Close(c)) => {
-                    return Err(fault(
-                        RemoteFault::Closed,
-                        format!(
-                            "the server closed the connection during the request{}",
-                            c.map(|c| format!(" ({}: {})", c.code, c.reason))
-                                .unwrap_or_default()
-                        ),
-                    ))
-                }
-                Ok(_) => continue,
-                Err(e) => return Err(io_fault(e, timeout_s)),
-            }
-        }
-    }
-
-    fn is_open(&self) -> bool {
-        self.ws.is_some()
-    }
-
-    fn close(&mut self) {
-        if let Some(mut ws) = self.ws.take() {
-            let _ = ws.close(None);
-        }
-    }
-}
-
 fn push(q: &mut VecDeque<f64>, x: f64) {
     if q.len() == RTT_WINDOW {
         q.pop_front();
@@ -501,55 +307,6 @@ fn percentile(q: &VecDeque<f64>, p: f64) -> f64 {
     let mut v: Vec<f64> = q.iter().copied().collect();
     v.sort_by(f64::total_cmp);
     v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
-fn io_fault(e: tungstenite::Error, timeout_s: f64) -> PolicyError {
-    match e {
-        tungstenite::Error::Io(io)
-            if matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
-        {
-            fault(
-                RemoteFault::Timeout,
-                format!("no reply within {timeout_s} s"),
-            )
-        }
-        tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed => fault(
-            RemoteFault::Closed,
-            "the connection closed during the request",
-        ),
-        tungstenite::Error::Io(io) => fault(RemoteFault::Closed, format!("connection lost: {io}")),
-        tungstenite::Error::Capacity(c) => {
-            fault(RemoteFault::Malformed, format!("reply too large: {c}"))
-        }
-        e => fault(RemoteFault::Malformed, e.to_string()),
-    }
-}
-
-fn describe(m: &Message) -> &'static str {
-    match m {
-        Message::Text(_) => "a text frame",
-        Message::Binary(_) => "a binary frame",
-        Message::Close(_) => "a close",
-        _ => "a control frame",
-    }
-}
-
-/// The last lines of a server's error text (openpi's server sends a whole traceback).
-fn first_lines(t: &str) -> String {
-    let lines: Vec<&str> = t.trim_end().lines().collect();
-    let tail = &lines[lines.len().saturating_sub(3)..];
-    format!("the server answered with an error: {}", tail.join(" | "))
-}
-
-fn summarize(meta: &[(String, Item)]) -> String {
-    meta.iter()
-        .map(|(k, v)| match v {
-            Item::Text(t) => format!("{k}={t}"),
-            Item::Number(x) => format!("{k}={x}"),
-            _ => k.clone(),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// `f` as RGB8 `[h, w, 3]`, resized with pad into a `size` square as openpi's client does
@@ -635,15 +392,32 @@ impl Policy for OpenpiPolicy {
         let bytes = self.request(obs);
         self.stats.requests += 1;
         let sent = Instant::now();
-        let timeout = Duration::from_secs_f64(self.opts.request_timeout_s);
-        let reply = match self.link.round_trip(bytes, timeout) {
+        let deadline = sent + Duration::from_secs_f64(self.opts.request_timeout_s);
+        let reply = match self.link.round_trip(bytes, deadline) {
             Ok(r) => r,
             Err(e) => return Err(self.failed(e)),
         };
         push(&mut self.rtt_ms, sent.elapsed().as_secs_f64() * 1e3);
         self.stats.replies += 1;
+        // The deadline covers the decoding too (bounded by the decoder's caps).
+        let timeout_s = self.opts.request_timeout_s;
+        let late = |when: &str| {
+            fault(
+                RemoteFault::Timeout,
+                format!(
+                    "the reply was not decoded within policy.openpi.request_timeout_s = {timeout_s} s ({when})"
+                ),
+            )
+        };
+        if Instant::now() >= deadline {
+            return Err(self.failed(late("it came at the deadline")));
+        }
         // A malformed reply is the server's fault but the link is fine: keep it.
-        self.chunk(&reply, obs)
+        let chunk = self.chunk(&reply, obs);
+        if Instant::now() >= deadline {
+            return Err(self.failed(late("decoding ran past it")));
+        }
+        chunk
     }
 
     fn remote_stats(&self) -> Option<RemoteStats> {

@@ -2,9 +2,10 @@
 //! on the servers' key (`pi0d serve --zenoh KEY`), its payload and reply the same
 //! msgpack-numpy frames as openpi's websocket. The servers' queryables are complete, so
 //! Zenoh's routing sends a query to one of them; when one goes away, the next query goes to
-//! another. Each query has its own reply channel: a late reply is never taken for another.
+//! another. Each query has its own reply channel: a late reply is never taken for another,
+//! and only a query's first reply is read.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use zenoh::Wait;
 
@@ -21,13 +22,16 @@ fn fault(fault: RemoteFault, message: impl Into<String>) -> PolicyError {
 
 pub struct ZenohLink {
     opts: ZenohLinkOptions,
+    /// Largest reply taken (`policy.openpi.max_reply_mib`, as for the websocket).
+    max_reply_bytes: usize,
     session: Option<zenoh::Session>,
 }
 
 impl ZenohLink {
-    pub fn new(opts: &ZenohLinkOptions) -> ZenohLink {
+    pub fn new(opts: &ZenohLinkOptions, max_reply_bytes: usize) -> ZenohLink {
         ZenohLink {
             opts: opts.clone(),
+            max_reply_bytes,
             session: None,
         }
     }
@@ -68,7 +72,8 @@ impl Link for ZenohLink {
         self.session.is_some()
     }
 
-    fn round_trip(&mut self, bytes: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, PolicyError> {
+    fn round_trip(&mut self, bytes: Vec<u8>, deadline: Instant) -> Result<Vec<u8>, PolicyError> {
+        let timeout = deadline.saturating_duration_since(Instant::now());
         let Some(session) = &self.session else {
             return Err(fault(RemoteFault::Down, "no Zenoh session"));
         };
@@ -82,7 +87,20 @@ impl Link for ZenohLink {
             .map_err(|e| fault(RemoteFault::Down, format!("query on {key}: {e}")))?;
         match replies.recv_timeout(timeout + Duration::from_millis(100)) {
             Ok(Some(reply)) => match reply.result() {
-                Ok(sample) => Ok(sample.payload().to_bytes().into_owned()),
+                Ok(sample) => {
+                    let bytes = sample.payload().to_bytes();
+                    if bytes.len() > self.max_reply_bytes {
+                        return Err(fault(
+                            RemoteFault::Malformed,
+                            format!(
+                                "reply too large: {} bytes, at most {} (policy.openpi.max_reply_mib)",
+                                bytes.len(),
+                                self.max_reply_bytes
+                            ),
+                        ));
+                    }
+                    Ok(bytes.into_owned())
+                }
                 Err(e) => Err(fault(
                     RemoteFault::ServerError,
                     format!(

@@ -1,0 +1,506 @@
+//! openpi's websocket link: one request in flight, its reply the next data frame. openpi's
+//! replies carry no id, so a frame that no request asked for (a second reply, anything
+//! waiting before a request is sent) is a protocol fault that drops the connection; and every
+//! read and write of a request, or of a connection with its metadata, ends at one deadline.
+
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tungstenite::client::IntoClientRequest;
+use tungstenite::protocol::WebSocketConfig;
+use tungstenite::{Message, WebSocket};
+
+use super::wire::{DeadlineTcp, Framed, Transport};
+use super::{fault, Link};
+use crate::config::OpenpiOptions;
+use crate::io::msgpack_numpy::{self, Item};
+use crate::policy::{PolicyError, RemoteFault};
+
+/// The longest a close frame may take to go out when a connection is dropped.
+const CLOSE_GRACE: Duration = Duration::from_millis(100);
+/// Most bytes read from `policy.openpi.ca_file` (Mozilla's whole root bundle is ~220 KB).
+pub const MAX_CA_FILE_BYTES: u64 = 1024 * 1024;
+
+type Wire = Framed<Transport>;
+
+/// openpi's websocket link, over TLS for wss:// (feature `tls`).
+pub struct Websocket {
+    url: String,
+    api_key: Option<crate::config::openpi::Secret>,
+    connect_timeout: Duration,
+    request_timeout_s: f64,
+    max_reply_bytes: usize,
+    #[cfg(feature = "tls")]
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ws: Option<WebSocket<Wire>>,
+}
+
+impl Websocket {
+    /// Fails on a CA file that cannot be read or holds no certificate.
+    pub fn new(opts: &OpenpiOptions) -> Result<Websocket, String> {
+        Ok(Websocket {
+            url: opts.url.clone(),
+            api_key: opts.api_key.clone(),
+            connect_timeout: Duration::from_secs_f64(opts.connect_timeout_s),
+            request_timeout_s: opts.request_timeout_s,
+            max_reply_bytes: opts.max_reply_bytes,
+            #[cfg(feature = "tls")]
+            tls: if opts.url.starts_with("wss://") {
+                Some(tls_config(opts.ca_file.as_deref())?)
+            } else {
+                None
+            },
+            ws: None,
+        })
+    }
+
+    /// The TCP stream, as is or inside TLS for wss://.
+    fn wrap(&self, tcp: DeadlineTcp, host: &str) -> Result<Transport, PolicyError> {
+        #[cfg(feature = "tls")]
+        if let Some(config) = &self.tls {
+            let down = |m: String| fault(RemoteFault::Down, m);
+            let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                .map_err(|e| down(format!("{}: {host}: {e}", self.url)))?;
+            let conn = rustls::ClientConnection::new(config.clone(), name)
+                .map_err(|e| down(format!("{}: TLS: {e}", self.url)))?;
+            return Ok(Transport::Tls(Box::new(rustls::StreamOwned::new(
+                conn, tcp,
+            ))));
+        }
+        let _ = host;
+        Ok(Transport::Plain(tcp))
+    }
+
+    /// Connects and reads the metadata frame, all by `deadline`.
+    fn connect(&self, deadline: Instant) -> Result<WebSocket<Wire>, PolicyError> {
+        let down = |m: String| fault(RemoteFault::Down, m);
+        let url = &self.url;
+        let connect_s = self.connect_timeout.as_secs_f64();
+        let late = |what: &str| {
+            fault(
+                RemoteFault::Timeout,
+                format!("{url}: {what} within policy.openpi.connect_timeout_s = {connect_s} s"),
+            )
+        };
+        let mut request = url
+            .as_str()
+            .into_client_request()
+            .map_err(|e| down(format!("{url}: {e}")))?;
+        if let Some(key) = &self.api_key {
+            let value = format!("Api-Key {}", key.0)
+                .parse()
+                .map_err(|_| down("the API key is not a valid header value".into()))?;
+            request.headers_mut().insert("authorization", value);
+        }
+        let uri = request.uri();
+        let host = uri.host().unwrap_or_default().to_string();
+        let port = uri.port_u16().unwrap_or(80);
+        let addr = (host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| down(format!("{url}: cannot resolve {host}: {e}")))?
+            .next()
+            .ok_or_else(|| down(format!("{url}: {host} has no address")))?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(late("no connection"));
+        }
+        let stream =
+            TcpStream::connect_timeout(&addr, left).map_err(|e| down(format!("{url}: {e}")))?;
+        let _ = stream.set_nodelay(true);
+        let config = WebSocketConfig {
+            max_message_size: Some(self.max_reply_bytes),
+            max_frame_size: Some(self.max_reply_bytes),
+            ..Default::default()
+        };
+        let stream = Framed::new(self.wrap(DeadlineTcp::new(stream, deadline), &host)?);
+        let (mut ws, _) = tungstenite::client::client_with_config(request, stream, Some(config))
+            .map_err(|e| match e {
+                tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r)) => down(format!(
+                    "{url} refused the connection: HTTP {}{}",
+                    r.status(),
+                    if r.status() == 401 || r.status() == 403 {
+                        " (check policy.openpi's API key)"
+                    } else {
+                        ""
+                    }
+                )),
+                tungstenite::HandshakeError::Failure(e) if timed_out(&e) => {
+                    late("no websocket handshake")
+                }
+                e => down(format!("{url}: handshake: {e}")),
+            })?;
+        // openpi's server sends its metadata first.
+        let metadata = loop {
+            match ws.read() {
+                Ok(Message::Binary(b)) => break b,
+                Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
+                Ok(other) => {
+                    return Err(fault(
+                        RemoteFault::Malformed,
+                        format!(
+                            "{url}: expected the metadata frame first, got {}",
+                            describe(&other)
+                        ),
+                    ))
+                }
+                Err(e) if timed_out(&e) => return Err(late("no metadata frame")),
+                Err(e) => return Err(down(format!("{url}: no metadata frame: {e}"))),
+            }
+        };
+        let meta = msgpack_numpy::decode_request(&metadata)
+            .map_err(|e| fault(RemoteFault::Malformed, format!("{url}: metadata: {e}")))?;
+        if Instant::now() >= deadline {
+            return Err(late("no metadata decoded"));
+        }
+        tracing::info!(
+            url = %url,
+            metadata = %summarize(&meta),
+            "connected to the policy server"
+        );
+        Ok(ws)
+    }
+
+    /// `Ok` when nothing waits on the connection before a request goes: a frame (or part of
+    /// one) there answers no request.
+    fn check_quiet(ws: &mut WebSocket<Wire>) -> Result<(), PolicyError> {
+        let unasked = |what: String| {
+            fault(
+                RemoteFault::Unsolicited,
+                format!("{what} came while no request was in flight (openpi's replies carry no id: dropping the connection)"),
+            )
+        };
+        // Whole frames read ahead (a ping after the reply) go through tungstenite below.
+        ws.get_mut()
+            .get_mut()
+            .tcp()
+            .set_nonblocking(true)
+            .map_err(|e| fault(RemoteFault::Closed, format!("connection lost: {e}")))?;
+        let verdict = loop {
+            match ws.read() {
+                Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
+                Ok(Message::Close(c)) => {
+                    break Err(fault(
+                        RemoteFault::Closed,
+                        format!(
+                            "the server closed the connection between requests{}",
+                            close_reason(c)
+                        ),
+                    ))
+                }
+                Ok(Message::Text(t)) => {
+                    break Err(unasked(format!("an error text ({})", first_lines(&t))))
+                }
+                Ok(Message::Binary(b)) => {
+                    break Err(unasked(format!(
+                        "a binary frame of {} bytes (a second reply?)",
+                        b.len()
+                    )))
+                }
+                Err(tungstenite::Error::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    break Ok(())
+                }
+                Err(e) => break Err(closed_or_malformed(e, false, "between requests")),
+            }
+        };
+        let restored = ws.get_mut().get_mut().tcp().set_nonblocking(false);
+        verdict?;
+        restored.map_err(|e| fault(RemoteFault::Closed, format!("connection lost: {e}")))?;
+        if ws.get_ref().holds_partial() {
+            return Err(unasked("part of a frame".into()));
+        }
+        Ok(())
+    }
+
+    fn timeout(&self, partial: bool) -> PolicyError {
+        fault(
+            RemoteFault::Timeout,
+            format!(
+                "{} within policy.openpi.request_timeout_s = {} s",
+                if partial {
+                    "the reply did not complete"
+                } else {
+                    "no reply"
+                },
+                self.request_timeout_s
+            ),
+        )
+    }
+}
+
+/// Whether tungstenite failed on the deadline (`DeadlineTcp`'s error).
+fn timed_out(e: &tungstenite::Error) -> bool {
+    matches!(e, tungstenite::Error::Io(io)
+        if matches!(io.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock))
+}
+
+fn close_reason(c: Option<tungstenite::protocol::CloseFrame>) -> String {
+    c.map(|c| format!(" ({}: {})", c.code, c.reason))
+        .unwrap_or_default()
+}
+
+/// A read or write failure that is not the deadline: the connection closed or broke
+/// (`partial`: mid-reply), or the server broke the websocket protocol.
+fn closed_or_malformed(e: tungstenite::Error, partial: bool, when: &str) -> PolicyError {
+    use std::io::ErrorKind as K;
+    use tungstenite::error::ProtocolError as P;
+    use tungstenite::Error as E;
+    let closed = |m: String| fault(RemoteFault::Closed, m);
+    match e {
+        E::ConnectionClosed | E::AlreadyClosed | E::Protocol(P::ResetWithoutClosingHandshake) => {
+            closed(if partial {
+                "the server closed the connection mid-reply".into()
+            } else {
+                format!("the server closed the connection {when}")
+            })
+        }
+        E::Io(io)
+            if matches!(
+                io.kind(),
+                K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
+            ) =>
+        {
+            closed(if partial {
+                format!("the server closed the connection mid-reply ({io})")
+            } else {
+                format!("the server closed the connection {when} ({io})")
+            })
+        }
+        E::Io(io) => closed(format!("connection lost {when}: {io}")),
+        E::Capacity(c) => fault(
+            RemoteFault::Malformed,
+            format!("reply too large: {c} (policy.openpi.max_reply_mib)"),
+        ),
+        e => fault(RemoteFault::Malformed, e.to_string()),
+    }
+}
+
+impl Link for Websocket {
+    fn open(&mut self) -> Result<(), PolicyError> {
+        if self.ws.is_none() {
+            self.ws = Some(self.connect(Instant::now() + self.connect_timeout)?);
+        }
+        Ok(())
+    }
+
+    fn round_trip(&mut self, bytes: Vec<u8>, deadline: Instant) -> Result<Vec<u8>, PolicyError> {
+        let Some(ws) = self.ws.as_mut() else {
+            return Err(fault(RemoteFault::Down, "not connected"));
+        };
+        ws.get_mut().get_mut().tcp().set_deadline(deadline);
+        Self::check_quiet(ws)?;
+        if let Err(e) = ws.send(Message::Binary(bytes)) {
+            return Err(if timed_out(&e) {
+                fault(
+                    RemoteFault::Timeout,
+                    format!(
+                        "the request did not go out within policy.openpi.request_timeout_s = {} s",
+                        self.request_timeout_s
+                    ),
+                )
+            } else {
+                closed_or_malformed(e, false, "while the request went out")
+            });
+        }
+        loop {
+            let partial = |ws: &WebSocket<Wire>| ws.get_ref().holds_partial();
+            match ws.read() {
+                Ok(Message::Binary(b)) => return Ok(b),
+                Ok(Message::Text(t)) => {
+                    return Err(fault(RemoteFault::ServerError, first_lines(&t)));
+                }
+                Ok(Message::Close(c)) => {
+                    return Err(fault(
+                        RemoteFault::Closed,
+                        format!(
+                            "the server closed the connection during the request{}",
+                            close_reason(c)
+                        ),
+                    ))
+                }
+                Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
+                Err(e) if timed_out(&e) => {
+                    let p = partial(ws);
+                    return Err(self.timeout(p));
+                }
+                Err(e) => {
+                    let p = partial(ws);
+                    return Err(closed_or_malformed(e, p, "during the request"));
+                }
+            }
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.ws.is_some()
+    }
+
+    fn close(&mut self) {
+        if let Some(mut ws) = self.ws.take() {
+            // Best effort: the socket closes when dropped anyway.
+            let tcp = ws.get_mut().get_mut().tcp();
+            let _ = tcp.set_nonblocking(false);
+            tcp.set_deadline(Instant::now() + CLOSE_GRACE);
+            let _ = ws.close(None);
+            let _ = ws.flush();
+        }
+    }
+}
+
+/// The public roots (Mozilla's, from webpki-roots) plus the certificates in `ca_file`.
+#[cfg(feature = "tls")]
+fn tls_config(ca_file: Option<&Path>) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = ca_file {
+        let shown = path.display();
+        let pem = read_regular_file(path, MAX_CA_FILE_BYTES)
+            .map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
+        let mut added = 0;
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err(format!(
+                "policy.openpi.ca_file {shown}: no PEM certificate in it"
+            ));
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(std::sync::Arc::new(config))
+}
+
+/// `path`'s bytes if it is a regular file of at most `cap` bytes. A FIFO, a device
+/// (`/dev/zero`) or a directory is refused without waiting on it: it is opened non-blocking
+/// and checked before any read.
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+pub(crate) fn read_regular_file(path: &Path, cap: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot open it: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    let t = meta.file_type();
+    if !t.is_file() {
+        let kind = if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else if t.is_dir() {
+            "a directory"
+        } else {
+            "a socket or other special file"
+        };
+        return Err(format!("expected a regular file, found {kind}"));
+    }
+    if meta.len() > cap {
+        return Err(format!("{} bytes, at most {cap} are read", meta.len()));
+    }
+    let mut bytes = Vec::new();
+    file.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if bytes.len() as u64 > cap {
+        return Err(format!("grew past {cap} bytes while read"));
+    }
+    Ok(bytes)
+}
+
+fn describe(m: &Message) -> &'static str {
+    match m {
+        Message::Text(_) => "a text frame",
+        Message::Binary(_) => "a binary frame",
+        Message::Close(_) => "a close",
+        _ => "a control frame",
+    }
+}
+
+/// The last lines of a server's error text (openpi's server sends a whole traceback).
+fn first_lines(t: &str) -> String {
+    let lines: Vec<&str> = t.trim_end().lines().collect();
+    let tail = &lines[lines.len().saturating_sub(3)..];
+    format!("the server answered with an error: {}", tail.join(" | "))
+}
+
+fn summarize(meta: &[(String, Item)]) -> String {
+    meta.iter()
+        .map(|(k, v)| match v {
+            Item::Text(t) => format!("{k}={t}"),
+            Item::Number(x) => format!("{k}={x}"),
+            _ => k.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_the_ca_file_is_a_device_or_a_fifo_expect_a_refusal_without_blocking() {
+        let e = read_regular_file(Path::new("/dev/zero"), MAX_CA_FILE_BYTES).unwrap_err();
+        assert!(e.contains("expected a regular file, found a device"), "{e}");
+        let dir = std::env::temp_dir().join(format!("pi0d-ca-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("ca.pem");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo(3) on a NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_regular_file(&fifo, MAX_CA_FILE_BYTES).unwrap_err();
+        assert!(e.contains("found a FIFO"), "{e}");
+        let big = dir.join("big.pem");
+        std::fs::write(&big, vec![b'A'; 2048]).unwrap();
+        let e = read_regular_file(&big, 1024).unwrap_err();
+        assert!(e.contains("2048 bytes, at most 1024"), "{e}");
+        assert_eq!(read_regular_file(&big, 4096).unwrap().len(), 2048);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// wss:// with `ca_file = /dev/zero`: start-up is refused at once, naming the field.
+    #[cfg(feature = "tls")]
+    #[test]
+    fn when_the_ca_file_is_dev_zero_expect_the_link_refused_naming_the_field() {
+        let opts = OpenpiOptions {
+            url: "wss://127.0.0.1:9".into(),
+            api_key: None,
+            ca_file: Some("/dev/zero".into()),
+            connect_timeout_s: 1.0,
+            request_timeout_s: 1.0,
+            reconnect_initial_s: 0.1,
+            reconnect_max_s: 1.0,
+            images: None,
+            state_key: "observation.state".into(),
+            prompt_key: "prompt".into(),
+            extra: Vec::new(),
+            image_size: 0,
+            action_dim: None,
+            max_reply_bytes: 1 << 20,
+            zenoh: None,
+        };
+        let Err(e) = Websocket::new(&opts) else {
+            panic!("/dev/zero taken as a CA file")
+        };
+        assert_eq!(
+            e,
+            "policy.openpi.ca_file /dev/zero: expected a regular file, found a device"
+        );
+    }
+}
