@@ -64,6 +64,7 @@ fn loop_under_load(rate_hz: f64, priority: i32, spin_us: f64, seconds: f64, reco
             dry_run: false,
             state_dir: None,
             reload_from: None,
+            signals: None,
         },
     )
     .expect("daemon runs");
