@@ -100,6 +100,7 @@ fn run_loop(run: LoopRun, seconds: f64) {
             dry_run: false,
             state_dir: None,
             reload_from: None,
+            signals: None,
         },
     )
     .expect("daemon runs");

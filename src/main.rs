@@ -5,8 +5,10 @@ use clap::{Args, Parser, Subcommand};
 
 use pi0d::config::ros_args::{self, RosArgs};
 use pi0d::config::{Config, ConfigError};
-use pi0d::daemon::exit::ExitReason;
+use pi0d::daemon::exit::{error_chain, ExitReason};
 use pi0d::daemon::log::{say, tell};
+use pi0d::daemon::reload::LoadError;
+use pi0d::daemon::signals::{self, Signals};
 use pi0d::daemon::{self, RunOptions};
 
 mod commands;
@@ -123,6 +125,9 @@ impl From<ConfigError> for Failure {
 type Outcome = Result<ExitReason, Failure>;
 
 fn main() -> ExitCode {
+    // First of all: until `run` installs its handlers, a SIGHUP (or SIGTERM, SIGUSR1, ...)
+    // stays pending instead of killing the process with its default action.
+    signals::block();
     pi0d::daemon::log::init();
     pi0d::daemon::supervise::install_panic_hook();
     // `launch_ros` appends `--ros-args ...`: split them off before clap sees the line.
@@ -130,6 +135,7 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
+            signals::unblock();
             // Help and version go to stdout with 0; errors to stderr with 2. `print` does not
             // panic on a closed stream.
             let _ = e.print();
@@ -140,10 +146,19 @@ fn main() -> ExitCode {
             };
         }
     };
+    // `run` handles the signals from here on (pending ones included); the other commands keep
+    // their default actions.
+    let run_signals = match cli.command {
+        Command::Run(_) => Some(Signals::install()),
+        _ => {
+            signals::unblock();
+            None
+        }
+    };
     let outcome = ros_args::parse(&ros_args)
         .map_err(Failure::from)
         .and_then(|ros| match cli.command {
-            Command::Run(a) => run(a, &ros),
+            Command::Run(a) => run(a, &ros, run_signals),
             Command::Check(a) => check(a, &ros),
             Command::Infer(a) => commands::infer::infer(a),
             Command::Export(a) => commands::export::export(a),
@@ -153,7 +168,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(reason) => reason.into(),
         Err(f) => {
-            tell(&format!("error: {:#}", f.error));
+            tell(&format!("error: {}", error_chain(f.error.as_ref())));
             f.reason.into()
         }
     }
@@ -172,7 +187,16 @@ fn load_config(config: Option<PathBuf>, ros: &RosArgs) -> Result<Config, Failure
                 ),
             )
         })?;
-    Ok(Config::load_with(&path, ros)?)
+    Config::load_with(&path, ros).map_err(|e| {
+        // A URDF's error names the configuration file and `robot.urdf` too.
+        let e = LoadError::of_config(&path, e);
+        let reason = if e.is_usage() {
+            ExitReason::Usage
+        } else {
+            ExitReason::InvalidInput
+        };
+        Failure::new(reason, e)
+    })
 }
 
 /// Starts the compute threads (before any model is loaded: loading packs weights on them).
@@ -226,7 +250,7 @@ fn check_parent_writable(path: &Path, what: &str) -> Result<(), Failure> {
     Ok(())
 }
 
-fn run(a: RunArgs, ros: &RosArgs) -> Outcome {
+fn run(a: RunArgs, ros: &RosArgs, signals: Option<Signals>) -> Outcome {
     if let Some(p) = &a.summary {
         check_writable(p, "--summary")?;
     }
@@ -238,6 +262,7 @@ fn run(a: RunArgs, ros: &RosArgs) -> Outcome {
     let file = cfg.file.clone();
     let reload_from = Some((cfg.file.clone(), ros.clone()));
     let opts = RunOptions {
+        signals,
         reload_from,
         duration_s: a.duration,
         summary: a.summary,

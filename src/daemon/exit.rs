@@ -94,6 +94,24 @@ impl std::fmt::Display for ExitReason {
     }
 }
 
+/// An error and its sources on one line, `what: why: os error`, as the binary edge and the
+/// daemon's log show them. A source whose text the line already ends with is not repeated
+/// (an error that prints its source in its own message too would otherwise show it twice:
+/// `... (os error 98): ... (os error 98)`).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !line.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        next = s.source();
+    }
+    line
+}
+
 impl From<ExitReason> for std::process::ExitCode {
     fn from(r: ExitReason) -> Self {
         std::process::ExitCode::from(r.code())
@@ -111,6 +129,27 @@ mod tests {
                 assert_ne!(a.code(), b.code(), "{a} and {b}");
                 assert_ne!(a.name(), b.name());
             }
+        }
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    enum Outer {
+        /// Prints its source and chains it too.
+        #[error("bind: {0}")]
+        Doubled(#[source] std::io::Error),
+        #[error("metrics.listen: cannot serve")]
+        Chained(#[source] std::io::Error),
+    }
+
+    #[test]
+    fn when_an_error_chain_is_rendered_expect_each_cause_once() {
+        let os = || std::io::Error::from_raw_os_error(libc::EADDRINUSE);
+        let once = os().to_string();
+        for e in [Outer::Doubled(os()), Outer::Chained(os())] {
+            let e = anyhow::Error::new(e).context("running x.toml");
+            let line = error_chain(e.as_ref());
+            assert_eq!(line.matches(&once).count(), 1, "{line}");
+            assert!(line.starts_with("running x.toml: "), "{line}");
         }
     }
 

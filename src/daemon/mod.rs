@@ -8,6 +8,7 @@
 //! with `ExitReason::ControlFault` (nothing else can command the arm).
 
 pub mod control;
+mod diff;
 mod drill;
 pub mod exit;
 pub mod latch;
@@ -115,6 +116,8 @@ pub struct RunOptions {
     pub state_dir: Option<PathBuf>,
     /// The configuration file and ROS arguments it came from, read again on SIGHUP.
     pub reload_from: Option<(PathBuf, crate::config::ros_args::RosArgs)>,
+    /// The signal handlers, when `main` installed them first thing; none: installed here.
+    pub signals: Option<Signals>,
 }
 
 /// How long start-up waits for the first joint state (DDS discovery takes a moment).
@@ -152,26 +155,44 @@ fn join_bounded<T>(thread: Supervised<T>) {
 }
 
 /// Runs the daemon until `--duration` passes, a stop signal arrives or a fault ends it;
-/// returns the summary (its `exit` says which).
-pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
-    let Some(dir) = opts.state_dir.clone() else {
-        return run_latched(cfg, opts, None);
+/// returns the summary (its `exit` says which, and is what the process exits with: it is
+/// settled after the fault latch's last update, and only then written).
+pub fn run(cfg: Config, mut opts: RunOptions) -> Result<Summary, DaemonError> {
+    let signals = opts.signals.take().unwrap_or_else(Signals::install);
+    let latch = match &opts.state_dir {
+        Some(dir) => Some(latch::FaultLatch::open(dir)?),
+        None => None,
     };
-    let mut latch = latch::FaultLatch::open(&dir)?;
-    let latched = latch.latched().map(str::to_string);
-    let result = run_latched(cfg, opts, latched.clone());
-    // A reset accepted during the run lifts the latch (the e-stop's own transition).
-    if let Ok(s) = &result {
-        if latched.is_some() && s.resets > 0 {
-            latch.reset()?;
+    let latched = latch.as_ref().and_then(|l| l.latched()).map(str::to_string);
+    let mut result = run_latched(cfg, &opts, signals, latched.clone());
+    if let Some(mut latch) = latch {
+        // A reset accepted during the run lifts the latch (the e-stop's own transition).
+        if let Ok(s) = &result {
+            if latched.is_some() && s.resets > 0 {
+                if let Err(e) = latch.reset() {
+                    // Not lifted: the marker still latches, and the end below says why.
+                    let error = exit::error_chain(&e);
+                    tracing::error!(%error, "the fault latch could not be lifted");
+                }
+            }
+        }
+        let how = match &result {
+            Ok(s) => s.exit,
+            Err(e) => e.exit_reason(),
+        };
+        let end = latch.finish(how);
+        match &mut result {
+            Ok(s) => s.settle_fault_latch(end),
+            Err(_) => {
+                if let Err(e) = end {
+                    let error = exit::error_chain(&e);
+                    tracing::error!(%error, "the fault latch could not be updated");
+                }
+            }
         }
     }
-    let exit = match &result {
-        Ok(s) => s.exit,
-        Err(e) => e.exit_reason(),
-    };
-    if let Err(e) = latch.finish(exit) {
-        tracing::error!(error = %e, "the fault latch could not be updated");
+    if let (Ok(s), Some(path)) = (&result, &opts.summary) {
+        report::write_summary(path, s);
     }
     result
 }
@@ -179,7 +200,8 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<Summary, DaemonError> {
 /// `run`; `latched`: the previous run ended with a fault, so this one starts e-stopped.
 fn run_latched(
     cfg: Config,
-    opts: RunOptions,
+    opts: &RunOptions,
+    mut signals: Signals,
     latched: Option<String>,
 ) -> Result<Summary, DaemonError> {
     if cfg.realtime.lock_memory {
@@ -190,7 +212,6 @@ fn run_latched(
         .realtime
         .cpu_latency_us
         .and_then(rt::CpuLatency::request);
-    let mut signals = Signals::install();
     let io_stop = Arc::new(AtomicBool::new(false));
     let board = Arc::new(Blackboard::new(cfg.camera_count(), &cfg.policy.prompt));
     let start = MonoTime::now();
@@ -250,7 +271,7 @@ fn run_latched(
 
     let result = supervise(
         &cfg,
-        &opts,
+        opts,
         &board,
         &live,
         &mut signals,
@@ -269,9 +290,6 @@ fn run_latched(
     summary.dry_run = opts.dry_run;
     summary.limits_scale = cfg.limits.scale;
     summary.fault_latch = latched;
-    if let Some(path) = &opts.summary {
-        report::write_summary(path, &summary);
-    }
     Ok(summary)
 }
 
@@ -341,34 +359,27 @@ fn wait_first_joint_state(
     ))
 }
 
-/// SIGHUP: reads the configuration again and applies what may change while the arm runs;
-/// every refusal is logged naming its field.
-/// Returns the limits handed to the control thread (in force once it says so).
-fn reload(running: &mut Config, opts: &RunOptions, board: &Blackboard) -> Option<RobotLimits> {
-    let Some((path, ros)) = &opts.reload_from else {
-        tracing::warn!("SIGHUP: no configuration file to reload");
-        return None;
-    };
-    let new = match Config::load_with(path, ros) {
+/// A reload's result (the files were read on the reload thread): applies what may change
+/// while the arm runs; every change and every refusal is logged naming its field. Returns the
+/// limits handed to the control thread (in force once it says so).
+fn reload(running: &mut Config, loaded: reload::Loaded, board: &Blackboard) -> Option<RobotLimits> {
+    let new = match loaded {
         Ok(c) => c,
         Err(e) => {
-            tracing::warn!(error = %e, "SIGHUP: the configuration does not load; nothing changed");
+            let error = exit::error_chain(&e);
+            tracing::warn!(%error, "SIGHUP: the configuration does not load; nothing changed");
             return None;
         }
     };
     let plan = reload::plan(running, &new, &board.joint_state.load().position);
-    for (field, why) in &plan.refused {
-        tracing::warn!(field = %field, "SIGHUP: `{field}` not reloaded: {why}");
-    }
+    plan.log(&new.file);
     if let Some(p) = plan.prompt {
         if let Ok(mut slot) = board.prompt.lock() {
             slot.clone_from(&p);
         }
-        tracing::info!(prompt = %p, "SIGHUP: policy.prompt reloaded");
         running.policy.prompt = p;
     }
     if let Some(s) = plan.status_interval_s {
-        tracing::info!("SIGHUP: control.status_interval_s reloaded ({s} s)");
         running.control.status_interval_s = s;
     }
     let limits = plan.limits.inspect(|l| {
@@ -377,15 +388,6 @@ fn reload(running: &mut Config, opts: &RunOptions, board: &Blackboard) -> Option
         }
         tracing::info!("SIGHUP: tighter limits reloaded; they apply with the arm at rest inside them (a running arm holds, then resumes), or are refused where it would come to rest outside them");
     });
-    if plan.refused.is_empty() {
-        tracing::info!(file = %path.display(), "SIGHUP: configuration reloaded");
-    } else {
-        tracing::warn!(
-            file = %path.display(),
-            refused = plan.refused.len(),
-            "SIGHUP: configuration partly reloaded; what was refused keeps its running value"
-        );
-    }
     limits
 }
 
@@ -596,6 +598,7 @@ fn supervise(
     let mut pending_limits: Option<RobotLimits> = None;
     // What a reload compares with: the configuration as started, with what reloads applied.
     let mut running = cfg.clone();
+    let mut reloader = reload::Reloader::new(opts.reload_from.clone());
     let mut last_status = MonoTime::now();
     let mut status_line = StatusLine::new(opts.status, &status_tags(cfg, opts));
     let run_start = MonoTime::now();
@@ -625,7 +628,10 @@ fn supervise(
         drills.fire_due(t, board);
         log.drain(&events_rx, start);
         if signals.take_reload() {
-            if let Some(l) = reload(&mut running, opts, board) {
+            reloader.request();
+        }
+        if let Some(loaded) = reloader.poll() {
+            if let Some(l) = reload(&mut running, loaded, board) {
                 pending_limits = Some(l);
             }
         }

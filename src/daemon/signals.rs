@@ -5,6 +5,11 @@
 //! none of them may end a run without a controlled stop; nor may Ctrl-Z suspend it mid-motion
 //! (SIGTSTP, SIGTTIN, SIGTTOU are ignored too). SIGPIPE is already ignored by Rust's
 //! runtime (writes then fail, and `log` handles that).
+//!
+//! Until the handlers are in place every one of these signals would kill the process with its
+//! default action (a SIGHUP 2 ms after exec: rc 129, and the fault latch then reads "killed"),
+//! so `main` blocks them all first thing (`block`): one that arrives meanwhile stays pending
+//! and is handled once `Signals::install` has registered the handlers and unblocked them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -58,9 +63,47 @@ pub fn name(sig: i32) -> String {
     }
 }
 
+/// Every signal `Signals::install` handles.
+fn handled() -> Vec<i32> {
+    let realtime = libc::SIGRTMIN()..=libc::SIGRTMAX();
+    STOP.into_iter()
+        .chain([SIGHUP])
+        .chain(IGNORED)
+        .chain(realtime)
+        .collect()
+}
+
+/// Blocks (how = `SIG_BLOCK`) or unblocks (`SIG_UNBLOCK`) the handled signals for this thread
+/// (and the threads it starts from now on).
+fn mask(how: libc::c_int) {
+    // SAFETY: sigset_t is plain data initialized by sigemptyset before use; pthread_sigmask
+    // only reads it. Errors are impossible with valid signal numbers and `how`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in handled() {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
+/// Holds back every signal `Signals::install` handles, so none can kill the process before its
+/// handler exists: the first thing `main` does. `install` (or `unblock`, for a command that
+/// installs none) lets them through, pending ones included.
+pub fn block() {
+    mask(libc::SIG_BLOCK);
+}
+
+/// Lets the signals `block` held back through again, with whatever action they have.
+pub fn unblock() {
+    mask(libc::SIG_UNBLOCK);
+}
+
 impl Signals {
-    /// Installs the handlers. A handler that cannot be installed is warned about (the signal
-    /// keeps its default action).
+    /// Installs the handlers, then unblocks the signals (`block`): one that arrived meanwhile
+    /// is handled now. A handler that cannot be installed is warned about (the signal keeps
+    /// its default action).
     pub fn install() -> Signals {
         let stop = Arc::new(AtomicBool::new(false));
         for sig in STOP {
@@ -97,6 +140,7 @@ impl Signals {
                 Err(e) => tracing::warn!(signal = sig, error = %e, "cannot handle signal"),
             }
         }
+        unblock();
         Signals {
             stop,
             reload,

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::exit::ExitReason;
+use super::exit::{error_chain, ExitReason};
+use super::latch::LatchError;
 
 #[derive(Debug, Default, Serialize)]
 pub struct Percentiles {
@@ -102,6 +103,13 @@ pub struct Summary {
     /// The previous run ended so (a fault, or killed): this one started e-stopped until a
     /// reset (`--state-dir`, `$STATE_DIRECTORY`).
     pub fault_latch: Option<String>,
+    /// Why the next start will wait for a reset: the marker this run left (a fault, or a latch
+    /// never reset); null when it removed it, or when `fault_latch_error` says it could not.
+    pub fault_latch_next: Option<String>,
+    /// The fault latch could not be updated at the end (the OS error included): the marker
+    /// left on disk decides the next start, and a run that was otherwise clean exits
+    /// `runtime_failure`.
+    pub fault_latch_error: Option<String>,
     /// The MCAP recording (`[record]`): file, messages, bytes, drops and why it ended.
     pub recording: Option<crate::record::RecordingSummary>,
     pub exit: ExitReason,
@@ -109,4 +117,67 @@ pub struct Summary {
     /// E-stop resets granted (the summary's `safety_events.reset` too; typed for the latch).
     #[serde(skip)]
     pub resets: u64,
+}
+
+impl Summary {
+    /// What the fault latch's last update at the end did, and so what the process exits with:
+    /// a run that ended cleanly but could not record it exits `runtime_failure`; the summary's
+    /// `exit` and `exit_code` are always what the process exits with.
+    pub fn settle_fault_latch(&mut self, end: Result<Option<String>, LatchError>) {
+        match end {
+            Ok(next) => {
+                if let Some(why) = &next {
+                    tracing::warn!(reason = %why, "fault latch kept: the next start waits for a reset");
+                }
+                self.fault_latch_next = next;
+            }
+            Err(e) => {
+                let why = error_chain(&e);
+                tracing::error!(error = %why, "the fault latch could not be updated");
+                if self.exit == ExitReason::Clean {
+                    self.exit = ExitReason::RuntimeFailure;
+                }
+                self.fault_latch_error = Some(why);
+            }
+        }
+        self.exit_code = self.exit.code();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_the_latch_cannot_be_written_at_the_end_expect_the_summary_to_say_the_exit() {
+        let mut s = Summary {
+            exit: ExitReason::Clean,
+            ..Summary::default()
+        };
+        s.settle_fault_latch(Err(LatchError::Io {
+            path: "/state/fault-latch.json".into(),
+            source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+        }));
+        assert_eq!(s.exit, ExitReason::RuntimeFailure);
+        assert_eq!(s.exit_code, ExitReason::RuntimeFailure.code());
+        let why = s.fault_latch_error.unwrap();
+        assert!(
+            why.contains("No space left on device (os error 28)"),
+            "{why}"
+        );
+        // A fault stays the reason.
+        let mut s = Summary {
+            exit: ExitReason::ThreadFault,
+            ..Summary::default()
+        };
+        s.settle_fault_latch(Err(LatchError::InUse {
+            dir: "/state".into(),
+            pid: None,
+        }));
+        assert_eq!((s.exit, s.exit_code), (ExitReason::ThreadFault, 7));
+        let mut s = Summary::default();
+        s.settle_fault_latch(Ok(Some("control_fault".into())));
+        assert_eq!(s.fault_latch_next.as_deref(), Some("control_fault"));
+        assert_eq!(s.exit_code, 0);
+    }
 }

@@ -17,6 +17,9 @@ pub struct SoftLimit {
     pub lower: f64,
     pub upper: f64,
     pub k_position: f64,
+    /// Not used by pi0d's governor (it commands positions); kept so a reload can tell a
+    /// looser one from the running one.
+    pub k_velocity: f64,
 }
 
 /// Limits of one joint, in its SI units (rad or m, per second, per second², per second³).

@@ -12,9 +12,10 @@ use super::limits::SoftLimit;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UrdfError {
-    #[error("{file}: cannot read: {source}")]
+    #[error("{file}: cannot read it")]
     Read {
         file: PathBuf,
+        #[source]
         source: std::io::Error,
     },
     #[error("{file}: cannot parse URDF: {message}")]
@@ -129,6 +130,9 @@ impl UrdfModel {
     }
 }
 
+/// The largest URDF read (a whole robot's is well under a megabyte; meshes are separate files).
+const MAX_BYTES: u64 = 32 << 20;
+
 pub fn load(file: &Path) -> Result<UrdfModel, UrdfError> {
     if file.is_dir() {
         return Err(UrdfError::Parse {
@@ -136,7 +140,8 @@ pub fn load(file: &Path) -> Result<UrdfModel, UrdfError> {
             message: "is a directory, expected a URDF file".into(),
         });
     }
-    let text = std::fs::read_to_string(file).map_err(|source| UrdfError::Read {
+    // Only a regular file: a FIFO or device here would block the reader (a SIGHUP reload too).
+    let text = crate::files::read_regular(file, MAX_BYTES).map_err(|source| UrdfError::Read {
         file: file.to_path_buf(),
         source,
     })?;
@@ -465,7 +470,7 @@ fn validate(
                 let lo = sub.number("soft_lower_limit")?.unwrap_or(0.0);
                 let hi = sub.number("soft_upper_limit")?.unwrap_or(0.0);
                 let k = sub.number("k_position")?.unwrap_or(0.0);
-                sub.number("k_velocity")?;
+                let k_velocity = sub.number("k_velocity")?.unwrap_or(0.0);
                 if !(lo < hi && k > 0.0) {
                     return Err(sub.err(format!(
                         "<safety_controller> needs soft_lower_limit < soft_upper_limit and k_position > 0, found {lo} / {hi} / {k}"
@@ -475,6 +480,7 @@ fn validate(
                     lower: lo,
                     upper: hi,
                     k_position: k,
+                    k_velocity,
                 })
             }
         };
