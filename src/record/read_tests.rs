@@ -300,3 +300,58 @@ fn when_a_file_has_no_commands_expect_not_pi0d_naming_it() {
     assert!(matches!(e, ReadError::NotPi0d { .. }), "{e:?}");
     assert!(e.to_string().contains(&file.display().to_string()), "{e}");
 }
+
+mod mutated {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A recording with commands, a hold and chunks, its bytes.
+    fn recording(dir: &Path) -> Vec<u8> {
+        let two = names(2);
+        let file = crafted(dir, "whole.mcap", |put| {
+            for i in 0..300u64 {
+                let at = T0 + i * 5_000_000;
+                let p = [(i as f64 * 0.01).sin(), 0.3];
+                put(Channel::Command, at, &joint_state(&two, &p, at));
+                if i % 100 == 50 {
+                    let to = if i == 150 { "estopped" } else { "running" };
+                    let e = format!(r#"{{"kind":"transition","to":"{to}"}}"#);
+                    put(Channel::Events, at, e.as_bytes());
+                }
+            }
+        });
+        std::fs::read(file).unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// Whatever bytes are changed or cut, reading gives a trace or an error naming the
+        /// file, and a trace plots: nothing panics.
+        #[test]
+        fn when_a_recording_is_damaged_anywhere_expect_a_trace_or_an_error_naming_it(
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+            cut in proptest::option::of(any::<prop::sample::Index>()),
+        ) {
+            let dir = scratch("mutated");
+            let mut bytes = recording(&dir);
+            for (at, v) in edits {
+                let k = at.index(bytes.len());
+                bytes[k] = v;
+            }
+            if let Some(c) = cut {
+                bytes.truncate(c.index(bytes.len()));
+            }
+            let path = dir.join("damaged.mcap");
+            std::fs::write(&path, &bytes).unwrap();
+            match read(&path) {
+                Ok(trace) => {
+                    plot::plot(&trace, &dir.join("damaged.png")).unwrap();
+                }
+                Err(e) => {
+                    prop_assert!(e.to_string().contains(&path.display().to_string()), "{}", e);
+                }
+            }
+        }
+    }
+}
