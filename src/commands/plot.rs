@@ -29,8 +29,17 @@ pub(crate) fn plot(a: PlotArgs) -> Outcome {
             "{why}; plotting what it holds up to there"
         );
     }
-    let (w, h) =
-        plot::plot(&trace, &out).map_err(|e| Failure::new(ExitReason::RuntimeFailure, e))?;
+    let (w, h) = plot::plot(&trace, &out).map_err(|e| {
+        let reason = match e {
+            plot::PlotError::Empty { .. } | plot::PlotError::TooManyJoints { .. } => {
+                ExitReason::InvalidInput
+            }
+            plot::PlotError::Draw { .. } | plot::PlotError::Write { .. } => {
+                ExitReason::RuntimeFailure
+            }
+        };
+        Failure::new(reason, e)
+    })?;
     say(&format!(
         "plotted {} joints over {:.1} s ({} chunks, {} spans not running) from {} to {} ({w}x{h})",
         trace.joints.len(),

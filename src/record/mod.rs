@@ -340,7 +340,10 @@ impl Recorder {
             return RecordingSummary {
                 path: self.path.display().to_string(),
                 ended_by: EndedBy::WriteError,
-                error: Some("did not finish within 5 s".into()),
+                error: Some(format!(
+                    "{}: did not finish within 5 s",
+                    self.path.display()
+                )),
                 ..RecordingSummary::default()
             };
         }
