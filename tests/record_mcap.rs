@@ -1,6 +1,7 @@
 //! MCAP recordings (`[record]`) of real daemon runs, read back with the Python `mcap` and
 //! `mcap-ros2-support` packages (tests/peers/mcap_check.py): every channel decodes, the ROS 2
 //! schemas equal rosbags' Jazzy definitions, and what the file says matches the run's summary.
+//! And `pi0d plot` on recordings crafted to hurt it.
 
 mod common;
 
@@ -274,24 +275,27 @@ fn when_the_recording_file_exists_expect_the_start_refused_naming_it_and_the_fil
 }
 
 #[test]
-fn when_max_megabytes_is_reached_expect_the_file_closed_readable_and_the_run_going_on() {
+fn when_max_megabytes_is_reached_expect_the_file_within_it_closed_readable_and_the_run_going_on() {
     let dir = scratch_dir("record-cap");
     let file = dir.join("capped.mcap");
+    // The smallest cap the configuration allows, camera frames at the highest rate.
     let cfg = recorded(
         sim_config(),
         &[
             ("path", Value::String(file.display().to_string())),
-            ("max_megabytes", Value::Float(0.3)),
+            ("max_megabytes", Value::Float(0.1)),
             ("camera_hz", Value::Float(30.0)),
         ],
     );
-    let run = run_daemon("record-cap-run", &cfg, 6.0);
+    let run = run_daemon("record-cap-run", &cfg, 3.0);
     assert_eq!(run.code(), 0, "{}", run.stderr);
     let rec = &run.summary()["recording"];
     assert_eq!(rec["ended_by"], "max_megabytes", "{rec}");
     let bytes = std::fs::metadata(&file).unwrap().len();
-    // Checked at each flush (once a second): at most about a second of data beyond the cap.
-    assert!((300_000..800_000).contains(&bytes), "{bytes} bytes");
+    // The file on disk, index and all, is within the cap; it stopped when the next message
+    // did not fit (a camera frame is a few kB), not long before.
+    assert!((50_000..=100_000).contains(&bytes), "{bytes} bytes");
+    assert_eq!(rec["bytes"], bytes, "{rec}");
     assert!(
         run.stderr.contains("record.max_megabytes"),
         "{}",
@@ -304,4 +308,111 @@ fn when_max_megabytes_is_reached_expect_the_file_closed_readable_and_the_run_goi
     let commands = back["topics"]["/pi0d/command"]["count"].as_u64().unwrap();
     assert!(commands < run.summary()["ticks"].as_u64().unwrap());
     assert_eq!(run.summary()["final_mode"], "stopping");
+}
+
+/// `pi0d plot` on `file`, killed (and the test failed) if it has not finished in a minute.
+fn pi0d_plot_bounded(file: &Path) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .arg("plot")
+        .arg(file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("pi0d runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("pi0d plot {} did not finish in 60 s", file.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (out.status.code(), stderr)
+}
+
+/// An MCAP file with `/pi0d/command` messages of `joints` joints, positions from `position`.
+fn crafted_commands(
+    file: &Path,
+    joints: usize,
+    messages: u64,
+    position: impl Fn(u64, usize) -> f64,
+) -> u64 {
+    use byteorder::LittleEndian;
+    use pi0d::io::ros::msgs;
+    let out = std::io::BufWriter::new(std::fs::File::create(file).unwrap());
+    let mut w = mcap::WriteOptions::new()
+        .compression(Some(mcap::Compression::Zstd))
+        .create(out)
+        .unwrap();
+    let schema = w
+        .add_schema("sensor_msgs/msg/JointState", "ros2msg", b"")
+        .unwrap();
+    let channel = w
+        .add_channel(schema, "/pi0d/command", "cdr", &Default::default())
+        .unwrap();
+    let names: Vec<String> = (0..joints).map(|j| format!("j{j}")).collect();
+    for i in 0..messages {
+        let msg = msgs::JointState {
+            name: names.clone(),
+            position: (0..joints).map(|j| position(i, j)).collect(),
+            ..Default::default()
+        };
+        let mut data = vec![0, 1, 0, 0];
+        cdr_encoding::to_writer::<_, LittleEndian, _>(&mut data, &msg).unwrap();
+        let at = 1_700_000_000_000_000_000 + i * 5_000_000;
+        let header = mcap::records::MessageHeader {
+            channel_id: channel,
+            sequence: i as u32,
+            log_time: at,
+            publish_time: at,
+        };
+        w.write_to_known_channel(&header, &data).unwrap();
+    }
+    w.finish().unwrap();
+    drop(w);
+    std::fs::metadata(file).unwrap().len()
+}
+
+#[test]
+fn when_pi0d_plot_is_given_crafted_recordings_expect_an_error_naming_the_file_or_a_bounded_plot() {
+    let dir = scratch_dir("plot-crafted");
+    // Thousands of joints in a few kB: refused by name, never drawn (it panicked; 200k
+    // joints took 4 GB).
+    for joints in [5_000, 200_000] {
+        let file = dir.join(format!("joints-{joints}.mcap"));
+        let size = crafted_commands(&file, joints, 3, |_, _| 0.0);
+        let (code, stderr) = pi0d_plot_bounded(&file);
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&file.display().to_string())
+                && stderr.contains(&format!("{joints} joints")),
+            "{size} bytes: {stderr}"
+        );
+        assert!(!dir.join(format!("joints-{joints}.png")).exists());
+    }
+    // Positions alternating +-1e308: plotted (it hung), the values named as left out.
+    let file = dir.join("huge.mcap");
+    crafted_commands(&file, 2, 400, |i, j| match (i % 2, j) {
+        (0, 0) => 1e308,
+        (_, 0) => -1e308,
+        _ => (i as f64 * 0.01).sin(),
+    });
+    let (code, stderr) = pi0d_plot_bounded(&file);
+    assert_eq!(code, Some(0), "{stderr}");
+    let img = image::open(dir.join("huge.png")).expect("a PNG").to_rgb8();
+    assert_eq!(img.height(), 86 + 2 * 210);
+    // The second joint's line is there.
+    assert!(pixels(&img, [31, 119, 180]) > 500);
+    // A recording with no commands: refused by name.
+    let file = dir.join("empty.mcap");
+    crafted_commands(&file, 2, 0, |_, _| 0.0);
+    let (code, stderr) = pi0d_plot_bounded(&file);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&file.display().to_string()) && stderr.contains("not a pi0d recording"),
+        "{stderr}"
+    );
 }

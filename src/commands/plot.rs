@@ -23,25 +23,30 @@ pub(crate) fn plot(a: PlotArgs) -> Outcome {
     let out = a.out.unwrap_or_else(|| a.recording.with_extension("png"));
     check_parent_writable(&out, "--out")?;
     let trace = read::read(&a.recording).map_err(|e| Failure::new(ExitReason::InvalidInput, e))?;
-    if let Some(why) = &trace.truncated {
+    if let Some(why) = &trace.partial {
         tracing::warn!(
             file = %a.recording.display(),
-            "the recording ends early ({why}); plotting what it holds"
+            "{why}; plotting what it holds up to there"
         );
     }
-    let name = a
-        .recording
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
-    let (w, h) =
-        plot::plot(&trace, &name, &out).map_err(|e| Failure::new(ExitReason::RuntimeFailure, e))?;
+    let (w, h) = plot::plot(&trace, &out).map_err(|e| {
+        let reason = match e {
+            plot::PlotError::Empty { .. } | plot::PlotError::TooManyJoints { .. } => {
+                ExitReason::InvalidInput
+            }
+            plot::PlotError::Draw { .. } | plot::PlotError::Write { .. } => {
+                ExitReason::RuntimeFailure
+            }
+        };
+        Failure::new(reason, e)
+    })?;
     say(&format!(
-        "plotted {} joints over {:.1} s ({} chunks, {} spans not running) to {} ({w}x{h})",
+        "plotted {} joints over {:.1} s ({} chunks, {} spans not running) from {} to {} ({w}x{h})",
         trace.joints.len(),
         trace.duration_s(),
-        trace.chunk_arrivals_s.len(),
+        trace.chunks,
         trace.spans.len(),
+        a.recording.display(),
         out.display()
     ));
     Ok(ExitReason::Clean)

@@ -58,6 +58,7 @@ pub struct McapFile {
     /// The same file, for its size.
     file: File,
     path: PathBuf,
+    size: SizeBound,
     ch: Channels,
     names: Vec<String>,
     node: String,
@@ -87,11 +88,14 @@ fn cdr<T: Serialize>(msg: &T) -> Result<Vec<u8>, mcap::McapError> {
 }
 
 impl McapFile {
-    /// Creates `path` (never replacing a file) with every schema and channel.
+    /// Creates `path` (never replacing a file) with every schema and channel. The file never
+    /// grows past `max_bytes`, index and all: a message that would take it there is refused
+    /// (`RecordError::Full`) and the file can still be closed within the bound.
     pub fn create(
         path: &Path,
         topics: &Topics,
         metadata: &BTreeMap<String, String>,
+        max_bytes: u64,
     ) -> Result<McapFile, RecordError> {
         let file = File::options()
             .write(true)
@@ -114,6 +118,8 @@ impl McapFile {
         let mut w = mcap::WriteOptions::new()
             .compression(Some(mcap::Compression::Zstd))
             .library(format!("pi0d {}", env!("CARGO_PKG_VERSION")))
+            // Chunks end where `put` ends them, so that their number is known (see SizeBound).
+            .chunk_size(None)
             .create(BufWriter::new(file))
             .map_err(&err)?;
         let none = BTreeMap::new();
@@ -163,11 +169,28 @@ impl McapFile {
                 .collect::<Result<_, _>>()
                 .map_err(&err)?,
         };
-        w.write_metadata(&Metadata {
+        let metadata = Metadata {
             name: "pi0d".into(),
             metadata: metadata.clone(),
-        })
-        .map_err(&err)?;
+        };
+        w.write_metadata(&metadata).map_err(&err)?;
+        w.flush().map_err(&err)?;
+        let size = SizeBound::new(
+            max_bytes,
+            topics,
+            &metadata.name,
+            file_len(&size_handle, path)?,
+        );
+        if size.closed_size() > max_bytes {
+            drop(w);
+            // Ours (created above): a file that cannot hold its own index is no recording.
+            let _ = std::fs::remove_file(path);
+            return Err(RecordError::TooSmall {
+                path: path.to_path_buf(),
+                needed: size.closed_size(),
+                max_bytes,
+            });
+        }
         let wall = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as i128)
@@ -176,6 +199,7 @@ impl McapFile {
             w,
             file: size_handle,
             path: path.to_path_buf(),
+            size,
             last_frames: vec![MonoTime::ZERO; ch.cameras.len()],
             ch,
             names: topics.joint_names.clone(),
@@ -207,6 +231,20 @@ impl McapFile {
         publish: MonoTime,
         data: &[u8],
     ) -> Result<(), RecordError> {
+        let record = MESSAGE_RECORD + data.len() as u64;
+        // Closing the open chunk replaces its bound by its real (compressed) size: the file
+        // gets as close to the cap as it can before it is full.
+        if self.size.open_messages > 0
+            && (self.size.open_bytes + record > CHUNK_BYTES || !self.size.fits(channel, record))
+        {
+            self.flush()?;
+        }
+        if !self.size.fits(channel, record) {
+            return Err(RecordError::Full {
+                path: self.path.clone(),
+                max_bytes: self.size.max_bytes,
+            });
+        }
         self.sequence = self.sequence.wrapping_add(1);
         let header = MessageHeader {
             channel_id: channel,
@@ -217,6 +255,7 @@ impl McapFile {
         self.w
             .write_to_known_channel(&header, data)
             .map_err(write_err(&self.path))?;
+        self.size.written(channel, record);
         self.messages += 1;
         Ok(())
     }
@@ -399,7 +438,10 @@ impl McapFile {
 
     /// Closes the current MCAP chunk and writes it out.
     pub fn flush(&mut self) -> Result<(), RecordError> {
-        self.w.flush().map_err(write_err(&self.path))
+        self.w.flush().map_err(write_err(&self.path))?;
+        let len = file_len(&self.file, &self.path)?;
+        self.size.closed(len);
+        Ok(())
     }
 
     pub fn bytes(&self) -> u64 {
@@ -422,6 +464,173 @@ impl McapFile {
             .map_err(|e| err(mcap::McapError::Io(e)))?;
         let bytes = self.file.metadata().map(|m| m.len()).unwrap_or(0);
         Ok((self.messages, bytes))
+    }
+}
+
+fn file_len(file: &File, path: &Path) -> Result<u64, RecordError> {
+    file.metadata()
+        .map(|m| m.len())
+        .map_err(|e| write_err(path)(mcap::McapError::Io(e)))
+}
+
+/// Uncompressed bytes in a chunk before it is closed.
+const CHUNK_BYTES: u64 = 1 << 20;
+/// A message record: opcode and length, channel, sequence, log and publish time, data.
+const MESSAGE_RECORD: u64 = 9 + 2 + 4 + 8 + 8;
+/// A chunk record without its data: opcode and length, start and end time, uncompressed size
+/// and CRC, compression ("zstd"), compressed size.
+const CHUNK_RECORD: u64 = 9 + 8 + 8 + 8 + 4 + (4 + 4) + 8;
+/// A chunk's message index for one channel, without its entries (16 bytes a message).
+const MESSAGE_INDEX: u64 = 9 + 2 + 4;
+/// A chunk index in the summary, without its per-channel offsets (10 bytes a channel).
+const CHUNK_INDEX: u64 = 9 + 8 + 8 + 8 + 8 + 4 + 8 + (4 + 4) + 8 + 8;
+/// Summary offsets (one per group: schemas, channels, statistics, chunk, attachment and
+/// metadata indexes), data end, footer, end magic.
+const CLOSING: u64 = 6 * (9 + 1 + 8 + 8) + (9 + 4) + (9 + 8 + 8 + 4) + 8;
+/// Slack for what the arithmetic below might miss.
+const SAFETY: u64 = 256;
+
+/// zstd's output for `n` bytes at most: its own bound (ZSTD_COMPRESSBOUND) is `n + n/256 +
+/// 64`; twice that margin covers the block headers of multithreaded streaming.
+fn zstd_bound(n: u64) -> u64 {
+    n + n / 128 + 512
+}
+
+/// A chunk of `bytes` (uncompressed records) holding `messages` on `channels`, closed: its
+/// record compressed at worst, its message indexes, and its chunk index in the summary.
+fn chunk_bound(bytes: u64, messages: u64, channels: u64) -> u64 {
+    CHUNK_RECORD
+        + zstd_bound(bytes)
+        + channels * MESSAGE_INDEX
+        + 16 * messages
+        + CHUNK_INDEX
+        + 10 * channels
+}
+
+/// What the file will take on disk once closed, bounded from above, as the MCAP writer lays
+/// it out (github.com/foxglove/mcap, spec: records, chunks, summary section).
+#[derive(Clone, Copy, Debug)]
+struct SizeBound {
+    max_bytes: u64,
+    /// The file's length after the last closed chunk (exact: the writer was flushed).
+    committed: u64,
+    /// The open chunk: uncompressed bytes of its records, its messages, and the channels
+    /// they are on (bit `id`; an id past 127 counts as a new channel each time).
+    open_bytes: u64,
+    open_messages: u64,
+    open_channels: u128,
+    open_untracked: u64,
+    /// The summary's chunk indexes for the chunks closed so far (the first holds the schemas
+    /// and channels: no messages).
+    chunk_indexes: u64,
+    /// The summary's part that does not grow: schemas and channels again, statistics, the
+    /// metadata index, and `CLOSING`.
+    fixed_tail: u64,
+}
+
+impl SizeBound {
+    fn new(max_bytes: u64, topics: &Topics, metadata_name: &str, committed: u64) -> SizeBound {
+        let schema = |(name, data): (&str, &[u8]), encoding: &str| {
+            9 + 2 + (4 + name.len() + 4 + encoding.len() + 4 + data.len()) as u64
+        };
+        let schemas = schema(schemas::JOINT_STATE, "ros2msg")
+            + schema(schemas::COMPRESSED_IMAGE, "ros2msg")
+            + schema(schemas::DIAGNOSTIC_ARRAY, "ros2msg")
+            + schema(("pi0d.Chunk", schemas::CHUNK_JSON.as_bytes()), "jsonschema")
+            + schema(("pi0d.Event", schemas::EVENT_JSON.as_bytes()), "jsonschema");
+        let channel = |topic: &str, encoding: &str| {
+            9 + 2 + 2 + (4 + topic.len() + 4 + encoding.len() + 4) as u64
+        };
+        let channels = channel(&topics.joint_states, "cdr")
+            + channel(COMMAND_TOPIC, "cdr")
+            + channel(CHUNKS_TOPIC, "json")
+            + channel(EVENTS_TOPIC, "json")
+            + channel(DIAGNOSTICS_TOPIC, "cdr")
+            + topics
+                .cameras
+                .iter()
+                .map(|c| channel(&camera_topic(c), "cdr"))
+                .sum::<u64>();
+        let count = 5 + topics.cameras.len() as u64;
+        let statistics = 9 + 8 + 2 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 10 * count;
+        let metadata_index = 9 + 8 + 8 + 4 + metadata_name.len() as u64;
+        SizeBound {
+            max_bytes,
+            committed,
+            open_bytes: 0,
+            open_messages: 0,
+            open_channels: 0,
+            open_untracked: 0,
+            chunk_indexes: CHUNK_INDEX,
+            fixed_tail: schemas + channels + statistics + metadata_index + CLOSING + SAFETY,
+        }
+    }
+
+    /// The summary if the file were closed with no chunk open.
+    fn tail(&self) -> u64 {
+        self.fixed_tail + self.chunk_indexes
+    }
+
+    /// Channels in the open chunk (at most).
+    fn open_channels(&self) -> u64 {
+        u64::from(self.open_channels.count_ones()) + self.open_untracked
+    }
+
+    /// Channels in the open chunk, with `channel`'s message added.
+    fn channels_with(&self, channel: u16) -> u64 {
+        match 1u128.checked_shl(u32::from(channel)) {
+            Some(bit) => u64::from((self.open_channels | bit).count_ones()) + self.open_untracked,
+            None => self.open_channels() + 1,
+        }
+    }
+
+    /// The file's size if it were closed now with no chunk open.
+    fn closed_size(&self) -> u64 {
+        self.committed + self.tail()
+    }
+
+    /// The file's size, closed, with a message record of `record` bytes on `channel` more in
+    /// the open chunk: the chunk compressed at worst, its message indexes, its chunk index.
+    fn with(&self, channel: u16, record: u64) -> u64 {
+        let chunk = chunk_bound(
+            self.open_bytes + record,
+            self.open_messages + 1,
+            self.channels_with(channel),
+        );
+        self.closed_size() + chunk
+    }
+
+    /// The file's size if it were closed now.
+    #[cfg(test)]
+    fn bound(&self) -> u64 {
+        let open = (self.open_messages > 0)
+            .then(|| chunk_bound(self.open_bytes, self.open_messages, self.open_channels()));
+        self.closed_size() + open.unwrap_or(0)
+    }
+
+    fn fits(&self, channel: u16, record: u64) -> bool {
+        self.with(channel, record) <= self.max_bytes
+    }
+
+    fn written(&mut self, channel: u16, record: u64) {
+        self.open_bytes += record;
+        self.open_messages += 1;
+        match 1u128.checked_shl(u32::from(channel)) {
+            Some(bit) => self.open_channels |= bit,
+            None => self.open_untracked += 1,
+        }
+    }
+
+    /// The open chunk was closed: the file is `len` bytes long.
+    fn closed(&mut self, len: u64) {
+        if self.open_messages > 0 {
+            self.chunk_indexes += CHUNK_INDEX + 10 * self.open_channels();
+        }
+        self.committed = len;
+        self.open_bytes = 0;
+        self.open_messages = 0;
+        self.open_channels = 0;
+        self.open_untracked = 0;
     }
 }
 
@@ -453,3 +662,7 @@ fn jpeg(f: &CameraFrame) -> Option<Vec<u8>> {
         .ok()?;
     Some(out)
 }
+
+#[cfg(test)]
+#[path = "file_tests.rs"]
+mod tests;

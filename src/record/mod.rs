@@ -36,8 +36,17 @@ pub use file::{McapFile, Topics};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
+    /// The configured file exists (a directory gets a new name instead: `NoFreeName`).
     #[error("record.path: {path} already exists; a recording is never overwritten (name a directory to get one file per run)")]
     Exists { path: PathBuf },
+    #[error(
+        "record.path: no free file name in {dir}: {first} and {tries} more names after it exist"
+    )]
+    NoFreeName {
+        dir: PathBuf,
+        first: PathBuf,
+        tries: u32,
+    },
     #[error("record.path: cannot create {path}")]
     Create {
         path: PathBuf,
@@ -50,8 +59,21 @@ pub enum RecordError {
         #[source]
         source: mcap::McapError,
     },
-    #[error("cannot start the recorder thread")]
-    Spawn(#[source] std::io::Error),
+    /// The next message would take the file past `record.max_megabytes`.
+    #[error("{path}: record.max_megabytes reached ({max_bytes} bytes)")]
+    Full { path: PathBuf, max_bytes: u64 },
+    #[error("{path}: record.max_megabytes ({max_bytes} bytes) cannot hold even the file's header and index ({needed} bytes)")]
+    TooSmall {
+        path: PathBuf,
+        needed: u64,
+        max_bytes: u64,
+    },
+    #[error("{path}: cannot start the recorder thread")]
+    Spawn {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What the control thread saw and commanded at one tick. `Copy`: queued without allocating.
@@ -164,13 +186,51 @@ pub struct Recorder {
     path: PathBuf,
 }
 
-/// The file for this run: the configured one, or a new one named by the UTC time in the
-/// configured directory.
-pub fn file_for_run(target: &RecordTarget, now: std::time::SystemTime) -> PathBuf {
-    match target {
-        RecordTarget::File(p) => p.clone(),
-        RecordTarget::Directory(d) => d.join(format!("pi0d-{}.mcap", utc_stamp(now))),
+/// Names tried in a directory before giving up: runs starting in the same second.
+const NAME_TRIES: u32 = 1000;
+
+/// The `n`th name for a run started at `now` in `dir`: `pi0d-<UTC time>.mcap`, then
+/// `pi0d-<UTC time>-2.mcap`, `-3`, ...
+pub fn run_file_name(dir: &Path, now: std::time::SystemTime, n: u32) -> PathBuf {
+    let stamp = utc_stamp(now);
+    match n {
+        0 => dir.join(format!("pi0d-{stamp}.mcap")),
+        n => dir.join(format!("pi0d-{stamp}-{}.mcap", n + 1)),
     }
+}
+
+/// Creates the file for this run: the configured one (refused if it exists), or a new one in
+/// the configured directory, named by the UTC time (and a number when that name is taken:
+/// each name is created exclusively, so two runs never share a file).
+pub fn create_run_file(
+    cfg: &RecordConfig,
+    topics: &Topics,
+    metadata: &std::collections::BTreeMap<String, String>,
+    now: std::time::SystemTime,
+) -> Result<(PathBuf, McapFile), RecordError> {
+    let dir = match &cfg.target {
+        RecordTarget::File(p) => {
+            return McapFile::create(p, topics, metadata, cfg.max_bytes).map(|f| (p.clone(), f))
+        }
+        RecordTarget::Directory(d) => d,
+    };
+    std::fs::create_dir_all(dir).map_err(|source| RecordError::Create {
+        path: dir.clone(),
+        source,
+    })?;
+    for n in 0..NAME_TRIES {
+        let path = run_file_name(dir, now, n);
+        match McapFile::create(&path, topics, metadata, cfg.max_bytes) {
+            Ok(f) => return Ok((path, f)),
+            Err(RecordError::Exists { .. }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(RecordError::NoFreeName {
+        dir: dir.clone(),
+        first: run_file_name(dir, now, 0),
+        tries: NAME_TRIES - 1,
+    })
 }
 
 /// `YYYYmmddTHHMMSSZ` (UTC) for file names.
@@ -199,7 +259,7 @@ pub(crate) fn utc_stamp(t: std::time::SystemTime) -> String {
 }
 
 impl Recorder {
-    /// Creates the file (refusing to overwrite one) and starts the recorder thread, which
+    /// Creates the file (see `create_run_file`) and starts the recorder thread, which
     /// calls `on_thread` first (the daemon lowers its priority there).
     pub fn start(
         setup: RecordSetup,
@@ -207,20 +267,19 @@ impl Recorder {
         live: Arc<LiveStats>,
         on_thread: impl FnOnce() + Send + 'static,
     ) -> Result<Recorder, RecordError> {
-        if let RecordTarget::Directory(d) = &setup.cfg.target {
-            std::fs::create_dir_all(d).map_err(|source| RecordError::Create {
-                path: d.clone(),
-                source,
-            })?;
-        }
-        let path = file_for_run(&setup.cfg.target, std::time::SystemTime::now());
-        let file = McapFile::create(&path, &setup.topics, &setup.metadata)?;
+        let (path, file) = create_run_file(
+            &setup.cfg,
+            &setup.topics,
+            &setup.metadata,
+            std::time::SystemTime::now(),
+        )?;
         let (tick_tx, tick_rx) = sync_channel(TICK_QUEUE);
         let (note_tx, note_rx) = sync_channel(NOTE_QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (stop, dropped, path) = (stop.clone(), dropped.clone(), path.clone());
+            let (stop, dropped, shown) =
+                (stop.clone(), dropped.clone(), path.display().to_string());
             std::thread::Builder::new()
                 .name("pi0d-record".into())
                 .spawn(move || {
@@ -233,7 +292,7 @@ impl Recorder {
                         ticks: tick_rx,
                         notes: note_rx,
                         summary: RecordingSummary {
-                            path: path.display().to_string(),
+                            path: shown,
                             ..RecordingSummary::default()
                         },
                     };
@@ -247,7 +306,10 @@ impl Recorder {
                     summary.dropped = dropped.load(Ordering::Relaxed);
                     summary
                 })
-                .map_err(RecordError::Spawn)?
+                .map_err(|source| RecordError::Spawn {
+                    path: path.clone(),
+                    source,
+                })?
         };
         tracing::info!(file = %path.display(), "recording");
         Ok(Recorder {
@@ -278,7 +340,10 @@ impl Recorder {
             return RecordingSummary {
                 path: self.path.display().to_string(),
                 ended_by: EndedBy::WriteError,
-                error: Some("did not finish within 5 s".into()),
+                error: Some(format!(
+                    "{}: did not finish within 5 s",
+                    self.path.display()
+                )),
                 ..RecordingSummary::default()
             };
         }
@@ -333,11 +398,10 @@ impl Recording {
                 next_flush = t + FLUSH_EVERY_S;
                 result = result.and_then(|_| self.flush());
             }
-            if let Err(e) = result {
-                self.end(EndedBy::WriteError, Some(e));
-            }
-            if self.summary.bytes > self.setup.cfg.max_bytes {
-                self.end(EndedBy::MaxMegabytes, None);
+            match result {
+                Ok(()) => {}
+                Err(RecordError::Full { .. }) => self.end(EndedBy::MaxMegabytes, None),
+                Err(e) => self.end(EndedBy::WriteError, Some(e)),
             }
             if self.setup.cfg.max_duration_s.is_some_and(|d| t >= d) {
                 self.end(EndedBy::MaxDurationS, None);
@@ -453,5 +517,61 @@ mod tests {
         assert_eq!(utc_stamp(std::time::UNIX_EPOCH), "19700101T000000Z");
         let leap = std::time::UNIX_EPOCH + Duration::from_secs(951_782_400);
         assert_eq!(utc_stamp(leap), "20000229T000000Z");
+    }
+
+    #[test]
+    fn when_runs_start_in_the_same_second_in_one_directory_expect_a_file_each() {
+        let dir =
+            std::env::temp_dir().join(format!("pi0d-record-{}-same-second", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = RecordConfig {
+            target: RecordTarget::Directory(dir.clone()),
+            max_bytes: 1_000_000,
+            max_duration_s: None,
+            camera_hz: 0.0,
+        };
+        let topics = Topics {
+            joint_names: vec!["a".into()],
+            joint_states: "/joint_states".into(),
+            cameras: Vec::new(),
+            node: "pi0d".into(),
+        };
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_796_083_200);
+        let meta = Default::default();
+        let files: Vec<PathBuf> = (0..3)
+            .map(|_| create_run_file(&cfg, &topics, &meta, now).unwrap())
+            .map(|(path, f)| {
+                f.finish().unwrap();
+                path
+            })
+            .collect();
+        let names: Vec<String> = files
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "pi0d-20261201T000000Z.mcap",
+                "pi0d-20261201T000000Z-2.mcap",
+                "pi0d-20261201T000000Z-3.mcap"
+            ]
+        );
+        assert!(files.iter().all(|f| f.parent() == Some(dir.as_path())));
+        // A named file is never replaced: the error names it.
+        let named = RecordConfig {
+            target: RecordTarget::File(files[0].clone()),
+            ..cfg
+        };
+        let before = std::fs::read(&files[0]).unwrap();
+        let e = create_run_file(&named, &topics, &meta, now)
+            .err()
+            .expect("refused");
+        assert!(matches!(e, RecordError::Exists { .. }), "{e:?}");
+        assert!(
+            e.to_string().contains(&files[0].display().to_string()),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(&files[0]).unwrap(), before);
     }
 }

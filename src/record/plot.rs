@@ -1,26 +1,36 @@
 //! `pi0d plot`: a recording as one PNG, for people who would rather look than read. Per joint,
 //! commanded and measured position and velocity, the joint's limits, the chunk arrivals (ticks
 //! along the top), and the spans the arm was holding, e-stopped or stopping, shaded.
+//!
+//! Whatever the recording holds, the image is bounded (at most `MAX_JOINTS` rows) and every
+//! axis finite: values beyond `PLOT_ABS_MAX` (no joint's, in any unit pi0d records) and
+//! times outside the run are left out of the lines, and said so.
 
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 
-use super::read::{PlotLimits, RunTrace, Span};
+use super::read::{PlotLimits, RunTrace, Span, MAX_JOINTS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
-    #[error("drawing the plot")]
-    Draw(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("{recording}: drawing the plot")]
+    Draw {
+        recording: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("{path}: cannot write the PNG")]
     Write {
         path: PathBuf,
         #[source]
         source: image::ImageError,
     },
-    #[error("the recording has no joints to plot")]
-    Empty,
+    #[error("{recording}: the recording has no joints to plot")]
+    Empty { recording: PathBuf },
+    #[error("{recording}: {joints} joints; a plot has at most {MAX_JOINTS}")]
+    TooManyJoints { recording: PathBuf, joints: usize },
 }
 
 const FONT: &str = "sans-serif";
@@ -29,6 +39,11 @@ const ROW: u32 = 210;
 const HEADER: u32 = 86;
 /// Points drawn per line at most (longer runs are thinned evenly).
 const MAX_POINTS: usize = 4000;
+/// Values beyond this are left out of lines and axes (see the module's comment).
+pub const PLOT_ABS_MAX: f64 = 1e9;
+/// Text from the file (joint names, the policy) is cut to this many characters.
+const NAME_CHARS: usize = 48;
+const POLICY_CHARS: usize = 96;
 
 const COMMANDED: RGBColor = RGBColor(31, 119, 180);
 const MEASURED: RGBColor = RGBColor(255, 127, 14);
@@ -38,8 +53,25 @@ const HOLD: RGBColor = RGBColor(255, 224, 178);
 const ESTOP: RGBColor = RGBColor(255, 195, 195);
 const STOPPING: RGBColor = RGBColor(228, 228, 228);
 
+/// Turns a drawing error into `PlotError::Draw`; the recording is named by `plot`.
 fn draw<T, E: std::error::Error + Send + Sync + 'static>(r: Result<T, E>) -> Result<T, PlotError> {
-    r.map_err(|e| PlotError::Draw(Box::new(e)))
+    r.map_err(|e| PlotError::Draw {
+        recording: PathBuf::new(),
+        source: Box::new(e),
+    })
+}
+
+/// A value that can be drawn: finite and within `PLOT_ABS_MAX`.
+fn drawable(v: f64) -> bool {
+    v.is_finite() && v.abs() <= PLOT_ABS_MAX
+}
+
+/// At most `n` characters of `s`, with an ellipsis when cut.
+fn shortened(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
 }
 
 fn span_colour(s: &Span) -> RGBColor {
@@ -67,14 +99,15 @@ fn utc_text(ns: u64) -> String {
     )
 }
 
-/// `(min, max)` of the finite values, padded; a flat line gets a small band.
+/// `(min, max)` of the drawable values, padded; a flat line gets a small band, no values
+/// `(-1, 1)`. Always finite, with `min < max`.
 fn y_range<'a>(values: impl Iterator<Item = &'a f64>) -> (f64, f64) {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    for v in values.filter(|v| v.is_finite()) {
-        lo = lo.min(*v);
-        hi = hi.max(*v);
+    for &v in values.filter(|v| drawable(**v)) {
+        lo = lo.min(v);
+        hi = hi.max(v);
     }
-    if !lo.is_finite() {
+    if lo > hi {
         return (-1.0, 1.0);
     }
     let pad = ((hi - lo) * 0.08).max(1e-3);
@@ -87,7 +120,7 @@ fn with_limits(range: (f64, f64), limits: &[f64]) -> ((f64, f64), Vec<f64>, Vec<
     let (mut lo, mut hi) = range;
     let span = hi - lo;
     let (mut shown, mut off) = (Vec::new(), Vec::new());
-    for &l in limits {
+    for &l in limits.iter().filter(|l| drawable(**l)) {
         if l >= range.0 - span && l <= range.1 + span {
             lo = lo.min(l - span * 0.05);
             hi = hi.max(l + span * 0.05);
@@ -99,18 +132,38 @@ fn with_limits(range: (f64, f64), limits: &[f64]) -> ((f64, f64), Vec<f64>, Vec<
     ((lo, hi), shown, off)
 }
 
-fn thinned(t: &[f64], v: &[f64]) -> Vec<(f64, f64)> {
+/// At most `MAX_POINTS` of the points, evenly; only those inside `x` (the chart's time axis)
+/// with drawable values: a point far outside the chart would map to no pixel.
+fn thinned(t: &[f64], v: &[f64], x: (f64, f64)) -> Vec<(f64, f64)> {
     let stride = t.len().div_ceil(MAX_POINTS).max(1);
     t.iter()
         .zip(v)
         .step_by(stride)
-        .filter(|(_, y)| y.is_finite())
+        .filter(|(t, y)| drawable(**y) && (x.0..=x.1).contains(*t))
         .map(|(a, b)| (*a, *b))
         .collect()
 }
 
-/// Draws `trace` into `out` (PNG). `name` titles the plot (the recording's file name).
-pub fn plot(trace: &RunTrace, name: &str, out: &Path) -> Result<(u32, u32), PlotError> {
+/// Values in `v` that are not drawable (non-finite ones are not counted: a velocity is NaN
+/// where none was recorded).
+fn off_scale(v: &[f64]) -> usize {
+    v.iter()
+        .filter(|v| v.is_finite() && v.abs() > PLOT_ABS_MAX)
+        .count()
+}
+
+/// Draws `trace` into `out` (PNG), titled by the recording's file name.
+pub fn plot(trace: &RunTrace, out: &Path) -> Result<(u32, u32), PlotError> {
+    plot_inner(trace, out).map_err(|e| match e {
+        PlotError::Draw { source, .. } => PlotError::Draw {
+            recording: trace.path.clone(),
+            source,
+        },
+        e => e,
+    })
+}
+
+fn plot_inner(trace: &RunTrace, out: &Path) -> Result<(u32, u32), PlotError> {
     static FONT_ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     FONT_ONCE.get_or_init(|| {
         register_font(
@@ -122,19 +175,36 @@ pub fn plot(trace: &RunTrace, name: &str, out: &Path) -> Result<(u32, u32), Plot
     });
     let joints = trace.joints.len();
     if joints == 0 {
-        return Err(PlotError::Empty);
+        return Err(PlotError::Empty {
+            recording: trace.path.clone(),
+        });
     }
+    if joints > MAX_JOINTS {
+        return Err(PlotError::TooManyJoints {
+            recording: trace.path.clone(),
+            joints,
+        });
+    }
+    let name = trace
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    // At most MAX_JOINTS rows: about 33 MB of pixels.
     let height = HEADER + ROW * joints as u32;
-    let mut buf = vec![255u8; (WIDTH * height * 3) as usize];
+    let mut buf = vec![255u8; WIDTH as usize * height as usize * 3];
     {
         let root = BitMapBackend::with_buffer(&mut buf, (WIDTH, height)).into_drawing_area();
         draw(root.fill(&WHITE))?;
         let (top, body) = root.split_vertically(HEADER);
-        let policy = trace
-            .metadata
-            .get("policy")
-            .map(String::as_str)
-            .unwrap_or("policy unknown");
+        let policy = shortened(
+            trace
+                .metadata
+                .get("policy")
+                .map(String::as_str)
+                .unwrap_or("policy unknown"),
+            POLICY_CHARS,
+        );
         let holds = trace
             .spans
             .iter()
@@ -144,14 +214,15 @@ pub fn plot(trace: &RunTrace, name: &str, out: &Path) -> Result<(u32, u32), Plot
             "pi0d run {name}: {policy}, from {}, {:.1} s, {} chunks, {holds} hold(s)",
             utc_text(trace.start_ns),
             trace.duration_s(),
-            trace.chunk_arrivals_s.len(),
+            trace.chunks,
         );
         draw(top.draw_text(&title, &(FONT, 22).into_font().color(&BLACK), (16, 10)))?;
-        if let Some(why) = &trace.truncated {
-            let note = format!("the file ends early ({why}): plotted up to there");
+        if let Some(why) = &trace.partial {
+            let note = shortened(&format!("{why}: plotted up to there"), 110);
             draw(top.draw_text(&note, &(FONT, 14).into_font().color(&LIMIT), (900, 42)))?;
         }
         legend(&top)?;
+        // Finite: times are u64 nanoseconds from the first command.
         let t_end = trace.duration_s().max(1e-3);
         let cells = body.split_evenly((joints, 2));
         for (i, cell) in cells.iter().enumerate() {
@@ -245,7 +316,7 @@ where
     let ((y0, y1), shown, off) = with_limits(y_range(cmd.iter().chain(meas.iter())), &limits);
     let mut caption = format!(
         "{} {}",
-        trace.joints[j],
+        shortened(&trace.joints[j], NAME_CHARS),
         if velocity {
             "velocity (/s)"
         } else {
@@ -256,6 +327,12 @@ where
         let list: Vec<String> = off.iter().map(|l| format!("{l:.2}")).collect();
         caption += &format!("   limits {} off scale", list.join(", "));
     }
+    let beyond = off_scale(cmd) + off_scale(meas);
+    if beyond > 0 {
+        caption += &format!("   {beyond} values beyond ±{PLOT_ABS_MAX:e} left out");
+    }
+    let x = (0.0, t_end);
+    let inside = |t: f64| t.clamp(x.0, x.1);
     let mut chart = draw(
         ChartBuilder::on(cell)
             .margin(6)
@@ -278,7 +355,7 @@ where
     )?;
     draw(chart.draw_series(trace.spans.iter().map(|s| {
         Rectangle::new(
-            [(s.from_s, y0), (s.to_s.max(s.from_s), y1)],
+            [(inside(s.from_s), y0), (inside(s.to_s.max(s.from_s)), y1)],
             span_colour(s).filled(),
         )
     })))?;
@@ -288,6 +365,7 @@ where
             trace
                 .chunk_arrivals_s
                 .iter()
+                .filter(|t| (x.0..=x.1).contains(*t))
                 .map(|&t| PathElement::new(vec![(t, y1 - tick), (t, y1)], CHUNK.stroke_width(1))),
         ),
     )?;
@@ -300,11 +378,11 @@ where
         )))?;
     }
     draw(chart.draw_series(LineSeries::new(
-        thinned(&trace.measured.t, meas),
+        thinned(&trace.measured.t, meas, x),
         MEASURED.stroke_width(2),
     )))?;
     draw(chart.draw_series(LineSeries::new(
-        thinned(&trace.command.t, cmd),
+        thinned(&trace.command.t, cmd, x),
         COMMANDED.stroke_width(1),
     )))?;
     Ok(())
@@ -323,9 +401,69 @@ mod tests {
     }
 
     #[test]
+    fn when_values_reach_1e308_expect_a_finite_y_range() {
+        for values in [
+            vec![1e308, -1e308, 1e308],
+            vec![f64::MAX, f64::MIN, 0.25],
+            vec![f64::INFINITY, f64::NAN],
+            vec![PLOT_ABS_MAX, -PLOT_ABS_MAX],
+        ] {
+            let (lo, hi) = y_range(values.iter());
+            assert!(
+                lo.is_finite() && hi.is_finite() && lo < hi,
+                "{values:?}: {lo} {hi}"
+            );
+            assert!((hi - lo).is_finite(), "{values:?}");
+        }
+        // The drawable value sets the range; the huge ones are left out and counted.
+        let (lo, hi) = y_range([1e308, 0.25, -1e308].iter());
+        assert!(lo < 0.25 && hi > 0.25 && hi - lo < 0.01, "{lo} {hi}");
+        assert_eq!(off_scale(&[1e308, 0.25, -1e308, f64::NAN]), 2);
+        let ((lo, hi), shown, _) = with_limits((0.0, 1.0), &[1e308, f64::INFINITY, 0.5]);
+        assert_eq!(shown, [0.5]);
+        assert!(lo.is_finite() && hi.is_finite());
+    }
+
+    fn trace(joints: usize) -> RunTrace {
+        RunTrace {
+            path: std::env::temp_dir().join("crafted-run.mcap"),
+            joints: (0..joints).map(|j| format!("j{j}")).collect(),
+            command: super::super::read::Series {
+                t: vec![0.0, 1.0],
+                position: vec![vec![0.0, 1.0]; joints],
+                velocity: vec![vec![1.0, 1.0]; joints],
+            },
+            measured: super::super::read::Series {
+                t: Vec::new(),
+                position: vec![Vec::new(); joints],
+                velocity: vec![Vec::new(); joints],
+            },
+            ..RunTrace::default()
+        }
+    }
+
+    #[test]
+    fn when_a_trace_has_more_joints_than_a_plot_holds_expect_an_error_naming_the_recording() {
+        let t = trace(MAX_JOINTS + 1);
+        let out = std::env::temp_dir().join(format!("pi0d-plot-{}-many.png", std::process::id()));
+        let e = plot(&t, &out).unwrap_err();
+        assert!(matches!(e, PlotError::TooManyJoints { joints, .. } if joints == MAX_JOINTS + 1));
+        assert!(e.to_string().contains("crafted-run.mcap"), "{e}");
+        assert!(!out.exists());
+    }
+
+    #[test]
+    fn when_the_trace_has_no_joints_expect_the_error_to_name_the_recording() {
+        let out = std::env::temp_dir().join(format!("pi0d-plot-{}-none.png", std::process::id()));
+        let e = plot(&trace(0), &out).unwrap_err();
+        assert!(matches!(e, PlotError::Empty { .. }), "{e:?}");
+        assert!(e.to_string().contains("crafted-run.mcap"), "{e}");
+    }
+
+    #[test]
     fn when_a_run_is_long_expect_lines_thinned_to_the_cap() {
         let t: Vec<f64> = (0..100_000).map(|i| i as f64).collect();
-        let pts = thinned(&t, &t);
+        let pts = thinned(&t, &t, (0.0, 1e6));
         assert!(
             pts.len() <= MAX_POINTS && pts.len() > MAX_POINTS / 2,
             "{}",
