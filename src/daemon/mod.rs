@@ -92,9 +92,10 @@ impl DaemonError {
             DaemonError::NoJointState(..) => ExitReason::NoJointState,
             DaemonError::Policy(_)
             | DaemonError::Latch(_)
-            | DaemonError::Record(crate::record::RecordError::Exists { .. }) => {
-                ExitReason::InvalidInput
-            }
+            | DaemonError::Record(
+                crate::record::RecordError::Exists { .. }
+                | crate::record::RecordError::TooSmall { .. },
+            ) => ExitReason::InvalidInput,
             DaemonError::Record(_) => ExitReason::RuntimeFailure,
             DaemonError::Spawn { .. }
             | DaemonError::Ros(_)
