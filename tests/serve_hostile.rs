@@ -197,7 +197,7 @@ fn observation() -> Vec<u8> {
 /// One request on `link`: the reply's `actions` shape, or what went wrong.
 fn ask(link: &mut Websocket, limit: Duration) -> Result<Vec<usize>, String> {
     let reply = link
-        .round_trip(observation(), limit)
+        .round_trip(observation(), std::time::Instant::now() + limit)
         .map_err(|e| e.to_string())?;
     let items = msgpack_numpy::decode_request(&reply).map_err(|e| e.to_string())?;
     match items.into_iter().find(|(k, _)| k == "actions") {
