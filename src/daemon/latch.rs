@@ -42,7 +42,8 @@ impl FaultLatch {
             source,
         };
         std::fs::create_dir_all(dir).map_err(err)?;
-        let latched = match std::fs::read_to_string(&path) {
+        // Only a regular file: a FIFO left there would block start-up at `read`.
+        let latched = match crate::config::file::read_text(&path, 64 << 10) {
             Ok(text) => Some(match serde_json::from_str::<Marker>(&text) {
                 // Still latched from before (never reset), or a run that did not end well.
                 Ok(m) => m.latched.unwrap_or_else(|| match m.state.as_str() {
@@ -104,6 +105,8 @@ impl FaultLatch {
         let text = serde_json::to_string(&m).expect("a plain struct serializes");
         // Whole or not at all: a cut-off write must not read as "no fault".
         let tmp = self.path.with_extension("tmp");
+        // A FIFO (or anything) left under the temporary name would block or take the write.
+        let _ = std::fs::remove_file(&tmp);
         std::fs::write(&tmp, text)
             .and_then(|()| std::fs::rename(&tmp, &self.path))
             .map_err(|source| LatchError {
