@@ -177,17 +177,13 @@ fn main() -> ExitCode {
 /// The configuration file (from `--config`, or the `config` ROS parameter) with the ROS
 /// parameters and remaps applied.
 fn load_config(config: Option<PathBuf>, ros: &RosArgs) -> Result<Config, Failure> {
-    let path = config
-        .or_else(|| ros_args::config_path(ros))
-        .ok_or_else(|| {
-            Failure::new(
-                ExitReason::Usage,
-                anyhow::anyhow!(
-                    "give --config FILE, or the ROS parameter `config` after --ros-args"
-                ),
-            )
-        })?;
-    Config::load_with(&path, ros).map_err(|e| {
+    let (path, option) = ros_args::config_file(config, ros)?.ok_or_else(|| {
+        Failure::new(
+            ExitReason::Usage,
+            anyhow::anyhow!("give --config FILE, or the ROS parameter `config` after --ros-args"),
+        )
+    })?;
+    Config::load_named(&path, option, ros).map_err(|e| {
         // A URDF's error names the configuration file and `robot.urdf` too.
         let e = LoadError::of_config(&path, e);
         let reason = if e.is_usage() {

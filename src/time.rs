@@ -40,9 +40,11 @@ impl MonoTime {
         MonoTime(self.0.saturating_sub(d.as_nanos() as u64))
     }
 
-    /// `self + secs`, saturating at the origin for negative offsets.
+    /// `self + secs`, saturating at the origin and at the end of time (a huge or infinite
+    /// offset is a deadline never reached, not one already past; NaN is no offset).
     pub fn offset_seconds(self, secs: f64) -> MonoTime {
-        let ns = self.0 as i128 + (secs * 1e9).round() as i128;
+        // The float-to-int cast saturates; the sum must too.
+        let ns = (self.0 as i128).saturating_add((secs * 1e9).round() as i128);
         MonoTime(ns.clamp(0, u64::MAX as i128) as u64)
     }
 }
@@ -100,5 +102,19 @@ mod tests {
         assert!((a.seconds_since(b) - 1.5).abs() < 1e-12);
         assert!((b.seconds_since(a) + 1.5).abs() < 1e-12);
         assert_eq!(b.offset_seconds(-1.0), MonoTime::ZERO);
+    }
+
+    #[test]
+    fn when_offset_is_huge_expect_saturation_not_overflow() {
+        let t = MonoTime::from_nanos(5_000_000_000);
+        for big in [1e308, f64::INFINITY, 1e19] {
+            assert_eq!(
+                t.offset_seconds(big),
+                MonoTime::from_nanos(u64::MAX),
+                "{big}"
+            );
+        }
+        assert_eq!(t.offset_seconds(-1e308), MonoTime::ZERO);
+        assert_eq!(t.offset_seconds(f64::NAN), t);
     }
 }

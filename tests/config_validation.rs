@@ -177,7 +177,8 @@ fn when_settings_unused_by_chosen_kind_expect_warning_naming_them() {
 
 #[test]
 fn when_override_widens_urdf_limit_expect_warning() {
-    let text = sim_toml_with("[limits.joints.elbow]\nvelocity = 50.0\nupper = 9.0\n");
+    // 4 rad/s (the URDF says 3.14) still brakes within control.stop_timeout_s.
+    let text = sim_toml_with("[limits.joints.elbow]\nvelocity = 4.0\nupper = 9.0\n");
     let cfg = Config::parse(Path::new("w.toml"), &text).unwrap();
     let widen: Vec<String> = cfg
         .warnings
@@ -190,7 +191,7 @@ fn when_override_widens_urdf_limit_expect_warning() {
         widen
             .iter()
             .any(|w| w
-                .contains("`limits.joints.elbow.velocity`: 50 widens the URDF's velocity limit")),
+                .contains("`limits.joints.elbow.velocity`: 4 widens the URDF's velocity limit")),
         "{widen:?}"
     );
     // Tightening is silent.
@@ -219,7 +220,8 @@ fn when_ros_parameter_is_bad_expect_parameter_blamed_not_file() {
     assert!(!e.contains("w.toml"), "{e}");
     let e = refused_with("control.rate_hz:=5000");
     assert!(
-        e.contains("--ros-args parameter `control.rate_hz`") && e.contains("[10, 1000]"),
+        e.contains("--ros-args parameter `control.rate_hz`")
+            && e.contains("expected 10..1000 Hz, found 5000"),
         "{e}"
     );
 }

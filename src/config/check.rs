@@ -1,7 +1,8 @@
 //! Field checks shared by the section validators: each failure names where the value came from
 //! (the TOML file, or the `--ros-args` parameter that set it), the field and what was expected.
-//! Comparisons are written so that NaN fails. Warnings (settings that are valid but ignored or
-//! that widen the URDF) are collected for the log and `pi0d check`.
+//! Fixed ranges are `ranges::RANGES`; comparisons are written so that NaN fails. Warnings
+//! (settings that are valid but ignored or that widen the URDF) are collected for the log and
+//! `pi0d check`.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -123,38 +124,29 @@ impl<'a> Check<'a> {
         std::mem::take(&mut self.warnings.borrow_mut())
     }
 
-    pub fn positive(&self, field: &str, x: f64) -> Result<f64, ConfigError> {
-        if x > 0.0 && x.is_finite() {
-            Ok(x)
-        } else {
-            self.fail(field, format!("expected a finite number > 0, found {x}"))
-        }
-    }
-
-    pub fn non_negative(&self, field: &str, x: f64) -> Result<f64, ConfigError> {
-        if x >= 0.0 && x.is_finite() {
-            Ok(x)
-        } else {
-            self.fail(field, format!("expected a finite number >= 0, found {x}"))
-        }
-    }
-
-    pub fn in_range(&self, field: &str, x: f64, lo: f64, hi: f64) -> Result<f64, ConfigError> {
+    /// `x` within `lo..=hi` (a range that depends on another setting; the fixed ones are
+    /// `ranges::RANGES`).
+    pub fn in_range(
+        &self,
+        field: &str,
+        x: f64,
+        lo: f64,
+        hi: f64,
+        unit: &str,
+    ) -> Result<f64, ConfigError> {
         if x >= lo && x <= hi {
             Ok(x)
         } else {
+            use super::ranges::number;
             self.fail(
                 field,
-                format!("expected a number in [{lo}, {hi}], found {x}"),
+                format!(
+                    "expected {}..{} {unit}, found {}",
+                    number(lo),
+                    number(hi),
+                    number(x)
+                ),
             )
-        }
-    }
-
-    pub fn finite(&self, field: &str, x: f64) -> Result<f64, ConfigError> {
-        if x.is_finite() {
-            Ok(x)
-        } else {
-            self.fail(field, format!("expected a finite number, found {x}"))
         }
     }
 

@@ -186,11 +186,11 @@ fn group(
     }
     let rate_hz = match raw.rate_hz {
         None => default_rate(raw.kind, control_rate_hz),
-        Some(r) if r > 0.0 && r <= control_rate_hz => r,
+        Some(r) if r <= control_rate_hz => r,
         Some(r) => {
             return c.fail(
                 &field("rate_hz"),
-                format!("expected more than 0 and at most the control rate ({control_rate_hz} Hz), found {r}"),
+                format!("expected at most the control rate ({control_rate_hz} Hz), found {r}"),
             )
         }
     };
@@ -205,13 +205,8 @@ fn group(
                 ),
             )
         }
-        Some(e) if e.is_finite() && e > 0.0 => e,
-        Some(e) => {
-            return c.fail(
-                &field("max_effort"),
-                format!("expected a finite effort above 0, found {e} (gripper_action_controller's effort adapter clamps its command to it)"),
-            )
-        }
+        // Within its range (`ranges::RANGES`).
+        Some(e) => e,
     };
     Ok(CommandGroup {
         joints: raw.joints.clone(),

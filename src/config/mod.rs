@@ -8,9 +8,11 @@ pub mod check;
 pub mod commands;
 pub mod control;
 pub mod drill;
+pub mod file;
 pub mod metrics;
 pub mod openpi;
 pub mod policy;
+pub mod ranges;
 pub mod raw;
 pub mod realtime;
 pub mod record;
@@ -47,9 +49,13 @@ use raw::{IoKind, RawConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{file}: cannot read: {source}")]
-    Io {
+    /// A file an option names cannot be read: missing, not a regular file (a FIFO would
+    /// block start-up), or too large.
+    #[error("{option} {}: cannot read", file.display())]
+    Read {
+        option: String,
         file: PathBuf,
+        #[source]
         source: std::io::Error,
     },
     #[error("{origin}: {message}")]
@@ -156,16 +162,22 @@ impl Config {
 
     /// Loads `file` with `--ros-args` parameters and remaps applied before validation.
     pub fn load_with(file: &Path, ros: &ros_args::RosArgs) -> Result<Config, ConfigError> {
-        if file.is_dir() {
-            return Err(ConfigError::Parse {
-                origin: Origin::File(file.to_path_buf()),
-                message: "is a directory, expected a TOML file".into(),
-            });
-        }
-        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Io {
-            file: file.to_path_buf(),
-            source,
-        })?;
+        Config::load_named(file, "--config", ros)
+    }
+
+    /// As `load_with`; `option` is what named the file (`--config`, the `config` parameter),
+    /// for the message when it cannot be read.
+    pub fn load_named(
+        file: &Path,
+        option: &str,
+        ros: &ros_args::RosArgs,
+    ) -> Result<Config, ConfigError> {
+        let text =
+            file::read_text(file, file::MAX_TEXT_BYTES).map_err(|source| ConfigError::Read {
+                option: option.to_string(),
+                file: file.to_path_buf(),
+                source,
+            })?;
         Config::parse_with(file, &text, ros)
     }
 
@@ -179,6 +191,8 @@ impl Config {
             message: e.to_string().trim_end().replace('\n', " "),
         })?;
         let origins = ros_args::apply(&mut table, ros)?;
+        // Every number within its setting's range before anything reads it.
+        ranges::check(&Check::new(file, &origins), &table)?;
         // The path of a bad value is kept, so the error names the field (and the parameter,
         // when one set it).
         let raw: RawConfig =
@@ -224,7 +238,8 @@ impl Config {
             .map(|w| workspace::validate(&c, w, &model, names))
             .transpose()?;
         let control = control::validate(&c, &raw.control)?;
-        let safety = safety::validate(&c, &raw.safety)?;
+        control::stop_fits(&c, &control, &limits)?;
+        let safety = safety::validate(&raw.safety);
         let policy = policy::validate(&c, &raw.policy, names)?;
         let mut control = control;
         control.rtc = rtc::validate(&c, &raw.control.rtc, policy.chunk_steps, &policy.source)?;
@@ -232,7 +247,7 @@ impl Config {
             return c.fail(
                 "control.request_threshold_s",
                 format!(
-                    "must be shorter than the chunk horizon ({} steps x {} s)",
+                    "must be shorter than the chunk horizon (policy.chunk_steps = {} x policy.step_period_s = {} s)",
                     policy.chunk_steps, policy.step_period_s
                 ),
             );

@@ -137,7 +137,8 @@ fn api_key(c: &Check, o: &RawOpenpi) -> Result<Option<Secret>, ConfigError> {
         }
     } else if let Some(file) = &o.api_key_file {
         let path = c.resolve(file);
-        match std::fs::read_to_string(&path) {
+        // Only a regular file: a FIFO would block start-up.
+        match super::file::read_text(&path, 64 << 10) {
             Ok(k) => k.trim().to_string(),
             Err(e) => {
                 return c.fail(
@@ -265,17 +266,9 @@ pub fn validate_zenoh(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigE
 /// What both links share: timeouts, backoff and the observation's layout.
 fn mapping(c: &Check, o: &RawOpenpi, section: &str) -> Result<OpenpiOptions, ConfigError> {
     let fld = |name: &str| format!("policy.{section}.{name}");
-    let seconds = |field: &str, v: Option<f64>, default: f64, lo: f64, hi: f64| {
-        c.in_range(&fld(field), v.unwrap_or(default), lo, hi)
-    };
-    let reconnect_initial_s = seconds(
-        "reconnect_initial_s",
-        o.reconnect_initial_s,
-        0.2,
-        0.01,
-        60.0,
-    )?;
-    let reconnect_max_s = seconds("reconnect_max_s", o.reconnect_max_s, 5.0, 0.01, 600.0)?;
+    // Each value is within its range (`ranges::RANGES`).
+    let reconnect_initial_s = o.reconnect_initial_s.unwrap_or(0.2);
+    let reconnect_max_s = o.reconnect_max_s.unwrap_or(5.0);
     if reconnect_max_s < reconnect_initial_s {
         return c.fail(
             &fld("reconnect_max_s"),
@@ -319,21 +312,12 @@ fn mapping(c: &Check, o: &RawOpenpi, section: &str) -> Result<OpenpiOptions, Con
         ));
     }
     let image_size = o.image_size.unwrap_or(224);
-    if image_size > 4096 {
-        return c.fail(
-            &fld("image_size"),
-            format!("expected 0 (as captured) to 4096, found {image_size}"),
-        );
-    }
-    if o.action_dim == Some(0) {
-        return c.fail(&fld("action_dim"), "expected at least 1");
-    }
     Ok(OpenpiOptions {
         url: String::new(),
         api_key: None,
         ca_file: None,
-        connect_timeout_s: seconds("connect_timeout_s", o.connect_timeout_s, 3.0, 0.05, 60.0)?,
-        request_timeout_s: seconds("request_timeout_s", o.request_timeout_s, 2.0, 0.05, 60.0)?,
+        connect_timeout_s: o.connect_timeout_s.unwrap_or(3.0),
+        request_timeout_s: o.request_timeout_s.unwrap_or(2.0),
         reconnect_initial_s,
         reconnect_max_s,
         images: o.images.clone(),
@@ -345,7 +329,7 @@ fn mapping(c: &Check, o: &RawOpenpi, section: &str) -> Result<OpenpiOptions, Con
         extra,
         image_size,
         action_dim: o.action_dim,
-        max_reply_bytes: o.max_reply_mib.unwrap_or(16).clamp(1, 1024) as usize * 1024 * 1024,
+        max_reply_bytes: o.max_reply_mib.unwrap_or(16) as usize * 1024 * 1024,
         zenoh: None,
     })
 }

@@ -269,13 +269,8 @@ pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyCo
     warn_unused(c, raw);
     let source = match raw.kind {
         PolicyKind::Scripted => PolicySource::Scripted {
-            amplitude: c.non_negative("policy.amplitude", raw.amplitude.unwrap_or(0.3))?,
-            frequency_hz: c.in_range(
-                "policy.frequency_hz",
-                raw.frequency_hz.unwrap_or(0.2),
-                0.0,
-                5.0,
-            )?,
+            amplitude: raw.amplitude.unwrap_or(0.3),
+            frequency_hz: raw.frequency_hz.unwrap_or(0.2),
         },
         PolicyKind::Replay => match &raw.replay_file {
             Some(f) => PolicySource::Replay { file: c.resolve(f) },
@@ -297,23 +292,17 @@ pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyCo
                 checkpoint: c.resolve(f),
                 arch: raw.arch.as_deref().map(|p| c.resolve(p)),
                 tokenizer: raw.tokenizer.as_deref().map(|p| c.resolve(p)),
-                threads: match raw.threads.unwrap_or(1) {
-                    t @ 1..=256 => t,
-                    t => return c.fail("policy.threads", format!("expected 1 to 256, found {t}")),
-                },
+                threads: raw.threads.unwrap_or(1),
                 seed: raw.seed.unwrap_or(0),
                 backend: backend_options(c, raw)?,
             },
             None => return c.fail("policy.checkpoint", "required when policy.kind = \"pi0\""),
         },
     };
-    let chunk_steps = raw.chunk_steps;
-    if !(2..=1000).contains(&chunk_steps) {
-        return c.fail(
-            "policy.chunk_steps",
-            format!("expected 2 to 1000, found {chunk_steps}"),
-        );
+    if let PolicySource::Openpi(o) = &source {
+        action_dim_fits(c, o, raw.action_joints.len())?;
     }
+    let chunk_steps = raw.chunk_steps;
     if raw.prompt.len() > MAX_PROMPT_BYTES {
         return c.fail(
             "policy.prompt",
@@ -329,15 +318,12 @@ pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyCo
             format!("camera `{dup}` is listed twice"),
         );
     }
-    let fault = match &raw.fault {
-        None => None,
-        Some(f) => Some(FaultConfig {
-            kind: f.kind,
-            after_chunks: f.after_chunks,
-            count: f.count,
-            latency_s: c.non_negative("policy.fault.latency_s", f.latency_s)?,
-        }),
-    };
+    let fault = raw.fault.as_ref().map(|f| FaultConfig {
+        kind: f.kind,
+        after_chunks: f.after_chunks,
+        count: f.count,
+        latency_s: f.latency_s,
+    });
     Ok(PolicyConfig {
         source,
         state: state_layout(c, raw, names, &joint_of_action)?,
@@ -346,12 +332,35 @@ pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyCo
             joint_of_action,
         },
         chunk_steps,
-        step_period_s: c.in_range("policy.step_period_s", raw.step_period_s, 0.001, 1.0)?,
-        latency_s: c.non_negative("policy.latency_s", raw.latency_s.unwrap_or(0.0))?,
+        step_period_s: raw.step_period_s,
+        latency_s: raw.latency_s.unwrap_or(0.0),
         prompt: raw.prompt.clone(),
         fault,
         optional_cameras: raw.optional_cameras.clone(),
     })
+}
+
+/// A reply row must give one action per action joint: the worker takes chunks of exactly
+/// `policy.action_joints` columns, so any other `action_dim` would refuse every chunk.
+fn action_dim_fits(
+    c: &Check,
+    o: &super::openpi::OpenpiOptions,
+    joints: usize,
+) -> Result<(), ConfigError> {
+    match o.action_dim {
+        Some(d) if d != joints => {
+            let section = if o.zenoh.is_some() { "zenoh" } else { "openpi" };
+            c.fail(
+                &format!("policy.{section}.action_dim"),
+                format!(
+                    "{d} reply columns, but policy.action_joints lists {joints} joints: each \
+                     chunk needs one action per action joint (the reply's first {joints} \
+                     columns are used); set {joints} or leave it out"
+                ),
+            )
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A remote backend's source from its `[policy.<backend>]` section (`required`: the one field
@@ -406,9 +415,7 @@ fn state_layout(
                     )
                 }
             },
-            RawStateEntry::Constant(x) => {
-                StateSource::Constant(c.finite(&format!("policy.state[{i}]"), *x)?)
-            }
+            RawStateEntry::Constant(x) => StateSource::Constant(*x),
         });
     }
     Ok(StateLayout {
@@ -545,18 +552,6 @@ fn onnx_options(c: &Check, o: &RawOnnx) -> Result<BackendOptions, ConfigError> {
         );
     };
     let device_id = o.device_id.unwrap_or(0);
-    if device_id < 0 {
-        return c.fail(
-            "policy.onnx.device_id",
-            format!("expected 0 or more, found {device_id}"),
-        );
-    }
-    if !(0..=256).contains(&o.threads) {
-        return c.fail(
-            "policy.onnx.threads",
-            format!("expected 0 (runtime default) to 256, found {}", o.threads),
-        );
-    }
     let p = o.provider;
     let only = |users: &str| format!("only provider {users} uses it");
     c.unused(
@@ -614,12 +609,6 @@ fn acl_options(c: &Check, a: &RawAcl) -> Result<BackendOptions, ConfigError> {
             "required: the directory `pi0d export` wrote, with the .om files ATC made",
         );
     };
-    if a.device_id < 0 {
-        return c.fail(
-            "policy.acl.device_id",
-            format!("expected 0 or more, found {}", a.device_id),
-        );
-    }
     Ok(BackendOptions::Acl {
         model_dir: c.resolve(dir),
         options: AclOptions {

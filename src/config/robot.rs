@@ -2,6 +2,7 @@
 //! configuration's overrides. Overrides that widen what the URDF allows are warned about.
 
 use super::check::{first_duplicate, Check};
+use super::ranges::{self, Range};
 use super::raw::{RawJointLimits, RawLimits, RawRobot};
 use super::ConfigError;
 use crate::joints::MAX_JOINTS;
@@ -26,7 +27,8 @@ pub fn joint_names<'r>(c: &Check, raw: &'r RawRobot) -> Result<&'r [String], Con
     Ok(names)
 }
 
-/// The defaults every joint takes unless it overrides them, each checked under its own name.
+/// The defaults every joint takes unless it overrides them (each within its range,
+/// `ranges::RANGES`).
 struct Defaults {
     acceleration: Option<f64>,
     jerk: Option<f64>,
@@ -34,17 +36,13 @@ struct Defaults {
     max_step: f64,
 }
 
-fn defaults(c: &Check, raw: &RawLimits) -> Result<Defaults, ConfigError> {
-    let opt = |field: &str, v: Option<f64>| v.map(|x| c.positive(field, x)).transpose();
-    Ok(Defaults {
-        acceleration: opt("limits.acceleration", raw.acceleration)?,
-        jerk: opt("limits.jerk", raw.jerk)?,
-        position_margin: match raw.position_margin {
-            Some(m) => c.non_negative("limits.position_margin", m)?,
-            None => 0.0,
-        },
-        max_step: opt("limits.max_step", raw.max_step)?.unwrap_or(f64::INFINITY),
-    })
+fn defaults(raw: &RawLimits) -> Defaults {
+    Defaults {
+        acceleration: raw.acceleration,
+        jerk: raw.jerk,
+        position_margin: raw.position_margin.unwrap_or(0.0),
+        max_step: raw.max_step.unwrap_or(f64::INFINITY),
+    }
 }
 
 pub fn joint_limits(
@@ -61,7 +59,7 @@ pub fn joint_limits(
             );
         }
     }
-    let d = defaults(c, raw)?;
+    let d = defaults(raw);
     let none = RawJointLimits::default();
     let mut out = Vec::with_capacity(names.len());
     for name in names {
@@ -73,17 +71,8 @@ pub fn joint_limits(
             &d,
         )?);
     }
-    let scale = match raw.scale {
-        Some(s) if s > 0.0 && s <= 1.0 => s,
-        Some(s) => {
-            return c.fail(
-                "limits.scale",
-                format!("expected more than 0 and at most 1 (a fraction of every velocity, acceleration and jerk limit), found {s}"),
-            )
-        }
-        None => 1.0,
-    };
-    Ok(RobotLimits::new(out).scaled(scale))
+    // A fraction of every velocity, acceleration and jerk limit, within its range.
+    Ok(RobotLimits::new(out).scaled(raw.scale.unwrap_or(1.0)))
 }
 
 fn one_joint(
@@ -93,7 +82,7 @@ fn one_joint(
     over: &RawJointLimits,
     d: &Defaults,
 ) -> Result<JointLimits, ConfigError> {
-    let file = model.file.display();
+    let file = model.file.display().to_string();
     let uj = model.joints.get(name).ok_or_else(|| {
         c.error(
             "robot.joints",
@@ -116,9 +105,10 @@ fn one_joint(
     let field = |key: &str| format!("limits.joints.{name}.{key}");
     let urdf_limit = uj.limit.unwrap_or_default();
 
+    // The configuration's values are within their ranges (`ranges::RANGES`); the URDF's are
+    // held to the same ranges where pi0d uses them.
     let velocity = match (over.velocity, urdf_limit.velocity) {
         (Some(v), urdf) => {
-            let v = c.positive(&field("velocity"), v)?;
             if let Some(u) = urdf.filter(|u| *u > 0.0 && v > *u) {
                 c.warn(
                     &field("velocity"),
@@ -127,7 +117,7 @@ fn one_joint(
             }
             v
         }
-        (None, Some(u)) if u > 0.0 => u,
+        (None, Some(u)) if u > 0.0 => urdf_value(&file, &at, name, "velocity", u)?,
         (None, Some(u)) => {
             return c.fail(
                 &field("velocity"),
@@ -145,7 +135,7 @@ fn one_joint(
     };
     // The URDF has no acceleration or jerk: a joint's own value, else the global default.
     let required = |key: &str, own: Option<f64>, default: Option<f64>| match own {
-        Some(x) => c.positive(&field(key), x),
+        Some(x) => Ok(x),
         None => default.ok_or_else(|| {
             c.error(
                 &format!("limits.{key}"),
@@ -158,22 +148,20 @@ fn one_joint(
     };
     let acceleration = required("acceleration", over.acceleration, d.acceleration)?;
     let jerk = required("jerk", over.jerk, d.jerk)?;
-    let margin = match over.position_margin {
-        Some(m) => c.non_negative(&field("position_margin"), m)?,
-        None => d.position_margin,
-    };
-    let max_step = match over.max_step {
-        Some(s) => c.positive(&field("max_step"), s)?,
-        None => d.max_step,
-    };
-    let lower_over = over
-        .lower
-        .map(|x| c.finite(&field("lower"), x))
-        .transpose()?;
-    let upper_over = over
-        .upper
-        .map(|x| c.finite(&field("upper"), x))
-        .transpose()?;
+    let margin = over.position_margin.unwrap_or(d.position_margin);
+    let max_step = over.max_step.unwrap_or(d.max_step);
+    let (lower_over, upper_over) = (over.lower, over.upper);
+    if let Some((lo, hi)) = uj.range() {
+        // Only the bounds the configuration does not replace.
+        if lower_over.is_none() {
+            urdf_value(&file, &at, name, "lower", lo)?;
+        }
+        if upper_over.is_none() {
+            urdf_value(&file, &at, name, "upper", hi)?;
+        }
+    }
+    let effort = urdf_value(&file, &at, name, "effort", urdf_limit.effort.unwrap_or(0.0))?;
+    safety_controller(model, name, &file, &at)?;
 
     let (kind, lower, upper) = match uj.range() {
         None => {
@@ -243,8 +231,81 @@ fn one_joint(
         velocity,
         acceleration,
         jerk,
-        effort: urdf_limit.effort.unwrap_or(0.0),
+        effort,
         soft,
         max_step,
     })
+}
+
+/// The range a URDF attribute pi0d uses is held to (the setting that overrides it, where one
+/// does), and its element.
+fn urdf_range(key: &str) -> (Range, &'static str, bool) {
+    let own = |(min, max): (f64, f64), unit| Range {
+        field: "",
+        min,
+        max,
+        unit,
+        integer: false,
+    };
+    let setting = |key: &str| *ranges::range(&format!("limits.joints.*.{key}"));
+    let position = (-ranges::POSITION, ranges::POSITION);
+    match key {
+        "velocity" | "lower" | "upper" => (setting(key), "limit", true),
+        "effort" => (own(ranges::EFFORT, "N (N·m)"), "limit", false),
+        "k_position" => (own(ranges::K_POSITION, "1/s"), "safety_controller", false),
+        "k_velocity" => (own(ranges::K_VELOCITY, ""), "safety_controller", false),
+        _ => (own(position, "rad (m)"), "safety_controller", false),
+    }
+}
+
+/// `x`, the URDF's `key` of `joint`, if within its range; else an error naming the URDF, the
+/// joint, its line and the attribute (and the setting that can replace it).
+fn urdf_value(file: &str, at: &str, joint: &str, key: &str, x: f64) -> Result<f64, ConfigError> {
+    let (range, element, overridable) = urdf_range(key);
+    if range.contains(x) {
+        return Ok(x);
+    }
+    let hint = if overridable {
+        format!("; or set limits.joints.{joint}.{key}")
+    } else {
+        String::new()
+    };
+    Err(ConfigError::Urdf(crate::robot::urdf::UrdfError::Joint {
+        file: file.into(),
+        joint: joint.to_string(),
+        at: at.to_string(),
+        message: format!(
+            "<{element} {key}=\"{}\">: {}{hint}",
+            ranges::number(x),
+            range.expected(&ranges::number(x))
+        ),
+    }))
+}
+
+/// `<safety_controller>`: the soft limits and k_position (the soft limiter's gain), and
+/// k_velocity (pi0d does not use it; still held to a sane range).
+fn safety_controller(
+    model: &UrdfModel,
+    joint: &str,
+    file: &str,
+    at: &str,
+) -> Result<(), ConfigError> {
+    let Some(sc) = model
+        .robot
+        .joints
+        .iter()
+        .find(|j| j.name == joint)
+        .and_then(|j| j.safety_controller.as_ref())
+    else {
+        return Ok(());
+    };
+    for (key, x) in [
+        ("soft_lower_limit", sc.soft_lower_limit),
+        ("soft_upper_limit", sc.soft_upper_limit),
+        ("k_position", sc.k_position),
+        ("k_velocity", sc.k_velocity),
+    ] {
+        urdf_value(file, at, joint, key, x)?;
+    }
+    Ok(())
 }

@@ -217,12 +217,6 @@ pub fn validate(
             Err(_) => 0,
         },
     };
-    if domain_id > 232 {
-        return c.fail(
-            "ros.domain_id",
-            format!("expected 0 to 232, found {domain_id}"),
-        );
-    }
     if let Some(why) = node_name_problem(&r.node) {
         return c.fail(
             "ros.node",
@@ -253,7 +247,7 @@ pub fn validate(
         );
     }
     let trajectory_coast_s = match r.trajectory_coast_s {
-        Some(s) => c.in_range("ros.trajectory_coast_s", s, 0.01, 1.0)?,
+        Some(s) => s,
         None => DEFAULT_COAST_S,
     };
     c.unused(
@@ -329,9 +323,6 @@ pub fn validate(
             "\"zenoh\" needs pi0d built with the `zenoh` feature (cargo build --features zenoh)",
         );
     }
-    if r.max_image_bytes == 0 {
-        return c.fail("ros.max_image_bytes", "expected at least 1, found 0");
-    }
     Ok(RosConfig {
         domain_id,
         node: r.node.clone(),
@@ -357,38 +348,27 @@ pub fn validate(
         zenoh_connect: zenoh_endpoints(c, "ros.zenoh_connect", &r.zenoh_connect)?,
         zenoh_listen: zenoh_endpoints(c, "ros.zenoh_listen", &r.zenoh_listen)?,
         qos: RosQos {
-            joint_states: topic_qos(c, "joint_states", r.qos.joint_states.as_ref(), false, 1)?,
-            cameras: topic_qos(c, "cameras", r.qos.cameras.as_ref(), false, 1)?,
-            inputs: topic_qos(c, "inputs", r.qos.inputs.as_ref(), true, 10)?,
-            commands: topic_qos(c, "commands", r.qos.commands.as_ref(), true, 10)?,
-            status: topic_qos(c, "status", r.qos.status.as_ref(), true, 10)?,
+            joint_states: topic_qos(r.qos.joint_states.as_ref(), false, 1),
+            cameras: topic_qos(r.qos.cameras.as_ref(), false, 1),
+            inputs: topic_qos(r.qos.inputs.as_ref(), true, 10),
+            commands: topic_qos(r.qos.commands.as_ref(), true, 10),
+            status: topic_qos(r.qos.status.as_ref(), true, 10),
         },
     })
 }
 
-/// `[ros.qos.<kind>]` over its defaults.
-fn topic_qos(
-    c: &Check,
-    kind: &str,
-    raw: Option<&RawQos>,
-    reliable: bool,
-    depth: usize,
-) -> Result<TopicQos, ConfigError> {
+/// `[ros.qos.<kind>]` over its defaults (the depth within its range, `ranges::RANGES`).
+fn topic_qos(raw: Option<&RawQos>, reliable: bool, depth: usize) -> TopicQos {
     let Some(raw) = raw else {
-        return Ok(TopicQos { reliable, depth });
+        return TopicQos { reliable, depth };
     };
-    let reliable = match raw.reliability {
-        None => reliable,
-        Some(r) => r == Reliability::Reliable,
-    };
-    let depth = raw.depth.unwrap_or(depth);
-    if !(1..=1000).contains(&depth) {
-        return c.fail(
-            &format!("ros.qos.{kind}.depth"),
-            format!("expected 1 to 1000, found {depth}"),
-        );
+    TopicQos {
+        reliable: match raw.reliability {
+            None => reliable,
+            Some(r) => r == Reliability::Reliable,
+        },
+        depth: raw.depth.unwrap_or(depth),
     }
-    Ok(TopicQos { reliable, depth })
 }
 
 /// Zenoh locators: `<protocol>/<address>`, e.g. `tcp/127.0.0.1:7447`.

@@ -120,17 +120,70 @@ fn flatten(
     }
 }
 
+/// Deepest nesting a parameter file may have (`/**: ros__parameters: section: key:` is 4):
+/// deeper documents are refused before the YAML parser sees them (100 000 levels of
+/// `{a: {a: ...}}` took it minutes).
+pub const MAX_PARAMS_DEPTH: usize = 64;
+
+/// The first line (1-based) of `text` nested deeper than `MAX_PARAMS_DEPTH`: by flow
+/// brackets (`{`, `[`) outside quotes and comments, or by block indentation (leading spaces
+/// and `- `, `? `, `: ` indicators, a column or more per level).
+fn too_deep(text: &str) -> Option<usize> {
+    let mut flow = 0usize;
+    for (n, line) in text.lines().enumerate() {
+        let bytes = line.as_bytes();
+        let mut indent = 0;
+        while indent < bytes.len() {
+            match (bytes[indent], bytes.get(indent + 1)) {
+                (b' ', _) => indent += 1,
+                (b'-' | b'?' | b':', Some(b' ')) => indent += 2,
+                _ => break,
+            }
+        }
+        if indent > 2 * MAX_PARAMS_DEPTH {
+            return Some(n + 1);
+        }
+        let mut quote = None;
+        for &b in &bytes[indent..] {
+            match (quote, b) {
+                (Some(q), _) if b == q => quote = None,
+                (Some(_), _) => {}
+                (None, b'\'' | b'"') => quote = Some(b),
+                (None, b'#') => break,
+                (None, b'{' | b'[') => {
+                    flow += 1;
+                    if flow > MAX_PARAMS_DEPTH {
+                        return Some(n + 1);
+                    }
+                }
+                (None, b'}' | b']') => flow = flow.saturating_sub(1),
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
 /// Parameters for this node from a ROS parameter file: entries under `/**`, the node's name,
-/// or its fully qualified name.
+/// or its fully qualified name. Only a regular file is read (a FIFO would block start-up),
+/// of at most `file::MAX_TEXT_BYTES`, nested at most `MAX_PARAMS_DEPTH` deep.
 pub fn params_file(path: &Path, node: &str, namespace: &str) -> Result<Vec<Param>, ConfigError> {
     let file_err = |m: String| ConfigError::Parse {
         origin: Origin::File(path.to_path_buf()),
         message: m,
     };
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-        file: path.to_path_buf(),
-        source,
+    let text = super::file::read_text(path, super::file::MAX_TEXT_BYTES).map_err(|source| {
+        ConfigError::Read {
+            option: "--params-file".into(),
+            file: path.to_path_buf(),
+            source,
+        }
     })?;
+    if let Some(line) = too_deep(&text) {
+        return Err(file_err(format!(
+            "line {line}: nested deeper than {MAX_PARAMS_DEPTH} levels"
+        )));
+    }
     let doc: serde_norway::Value =
         serde_norway::from_str(&text).map_err(|e| file_err(e.to_string()))?;
     let map = doc
@@ -331,14 +384,36 @@ pub fn unmatched_remaps<'a>(ros: &'a RosArgs, topics: &[&str]) -> Vec<&'a (Strin
         .collect()
 }
 
-/// The `config` parameter, if one was given.
-pub fn config_path(ros: &RosArgs) -> Option<PathBuf> {
-    ros.params
-        .iter()
-        .rev()
-        .find(|p| p.name == "config")
-        .and_then(|p| p.value.as_str())
-        .map(PathBuf::from)
+/// The configuration file: `--config` (`cli`), or the ROS parameter `config`, with the option
+/// that named it (for messages). Both at once is refused unless they name the same file, so
+/// a launch file's `config` is never silently ignored beside `--config`.
+pub fn config_file(
+    cli: Option<PathBuf>,
+    ros: &RosArgs,
+) -> Result<Option<(PathBuf, &'static str)>, ConfigError> {
+    let param = ros.params.iter().rev().find(|p| p.name == "config");
+    let from_param = match param {
+        None => None,
+        Some(p) => match p.value.as_str() {
+            Some(s) if !s.is_empty() => Some(PathBuf::from(s)),
+            _ => {
+                return Err(err(format!(
+                    "parameter `config`: expected the configuration file's path, found {}",
+                    p.value
+                )))
+            }
+        },
+    };
+    match (cli, from_param) {
+        (Some(c), Some(p)) if c != p => Err(ConfigError::Usage(format!(
+            "--config {} and the ROS parameter `config` ({}) name different files: give one",
+            c.display(),
+            p.display()
+        ))),
+        (Some(c), _) => Ok(Some((c, "--config"))),
+        (None, Some(p)) => Ok(Some((p, "--ros-args parameter `config`"))),
+        (None, None) => Ok(None),
+    }
 }
 
 #[cfg(test)]
@@ -409,6 +484,67 @@ mod tests {
         let mut t: toml::Table = "[ros]\ncameras = { front = \"/cam\" }\n".parse().unwrap();
         apply(&mut t, &r).unwrap();
         assert_eq!(t["ros"]["cameras"]["front"].as_str(), Some("/wrist/image"));
+    }
+
+    fn params_file_with(name: &str, text: &str) -> Result<Vec<Param>, ConfigError> {
+        let dir = std::env::temp_dir().join(format!("pi0d-params-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("params.yaml");
+        std::fs::write(&f, text).unwrap();
+        params_file(&f, "pi0d", "/")
+    }
+
+    #[test]
+    fn when_params_file_nests_deeper_than_the_bound_expect_refusal_naming_the_line() {
+        let n = 100_000;
+        let flow = format!(
+            "/**:\n  ros__parameters:\n    x: {}1{}\n",
+            "{a: ".repeat(n),
+            "}".repeat(n)
+        );
+        let e = params_file_with("flow", &flow).unwrap_err().to_string();
+        assert!(e.contains("line 3: nested deeper than 64 levels"), "{e}");
+        let list = format!(
+            "/**:\n  ros__parameters:\n    x: {}1{}\n",
+            "[".repeat(n),
+            "]".repeat(n)
+        );
+        assert!(params_file_with("list", &list).is_err());
+        let dashes = format!(
+            "/**:\n  ros__parameters:\n    x:\n      {}1\n",
+            "- ".repeat(n)
+        );
+        let e = params_file_with("dashes", &dashes).unwrap_err().to_string();
+        assert!(e.contains("line 4: nested deeper"), "{e}");
+        // Brackets in quoted strings and comments are text; a usual file passes.
+        let ok = "/**:\n  ros__parameters:\n    policy:\n      prompt: \"[[[[{{{{\" # [[[[\n      chunk_steps: 50\n    ros: {qos: {commands: {depth: 5}}}\n";
+        let p = params_file_with("ok", &ok.replace("[[[[{{{{", &"[".repeat(200))).unwrap();
+        assert_eq!(p.len(), 3, "{p:?}");
+    }
+
+    #[test]
+    fn when_config_named_by_option_and_parameter_expect_conflict_refused() {
+        let ros = parse(&s(&["-p", "config:=/etc/pi0d/b.toml"])).unwrap();
+        let e = config_file(Some("/etc/pi0d/a.toml".into()), &ros)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--config /etc/pi0d/a.toml and the ROS parameter `config` (/etc/pi0d/b.toml) name different files"),
+            "{e}"
+        );
+        // The same file twice is no conflict; either alone is used, named by its option.
+        let same = config_file(Some("/etc/pi0d/b.toml".into()), &ros).unwrap();
+        assert_eq!(same, Some(("/etc/pi0d/b.toml".into(), "--config")));
+        let param = config_file(None, &ros).unwrap().unwrap();
+        assert_eq!(param.1, "--ros-args parameter `config`");
+        let e = config_file(None, &parse(&s(&["-p", "config:=5"])).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("parameter `config`: expected the configuration file's path, found 5"),
+            "{e}"
+        );
+        assert_eq!(config_file(None, &RosArgs::default()).unwrap(), None);
     }
 
     #[test]

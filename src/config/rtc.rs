@@ -122,7 +122,8 @@ pub fn validate(
     chunk: usize,
     source: &PolicySource,
 ) -> Result<RtcConfig, ConfigError> {
-    let beta = c.positive("control.rtc.max_guidance_weight", r.max_guidance_weight)?;
+    // Within its range (`ranges::RANGES`), so finite as an f32 too.
+    let beta = r.max_guidance_weight;
     let horizon = r.execution_horizon.map_or(
         DEFAULT_EXECUTION_HORIZON.min(chunk.saturating_sub(1)),
         |s| s as usize,

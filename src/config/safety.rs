@@ -1,8 +1,6 @@
 //! `[safety]`: watchdog timeouts and whole-chunk validation thresholds.
 
-use super::check::Check;
 use super::raw::RawSafety;
-use super::ConfigError;
 
 #[derive(Clone, Debug)]
 pub struct SafetyConfig {
@@ -16,25 +14,13 @@ pub struct SafetyConfig {
     pub chunk_step_velocity_factor: f64,
 }
 
-pub fn validate(c: &Check, rs: &RawSafety) -> Result<SafetyConfig, ConfigError> {
-    Ok(SafetyConfig {
-        joint_state_timeout_s: c
-            .positive("safety.joint_state_timeout_s", rs.joint_state_timeout_s)?,
-        camera_timeout_s: c.positive("safety.camera_timeout_s", rs.camera_timeout_s)?,
-        overrun_streak: if rs.overrun_streak >= 1 {
-            rs.overrun_streak
-        } else {
-            return c.fail("safety.overrun_streak", "expected at least 1, found 0");
-        },
-        chunk_position_tolerance: c.non_negative(
-            "safety.chunk_position_tolerance",
-            rs.chunk_position_tolerance,
-        )?,
-        chunk_step_velocity_factor: c.in_range(
-            "safety.chunk_step_velocity_factor",
-            rs.chunk_step_velocity_factor,
-            1.0,
-            100.0,
-        )?,
-    })
+/// Each value is within its range (`ranges::RANGES`); nothing here depends on another.
+pub fn validate(rs: &RawSafety) -> SafetyConfig {
+    SafetyConfig {
+        joint_state_timeout_s: rs.joint_state_timeout_s,
+        camera_timeout_s: rs.camera_timeout_s,
+        overrun_streak: rs.overrun_streak,
+        chunk_position_tolerance: rs.chunk_position_tolerance,
+        chunk_step_velocity_factor: rs.chunk_step_velocity_factor,
+    }
 }

@@ -55,7 +55,7 @@ pub fn validate(c: &Check, raw: &RawSim, limits: &RobotLimits) -> Result<SimConf
     for (name, value) in &raw.initial_position {
         let field = format!("sim.initial_position.{name}");
         match limits.joints.iter().position(|j| &j.name == name) {
-            Some(i) => initial[i] = c.finite(&field, *value)?,
+            Some(i) => initial[i] = *value,
             None => return c.fail(&field, "no such joint in robot.joints"),
         }
     }
@@ -67,15 +67,6 @@ pub fn validate(c: &Check, raw: &RawSim, limits: &RobotLimits) -> Result<SimConf
     }
     let mut cameras: Vec<CameraConfig> = Vec::new();
     for (i, cam) in raw.cameras.iter().enumerate() {
-        if cam.width == 0 || cam.height == 0 || cam.width > 4096 || cam.height > 4096 {
-            return c.fail(
-                &format!("sim.cameras[{i}]"),
-                format!(
-                    "width and height must be 1..=4096, found {}x{}",
-                    cam.width, cam.height
-                ),
-            );
-        }
         if cameras.iter().any(|o| o.name == cam.name) {
             return c.fail(
                 &format!("sim.cameras[{i}].name"),
@@ -86,13 +77,13 @@ pub fn validate(c: &Check, raw: &RawSim, limits: &RobotLimits) -> Result<SimConf
             name: cam.name.clone(),
             width: cam.width,
             height: cam.height,
-            fps: c.in_range(&format!("sim.cameras[{i}].fps"), cam.fps, 0.5, 240.0)?,
+            fps: cam.fps,
         });
     }
     let mut events = Vec::new();
     for (i, e) in raw.events.iter().enumerate() {
         let field = |k: &str| format!("sim.events[{i}].{k}");
-        let at_s = c.non_negative(&field("at_s"), e.at_s)?;
+        let at_s = e.at_s;
         let stall = matches!(
             e.event,
             SimEventName::StallJointStates | SimEventName::StallCamera | SimEventName::StallControl
@@ -107,7 +98,7 @@ pub fn validate(c: &Check, raw: &RawSim, limits: &RobotLimits) -> Result<SimConf
             e.camera.is_some() && e.event != SimEventName::StallCamera,
             "only stall_camera names a camera",
         );
-        let duration_s = c.non_negative(&field("duration_s"), e.duration_s.unwrap_or(0.0))?;
+        let duration_s = e.duration_s.unwrap_or(0.0);
         let kind = match e.event {
             SimEventName::Estop => SimEventKind::EStop,
             SimEventName::Reset => SimEventKind::Reset,
@@ -127,15 +118,22 @@ pub fn validate(c: &Check, raw: &RawSim, limits: &RobotLimits) -> Result<SimConf
         };
         events.push(SimEvent { at_s, kind });
     }
+    // The simulated joint moves (command - position) / tau_s * dt a step: with tau_s below
+    // one step it overshoots every step and never settles.
+    if raw.tau_s < 1.0 / raw.rate_hz {
+        return c.fail(
+            "sim.tau_s",
+            format!(
+                "{} s is shorter than one simulation step (1 / sim.rate_hz = {} s): the simulated joints would oscillate",
+                raw.tau_s,
+                1.0 / raw.rate_hz
+            ),
+        );
+    }
     Ok(SimConfig {
-        tau_s: c.positive("sim.tau_s", raw.tau_s)?,
-        measurement_delay_s: c.in_range(
-            "sim.measurement_delay_s",
-            raw.measurement_delay_s,
-            0.0,
-            1.0,
-        )?,
-        rate_hz: c.in_range("sim.rate_hz", raw.rate_hz, 10.0, 5000.0)?,
+        tau_s: raw.tau_s,
+        measurement_delay_s: raw.measurement_delay_s,
+        rate_hz: raw.rate_hz,
         initial_position: initial,
         cameras,
         events,

@@ -28,7 +28,8 @@ impl FaultyPolicy {
     fn faulty_now(&self) -> bool {
         let k = self.produced;
         k >= self.fault.after_chunks
-            && (self.fault.count == 0 || k < self.fault.after_chunks + self.fault.count)
+            && (self.fault.count == 0
+                || k < self.fault.after_chunks.saturating_add(self.fault.count))
     }
 }
 
@@ -51,7 +52,10 @@ impl Policy for FaultyPolicy {
         match self.fault.kind {
             FaultKind::Panic => panic!("injected policy panic (policy.fault.kind = \"panic\")"),
             FaultKind::Error => return Err(PolicyError::Failed("injected error".into())),
-            FaultKind::Slow => std::thread::sleep(Duration::from_secs_f64(self.fault.latency_s)),
+            // Saturates: `policy.fault.latency_s` is ranged, but a huge value must not panic.
+            FaultKind::Slow => std::thread::sleep(
+                Duration::try_from_secs_f64(self.fault.latency_s).unwrap_or(Duration::MAX),
+            ),
             _ => {}
         }
         let mut chunk = self.inner.infer(obs)?;

@@ -66,7 +66,8 @@ impl ReplayPolicy {
             chunks,
             dim,
             next: 0,
-            latency: Duration::from_secs_f64(latency_s),
+            // Saturates: `policy.latency_s` is ranged, but a huge value must not panic here.
+            latency: Duration::try_from_secs_f64(latency_s).unwrap_or(Duration::MAX),
         })
     }
 }

@@ -47,7 +47,8 @@ impl ScriptedPolicy {
             omega: 2.0 * std::f64::consts::PI * frequency_hz,
             steps,
             period_s,
-            latency: Duration::from_secs_f64(latency_s),
+            // Saturates: `policy.latency_s` is ranged, but a huge value must not panic here.
+            latency: Duration::try_from_secs_f64(latency_s).unwrap_or(Duration::MAX),
             origin: None,
         }
     }
