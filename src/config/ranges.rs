@@ -285,6 +285,23 @@ fn dotted(path: &[Step]) -> String {
 }
 
 /// A number for messages: plain where that is short, else in exponent form (1e19, 5e-324).
+/// The range table as Markdown rows (`docs/config-ranges.md` holds exactly these).
+pub fn markdown_rows() -> String {
+    RANGES
+        .iter()
+        .map(|r| {
+            format!(
+                "| `{}` | {} | {} | {}{} |\n",
+                r.field,
+                number(r.min),
+                number(r.max),
+                r.unit,
+                if r.integer { " (integer)" } else { "" }
+            )
+        })
+        .collect()
+}
+
 pub fn number(x: f64) -> String {
     if x != 0.0 && x.is_finite() && !(1e-4..1e6).contains(&x.abs()) {
         format!("{x:e}")
@@ -335,6 +352,23 @@ fn walk<'a>(c: &Check, v: &'a toml::Value, path: &mut Vec<Step<'a>>) -> Result<(
 
 #[cfg(test)]
 mod tests {
+    /// The documented table is the one `check` applies: regenerate it with
+    /// `PI0D_BLESS=1 cargo test --lib config::ranges` after changing a range.
+    #[test]
+    fn when_docs_list_the_ranges_expect_exactly_the_table_check_applies() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/config-ranges.md");
+        let doc = std::fs::read_to_string(path).unwrap_or_default();
+        let rows = markdown_rows();
+        let start = doc.find("| `").unwrap_or(doc.len());
+        let table = &doc[start..];
+        if std::env::var_os("PI0D_BLESS").is_some() {
+            let head = if start < doc.len() { &doc[..start] } else { "" };
+            std::fs::write(path, format!("{head}{rows}")).unwrap();
+            return;
+        }
+        assert_eq!(table, rows, "docs/config-ranges.md is stale: PI0D_BLESS=1 rewrites it");
+    }
+
     use super::*;
     use crate::config::Origins;
     use std::path::Path;
