@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -88,51 +86,6 @@ fn when_the_config_or_its_urdf_becomes_a_fifo_expect_the_reload_refused_and_sigt
     );
     assert!(stopping.elapsed() < Duration::from_secs_f64(stop_timeout_s + 10.0));
     assert_eq!(s["limit_violations"], 0, "{s}");
-}
-
-/// A SIGHUP while start-up still reads the configuration (here held open as a FIFO, so it
-/// arrives exactly then: before the old handlers existed, its default action killed pi0d, rc
-/// 129) is handled once the handlers are there: a reload, refused since the file is a FIFO.
-#[test]
-fn when_sighup_arrives_while_start_up_reads_the_config_expect_no_death_and_a_clean_run() {
-    let _serial = serial();
-    let dir = scratch_dir("reload-early-hup");
-    let file = dir.join("config.toml");
-    mkfifo(&file);
-    let mut cmd = pi0d();
-    cmd.args(["run", "--quiet", "--duration", "1.5", "--config"])
-        .arg(&file)
-        .arg("--summary")
-        .arg(dir.join("summary.json"));
-    let mut run = Watched::start(cmd);
-    // A non-blocking open for writing succeeds once pi0d has the FIFO open to read it.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut writer = loop {
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&file)
-        {
-            Ok(w) => break w,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "pi0d never opened it: {e}");
-                assert!(run.child.try_wait().unwrap().is_none(), "{}", run.stderr());
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-    };
-    send_signal(&run.child, libc::SIGHUP);
-    writer
-        .write_all(toml::to_string(&sim_config()).unwrap().as_bytes())
-        .unwrap();
-    drop(writer);
-    let (status, stderr) = run.finish(30.0);
-    let s = summary_in(&dir);
-    assert_exit(status, s.as_ref(), 0, "clean", &stderr);
-    assert!(
-        stderr.contains("cannot read it: is a FIFO, expected a regular file"),
-        "the pending SIGHUP's reload:\n{stderr}"
-    );
 }
 
 /// A SIGHUP with nothing changed says so; sections added to the file ([record], [metrics],

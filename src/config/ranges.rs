@@ -200,7 +200,12 @@ pub const RANGES: &[Range] = &[
     int("realtime.cpu_affinity[]", 0.0, 1023.0, ""),
     real("realtime.spin_us", 0.0, 25_000.0, "µs"),
     // At most one control period too (realtime.rs); -1: not asked.
-    int("realtime.cpu_latency_us", -1.0, 100_000.0, "µs (-1: not asked)"),
+    int(
+        "realtime.cpu_latency_us",
+        -1.0,
+        100_000.0,
+        "µs (-1: not asked)",
+    ),
     // [record]
     real("record.max_megabytes", 0.1, 1e7, "MB"),
     real("record.max_duration_s", 0.1, 1e7, "s"),
@@ -366,7 +371,10 @@ mod tests {
             std::fs::write(path, format!("{head}{rows}")).unwrap();
             return;
         }
-        assert_eq!(table, rows, "docs/config-ranges.md is stale: PI0D_BLESS=1 rewrites it");
+        assert_eq!(
+            table, rows,
+            "docs/config-ranges.md is stale: PI0D_BLESS=1 rewrites it"
+        );
     }
 
     use super::*;

@@ -169,3 +169,26 @@ impl Signals {
         self.ignored_total
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A SIGHUP that arrives before the handlers exist (start-up still reading its files) is
+    /// held back by `block` and handled once `install` is done; without `block` its default
+    /// action would end the process (rc 129), this test binary with it.
+    #[test]
+    fn when_sighup_arrives_before_the_handlers_expect_it_held_then_handled() {
+        // On a thread of its own: the mask is per thread, and the harness's stay as they are.
+        let handled = std::thread::spawn(|| {
+            block();
+            // SAFETY: raise sends to the calling thread, where SIGHUP is blocked: it waits.
+            unsafe { libc::raise(SIGHUP) };
+            let signals = Signals::install();
+            signals.take_reload()
+        })
+        .join()
+        .expect("the thread survived its SIGHUP");
+        assert!(handled, "the pending SIGHUP reached the reload handler");
+    }
+}
