@@ -61,7 +61,7 @@ fn when_config_is_a_fifo_expect_refusal_naming_option_and_path() {
     assert_eq!(out.status.code(), Some(1), "{e}");
     assert!(
         e.contains(&format!(
-            "--config {}: cannot read: a FIFO, expected a regular file",
+            "--config {}: cannot read: is a FIFO, expected a regular file",
             fifo.display()
         )),
         "{e}"
@@ -88,7 +88,7 @@ fn when_params_file_is_a_fifo_expect_refusal_naming_option_and_path() {
     assert_eq!(out.status.code(), Some(1), "{e}");
     assert!(
         e.contains(&format!(
-            "--params-file {}: cannot read: a FIFO, expected a regular file",
+            "--params-file {}: cannot read: is a FIFO, expected a regular file",
             fifo.display()
         )),
         "{e}"
