@@ -439,19 +439,23 @@ impl Controller {
         if let Some(offset) = self.governor_fault.take() {
             self.governor.corrupt(offset);
         }
-        let broken = self.monitor.judge(&self.governor.state().position);
-        if broken > 0 {
-            self.monitor.violations += u64::from(broken);
+        let refused = self.monitor.judge(&self.governor.state().position);
+        // What is commanded, judged once: the governor's command, or the brake that replaces
+        // a refused one.
+        let mut broken = refused;
+        if refused > 0 {
+            self.monitor.violations += u64::from(refused);
             self.governor.restore(before);
             gov = self.governor.step(Target::Stop, measured);
+            broken = self.monitor.judge(&self.governor.state().position);
         }
         self.count_governor(&gov);
         self.at_rest = gov.at_rest;
-        if let Verdict::Hold(reason) = self.safety.judge_command(gov.limit_brake, broken) {
+        if let Verdict::Hold(reason) = self.safety.judge_command(gov.limit_brake, refused) {
             self.hold(reason, at, t, recycle);
         }
-        self.monitor.record(&self.governor.state().position);
-        (gov, broken > 0)
+        self.monitor.record(&self.governor.state().position, broken);
+        (gov, refused > 0)
     }
 
     fn count_governor(&mut self, gov: &GovernorReport) {

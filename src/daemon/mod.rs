@@ -360,38 +360,6 @@ fn wait_first_joint_state(
     ))
 }
 
-/// A reload's result (the files were read on the reload thread): applies what may change
-/// while the arm runs; every change and every refusal is logged naming its field. Returns the
-/// limits handed to the control thread (in force once it says so).
-fn reload(running: &mut Config, loaded: reload::Loaded, board: &Blackboard) -> Option<RobotLimits> {
-    let new = match loaded {
-        Ok(c) => c,
-        Err(e) => {
-            let error = exit::error_chain(&e);
-            tracing::warn!(%error, "SIGHUP: the configuration does not load; nothing changed");
-            return None;
-        }
-    };
-    let plan = reload::plan(running, &new, &board.joint_state.load().position);
-    plan.log(&new.file);
-    if let Some(p) = plan.prompt {
-        if let Ok(mut slot) = board.prompt.lock() {
-            slot.clone_from(&p);
-        }
-        running.policy.prompt = p;
-    }
-    if let Some(s) = plan.status_interval_s {
-        running.control.status_interval_s = s;
-    }
-    let limits = plan.limits.inspect(|l| {
-        if let Ok(mut slot) = board.reload_limits.lock() {
-            *slot = Some(Box::new(l.clone()));
-        }
-        tracing::info!("SIGHUP: tighter limits reloaded; they apply with the arm at rest inside them (a running arm holds, then resumes), or are refused where it would come to rest outside them");
-    });
-    limits
-}
-
 /// What the recording is told about this run: topic names and the file's metadata.
 fn record_setup(cfg: &Config, r: &crate::config::record::RecordConfig) -> RecordSetup {
     let (joint_states, node) = match &cfg.io {
@@ -632,7 +600,7 @@ fn supervise(
             reloader.request();
         }
         if let Some(loaded) = reloader.poll() {
-            if let Some(l) = reload(&mut running, loaded, board) {
+            if let Some(l) = reload::apply(&mut running, loaded, board) {
                 pending_limits = Some(l);
             }
         }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use crate::config::ros_args::RosArgs;
 use crate::config::{Config, ConfigError};
+use crate::io::Blackboard;
 use crate::joints::JointVector;
 use crate::robot::urdf::UrdfError;
 use crate::robot::{JointLimits, RobotLimits};
@@ -451,6 +452,38 @@ fn limits_change(
     } else {
         Err(refused)
     }
+}
+
+/// A reload's result (the files were read on the reload thread): applies what may change
+/// while the arm runs; every change and every refusal is logged naming its field. Returns the
+/// limits handed to the control thread (in force once it says so).
+pub fn apply(running: &mut Config, loaded: Loaded, board: &Blackboard) -> Option<RobotLimits> {
+    let new = match loaded {
+        Ok(c) => c,
+        Err(e) => {
+            let error = error_chain(&e);
+            tracing::warn!(%error, "SIGHUP: the configuration does not load; nothing changed");
+            return None;
+        }
+    };
+    let plan = plan(running, &new, &board.joint_state.load().position);
+    plan.log(&new.file);
+    if let Some(p) = plan.prompt {
+        if let Ok(mut slot) = board.prompt.lock() {
+            slot.clone_from(&p);
+        }
+        running.policy.prompt = p;
+    }
+    if let Some(s) = plan.status_interval_s {
+        running.control.status_interval_s = s;
+    }
+    let limits = plan.limits.inspect(|l| {
+        if let Ok(mut slot) = board.reload_limits.lock() {
+            *slot = Some(Box::new(l.clone()));
+        }
+        tracing::info!("SIGHUP: tighter limits reloaded; they apply with the arm at rest inside them (a running arm holds, then resumes), or are refused where it would come to rest outside them");
+    });
+    limits
 }
 
 #[cfg(test)]

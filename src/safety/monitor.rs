@@ -77,9 +77,9 @@ impl LimitMonitor {
         broken
     }
 
-    /// Records one command as commanded (its breaches, judged as `judge` does, are counted).
-    pub fn record(&mut self, command: &JointVector) {
-        self.violations += u64::from(self.judge(command));
+    /// Records one command as commanded, with `broken`, what `judge` said of it.
+    pub fn record(&mut self, command: &JointVector, broken: u32) {
+        self.violations += u64::from(broken);
         let n = self.limits.len();
         let mut v = JointVector::zeros(n);
         let mut a = JointVector::zeros(n);
@@ -104,12 +104,5 @@ impl LimitMonitor {
             self.prev_velocity = Some(v);
         }
         self.prev = Some(*command);
-    }
-
-    /// Records one command; returns how many joints broke a limit in it.
-    pub fn observe(&mut self, command: &JointVector) -> u32 {
-        let broken = self.judge(command);
-        self.record(command);
-        broken
     }
 }
