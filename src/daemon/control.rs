@@ -11,6 +11,7 @@ use crate::control::controller::ChunkOutcome;
 use crate::control::stats::{Histogram, LiveStats};
 use crate::control::ticker::Ticker;
 use crate::control::{Controller, TickInputs};
+use crate::daemon::lifecycle::{Rung, StopLadder};
 use crate::daemon::worker::WorkerHandle;
 use crate::io::Blackboard;
 use crate::record::{TickSample, TickTap};
@@ -63,8 +64,7 @@ pub struct ControlLoop {
     ticks: u64,
     overruns: u64,
     streak: u32,
-    stop_timeout_s: f64,
-    stop_deadline: Option<MonoTime>,
+    stop: StopLadder,
     record: Option<TickTap>,
     /// The `governor_fault` drill is due: the next command jumps.
     governor_fault: bool,
@@ -94,8 +94,7 @@ impl ControlLoop {
             ticks: 0,
             overruns: 0,
             streak: 0,
-            stop_timeout_s,
-            stop_deadline: None,
+            stop: StopLadder::new(stop_timeout_s),
             record: None,
             governor_fault: false,
         }
@@ -184,9 +183,6 @@ impl ControlLoop {
         let measured = self.board.joint_state.load();
         self.board.read_camera_stamps(&mut self.camera_stamps);
         let stopping = self.stop_requested.load(Ordering::Relaxed);
-        if stopping && self.stop_deadline.is_none() {
-            self.stop_deadline = Some(now.offset_seconds(self.stop_timeout_s));
-        }
         let worker = &self.worker;
         let inputs = TickInputs {
             safety: SafetyInputs {
@@ -247,12 +243,10 @@ impl ControlLoop {
         LiveStats::set(&live.mode, crate::control::stats::mode_code(report.mode));
         LiveStats::set(&live.waiting, report.waiting.code());
         LiveStats::set(&live.safety_events, self.ctl.event_counts().iter().sum());
-        if report.done {
-            StepOutcome::Done
-        } else if self.stop_deadline.is_some_and(|d| now > d) {
-            StepOutcome::StopTimeout
-        } else {
-            StepOutcome::Continue
+        match self.stop.tick(now, stopping, report.done) {
+            Rung::AtRest => StepOutcome::Done,
+            Rung::TimedOut => StepOutcome::StopTimeout,
+            Rung::Going => StepOutcome::Continue,
         }
     }
 }

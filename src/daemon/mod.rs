@@ -12,6 +12,7 @@ mod diff;
 mod drill;
 pub mod exit;
 pub mod latch;
+pub mod lifecycle;
 pub mod log;
 pub mod metrics;
 pub mod notify;
@@ -38,13 +39,12 @@ use crate::io::Blackboard;
 use crate::joints::JointMeasurement;
 use crate::policy::PolicyBuildError;
 use crate::record::{RecordSetup, Recorder, Topics};
-use crate::robot::RobotLimits;
-use crate::safety::reconfigure::Reconfigure;
 use crate::safety::supervisor::StartRefused;
 use crate::safety::Waiting;
 use crate::time::MonoTime;
 use control::{ControlEvent, ControlLoop, ControlResult};
 use exit::ExitReason;
+use lifecycle::{ControlEnd, Lifecycle, IO_STALL_S};
 use report::{build_summary, camera_names, waiting_detail, EventLog, StatusLine};
 use signals::Signals;
 use summary::Summary;
@@ -125,16 +125,6 @@ pub struct RunOptions {
 const FIRST_INPUT_TIMEOUT_S: f64 = 10.0;
 /// Supervisor poll period.
 const SUPERVISE_PERIOD: Duration = Duration::from_millis(20);
-/// A control loop that has not ticked for this long is stuck.
-const CONTROL_STALL_S: f64 = 1.0;
-/// The I/O threads poll every few milliseconds: this much silence means one is stuck.
-const IO_STALL_S: f64 = 2.0;
-/// While the arm has not started: first warning after this long, then again every interval.
-const START_WARN_AFTER_S: f64 = 2.0;
-const START_WARN_EVERY_S: f64 = 10.0;
-/// A supervisor poll this late means the whole process was suspended (SIGSTOP, a paused VM):
-/// liveness is measured afresh from the resume, not blamed on one thread.
-const SUSPENDED_S: f64 = 0.5;
 /// How long shutdown waits for a thread to finish before leaving it to the process exit.
 const JOIN_WAIT_S: f64 = 2.0;
 
@@ -550,12 +540,6 @@ fn supervise(
     let notifier = notify::Notifier::from_env();
     notifier.ready();
 
-    let watchdog_usec = notify::watchdog_usec();
-    let watchdog_period = Duration::from_micros(watchdog_usec.unwrap_or(0) / 2);
-    let mut last_watchdog = MonoTime::now();
-    let mut last_ticks_seen = 0u64;
-    let mut last_tick_change = MonoTime::now();
-
     let mut log = EventLog {
         chunk_latency,
         record: recorder.as_ref().map(|r| r.notes.clone()),
@@ -563,145 +547,71 @@ fn supervise(
         joints: cfg.limits.joints.iter().map(|j| j.name.clone()).collect(),
         ..EventLog::default()
     };
-    // Reloaded limits handed to the control thread: in `running` once in force.
-    let mut pending_limits: Option<RobotLimits> = None;
     // What a reload compares with: the configuration as started, with what reloads applied.
     let mut running = cfg.clone();
     let mut reloader = reload::Reloader::new(opts.reload_from.clone());
-    let mut last_status = MonoTime::now();
     let mut status_line = StatusLine::new(opts.status, &status_tags(cfg, opts));
-    let run_start = MonoTime::now();
-    let mut next_start_warning = START_WARN_AFTER_S;
-    let mut exit = ExitReason::Clean;
     let mut faults: Vec<String> = Vec::new();
-    let mut control_fault = false;
-    // What the arm waited for when the start timed out (once stopping, it waits for nothing).
-    let mut start_waiting: Option<Waiting> = None;
-
     let mut drills = drill::Drills::new(&cfg.drills);
-    let mut last_poll = MonoTime::now();
-    let mut liveness_from = MonoTime::now();
+    let run_start = MonoTime::now();
+    let mut lifecycle = Lifecycle::new(
+        lifecycle::Settings {
+            start_timeout_s: cfg.control.start_timeout_s,
+            duration_s: opts.duration_s,
+            status_interval_s: cfg.control.status_interval_s,
+            watchdog_period_s: notify::watchdog_usec().map(|us| us as f64 / 2e6),
+        },
+        run_start,
+    );
+    let mut abandoned = false;
     while !control.is_finished() {
         std::thread::sleep(SUPERVISE_PERIOD);
         let now = MonoTime::now();
-        let gap = now.seconds_since(last_poll);
-        last_poll = now;
-        if gap > SUSPENDED_S {
-            tracing::warn!(
-                "the daemon was suspended for {gap:.1} s (SIGSTOP or a paused machine): the arm got no commands meanwhile; watchdogs hold it until inputs are fresh"
-            );
-            last_tick_change = now;
-            liveness_from = now;
-        }
-        let t = now.seconds_since(run_start);
-        drills.fire_due(t, board);
+        drills.fire_due(lifecycle.elapsed_s(now), board);
         log.drain(&events_rx, start);
         if signals.take_reload() {
             reloader.request();
         }
         if let Some(loaded) = reloader.poll() {
             if let Some(l) = reload::apply(&mut running, loaded, board) {
-                pending_limits = Some(l);
+                lifecycle.limits_sent(l);
             }
-        }
-        if let Some(r) = log.reconfigured.take() {
-            if let (Reconfigure::Applied, Some(l)) = (r, pending_limits.take()) {
-                running.limits = l;
-            }
-        }
-        if LiveStats::get(&live.limit_violation) == 1
-            && !matches!(exit, ExitReason::LimitViolation | ExitReason::ThreadFault)
-        {
-            faults.push("the independent monitor refused a command outside the limits".into());
-            stop_requested.store(true, Ordering::SeqCst);
-            exit = ExitReason::LimitViolation;
-        }
-        if LiveStats::get(&live.fault_latched) == 1 && log.resets > 0 {
-            LiveStats::set(&live.fault_latched, 0);
-            tracing::info!("fault latch lifted by the reset");
+            lifecycle.set_status_interval(running.control.status_interval_s);
         }
         signals.log_ignored();
-
-        // Liveness. A fault is reported once and decides the exit code.
-        let ticks = LiveStats::get(&live.ticks);
-        if ticks != last_ticks_seen {
-            last_ticks_seen = ticks;
-            last_tick_change = now;
-        } else if now.seconds_since(last_tick_change) > CONTROL_STALL_S {
-            let m = format!(
-                "control thread stopped ticking ({:.1} s without a tick)",
-                now.seconds_since(last_tick_change)
-            );
-            tracing::error!("{m}: no controlled stop is possible; exiting");
-            faults.push(m);
-            control_fault = true;
+        let observed = lifecycle::Observed {
+            now,
+            ticks: LiveStats::get(&live.ticks),
+            control_finished: control.is_finished(),
+            inference: worker_thread.beat(),
+            io_role: io.role,
+            io: io.beat(),
+            limit_violation: LiveStats::get(&live.limit_violation) == 1,
+            fault_latched: LiveStats::get(&live.fault_latched) == 1,
+            resets: log.resets,
+            // Every chunk the control loop saw was accepted or rejected.
+            started: LiveStats::get(&live.chunks_received) > LiveStats::get(&live.chunks_rejected),
+            waiting: Waiting::from_code(LiveStats::get(&live.waiting)),
+            stop_signal: signals.stop.load(Ordering::Relaxed),
+            reconfigured: log.reconfigured.take(),
+        };
+        let step = lifecycle.poll(&observed);
+        if !carry_out(
+            &step,
+            &observed,
+            cfg,
+            &worker_stats,
+            board,
+            live,
+            &stop_requested,
+            &mut running,
+            &mut faults,
+        ) {
+            abandoned = step.abandon;
             break;
         }
-        if control.is_finished() {
-            break;
-        }
-        if exit != ExitReason::ThreadFault {
-            // Once stopping, the inference worker ends with the control loop: only a panic or a
-            // stall is a fault then.
-            let stopping = stop_requested.load(Ordering::Relaxed);
-            // Heartbeats older than the resume from a suspension do not count.
-            let io_health = match io.health(now, Some(IO_STALL_S)) {
-                Health::Stalled(_) if now.seconds_since(liveness_from) < IO_STALL_S => {
-                    Health::Alive
-                }
-                h => h,
-            };
-            let others = [
-                (Role::Inference, worker_thread.health(now, None)),
-                (io.role, io_health),
-            ];
-            let fault = others.into_iter().find(|(_, h)| match h {
-                Health::Alive => false,
-                Health::Returned => !stopping,
-                _ => true,
-            });
-            if let Some((role, h)) = fault {
-                let m = format!("{} thread {h}", role.name());
-                tracing::error!("{m}: e-stop latched, decelerating to rest, then exiting");
-                faults.push(m);
-                board.fault.store(true, Ordering::SeqCst);
-                stop_requested.store(true, Ordering::SeqCst);
-                exit = ExitReason::ThreadFault;
-            }
-        }
-
-        // Why the arm has not started yet, and for how long that may go on.
-        // Every chunk the control loop saw was accepted or rejected.
-        let started = LiveStats::get(&live.chunks_received) > LiveStats::get(&live.chunks_rejected);
-        if !started && exit == ExitReason::Clean {
-            let waiting = Waiting::from_code(LiveStats::get(&live.waiting));
-            if t >= cfg.control.start_timeout_s {
-                tracing::error!(
-                    "the arm could not start within control.start_timeout_s = {} s: waiting for {}; stopping",
-                    cfg.control.start_timeout_s,
-                    waiting_detail(cfg, waiting, &worker_stats)
-                );
-                stop_requested.store(true, Ordering::SeqCst);
-                exit = ExitReason::StartTimeout;
-                start_waiting = Some(waiting);
-            } else if t >= next_start_warning {
-                tracing::warn!(
-                    "not started after {t:.1} s: waiting for {} (gives up at control.start_timeout_s = {} s)",
-                    waiting_detail(cfg, waiting, &worker_stats),
-                    cfg.control.start_timeout_s
-                );
-                next_start_warning = t + START_WARN_EVERY_S;
-            }
-        }
-
-        let over = opts.duration_s.is_some_and(|d| t >= d);
-        if (over || signals.stop.load(Ordering::Relaxed)) && !stop_requested.load(Ordering::Relaxed)
-        {
-            tracing::info!("stopping: decelerating to rest");
-            stop_requested.store(true, Ordering::SeqCst);
-        }
-        if now.seconds_since(last_status) >= running.control.status_interval_s {
-            last_status = now;
+        if step.show_status {
+            let t = lifecycle.elapsed_s(now);
             status_line.show(live, &worker_stats, t, &board.command.load().1, &cfg.limits);
             // When stderr has failed, systemd's status line is where the loss still shows.
             let lost = log::lost_lines();
@@ -716,35 +626,37 @@ fn supervise(
                 }
             ));
         }
-        // Only a control loop that still ticks, in a daemon without a fault, keeps systemd's
-        // watchdog fed.
-        if watchdog_usec.is_some()
-            && exit != ExitReason::ThreadFault
-            && now.seconds_since(last_watchdog) >= watchdog_period.as_secs_f64()
-        {
-            if now.seconds_since(last_tick_change) < watchdog_period.as_secs_f64() {
-                notifier.watchdog();
-            }
-            last_watchdog = now;
+        if step.feed_watchdog {
+            notifier.watchdog();
         }
     }
     status_line.finish();
     io_stop.store(true, Ordering::SeqCst);
     join_bounded(worker_thread);
-    let waiting =
-        start_waiting.unwrap_or_else(|| Waiting::from_code(LiveStats::get(&live.waiting)));
-    let result: Option<ControlResult> = if control_fault {
-        None
+    let waiting = lifecycle
+        .start_waiting()
+        .unwrap_or_else(|| Waiting::from_code(LiveStats::get(&live.waiting)));
+    let (end, result): (ControlEnd, Option<ControlResult>) = if abandoned {
+        (ControlEnd::Abandoned, None)
     } else {
         match control.health(MonoTime::now(), None) {
             Health::Panicked(m) => {
                 tracing::error!("control thread panicked: {m}");
                 faults.push(format!("control thread panicked: {m}"));
-                None
+                (ControlEnd::Panicked, None)
             }
-            _ => control.join(),
+            _ => match control.join() {
+                Some(r) => (
+                    ControlEnd::Returned {
+                        reached_rest: r.reached_rest,
+                    },
+                    Some(r),
+                ),
+                None => (ControlEnd::Panicked, None),
+            },
         }
     };
+    let exit = lifecycle.finish(end);
     log.drain(&events_rx, start);
     // The control thread is done (or gone): the file gets the last of it, then closes.
     log.record = None;
@@ -757,17 +669,79 @@ fn supervise(
             resets: log.resets,
             transitions: log.transitions,
             recording,
-            exit: ExitReason::ControlFault,
-            exit_code: ExitReason::ControlFault.code(),
+            exit,
+            exit_code: exit.code(),
             ..Summary::default()
         });
     };
-    if exit == ExitReason::Clean && !result.reached_rest {
-        exit = ExitReason::StopTimeout;
-    }
     let mut summary = build_summary(cfg, &result, &worker_stats, log, duration_s, exit);
     summary.faults = faults;
     summary.recording = recording;
     summary.waiting_for = (waiting != Waiting::Nothing).then(|| waiting.name().to_string());
     Ok(summary)
+}
+
+/// Carries out one poll's decisions (the logging and the shared flags); false when
+/// supervision is over (the control thread ended, or is stuck).
+#[allow(clippy::too_many_arguments)]
+fn carry_out(
+    step: &lifecycle::Step,
+    observed: &lifecycle::Observed,
+    cfg: &Config,
+    worker_stats: &WorkerStats,
+    board: &Blackboard,
+    live: &LiveStats,
+    stop_requested: &AtomicBool,
+    running: &mut Config,
+    faults: &mut Vec<String>,
+) -> bool {
+    if let Some(gap) = step.suspended_s {
+        tracing::warn!(
+            "the daemon was suspended for {gap:.1} s (SIGSTOP or a paused machine): the arm got no commands meanwhile; watchdogs hold it until inputs are fresh"
+        );
+    }
+    if let Some(l) = &step.limits_in_force {
+        running.limits = l.clone();
+    }
+    if step.lift_fault_latch {
+        LiveStats::set(&live.fault_latched, 0);
+        tracing::info!("fault latch lifted by the reset");
+    }
+    if let Some(fault) = &step.fault {
+        match fault {
+            lifecycle::Fault::ControlStalled(_) => {
+                tracing::error!("{fault}: no controlled stop is possible; exiting")
+            }
+            lifecycle::Fault::Thread(..) => {
+                tracing::error!("{fault}: e-stop latched, decelerating to rest, then exiting")
+            }
+            lifecycle::Fault::LimitViolation => {
+                tracing::error!("{fault}: braking to rest, then exiting")
+            }
+        }
+        faults.push(fault.to_string());
+    }
+    if step.latch_estop {
+        board.fault.store(true, Ordering::SeqCst);
+    }
+    if let Some(t) = step.start_warning {
+        tracing::warn!(
+            "not started after {t:.1} s: waiting for {} (gives up at control.start_timeout_s = {} s)",
+            waiting_detail(cfg, observed.waiting, worker_stats),
+            cfg.control.start_timeout_s
+        );
+    }
+    match step.stop {
+        Some(lifecycle::StopCause::StartTimeout) => tracing::error!(
+            "the arm could not start within control.start_timeout_s = {} s: waiting for {}; stopping",
+            cfg.control.start_timeout_s,
+            waiting_detail(cfg, observed.waiting, worker_stats)
+        ),
+        Some(lifecycle::StopCause::Requested) => tracing::info!("stopping: decelerating to rest"),
+        _ => {}
+    }
+    if step.stop.is_some() {
+        stop_requested.store(true, Ordering::SeqCst);
+    }
+    !(step.abandon || step.finished)
 }

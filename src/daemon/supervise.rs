@@ -155,6 +155,18 @@ impl<T> Supervised<T> {
         }
     }
 
+    /// The thread as it stands: its last heartbeat while it runs (for `lifecycle`).
+    pub fn beat(&self) -> super::lifecycle::Beat {
+        use super::lifecycle::Beat;
+        match self.health(MonoTime::now(), None) {
+            Health::Returned => Beat::Returned,
+            Health::Panicked(m) => Beat::Panicked(m),
+            Health::Alive | Health::Stalled(_) => Beat::Alive(MonoTime::from_nanos(
+                self.heart.last_ns.load(Ordering::Relaxed),
+            )),
+        }
+    }
+
     pub fn is_finished(&self) -> bool {
         self.handle.is_finished()
     }
