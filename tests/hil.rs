@@ -251,11 +251,13 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
         .unwrap()
         .iter()
         .map(|f| f[0].as_f64().unwrap())
-        .filter(|t| *t >= stamps[0] - 1e-6 && *t <= stamps[stamps.len() - 1] + 1e-6)
+        .filter(|t| *t >= stamps[0] - 1e-4 && *t <= stamps[stamps.len() - 1] + 1e-4)
         .collect();
+    assert!(!published.is_empty(), "the robot reported no camera stamps");
     let unknown: Vec<&f64> = stamps
         .iter()
-        .filter(|t| !published.iter().any(|p| (*p - **t).abs() < 1e-6))
+        // Stamps to 0.1 ms (the recording's reader rounds; frames are 33 ms apart).
+        .filter(|t| !published.iter().any(|p| (*p - **t).abs() < 1e-4))
         .collect();
     assert!(
         unknown.is_empty(),
