@@ -2,6 +2,8 @@
 //! file is refused with an error that names the file and contains the text on its first line
 //! (`# expect: ...`), which names the bad field, joint or link.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use pi0d::config::Config;
@@ -249,8 +251,7 @@ fn when_realtime_is_not_configured_expect_fifo_80_for_control_and_70_for_ros_and
     assert_eq!(sim.realtime.priority, 80);
     assert_eq!(sim.realtime.io_priority, 70);
     assert!(!sim.realtime.lock_memory);
-    let dir = std::env::temp_dir().join(format!("pi0d-rt-default-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("rt-default");
     let with = |section: &str| {
         let text = std::fs::read_to_string(root.join("config/sim.toml")).unwrap()
             + "\n[realtime]\n"
@@ -288,8 +289,7 @@ fn when_drills_are_configured_expect_them_in_time_order_and_each_warned_about() 
     let text = std::fs::read_to_string(root.join("config/sim.toml")).unwrap()
         + "\n[[drill]]\nat_s = 5.0\nevent = \"crash_io\"\n"
         + "\n[[drill]]\nat_s = 2.0\nevent = \"stall_control\"\nduration_s = 0.5\n";
-    let dir = std::env::temp_dir().join(format!("pi0d-drills-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("drills");
     let file = dir.join("sim.toml");
     let text = text
         .replace("../urdf/", &format!("{}/urdf/", root.display()))

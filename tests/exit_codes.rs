@@ -46,7 +46,7 @@ fn when_config_field_is_bad_expect_exit_1_invalid_input_and_no_summary() {
 fn when_summary_path_cannot_be_written_expect_exit_1_before_the_arm_moves() {
     let dir = scratch_dir("summary-unwritable");
     let cfg = write_config(&dir, &sim_config());
-    for bad in [dir.join("no/such/dir/summary.json"), dir.clone()] {
+    for bad in [dir.join("no/such/dir/summary.json"), dir.to_path_buf()] {
         let started = Instant::now();
         let out = pi0d()
             .args(["run", "--quiet", "--duration", "30", "--config"])

@@ -32,7 +32,6 @@ fn scenario(
     let dom = domain(offset);
     let dir = scratch_dir(name);
     let bot = robot(dom, &dir, robot_s, args);
-    std::thread::sleep(Duration::from_millis(300));
     let mut cfg = hil_config(dom);
     edit(&mut cfg);
     let out = pi0d(&dir, &cfg, pi0d_s).wait_with_output().unwrap();
@@ -107,14 +106,10 @@ fn watchdog_holds(report: &serde_json::Value) -> Vec<f64> {
         .collect()
 }
 
-/// A stall of the robot's own loop that stops its joint states long enough for pi0d's 0.1 s
-/// timeout: pi0d holds, and the robot's watchdog holds once more (87 and 138 ms seen on 2 cores
-/// with the host busy).
-const ROBOT_HOLD_STALL_MS: f64 = 50.0;
-
 /// The robot's watchdog holds from `event` on, each with the setpoint's travel after the last
-/// command before it (rad). Earlier holds are there only when the robot's own loop stalled
-/// (said, then left out); otherwise there must be none.
+/// command before it (rad). Before the event pi0d must have kept commanding: no gap between its
+/// trajectories' write stamps as long as the robot's watchdog (pi0d's own timeline; a hold the
+/// robot's loop made by falling behind on a busy host is printed, as its figure).
 fn watchdog_holds_after(report: &serde_json::Value, event: f64) -> Vec<(f64, f64)> {
     let travel = report["travel_after_last_command"].as_array().unwrap();
     assert_eq!(
@@ -126,19 +121,52 @@ fn watchdog_holds_after(report: &serde_json::Value, event: f64) -> Vec<(f64, f64
         // null: no arm command was tracked before that hold (NaN fails every travel bound).
         .zip(travel.iter().map(|t| t.as_f64().unwrap_or(f64::NAN)))
         .collect();
-    let stall_ms = report["max_late_ms"].as_f64().unwrap_or(0.0);
+    let gaps: Vec<(f64, f64)> = report["write_gaps_over_watchdog"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g[0].as_f64().unwrap(), g[1].as_f64().unwrap()))
+        .filter(|g| g.0 < event)
+        .collect();
+    assert!(
+        gaps.is_empty(),
+        "pi0d stopped writing for longer than the robot's watchdog before the event at {event}: {gaps:?}"
+    );
     let before = holds.iter().filter(|h| h.0 < event).count();
     if before > 0 {
-        assert!(
-            stall_ms > ROBOT_HOLD_STALL_MS,
-            "the robot held before the event at {event}: {holds:?}"
-        );
         println!(
-            "the robot's own loop stalled {stall_ms:.0} ms: pi0d held on stale joint states, the robot's watchdog too ({before} hold(s) before the event)"
+            "the robot's own loop (up to {:.0} ms late) held {before} time(s) before the event while pi0d's writes never paused past its watchdog",
+            report["max_late_ms"].as_f64().unwrap_or(f64::NAN)
         );
     }
     holds.into_iter().filter(|h| h.0 >= event).collect()
 }
+
+/// How long pi0d may take to be moving the arm after it starts: the configuration's
+/// `control.start_timeout_s` (pi0d gives up by then; 30 s by default) plus one chunk horizon.
+fn start_deadline_s(cfg: &toml::Table) -> f64 {
+    let start = cfg
+        .get("control")
+        .and_then(|c| c.get("start_timeout_s"))
+        .and_then(|t| t.as_float())
+        .unwrap_or(30.0);
+    let p = &cfg["policy"];
+    let horizon =
+        p["chunk_steps"].as_integer().unwrap() as f64 * p["step_period_s"].as_float().unwrap();
+    start + horizon
+}
+
+/// After pi0d ended: lets the robot run ten of its watchdog periods more (to see its hold),
+/// then ends it (SIGTERM: it writes its report) and reads the report.
+fn end_robot(dir: &Path, bot: std::process::Child) -> serde_json::Value {
+    std::thread::sleep(Duration::from_millis(10 * ROBOT_WATCHDOG_MS));
+    // SAFETY: a signal to a child this test started.
+    unsafe { libc::kill(bot.id() as libc::pid_t, libc::SIGTERM) };
+    report(dir, bot)
+}
+
+/// tests/hil/robot.py's `--watchdog-ms` default.
+const ROBOT_WATCHDOG_MS: u64 = 100;
 
 /// When the setpoint (what the robot's controller executes) came to rest after `after` (wall
 /// seconds): the first 20 ms sample from which it stays below 1e-3 rad/s for half a second.
@@ -167,8 +195,8 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
     let dir = scratch_dir("hil-nominal");
     // The camera at 30 Hz, as a robot's camera driver streams (the other scenarios render
     // 10 Hz, all this model needs, to leave the 2-core VM's time to pi0d and the physics).
-    let bot = robot(dom, &dir, 9.5, &["--camera", "160x120@30"]);
-    std::thread::sleep(Duration::from_millis(300));
+    // The robot until the test ends it (after pi0d's exit and the robot's own hold).
+    let mut bot = robot(dom, &dir, 120.0, &["--camera", "160x120@30"]);
     // The camera through image_transport's compressed topic (JPEG); the other scenarios take
     // the raw one.
     let mut cfg = hil_config(dom);
@@ -184,16 +212,18 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
             ("camera_hz", Value::Integer(60)),
         ]),
     );
-    let run = pi0d(&dir, &cfg, 30.0);
-    // SIGTERM, as systemd stops a service: decelerate, hold, exit 0.
-    std::thread::sleep(Duration::from_millis(7000));
+    let mut run = pi0d(&dir, &cfg, 60.0);
+    wait_until_moving(&dir, &mut run, &mut bot, start_deadline_s(&cfg));
+    // Driving for a while (the scenario's length, not a wait for start-up), then SIGTERM, as
+    // systemd stops a service: decelerate, hold, exit 0.
+    std::thread::sleep(Duration::from_millis(4000));
     let terminated = wall_now();
     stop(&run);
     let out = run.wait_with_output().unwrap();
     let ended = wall_now();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let r = report(&dir, bot);
+    let r = end_robot(&dir, bot);
     assert_robot_sane(&r);
     let s = summary(&dir);
     assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}");
@@ -210,18 +240,34 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
     let holds = watchdog_holds_after(&r, terminated);
     assert_eq!(holds.len(), 1, "{holds:?}");
     assert!(holds[0].0 <= ended + 0.3, "{holds:?} vs {ended}");
-    // Every frame the robot rendered reached pi0d (29.8-30.0 Hz of 30 measured on the 2-core
-    // VM); a host that takes the cores away slows the software renderer itself (19 Hz with two
-    // busy loops beside the tests), which is the robot's rate, not pi0d's.
-    let camera_hz = assert_recording_of_the_robot(&s);
+    // The frames the robot published reached pi0d: judged frame by frame on the capture
+    // stamps (the recording holds every frame pi0d received, camera_hz 60 >= 30), against the
+    // frames the robot published between pi0d's first and last one. The rates are figures: a
+    // host that takes the cores away slows the software renderer itself.
+    let (camera_hz, stamps) = assert_recording_of_the_robot(&s);
     let rendered_hz = r["camera_rate_hz"].as_f64().unwrap();
+    let published: Vec<f64> = r["camera_stamps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f[0].as_f64().unwrap())
+        .filter(|t| *t >= stamps[0] - 1e-4 && *t <= stamps[stamps.len() - 1] + 1e-4)
+        .collect();
+    assert!(!published.is_empty(), "the robot reported no camera stamps");
+    let unknown: Vec<&f64> = stamps
+        .iter()
+        // Stamps to 0.1 ms (the recording's reader rounds; frames are 33 ms apart).
+        .filter(|t| !published.iter().any(|p| (*p - **t).abs() < 1e-4))
+        .collect();
     assert!(
-        rendered_hz > 10.0,
-        "the robot rendered at {rendered_hz:.1} Hz"
+        unknown.is_empty(),
+        "frames the robot never published: {unknown:?}"
     );
     assert!(
-        camera_hz > 0.9 * rendered_hz,
-        "the camera rendered at {rendered_hz:.1} Hz reached pi0d at {camera_hz:.1} Hz"
+        stamps.len() * 10 >= published.len() * 9,
+        "pi0d received {} of the {} frames the robot published meanwhile",
+        stamps.len(),
+        published.len()
     );
     let jerk = max_over_joints(&r["max_setpoint_jerk"]);
     println!(
@@ -237,7 +283,7 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
 
 /// The run's MCAP file, read back with Python's mcap readers: the robot's joint-state topic,
 /// one command per tick, the rendered frames at the camera's size, diagnostics.
-fn assert_recording_of_the_robot(s: &serde_json::Value) -> f64 {
+fn assert_recording_of_the_robot(s: &serde_json::Value) -> (f64, Vec<f64>) {
     let rec = &s["recording"];
     assert_eq!(rec["ended_by"], "run_end", "{rec}");
     assert_eq!(rec["dropped"], 0, "{rec}");
@@ -257,7 +303,7 @@ fn assert_recording_of_the_robot(s: &serde_json::Value) -> f64 {
         .map(|f| f["stamp_s"].as_f64().unwrap())
         .collect();
     let span = stamps.last().unwrap() - stamps[0];
-    (stamps.len() - 1) as f64 / span
+    ((stamps.len() - 1) as f64 / span, stamps)
 }
 
 #[test]
@@ -265,15 +311,16 @@ fn when_pi0d_is_killed_mid_motion_expect_the_robot_to_hold_on_its_own_watchdog()
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dom = domain(2);
     let dir = scratch_dir("hil-kill");
-    let bot = robot(dom, &dir, 7.5, &[]);
-    std::thread::sleep(Duration::from_millis(300));
-    let mut run = pi0d(&dir, &hil_config(dom), 30.0);
-    // Running by then (warm-up and the first chunks take about 2 s on two cores).
-    std::thread::sleep(Duration::from_millis(4500));
+    let mut bot = robot(dom, &dir, 120.0, &[]);
+    let cfg = hil_config(dom);
+    let mut run = pi0d(&dir, &cfg, 60.0);
+    // Mid-motion: once the arm moves, and a second of driving after.
+    wait_until_moving(&dir, &mut run, &mut bot, start_deadline_s(&cfg));
+    std::thread::sleep(Duration::from_millis(1000));
     let killed = wall_now();
     run.kill().unwrap();
     let _ = run.wait();
-    let r = report(&dir, bot);
+    let r = end_robot(&dir, bot);
     assert_robot_sane(&r);
     let holds = watchdog_holds_after(&r, killed);
     assert_eq!(holds.len(), 1, "{holds:?}");
@@ -511,7 +558,6 @@ fn drilled(name: &str, offset: u32, event: &str, at_s: f64, duration_s: Option<f
     let dom = domain(offset);
     let dir = scratch_dir(name);
     let bot = robot(dom, &dir, 8.0, &[]);
-    std::thread::sleep(Duration::from_millis(300));
     let mut cfg = hil_config(dom);
     scripted(&mut cfg);
     add_drill(&mut cfg, event, at_s, duration_s);

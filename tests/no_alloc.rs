@@ -73,7 +73,7 @@ fn when_control_tick_runs_expect_no_allocation() {
     let recorder = Recorder::start(
         RecordSetup {
             cfg: RecordConfig {
-                target: RecordTarget::Directory(dir.clone()),
+                target: RecordTarget::Directory(dir.to_path_buf()),
                 max_bytes: 100_000_000,
                 max_duration_s: None,
                 camera_hz: 0.0,

@@ -616,9 +616,10 @@ fn when_unrolled_graphs_exported_with_rtc_expect_lerobot_guided_and_plain_action
     let err = max_diff(&run_graphs(&dir, case), &expected(case));
     assert!(err <= 1e-4, "{err}");
     // --rtc is for unrolled graphs only.
+    let looped_dir = scratch_dir("onnx-rtc-looped");
     let looped = ExportOptions {
         unroll: false,
-        ..rtc_options(case, &scratch_dir("onnx-rtc-looped"))
+        ..rtc_options(case, &looped_dir)
     };
     match export(&looped) {
         Err(ExportError::Invalid(m)) => assert!(m.contains("--rtc goes with --unroll"), "{m}"),

@@ -84,7 +84,8 @@ fn when_pi05_f32_expect_lerobot_actions_within_1e4() {
 #[test]
 fn when_infer_cli_runs_expect_actions_file_and_timing_lines() {
     let case = fixtures().join("cases/pi0_f32_1cam_short");
-    let out = std::env::temp_dir().join(format!("pi0d-infer-{}.safetensors", std::process::id()));
+    let scratch = common::scratch_dir("infer-cli");
+    let out = scratch.join("actions.safetensors");
     let run = std::process::Command::new(env!("CARGO_BIN_EXE_pi0d"))
         .args(["infer", "--repeat", "3", "--checkpoint"])
         .arg(fixtures().join("pi0_float32"))

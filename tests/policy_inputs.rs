@@ -7,6 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::TempDir;
 use safetensors::Dtype;
 use serde_json::Value;
 
@@ -31,11 +32,9 @@ fn fixture(name: &str) -> PathBuf {
     common::root().join("tests/fixtures").join(name)
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pi0d-inputs-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory, removed when the guard drops (even when the test panics).
+fn scratch(name: &str) -> TempDir {
+    TempDir::new("inputs", name)
 }
 
 fn read_tensors(path: &Path) -> Tensors {
@@ -62,7 +61,7 @@ fn write_tensors(path: &Path, tensors: &Tensors) {
 
 /// A full copy of the tiny f32 pi0 checkpoint (stats, tokenizer and all), with `edit` applied
 /// to its weights.
-fn checkpoint_copy(name: &str, edit: impl Fn(&mut Tensors)) -> PathBuf {
+fn checkpoint_copy(name: &str, edit: impl Fn(&mut Tensors)) -> TempDir {
     let src = fixture("pi0_float32");
     let dir = scratch(name);
     for f in std::fs::read_dir(&src).unwrap() {
@@ -141,8 +140,7 @@ fn when_checkpoint_dir_has_no_config_json_expect_refusal_naming_it() {
         )
     );
     // The pipeline says the same, not a joint-count mismatch later on.
-    assert!(load_error(&options(dir.clone())).contains("no config.json"));
-    let _ = std::fs::remove_dir_all(dir);
+    assert!(load_error(&options(dir.to_path_buf())).contains("no config.json"));
 }
 
 #[test]
@@ -234,7 +232,6 @@ fn when_config_or_index_json_is_wrong_expect_file_and_field_named() {
             "{shard}: {e}"
         );
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 const VISION: &str = "model.paligemma_with_expert.paligemma.model.vision_tower.vision_model";
@@ -311,7 +308,6 @@ fn when_one_tensor_has_a_bad_shape_expect_that_tensor_named_not_a_neighbour() {
             )),
             "{name}: {e}"
         );
-        let _ = std::fs::remove_dir_all(dir);
     }
     // Found under an alias (lm_head in place of embed_tokens): the alias is named.
     let dir = common::edited_checkpoint("alias-blame", |t| {
@@ -327,7 +323,6 @@ fn when_one_tensor_has_a_bad_shape_expect_that_tensor_named_not_a_neighbour() {
         e.contains("tensor `paligemma_with_expert.paligemma.lm_head.weight` has shape [320, 60], expected [320, 64]"),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `src`'s safetensors file with its header edited (`edit` on the JSON), written to `dst`.
@@ -390,7 +385,6 @@ fn when_data_offsets_run_past_the_end_or_overlap_expect_that_tensor_named() {
         e.contains("tensor `state`: data_offsets") && e.contains("past the end"),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -422,7 +416,6 @@ fn when_weights_file_is_a_directory_or_fifo_expect_what_it_is_named() {
         e.contains("is a directory, expected a safetensors file"),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -464,23 +457,21 @@ fn when_normalizer_stats_do_not_cover_the_widths_expect_refusal_naming_file_and_
         for (stat, len) in edits {
             resize_stat(&dir.join(file), stat, *len);
         }
-        let e = load_error(&options(dir.clone()));
+        let e = load_error(&options(dir.to_path_buf()));
         assert!(
             e.contains(&format!("{}: {want}", dir.join(file).display())),
             "{edits:?}: {e}"
         );
-        let _ = std::fs::remove_dir_all(dir);
     }
     // Longer than the width, equal: used (the first 7 values), with a warning.
     let dir = checkpoint_copy("long-stats", |_| {});
     for stat in ["observation.state.mean", "observation.state.std"] {
         resize_stat(&dir.join(PREPROCESSOR_STATS), stat, 9);
     }
-    let mut p = pipeline(dir.clone());
+    let mut p = pipeline(dir.to_path_buf());
     let noise = vec![0.1f32; 50 * 32];
     let (a, _) = p.run(&[], &[0.0; 7], "go", &noise).unwrap();
     assert_eq!(a[0].len(), 7);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -499,30 +490,32 @@ fn when_openpi_norm_stats_hold_a_non_number_expect_the_entry_named() {
     let path = dir.join("norm_stats.json");
     let (zeros, ones) = (Value::from(vec![0.0; 7]), Value::from(vec![1.0; 7]));
     std::fs::write(&path, stats(zeros, ones.clone())).unwrap();
-    pipeline(dir.clone());
+    pipeline(dir.to_path_buf());
     let text = serde_json::json!([0.0, "x", 0.0, 0.0, 0.0, 0.0, 0.0]);
     std::fs::write(&path, stats(text, ones)).unwrap();
-    let e = load_error(&options(dir.clone()));
+    let e = load_error(&options(dir.to_path_buf()));
     assert!(
         e.contains("norm_stats.json: `state.mean[1]` is \"x\", not a finite number"),
         "{e}"
     );
     let (zeros, ones) = (Value::from(vec![0.0; 4]), Value::from(vec![1.0; 4]));
     std::fs::write(&path, stats(zeros, ones)).unwrap();
-    let e = load_error(&options(dir.clone()));
+    let e = load_error(&options(dir.to_path_buf()));
     assert!(
         e.contains("norm_stats.json: stat `observation.state.mean` has 4 values, expected 7"),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
-fn inputs_with(name: &str, edit: impl Fn(&mut Tensors)) -> PathBuf {
+/// The short case's inputs with `edit` applied, in a scratch dir (the guard) as
+/// `inputs.safetensors` (the path).
+fn inputs_with(name: &str, edit: impl Fn(&mut Tensors)) -> (TempDir, PathBuf) {
     let mut t = read_tensors(&fixture("cases/pi0_f32_1cam_short/inputs.safetensors"));
     edit(&mut t);
-    let path = scratch(name).join("inputs.safetensors");
+    let dir = scratch(name);
+    let path = dir.join("inputs.safetensors");
     write_tensors(&path, &t);
-    path
+    (dir, path)
 }
 
 fn set_token(t: &mut Tensors, index: usize, id: i64) {
@@ -539,7 +532,7 @@ fn when_inputs_hold_out_of_vocabulary_or_too_many_tokens_expect_refused_naming_t
         Err(e) => format!("{:#}", anyhow::Error::from(e)),
     };
     for (id, index) in [(320i64, 3usize), (-1, 0), (i64::MAX, 47)] {
-        let path = inputs_with("vocab", |t| set_token(t, index, id));
+        let (_dir, path) = inputs_with("vocab", |t| set_token(t, index, id));
         let e = read_err(&path);
         assert!(
             e.contains("tensor `lang_tokens`, batch element 0")
@@ -549,7 +542,7 @@ fn when_inputs_hold_out_of_vocabulary_or_too_many_tokens_expect_refused_naming_t
             "{e}"
         );
     }
-    let path = inputs_with("long", |t| {
+    let (_dir, path) = inputs_with("long", |t| {
         for name in ["lang_tokens", "lang_masks"] {
             let x = t.iter_mut().find(|x| x.0 == name).unwrap();
             let per = x.3.len() / 48;
@@ -568,7 +561,7 @@ fn when_tokenizer_has_ids_past_the_embedding_expect_refused_naming_both() {
             reshape(t, &name, &[100, 64]);
         }
     });
-    let e = load_error(&options(dir.clone()));
+    let e = load_error(&options(dir.to_path_buf()));
     assert!(
         e.contains(&format!(
             "{}: the tokenizer has ids up to 166",
@@ -576,7 +569,6 @@ fn when_tokenizer_has_ids_past_the_embedding_expect_refused_naming_both() {
         )) && e.contains("has 100 rows"),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -633,7 +625,7 @@ fn when_frame_is_empty_expect_pipeline_error_naming_the_camera() {
 }
 
 /// The tiny checkpoint with an action projection so large that every step overflows.
-fn overflowing_checkpoint(name: &str) -> PathBuf {
+fn overflowing_checkpoint(name: &str) -> TempDir {
     checkpoint_copy(name, |t| {
         let x = t
             .iter_mut()
@@ -648,7 +640,7 @@ fn overflowing_checkpoint(name: &str) -> PathBuf {
 #[test]
 fn when_computation_gives_non_finite_actions_expect_runtime_error_not_actions() {
     let dir = overflowing_checkpoint("nan-actions");
-    let mut p = pipeline(dir.clone());
+    let mut p = pipeline(dir.to_path_buf());
     match p.run(&[], &[0.1; 7], "go", &vec![0.5; 50 * 32]) {
         Err(e @ PipelineError::NonFiniteActions(_)) => assert!(!e.is_input_error()),
         Err(e) => panic!("{e}"),
@@ -688,7 +680,6 @@ fn when_computation_gives_non_finite_actions_expect_runtime_error_not_actions() 
         "{stderr}"
     );
     assert!(!out.exists());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -755,7 +746,7 @@ fn when_errors_are_shown_with_their_sources_expect_each_fact_once() {
     assert_said_once(Checkpoint::load(&ck).err().unwrap().into());
     std::fs::copy(fixture("pi0_float32/config.json"), ck.join("config.json")).unwrap();
     std::fs::write(ck.join("tokenizer.json"), "{").unwrap();
-    let e = match Pi0Pipeline::load(&options(ck.clone())) {
+    let e = match Pi0Pipeline::load(&options(ck.to_path_buf())) {
         Err(e) => e,
         Ok(_) => panic!("loaded a broken tokenizer"),
     };
@@ -763,8 +754,6 @@ fn when_errors_are_shown_with_their_sources_expect_each_fact_once() {
     assert_said_once(e.into());
     assert_said_once(GraphError::from(Manifest::load(&dir).err().unwrap()).into());
     assert_said_once(TensorFile::read(&dir.join("none")).err().unwrap().into());
-    let _ = std::fs::remove_dir_all(dir);
-    let _ = std::fs::remove_dir_all(ck);
 }
 
 /// Whatever sits beside `out` that the export made (temporary or replaced directories).
@@ -792,7 +781,7 @@ fn when_export_fails_midway_expect_no_partial_files_and_older_export_kept() {
     });
     let dir = scratch("export-atomic");
     let out = dir.join("graphs");
-    let mut opts = ExportOptions::new(ck.clone(), out.clone(), 1);
+    let mut opts = ExportOptions::new(ck.to_path_buf(), out.clone(), 1);
     opts.dtype = ExportDtype::F16;
     // A fresh target: nothing at all is left.
     assert!(matches!(
@@ -817,6 +806,4 @@ fn when_export_fails_midway_expect_no_partial_files_and_older_export_kept() {
     assert!(out.join("denoise_unrolled.onnx").exists());
     assert!(!out.join("denoise_step.onnx").exists());
     assert!(leftovers(&out).is_empty(), "{:?}", leftovers(&out));
-    let _ = std::fs::remove_dir_all(dir);
-    let _ = std::fs::remove_dir_all(ck);
 }

@@ -58,7 +58,7 @@ fn when_a_run_is_recorded_expect_every_channel_read_back_and_agreeing_with_the_s
     assert_eq!(rec["dropped"], 0, "{rec}");
     let file = recording_file(&run);
     // One file per run in the directory, named by the UTC time.
-    assert_eq!(file.parent(), Some(dir.as_path()));
+    assert_eq!(file.parent(), Some(dir.path()));
     let name = file.file_name().unwrap().to_string_lossy().to_string();
     assert!(
         name.starts_with("pi0d-") && name.ends_with("Z.mcap") && name.len() == 26,

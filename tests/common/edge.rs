@@ -71,7 +71,7 @@ pub fn check(name: &str, cfg: &toml::Table) -> (ExitStatus, String) {
 }
 
 /// A run watched while it goes; starts once SERIAL is held by the caller.
-pub fn start_run(name: &str, cfg: &toml::Table, duration_s: f64) -> (Watched, std::path::PathBuf) {
+pub fn start_run(name: &str, cfg: &toml::Table, duration_s: f64) -> (Watched, super::TempDir) {
     let dir = scratch_dir(name);
     (Watched::start(run_command(&dir, cfg, duration_s)), dir)
 }

@@ -62,14 +62,62 @@ pub fn add_drill(cfg: &mut toml::Table, event: &str, at_s: f64, duration_s: Opti
     cfg.insert("drill".into(), toml::Value::Array(vec![table(&d)]));
 }
 
-pub fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pi0d-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A directory under the temp dir that is removed when dropped, so that a test leaves nothing
+/// behind even when it panics (Drop runs while unwinding). `PI0D_KEEP_TEST_DIRS=1` keeps them
+/// for a post-mortem.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// `<temp>/pi0d-<kind>-<pid>-<name>`, emptied first (a name is reused within a process only
+    /// after the guard that held it dropped).
+    pub fn new(kind: &str, name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("pi0d-{kind}-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::env::var_os("PI0D_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A fresh scratch directory for test `name`, removed when the guard drops.
+pub fn scratch_dir(name: &str) -> TempDir {
+    TempDir::new("test", name)
 }
 
 pub struct Run {
+    /// The run's directory (config, summary, recordings), removed when the run is dropped.
+    pub dir: TempDir,
     pub output: Output,
     pub summary: Option<serde_json::Value>,
     pub stderr: String,
@@ -149,6 +197,7 @@ pub fn run_daemon_with(name: &str, config: &toml::Table, duration_s: f64, args: 
         .ok()
         .map(|s| serde_json::from_str(&s).expect("summary is JSON"));
     Run {
+        dir,
         output,
         summary,
         stderr,
@@ -180,15 +229,14 @@ pub fn assert_safe(run: &Run, config: &toml::Table) {
     }
 }
 
-/// Copies the tiny f32 checkpoint with `edit` applied to its tensors, returns the new dir.
+/// Copies the tiny f32 checkpoint with `edit` applied to its tensors, returns the new dir
+/// (removed when dropped).
 pub fn edited_checkpoint(
     name: &str,
     edit: impl Fn(&mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>),
-) -> PathBuf {
+) -> TempDir {
     let src = root().join("tests/fixtures/pi0_float32");
-    let dir = std::env::temp_dir().join(format!("pi0d-bad-ck-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("bad-ck", name);
     std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
     std::fs::copy(src.join("arch.json"), dir.join("arch.json")).unwrap();
     let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
@@ -385,39 +433,26 @@ pub fn with_backend(cfg: &mut toml::Table, backend: &str, settings: &[(&str, tom
     policy.insert(backend.into(), toml::Value::Table(table));
 }
 
-/// A gap between two of pi0d's writes longer than this (ms) is the host's stall: more than half
-/// of the trajectory's default 50 ms coast, six 200 Hz periods.
-pub const HOST_STALL_MS: f64 = 30.0;
-
 /// The peer's model of joint_trajectory_controller (tests/peers/jtc_model.py) refused none of
-/// pi0d's trajectories with the default parameters of any distribution; and the motion the
-/// recommended set-ups (rolling's blending, jazzy's `interpolate_from_desired_state`) make of
-/// the stream as pi0d wrote it, every message and every 7th lost, stays within twice
+/// pi0d's trajectories with the default parameters of any distribution, whatever their timing;
+/// and the motion the recommended set-ups (rolling's blending, jazzy's
+/// `interpolate_from_desired_state`) make of pi0d's points on pi0d's own timeline (`jtc_ticks`:
+/// each message installed at its tick, from the times and values pi0d wrote, so a host that
+/// held the writes back changes nothing), every message and every 7th lost, stays within twice
 /// `accel_limit` (rad/s², the configured one: the controller's splines overshoot where the
 /// command's acceleration steps, as when the governor brakes for an e-stop) and a jerk a small
-/// multiple of `jerk_limit` (third differences at the controller's 2 ms). Where the host held
-/// pi0d's writes back past `HOST_STALL_MS` (a loaded 2-core VM: 40 ms seen, with a tenth of the
-/// ticks skipped), the controller brakes on its look-ahead and catches up after, as a real one
-/// would: that motion is the host's, so it is printed, not asserted; refusals still are.
+/// multiple of `jerk_limit` (third differences at the controller's 2 ms). What the same
+/// controller made of the writes as they arrived (`jtc_written`) and the write timing are the
+/// host's: printed as figures.
 pub fn assert_controller_accepts(report: &serde_json::Value, accel_limit: f64, jerk_limit: f64) {
     let commands = report["commands"].as_u64().unwrap();
-    // The stream's timing first, so that a failure below shows whether pi0d wrote late.
     eprintln!(
         "write intervals (ms): {}; first points off the ticks' timeline (ms): {}",
         report["write_interval_ms"], report["timeline_error_ms"]
     );
-    let stalled = report["write_interval_ms"]["max"]
-        .as_f64()
-        .is_some_and(|ms| ms > HOST_STALL_MS);
-    if stalled {
-        eprintln!(
-            "writes stalled past {HOST_STALL_MS} ms on this host: the controller's motion is \
-             reported, not asserted"
-        );
-    }
     assert!(
-        report["jtc_written"].is_object(),
-        "no controller model: {report}"
+        report["jtc_ticks"].is_object() && report["jtc_ticks_lossy"].is_object(),
+        "no controller model on pi0d's timeline: {report}"
     );
     for key in ["jtc", "jtc_lossy", "jtc_written", "jtc_written_lossy"] {
         let Some(setups) = report[key].as_object() else {
@@ -425,12 +460,19 @@ pub fn assert_controller_accepts(report: &serde_json::Value, accel_limit: f64, j
         };
         for (setup, d) in setups {
             assert_eq!(d["refused"], 0, "{key} {setup}: {d}");
+            eprintln!("{key} {setup} (as the writes arrived): {}", d["motion"]);
+        }
+        assert!(
+            report[key]["jazzy"]["accepted"].as_u64().unwrap() * 8 >= commands * 6,
+            "{key}: {report}"
+        );
+    }
+    for key in ["jtc_ticks", "jtc_ticks_lossy"] {
+        for (setup, d) in report[key].as_object().unwrap() {
+            assert_eq!(d["refused"], 0, "{key} {setup}: {d}");
             let m = &d["motion"];
             eprintln!("{key} {setup}: {m}");
-            if !stalled
-                && key.starts_with("jtc_written")
-                && (setup == "rolling" || setup.contains('+'))
-            {
+            if setup == "rolling" || setup.contains('+') {
                 let acc = m["max_acceleration"].as_f64().unwrap();
                 let jerk = m["max_jerk"].as_f64().unwrap();
                 assert!(acc < 2.0 * accel_limit, "{key} {setup}: {m}");

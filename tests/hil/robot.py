@@ -141,11 +141,13 @@ def camera_topic(camera):
     return "/camera/image_raw" if camera == "front" else f"/{camera}_camera/image_raw"
 
 
-def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_frame, cameras, rendered):
+def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_frame, cameras, rendered,
+                   stamps_path):
     """Renders `cameras` at `hz` from the physics' joint positions (shared memory) and publishes
     raw rgb8 frames and JPEG; its own process, so the physics never waits for it. `paused` maps
     a camera to the event that stalls it; `rendered` counts the frames published and stamps the
-    first and last (the rate the host let it reach)."""
+    first and last (the rate the host let it reach); `stamps_path` gets every frame's capture stamp
+    and the cameras it went out on, at the end."""
     os.environ.setdefault("MUJOCO_GL", "egl")
     # Mesa's software rasterizer on one thread: a frame takes a little longer, but the camera
     # never takes both cores from pi0d and the physics at once.
@@ -171,6 +173,7 @@ def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_fra
                         DataWriter(dp, Topic(dp, "rt" + topic + "/compressed", CompressedImage), qos=best_effort))
     adr = [m.jnt_qposadr[m.joint(n).id] for n in names]
     next_t = time.time()
+    stamps = []  # (capture stamp as sent, cameras it went out on)
     try:
         while not stop.is_set():
             now = time.time()
@@ -201,6 +204,7 @@ def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_fra
                 buf = io.BytesIO()
                 PILImage.fromarray(px).save(buf, format="JPEG", quality=85)
                 jpeg.write(CompressedImage(header=header, format="jpeg", data=buf.getvalue()))
+            stamps.append((stamp.sec + stamp.nanosec * 1e-9, live))
             with rendered.get_lock():
                 if rendered[0] == 0:
                     rendered[1] = captured
@@ -209,6 +213,46 @@ def camera_process(xml, names, shared_q, domain, wh, hz, stop, paused, first_fra
             first_frame.set()
     finally:
         renderer.close()
+        Path(stamps_path).write_text(json.dumps(stamps))
+
+
+def setpoint_jerk_on_ticks(written, arm_names, start_from, dt=PHYSICS_DT):
+    """The largest setpoint jerk per arm joint of this robot's controller (the same sampling and
+    start points as the loop in `main`, for a perfect arm) fed pi0d's trajectories on pi0d's own
+    timeline (jtc_model.on_ticks): a deterministic function of what pi0d wrote, which a stall of
+    this loop, of DDS or of pi0d's writes cannot change. As in `main`, only while the stream flows
+    (a message within 20 ms)."""
+    from jtc_model import Follower, on_ticks
+
+    rows = [r for r in on_ticks(written) if list(r[2].joint_names) == arm_names]
+    jerk = {n: 0.0 for n in arm_names}
+    if len(rows) < 2:
+        return jerk, len(rows)
+    follower = Follower(start_from)
+    first = rows[0][2].points[0]
+    state = [(first.positions[j], 0.0, 0.0) for j in range(len(arm_names))]
+    traj, k, last_at = None, 0, None
+    window = []  # (tracking, setpoints) of the last four steps
+    u = rows[0][0]
+    while u <= rows[-1][0] + 0.02:
+        new = None
+        while k < len(rows) and rows[k][0] <= u:
+            new, k = rows[k][2], k + 1
+        if new is not None:
+            if start_from == "measured" or traj is None:
+                before, t_from = [(p, v, None) for p, v, _ in state], u
+            else:
+                before = [follower.sample(traj, j, u - dt) for j in range(len(arm_names))]
+                t_from = u - dt
+            traj, last_at = (new, u, t_from, before), u
+        state = [follower.sample(traj, j, u) for j in range(len(arm_names))]
+        window = (window + [(u - last_at <= 0.02, [s[0] for s in state])])[-4:]
+        if len(window) == 4 and all(tr for tr, _ in window):
+            for j, n in enumerate(arm_names):
+                p0, p1, p2, p3 = (w[1][j] for w in window)
+                jerk[n] = max(jerk[n], abs(p3 - 3 * p2 + 3 * p1 - p0) / dt**3)
+        u += dt
+    return jerk, len(rows)
 
 
 def main():
@@ -234,6 +278,8 @@ def main():
     ap.add_argument("--estop-at", type=float, default=None, help="press pi0d's e-stop this long after the first command (s)")
     ap.add_argument("--reset-at", type=float, default=None,
                     help="release the e-stop and reset pi0d (/pi0d/reset) this long after the first command (s)")
+    ap.add_argument("--moving-file", default=None,
+                    help="created once the arm's setpoint first moved (pi0d is running)")
     ap.add_argument("--cube", default=None, metavar="X,Y", help="where the cube starts on the table (m)")
     ap.add_argument("--episode-s", type=float, default=None,
                     help="one episode of the closed-loop task: end this long after the setpoint first moved")
@@ -288,7 +334,8 @@ def main():
     if args.camera != "none":
         cam = ctx.Process(
             target=camera_process,
-            args=(xml, names, shared_q, args.domain, wh, hz, stop, camera_paused, first_frame, cameras, rendered),
+            args=(xml, names, shared_q, args.domain, wh, hz, stop, camera_paused, first_frame, cameras, rendered,
+                  args.report + ".camera.json"),
             daemon=True)
         cam.start()
 
@@ -342,6 +389,8 @@ def main():
     stalled_at = {}  # input -> wall time its stall began
     ready = False
     moved_at, last_arm_target = None, None  # the episode's start: the setpoint's first motion
+    first_moved, first_target = None, None  # the setpoint's first motion (--moving-file)
+    written = []  # (pi0d's write stamp, arrival, msg): every finite arm trajectory taken
     arm_idx = [names.index(n) for n in names if n not in gripper]
     at_last_command, tails = None, []  # the setpoint at the last command; its travel after it
     # With --ready-file, --duration counts from readiness (the camera's start-up varies).
@@ -402,6 +451,7 @@ def main():
                           for n in msg.joint_names]
                 t_from = now - PHYSICS_DT
             traj = (msg, stamp if stamp != 0.0 else now, t_from, before)
+            written.append((msg.sample_info.source_timestamp * 1e-9, now, msg))
             last_command = now
             first_command = first_command or now
         for msg in grip_msgs:
@@ -448,6 +498,13 @@ def main():
         # simulation's, counted apart.
         on_time = step - last_late_step > LATE_SETTLE_STEPS
         setpoints.append((tracking, on_time, list(target)))
+        if first_moved is None:
+            arm_target = [target[i] for i in arm_idx]
+            if first_target is not None and max(abs(a - b) for a, b in zip(arm_target, first_target)) > 1e-6:
+                first_moved = now
+                if args.moving_file:
+                    Path(args.moving_file).write_text("moving")
+            first_target = arm_target
         if args.episode_s is not None and moved_at is None:
             arm_target = [target[i] for i in arm_idx]
             if last_arm_target is not None and max(abs(a - b) for a, b in zip(arm_target, last_arm_target)) > 1e-6:
@@ -517,6 +574,14 @@ def main():
         if cam.is_alive():
             cam.terminate()
     gaps = sorted(b - a for a, b in zip(js_times, js_times[1:]))
+    try:
+        camera_stamps = json.loads(Path(args.report + ".camera.json").read_text())
+        os.remove(args.report + ".camera.json")
+    except (OSError, ValueError):
+        camera_stamps = []
+    written.sort(key=lambda r: r[0])
+    write_times = [w for w, _, _ in written]
+    on_ticks_jerk, judged = setpoint_jerk_on_ticks(written, arm_names, args.start_from)
     report = {
         "duration_s": time.time() - t0,
         "terminated": bool(terminated),
@@ -537,6 +602,19 @@ def main():
         # Per hold: how far the setpoint travelled from the last command to the hold (rad or m).
         "travel_after_last_command": tails,
         "max_setpoint_jerk": max_set_jerk,
+        # The same setpoints sampled on pi0d's own timeline (its ticks, from the times and values
+        # it wrote; see setpoint_jerk_on_ticks): what pi0d's stream is judged by.
+        "max_setpoint_jerk_on_ticks": on_ticks_jerk,
+        # The arm trajectories taken (finite, every arm joint) and how many of them were judged.
+        "written_commands": len(written), "judged_on_ticks": judged,
+        # pi0d's write stamps of the arm trajectories: first, last, and every gap longer than
+        # the watchdog (from, to), wall s.
+        "first_write": write_times[0] if write_times else None,
+        "last_write": write_times[-1] if write_times else None,
+        "write_gaps_over_watchdog": [(a, b) for a, b in zip(write_times, write_times[1:])
+                                     if b - a > args.watchdog_ms * 1e-3],
+        # Every frame published (capture stamp, cameras), wall s.
+        "camera_stamps": camera_stamps,
         # ... and within LATE_SETTLE_STEPS of a step this loop ran late (the simulation's).
         "max_setpoint_jerk_after_late_steps": max_set_jerk_late,
         "max_measured_jerk": max_meas_jerk,

@@ -213,3 +213,50 @@ def interarrival(arrivals):
 
 
 assert math.isclose(spline((0, 0, 0), (1, 0, 0), 0, 1, 0.5, True)[0], 0.5)
+
+
+class _Duration:
+    """A builtin_interfaces/Duration stand-in for `seconds` (float seconds in `sec`)."""
+
+    def __init__(self, s):
+        self.sec, self.nanosec = s, 0
+
+
+class _Point:
+    def __init__(self, pt, t):
+        self.positions, self.velocities = pt.positions, pt.velocities
+        self.accelerations, self.effort = pt.accelerations, pt.effort
+        self.time_from_start = _Duration(t)
+
+
+class _Message:
+    def __init__(self, msg, points):
+        self.header, self.joint_names, self.points = msg.header, msg.joint_names, points
+
+
+def on_ticks(written):
+    """pi0d's stream (write time, wall, msg) as it would have gone out with every write on time:
+    a deterministic function of what pi0d wrote, so a busy host cannot change the verdict.
+
+    Each message's first point is its tick's command, due at write time + time_from_start (pi0d
+    plans on the command's timeline, whatever the write delay); those dues step by whole control
+    periods (the median step), so each message gets its tick index. Installed at its tick's due
+    time minus the usual lead (the median first time_from_start), with its points moved by the
+    lead its write lost, it is the message an on-time write would have carried. Ticks pi0d's
+    loop skipped stay gaps, as the controller would see them."""
+    rows = sorted(written, key=lambda r: r[0])
+    if len(rows) < 2:
+        return list(rows)
+    first = [seconds(m.points[0].time_from_start) for _, _, m in rows]
+    due = [w + f for (w, _, _), f in zip(rows, first)]
+    steps = sorted(b - a for a, b in zip(due, due[1:]) if b > a)
+    period = steps[len(steps) // 2] if steps else 0.0
+    lead = sorted(first)[len(first) // 2]
+    out = []
+    for (w, wall, m), f, d in zip(rows, first, due):
+        tick = round((d - due[0]) / period) if period > 0 else 0
+        arrival = due[0] + tick * period - lead
+        shift = lead - f
+        points = [_Point(p, seconds(p.time_from_start) + shift) for p in m.points]
+        out.append((arrival, wall, _Message(m, points)))
+    return out

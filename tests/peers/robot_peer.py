@@ -30,7 +30,7 @@ from cyclonedds.util import duration
 from PIL import Image as PILImage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jtc_model import check_stream, interarrival, seconds  # noqa: E402
+from jtc_model import check_stream, interarrival, on_ticks, seconds  # noqa: E402
 from ros_types import (  # noqa: E402
     Bool, CompressedImage, DiagnosticArray, Float64MultiArray, Header, Image, JointState, JointTrajectory,
     String, Time, TriggerRequest, TriggerResponse, GripperSendGoalRequest, GripperSendGoalResponse,
@@ -281,6 +281,10 @@ def main():
               "jtc_lossy": check_stream(received, arm_joints, drop_every=7),
               "jtc_written": check_stream(written_at, arm_joints),
               "jtc_written_lossy": check_stream(written_at, arm_joints, drop_every=7),
+              # The same on pi0d's own timeline (its ticks, from the points it wrote): what the
+              # controller makes of pi0d's points whatever the host did to the writes.
+              "jtc_ticks": check_stream(on_ticks(written_at), arm_joints),
+              "jtc_ticks_lossy": check_stream(on_ticks(written_at), arm_joints, drop_every=7),
               "gripper_commands": gripper_commands, "gripper_last": gripper_last,
               "gripper_goals": [{"at": a, "position": p, "max_effort": e, "accepted": ok}
                                 for a, p, e, ok in goals],

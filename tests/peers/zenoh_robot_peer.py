@@ -38,7 +38,7 @@ T = TS.types
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import ros_type_hashes  # noqa: E402  (REP-2016 hashes from the message definitions)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jtc_model import check_stream  # noqa: E402
+from jtc_model import check_stream, on_ticks  # noqa: E402
 
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "wrist_3", "gripper"]
 START = [0.0, 0.3, 0.6, -0.4, 0.0, 0.0, 0.02]
@@ -236,7 +236,10 @@ def main():
                   "interarrival_ms": percentiles([b - a for a, b in zip(state["arrivals"], state["arrivals"][1:])]),
                   # The controller model over the stream as pi0d wrote it (attachment stamps).
                   "jtc_written": check_stream(state["written"], JOINTS),
-                  "jtc_written_lossy": check_stream(state["written"], JOINTS, drop_every=7)}
+                  "jtc_written_lossy": check_stream(state["written"], JOINTS, drop_every=7),
+                  # On pi0d's own timeline (jtc_model.on_ticks): what is asserted.
+                  "jtc_ticks": check_stream(on_ticks(state["written"]), JOINTS),
+                  "jtc_ticks_lossy": check_stream(on_ticks(state["written"]), JOINTS, drop_every=7)}
     session.close()
     Path(args.report).write_text(json.dumps(report))
 
