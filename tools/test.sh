@@ -68,9 +68,9 @@ summary() {
   echo "Stages:"
   local i
   for i in "${!stage_names[@]}"; do
-    printf '  %-34s %6ss  %s\n' "${stage_names[$i]}" "${stage_secs[$i]}" "${stage_results[$i]}"
+    printf '  %-52s %6ss  %s\n' "${stage_names[$i]}" "${stage_secs[$i]}" "${stage_results[$i]}"
   done
-  printf '  %-34s %6ss\n' "total" "$((SECONDS - t0))"
+  printf '  %-52s %6ss\n' "total" "$((SECONDS - t0))"
   echo "Entries the run left in its temporary directory (removed now): $left"
   if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then
     echo "FAILED"
@@ -82,7 +82,10 @@ trap summary EXIT
 # systemd-analyze checks the service unit: Debian 12's systemd, installed into the system (not
 # a venv) with apt-get, as root or through sudo, only when systemd-analyze is missing.
 install_systemd() {
-  command -v systemd-analyze >/dev/null && return 0
+  if command -v systemd-analyze >/dev/null; then
+    echo "systemd-analyze: $(command -v systemd-analyze)"
+    return 0
+  fi
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "systemd-analyze is missing: installing Debian's systemd (systemd=252.*) with" \
