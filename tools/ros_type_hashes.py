@@ -5,7 +5,7 @@ message definitions in rosbags' ROS 2 Jazzy type store (std_srvs from its .srv d
     .venv/bin/python tools/ros_type_hashes.py [--check-known]
 
 Prints JSON {"pkg/msg/Type": "RIHS01_..."}; src/io/ros/type_hash.rs holds the same values and
-tests/ros_type_hashes.rs compares them with this tool's output. The algorithm is
+tests/it/ros_type_hashes.rs compares them with this tool's output. The algorithm is
 rosidl_generator_type_description's: the type description (fields with type ids, capacities,
 nested type names; every referenced type, sorted by name; no default values, no constants)
 as JSON with ", " / ": " separators, hashed with SHA-256. --check-known first reproduces

@@ -1,31 +1,125 @@
 #!/usr/bin/env bash
 # Installs what the tests need and runs every test. `.ci/run` calls exactly this.
 # Everything installed here is pinned; nothing is assumed to be on the machine but the Rust
-# toolchain.
+# toolchain, python3 and, where tools are missing, apt-get (as root, or through sudo).
+# Each stage prints its time and the total so far; a table of stages ends the run. A failing
+# check does not stop the later ones (one failure must not hide another); the exit status is
+# non-zero if anything failed. A failing setup stage stops the run (nothing after it can pass).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TERM_COLOR=never
+# A clean build (CI, a fresh clone) gains nothing from incremental caches: they cost build time
+# and gigabytes of disk. A developer who wants them keeps them with CARGO_INCREMENTAL=1.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
+mkdir -p "$target_dir"
+target_dir="$(cd "$target_dir" && pwd)"
 
-# The interop tests' independent peers (Cyclone DDS, rosbags, MuJoCo, ...), pinned, in a
-# project venv.
-echo "== peers venv (.venv)"
-./tools/peers_venv.sh
-# systemd-analyze checks the service unit (Debian 12's systemd).
-if ! command -v systemd-analyze >/dev/null; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends 'systemd=252.*'
+# Everything the run writes to a temporary directory (tests, their peers, rustc, pip) goes to a
+# fresh directory that is removed at the end, so the run leaves nothing in /tmp. Under the
+# target dir when its path is short: tests bind Unix sockets there (108-byte path limit).
+run_tmp="$target_dir/tmp-run"
+if [ "${#run_tmp}" -gt 40 ]; then
+  run_tmp="$(mktemp -d "${TMPDIR:-/tmp}/pi0d-test.XXXXXX")"
+else
+  rm -rf "$run_tmp" && mkdir -p "$run_tmp"
 fi
-# One profile for the whole run: tests in dev with optimized dependencies (Cargo.toml).
-echo "== cargo fmt --check"
-cargo fmt --all -- --check
-echo "== cargo clippy (all targets, default and all features, warnings are errors)"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
-# The compute kernels for the aarch64 board (NEON), under qemu-user.
-echo "== aarch64 kernels (cross-compiled, qemu-user)"
-./tools/test_aarch64.sh
-# Every feature that can run here is tested (onnx: ONNX Runtime from the venv's wheel).
-echo "== cargo test (all features)"
-cargo test --workspace --all-features --locked --no-fail-fast
+export TMPDIR="$run_tmp"
+test_log="$target_dir/test-run.log"
+
+t0=$SECONDS
+failed=0
+stage_names=()
+stage_secs=()
+stage_results=()
+
+# stage NAME COMMAND...: runs COMMAND as one stage, prints its time and the total so far.
+# Returns COMMAND's status; the caller decides whether the run goes on.
+stage() {
+  local name=$1 start=$SECONDS rc=0
+  shift
+  echo "== $name"
+  "$@" || rc=$?
+  local secs=$((SECONDS - start)) result=ok
+  [ "$rc" -eq 0 ] || result="FAILED (exit $rc)"
+  stage_names+=("$name")
+  stage_secs+=("$secs")
+  stage_results+=("$result")
+  echo "== $name: $result in ${secs}s (total $((SECONDS - t0))s)"
+  return "$rc"
+}
+
+# The slowest test binaries, from cargo's "Running" lines and libtest's "finished in" lines.
+slowest_binaries() {
+  [ -s "$test_log" ] || return 0
+  echo "Slowest test binaries (seconds, as libtest reports them):"
+  awk '/^ *Running /{bin=($2 == "unittests") ? $3 : $2} /^test result:/{t=$NF; sub(/s$/,"",t); print t, bin}' "$test_log" \
+    | sort -rn | head -15 | awk '{printf "  %8.1f  %s\n", $1, $2}'
+}
+
+summary() {
+  local rc=$?
+  local left
+  left="$(find "$run_tmp" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)"
+  rm -rf "$run_tmp"
+  echo
+  slowest_binaries
+  echo "Stages:"
+  local i
+  for i in "${!stage_names[@]}"; do
+    printf '  %-52s %6ss  %s\n' "${stage_names[$i]}" "${stage_secs[$i]}" "${stage_results[$i]}"
+  done
+  printf '  %-52s %6ss\n' "total" "$((SECONDS - t0))"
+  echo "Entries the run left in its temporary directory (removed now): $left"
+  if [ "$rc" -ne 0 ] || [ "$failed" -ne 0 ]; then
+    echo "FAILED"
+    [ "$rc" -ne 0 ] || exit 1
+  fi
+}
+trap summary EXIT
+
+# systemd-analyze checks the service unit: Debian 12's systemd, installed into the system (not
+# a venv) with apt-get, as root or through sudo, only when systemd-analyze is missing.
+install_systemd() {
+  if command -v systemd-analyze >/dev/null; then
+    echo "systemd-analyze: $(command -v systemd-analyze)"
+    return 0
+  fi
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "systemd-analyze is missing: installing Debian's systemd (systemd=252.*) with" \
+    "${sudo:-root} apt-get into the system"
+  $sudo apt-get update -q \
+    && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
+      'systemd=252.*'
+}
+
+# Setup: the interop tests' independent peers (Cyclone DDS, rosbags, MuJoCo, ...), pinned
+# wheels in a project venv (.venv); then systemd-analyze.
+stage "peers venv (.venv)" ./tools/peers_venv.sh || exit 1
+stage "systemd-analyze (apt if missing)" install_systemd || exit 1
+
+# One profile for the whole run: dev, dependencies optimized (Cargo.toml).
+stage "cargo fmt --check" cargo fmt --all -- --check || failed=1
+# Clippy on every target with every feature. With default features only the code that differs
+# is linted again: the library (also in test mode), binaries, benches and examples; the
+# integration tests are the same code under both feature sets (whole files are gated), so
+# linting them twice would only repeat work.
+stage "clippy (all features, all targets)" \
+  cargo clippy --workspace --all-targets --all-features --locked -- -D warnings || failed=1
+stage "clippy (default features, lib/bins/benches/examples)" \
+  cargo clippy --workspace --lib --bins --benches --examples --locked -- -D warnings || failed=1
+stage "clippy (default features, lib in test mode)" \
+  cargo clippy --workspace --lib --profile test --locked -- -D warnings || failed=1
+# The compute kernels for the aarch64 board (NEON), under qemu-user (own target dir subtree:
+# only the kernels and their few dependencies are cross-built).
+stage "aarch64 kernels (cross, qemu-user)" ./tools/test_aarch64.sh || failed=1
+# Every feature that can run here is tested (onnx: ONNX Runtime from the venv's wheel). Built
+# first as a stage of its own so that the build and the run are timed apart. The examples are
+# linted above and have no doctests to run: only library, binaries and tests are built.
+test_targets=(--workspace --all-features --locked --lib --bins --tests)
+stage "cargo test build (all features)" cargo test "${test_targets[@]}" --no-run || failed=1
+run_tests() { cargo test "${test_targets[@]}" --no-fail-fast 2>&1 | tee "$test_log"; }
+stage "cargo test run (all features)" run_tests || failed=1
+[ "$failed" -eq 0 ]

@@ -9,6 +9,8 @@ rustup target list --installed | grep -qx aarch64-unknown-linux-gnu \
   || rustup target add aarch64-unknown-linux-gnu
 if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "the aarch64 cross linker or qemu-user is missing: installing Debian's" \
+    "gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user with ${sudo:-root} apt-get"
   $sudo apt-get update -q
   # qemu-user gets Debian security updates: pinned to its release, not its patch level.
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Serializes a fixed set of ROS 2 messages with rosbags (pure-Python CDR, ROS 2 Jazzy type
-store) and prints them as JSON {name: hex}. tests/cdr_rosbags.rs builds the same messages in
+store) and prints them as JSON {name: hex}. tests/it/cdr_rosbags.rs builds the same messages in
 Rust and compares the bytes both ways."""
 
 import json

@@ -2,7 +2,7 @@
 //! kill latches the next start, and a latch that cannot be written at the end makes the exit
 //! code and the summary agree. Names follow `when_<situation>_expect_<behaviour>`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

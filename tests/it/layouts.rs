@@ -7,7 +7,7 @@
 //! * the state by entry (`policy.state`: joint names and constants, independent of the action
 //!   order): its width checked against `input_features.observation.state`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use toml::Value;

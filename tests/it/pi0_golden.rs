@@ -1,7 +1,7 @@
 //! pi0 / pi0.5 against lerobot's own outputs (fixtures made by tools/make_golden.py with
 //! lerobot 0.6.1): tiny models built by lerobot's classes, random weights, fixed noise.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -2,7 +2,7 @@
 //! computes REP-2016 hashes from the message definitions (rosbags' Jazzy store) and, with
 //! `--check-known`, first reproduces published Jazzy hashes of other types.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 //! schemas equal rosbags' Jazzy definitions, and what the file says matches the run's summary.
 //! And `pi0d plot` on recordings crafted to hurt it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! option and the path (it used to block start-up silently). And `-p config:=X` beside a
 //! different `--config` is refused instead of silently ignored.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

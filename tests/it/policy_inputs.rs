@@ -2,7 +2,7 @@
 //! inputs files, prompts and exports, each refused with a message naming the file and the
 //! tensor, field or stat, never a panic; non-finite results reported as runtime failures.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

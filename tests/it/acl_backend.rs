@@ -2,7 +2,7 @@
 //! and choosing the backend fails cleanly, naming the library it could not load. What needs a
 //! board is listed in docs/ascend.md.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

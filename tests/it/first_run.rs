@@ -2,7 +2,7 @@
 //! one setting (shown by `check`, the status line and the summary, and kept by every command),
 //! and a dry run that says so in every status line and leaves the arm where it is.
 
-mod common;
+use crate::common;
 
 use common::*;
 use toml::Value;

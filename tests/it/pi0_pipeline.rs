@@ -2,8 +2,6 @@
 //! frame preprocessing, prompt tokenization, state normalization (and pi0.5's discretized-state
 //! prompt), and the whole raw-observation-to-actions path for pi0 and pi0.5.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
 use pi0d::config::CameraSource;

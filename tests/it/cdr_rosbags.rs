@@ -3,7 +3,7 @@
 //! and their bytes decode into the same message; and what the command publisher sends, for each
 //! command type, equals theirs.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! configuration's URDF error reads at the binary's edge. Names follow
 //! `when_<situation>_expect_<behaviour>`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
