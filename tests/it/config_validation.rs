@@ -2,7 +2,7 @@
 //! file is refused with an error that names the file and contains the text on its first line
 //! (`# expect: ...`), which names the bad field, joint or link.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
