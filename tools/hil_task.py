@@ -373,7 +373,7 @@ def rollout(args):
 def golden(args):
     """A raw observation of the scene (the front camera's first frame of a placement, the start
     pose) through lerobot's preprocessor, the checkpoint's model with fixed noise and the
-    postprocessor: the fixture tests/pi0_pipeline.rs holds pi0d's whole path to."""
+    postprocessor: the fixture tests/it/pi0_pipeline.rs holds pi0d's whole path to."""
     import torch
     from safetensors.torch import save_file
 

@@ -1,6 +1,6 @@
 //! REP-2016 type hashes (`RIHS01_…`) of the ROS 2 types pi0d sends and receives, as ROS 2
 //! Jazzy computes them. Made once by `tools/ros_type_hashes.py` from the message definitions
-//! (it first reproduces published Jazzy hashes of other types); `tests/ros_type_hashes.rs`
+//! (it first reproduces published Jazzy hashes of other types); `tests/it/ros_type_hashes.rs`
 //! checks this table against the tool's output.
 
 /// `(ROS type name, RIHS01 hash)`.

@@ -1,4 +1,4 @@
-//! pi0 / pi0.5 on the CPU, numerically matching lerobot (see `tests/pi0_golden.rs`).
+//! pi0 / pi0.5 on the CPU, numerically matching lerobot (see `tests/it/pi0_golden.rs`).
 
 pub mod arch;
 pub mod checkpoint;
