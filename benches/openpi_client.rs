@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use pi0d::config::OpenpiOptions;
+use pi0d::observation::{CameraFrame, Observation, PixelFormat};
 use pi0d::policy::openpi::OpenpiPolicy;
-use pi0d::policy::{CameraFrame, Observation, PixelFormat, Policy};
+use pi0d::policy::Policy;
 use pi0d::time::MonoTime;
 
 fn arg(name: &str) -> Option<String> {

@@ -394,7 +394,7 @@ fn when_reset_arrives_after_a_latched_thread_fault_expect_control_loop_stays_est
         worker::spawn(policy, setup, board.clone(), stats, stop.clone()).unwrap();
     let ctl = pi0d::control::Controller::from_config(&cfg, &board.joint_state.load(), start);
     let (tx, rx) = std::sync::mpsc::sync_channel(1024);
-    let live = Arc::new(pi0d::control::stats::LiveStats::default());
+    let live = Arc::new(pi0d::telemetry::LiveStats::default());
     let stop_requested = Arc::new(AtomicBool::new(false));
     let mut lp = ControlLoop::new(
         ctl.unwrap(),

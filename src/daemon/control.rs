@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::control::controller::ChunkOutcome;
-use crate::control::stats::{Histogram, LiveStats};
+use crate::control::stats::Histogram;
 use crate::control::ticker::Ticker;
 use crate::control::{Controller, TickInputs};
 use crate::daemon::worker::WorkerHandle;
@@ -16,6 +16,7 @@ use crate::io::Blackboard;
 use crate::record::{TickSample, TickTap};
 use crate::safety::reconfigure::Reconfigure;
 use crate::safety::supervisor::{SafetyInputs, Transition};
+use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
 
 /// The `governor_fault` drill's jump (rad or m): far beyond one period's velocity limit.
@@ -244,7 +245,7 @@ impl ControlLoop {
         }
         self.ticks += 1;
         LiveStats::set(&live.ticks, self.ticks);
-        LiveStats::set(&live.mode, crate::control::stats::mode_code(report.mode));
+        LiveStats::set(&live.mode, crate::telemetry::mode_code(report.mode));
         LiveStats::set(&live.waiting, report.waiting.code());
         LiveStats::set(&live.safety_events, self.ctl.event_counts().iter().sum());
         if report.done {

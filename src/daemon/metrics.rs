@@ -18,9 +18,9 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use super::worker::WorkerStats;
-use crate::control::stats::LiveStats;
 use crate::io::Blackboard;
 use crate::safety::ModeKind;
+use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
 
 /// What a scrape reads.

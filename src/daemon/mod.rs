@@ -30,7 +30,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{Config, Io};
-use crate::control::stats::{mode_name, LiveStats};
 use crate::control::Controller;
 use crate::io::ros::{RosError, RosIo};
 use crate::io::sim::SimArm;
@@ -42,6 +41,7 @@ use crate::robot::RobotLimits;
 use crate::safety::reconfigure::Reconfigure;
 use crate::safety::supervisor::StartRefused;
 use crate::safety::Waiting;
+use crate::telemetry::{mode_name, LiveStats};
 use crate::time::MonoTime;
 use control::{ControlEvent, ControlLoop, ControlResult};
 use exit::ExitReason;
@@ -430,7 +430,7 @@ fn limits_json(limits: &crate::robot::RobotLimits) -> String {
 /// costs what the others do. A failure is logged, not fatal: the worker retries and the arm
 /// waits as it would for any missing chunk.
 fn warm_up(policy: &mut dyn crate::policy::Policy, cfg: &Config, board: &Blackboard) {
-    let mut obs = crate::policy::Observation::default();
+    let mut obs = crate::observation::Observation::default();
     if !board.observe(&cfg.policy.state, &mut obs) {
         return;
     }

@@ -15,7 +15,7 @@ pub use latest::Latest;
 use crate::joints::JointMeasurement;
 use crate::joints::MotionState;
 use crate::joints::StateLayout;
-use crate::policy::{CameraFrame, Observation};
+use crate::observation::{CameraFrame, Observation};
 use crate::time::MonoTime;
 
 pub struct Blackboard {

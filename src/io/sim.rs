@@ -10,7 +10,7 @@ use super::Blackboard;
 use crate::config::{SimConfig, SimEventKind};
 use crate::joints::JointMeasurement;
 use crate::joints::JointVector;
-use crate::policy::{CameraFrame, PixelFormat};
+use crate::observation::{CameraFrame, PixelFormat};
 use crate::robot::RobotLimits;
 use crate::time::{sleep_until, MonoTime};
 

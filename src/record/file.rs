@@ -15,11 +15,11 @@ use serde_json::json;
 use super::schemas;
 use super::{Note, RecordError, TickSample};
 use crate::control::controller::ChunkOutcome;
-use crate::control::stats::LiveStats;
 use crate::io::ros::{encode, msgs};
 use crate::io::Blackboard;
-use crate::policy::{CameraFrame, PixelFormat};
+use crate::observation::{CameraFrame, PixelFormat};
 use crate::safety::{Mode, SafetyEvent};
+use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
 
 /// Topic names in the file.

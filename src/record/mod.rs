@@ -25,11 +25,11 @@ use serde::Serialize;
 use crate::chunk::JointChunk;
 use crate::config::record::{RecordConfig, RecordTarget};
 use crate::control::controller::ChunkOutcome;
-use crate::control::stats::LiveStats;
 use crate::io::Blackboard;
 use crate::joints::{JointMeasurement, MotionState};
 use crate::safety::supervisor::Transition;
 use crate::safety::SafetyEvent;
+use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
 
 pub use file::{McapFile, Topics};

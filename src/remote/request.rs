@@ -6,7 +6,7 @@
 
 use crate::chunk::ChunkPrefix;
 use crate::io::msgpack_numpy::{Dtype, Item, NdArray, WireError};
-use crate::policy::{CameraFrame, PixelFormat};
+use crate::observation::{CameraFrame, PixelFormat};
 use crate::time::MonoTime;
 
 /// Largest image side taken (a 4K frame is 3840).

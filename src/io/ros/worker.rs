@@ -15,8 +15,8 @@ use super::intake::{drain, Report, MAX_TAKES_PER_POLL};
 use super::log::{guarded, RateLimitedLog, TopicId, WarnKind};
 use super::{encode, msgs, Endpoints};
 use crate::config::RosConfig;
-use crate::control::stats::LiveStats;
 use crate::io::Blackboard;
+use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
 
 struct Topics {
@@ -633,7 +633,7 @@ mod tests {
         let prompts = prompts.map(|p| Step::Sample(msgs::StringMsg { data: p.into() }));
         fake.script(&cfg.prompt, prompts.into());
         let limits = Config::parse(&cfg_file(), &cfg_text()).unwrap().limits;
-        let lookahead = crate::control::lookahead::Lookahead::new(&limits, 0.05);
+        let lookahead = crate::io::ros::lookahead::Lookahead::new(&limits, 0.05);
         let ep = super::super::endpoints(&mut fake, &cfg, 0.005, lookahead).unwrap();
         let board = Blackboard::new(1, "idle");
         let live = LiveStats::default();
