@@ -3,7 +3,6 @@
 //! control thread without blocking.
 
 pub mod latest;
-pub mod msgpack_numpy;
 pub mod ros;
 pub mod sim;
 
