@@ -40,10 +40,9 @@ pub use ros::{CommandType, Middleware, RosConfig, RosQos, ServiceMappingKind, To
 pub use rtc::{RtcConfig, RtcSettings, Schedule};
 pub use safety::SafetyConfig;
 pub use sim::{CameraConfig, SimConfig, SimEvent, SimEventKind};
-pub use workspace::Workspace;
 
 use crate::robot::urdf::{self, UrdfError};
-use crate::robot::RobotLimits;
+use crate::robot::{RobotLimits, Workspace};
 use check::Check;
 use raw::{IoKind, RawConfig};
 
