@@ -12,7 +12,7 @@ use crate::control::stats::Histogram;
 use crate::control::ticker::Ticker;
 use crate::control::{Controller, TickInputs};
 use crate::daemon::worker::WorkerHandle;
-use crate::io::Blackboard;
+use crate::io::{Blackboard, ControlDrill};
 use crate::record::{TickSample, TickTap};
 use crate::safety::reconfigure::Reconfigure;
 use crate::safety::supervisor::{SafetyInputs, Transition};
@@ -136,17 +136,11 @@ impl ControlLoop {
 
     /// The simulator's drills for the supervisor (`crash_control`, `stall_control`).
     fn drill(&mut self) {
-        // A read per tick; the shared line is written only when a drill is due.
-        if self.board.control_drill.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        match self.board.control_drill.swap(0, Ordering::Relaxed) {
-            0 => {}
-            1 => panic!("sim event `crash_control` (drill)"),
-            3 => self.governor_fault = true,
-            _ => std::thread::sleep(Duration::from_millis(
-                self.board.drill_stall_ms.load(Ordering::Relaxed),
-            )),
+        match self.board.supervisor.take_control_drill() {
+            None => {}
+            Some(ControlDrill::Crash) => panic!("sim event `crash_control` (drill)"),
+            Some(ControlDrill::GovernorFault) => self.governor_fault = true,
+            Some(ControlDrill::Stall(d)) => std::thread::sleep(d),
         }
     }
 
@@ -172,6 +166,7 @@ impl ControlLoop {
         // Never waits: the supervisor holds this lock only to put reloaded limits in.
         if let Some(l) = self
             .board
+            .supervisor
             .reload_limits
             .try_lock()
             .ok()
@@ -182,8 +177,10 @@ impl ControlLoop {
         if std::mem::take(&mut self.governor_fault) {
             self.ctl.inject_governor_fault(GOVERNOR_FAULT_JUMP);
         }
-        let measured = self.board.joint_state.load();
-        self.board.read_camera_stamps(&mut self.camera_stamps);
+        let measured = self.board.inputs.joint_state.load();
+        self.board
+            .inputs
+            .read_camera_stamps(&mut self.camera_stamps);
         let stopping = self.stop_requested.load(Ordering::Relaxed);
         if stopping && self.stop_deadline.is_none() {
             self.stop_deadline = Some(now.offset_seconds(self.stop_timeout_s));
@@ -194,10 +191,10 @@ impl ControlLoop {
                 now,
                 measured: &measured,
                 camera_stamps: &self.camera_stamps,
-                estop: self.board.estop.load(Ordering::Relaxed),
-                thread_fault: self.board.fault.load(Ordering::Relaxed),
-                estop_presses: self.board.estop_presses.load(Ordering::Relaxed),
-                resets: self.board.resets.load(Ordering::Relaxed),
+                estop: self.board.inputs.estop(),
+                thread_fault: self.board.supervisor.fault(),
+                estop_presses: self.board.inputs.estop_presses(),
+                resets: self.board.inputs.resets(),
                 overrun_streak: self.streak,
                 stop_requested: stopping,
             },

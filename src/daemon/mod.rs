@@ -219,7 +219,7 @@ fn run_latched(
     let live = Arc::new(LiveStats::default());
     if let Some(why) = &latched {
         // As an e-stop pressed and released: the arm holds until an explicit reset.
-        board.estop_presses.fetch_add(1, Ordering::SeqCst);
+        board.inputs.count_press();
         LiveStats::set(&live.fault_latched, 1);
         tracing::warn!(
             previous_run = %why,
@@ -322,7 +322,7 @@ fn wait_first_joint_state(
 ) -> Result<Option<JointMeasurement>, DaemonError> {
     let deadline = MonoTime::now().offset_seconds(FIRST_INPUT_TIMEOUT_S);
     while MonoTime::now() < deadline {
-        let js = board.joint_state.load();
+        let js = board.inputs.joint_state.load();
         if js.stamp != MonoTime::ZERO {
             return Ok(Some(js));
         }
@@ -336,6 +336,7 @@ fn wait_first_joint_state(
         std::thread::sleep(Duration::from_millis(2));
     }
     let seen = board
+        .inputs
         .startup_note
         .lock()
         .map(|n| n.clone())
@@ -431,7 +432,7 @@ fn limits_json(limits: &crate::robot::RobotLimits) -> String {
 /// waits as it would for any missing chunk.
 fn warm_up(policy: &mut dyn crate::policy::Policy, cfg: &Config, board: &Blackboard) {
     let mut obs = crate::observation::Observation::default();
-    if !board.observe(&cfg.policy.state, &mut obs) {
+    if !board.inputs.observe(&cfg.policy.state, &mut obs) {
         return;
     }
     let started = MonoTime::now();
@@ -664,7 +665,7 @@ fn supervise(
                 let m = format!("{} thread {h}", role.name());
                 tracing::error!("{m}: e-stop latched, decelerating to rest, then exiting");
                 faults.push(m);
-                board.fault.store(true, Ordering::SeqCst);
+                board.supervisor.latch_fault();
                 stop_requested.store(true, Ordering::SeqCst);
                 exit = ExitReason::ThreadFault;
             }

@@ -432,7 +432,7 @@ impl Recording {
         let Some(f) = &mut self.file else {
             return Ok(());
         };
-        for (k, slot) in self.board.frames.iter().enumerate() {
+        for (k, slot) in self.board.inputs.frames.iter().enumerate() {
             let frame = slot.lock().ok().and_then(|g| g.clone());
             if let Some(frame) = frame {
                 f.frame(k, &frame)?;
