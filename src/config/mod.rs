@@ -143,6 +143,18 @@ impl Config {
         }
     }
 
+    /// Whether anything can drill the control thread: a `[[drill]]`, or a simulator event
+    /// (`crash_control`, `stall_control`). Without one the control loop runs no drill code.
+    pub fn drills_control_thread(&self) -> bool {
+        !self.drills.is_empty()
+            || self.sim.events.iter().any(|e| {
+                matches!(
+                    e.kind,
+                    SimEventKind::CrashControl | SimEventKind::StallControl { .. }
+                )
+            })
+    }
+
     /// Camera slots the inputs provide, in order.
     pub fn camera_count(&self) -> usize {
         match &self.io {

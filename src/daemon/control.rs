@@ -22,6 +22,29 @@ use crate::time::MonoTime;
 /// The `governor_fault` drill's jump (rad or m): far beyond one period's velocity limit.
 const GOVERNOR_FAULT_JUMP: f64 = 0.2;
 
+/// The drills for the control thread (`crash_control`, `stall_control`, `governor_fault`): set
+/// by `[[drill]]`s or simulator events, taken before a step. Installed only when some are
+/// configured (`Config::drills_control_thread`), so `ControlLoop::step` never looks at them.
+pub struct DrillHook {
+    board: Arc<Blackboard>,
+}
+
+impl DrillHook {
+    pub fn new(board: Arc<Blackboard>) -> DrillHook {
+        DrillHook { board }
+    }
+
+    /// Fires the pending drill, if any: a panic, a stall, or the governor's next command jumping.
+    pub fn fire(&self, ctl: &mut Controller) {
+        match self.board.supervisor.take_control_drill() {
+            None => {}
+            Some(ControlDrill::Crash) => panic!("sim event `crash_control` (drill)"),
+            Some(ControlDrill::GovernorFault) => ctl.inject_governor_fault(GOVERNOR_FAULT_JUMP),
+            Some(ControlDrill::Stall(d)) => std::thread::sleep(d),
+        }
+    }
+}
+
 /// What the control thread reports to the supervisor. `Copy`: sending it never allocates.
 #[derive(Clone, Copy, Debug)]
 pub enum ControlEvent {
@@ -67,8 +90,8 @@ pub struct ControlLoop {
     stop_timeout_s: f64,
     stop_deadline: Option<MonoTime>,
     record: Option<TickTap>,
-    /// The `governor_fault` drill is due: the next command jumps.
-    governor_fault: bool,
+    /// Only when `[[drill]]`s are configured: a production tick runs no drill code.
+    drills: Option<DrillHook>,
 }
 
 impl ControlLoop {
@@ -98,13 +121,19 @@ impl ControlLoop {
             stop_timeout_s,
             stop_deadline: None,
             record: None,
-            governor_fault: false,
+            drills: None,
         }
     }
 
     /// Every tick's measurement and command also go to the recorder (never waiting for it).
     pub fn with_recorder(mut self, tap: TickTap) -> ControlLoop {
         self.record = Some(tap);
+        self
+    }
+
+    /// The `[[drill]]`s for the control thread run before each step.
+    pub fn with_drills(mut self, hook: DrillHook) -> ControlLoop {
+        self.drills = Some(hook);
         self
     }
 
@@ -115,6 +144,9 @@ impl ControlLoop {
         let outcome = loop {
             let tick = ticker.wait();
             self.jitter.record(tick.jitter_ns);
+            if let Some(drills) = &self.drills {
+                drills.fire(&mut self.ctl);
+            }
             let outcome = self.step(tick.deadline);
             let overran = tick.missed > 0 || MonoTime::now() > ticker.next_deadline();
             self.record_overrun(overran, tick.jitter_ns);
@@ -131,16 +163,6 @@ impl ControlLoop {
             ticks: self.ticks,
             overruns: self.overruns,
             reached_rest: outcome == StepOutcome::Done,
-        }
-    }
-
-    /// The simulator's drills for the supervisor (`crash_control`, `stall_control`).
-    fn drill(&mut self) {
-        match self.board.supervisor.take_control_drill() {
-            None => {}
-            Some(ControlDrill::Crash) => panic!("sim event `crash_control` (drill)"),
-            Some(ControlDrill::GovernorFault) => self.governor_fault = true,
-            Some(ControlDrill::Stall(d)) => std::thread::sleep(d),
         }
     }
 
@@ -162,7 +184,6 @@ impl ControlLoop {
 
     /// One control tick for the deadline `now`.
     pub fn step(&mut self, now: MonoTime) -> StepOutcome {
-        self.drill();
         // Never waits: the supervisor holds this lock only to put reloaded limits in.
         if let Some(l) = self
             .board
@@ -173,9 +194,6 @@ impl ControlLoop {
             .and_then(|mut g| g.take())
         {
             self.ctl.request_limits(l);
-        }
-        if std::mem::take(&mut self.governor_fault) {
-            self.ctl.inject_governor_fault(GOVERNOR_FAULT_JUMP);
         }
         let measured = self.board.inputs.joint_state.load();
         self.board
@@ -252,5 +270,90 @@ impl ControlLoop {
         } else {
             StepOutcome::Continue
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::daemon::worker::{self, WorkerSetup, WorkerStats};
+    use crate::joints::JointMeasurement;
+
+    fn sim_config() -> crate::config::Config {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim.toml");
+        let mut cfg = crate::config::Config::load(&path).expect("config/sim.toml loads");
+        cfg.policy.source = crate::config::PolicySource::Scripted {
+            amplitude: 0.3,
+            frequency_hz: 0.2,
+        };
+        cfg
+    }
+
+    #[test]
+    fn when_a_drill_is_set_without_the_hook_expect_step_leaves_it_untouched() {
+        let cfg = sim_config();
+        let board = Arc::new(Blackboard::new(cfg.sim.cameras.len(), "test"));
+        let start = MonoTime::now();
+        board.inputs.joint_state.store(JointMeasurement {
+            stamp: start,
+            position: cfg.sim.initial_position,
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let policy = crate::policy::from_config(&cfg).expect("scripted policy");
+        let (handle, worker_thread) = worker::spawn(
+            policy,
+            WorkerSetup::from_config(&cfg),
+            board.clone(),
+            Arc::new(WorkerStats::default()),
+            stop.clone(),
+        )
+        .expect("worker thread");
+        let ctl = Controller::from_config(&cfg, &board.inputs.joint_state.load(), start)
+            .expect("controller");
+        let (tx, _rx) = std::sync::mpsc::sync_channel(1024);
+        let mut lp = ControlLoop::new(
+            ctl,
+            handle,
+            board.clone(),
+            Arc::new(LiveStats::default()),
+            Arc::new(AtomicBool::new(false)),
+            tx,
+            cfg.sim.cameras.len(),
+            3.0,
+        );
+        board.supervisor.drill_crash_control();
+        // Before the hook, step took the drill and panicked here.
+        let outcome = lp.step(start.offset_seconds(cfg.control.period.as_secs_f64()));
+        assert_eq!(outcome, StepOutcome::Continue);
+        assert_eq!(
+            board.supervisor.take_control_drill(),
+            Some(ControlDrill::Crash),
+            "step must not look at drills"
+        );
+        stop.store(true, Ordering::SeqCst);
+        drop(lp);
+        let _ = worker_thread.join();
+    }
+
+    #[test]
+    fn when_the_hook_finds_a_drill_expect_it_fires_once() {
+        let cfg = sim_config();
+        let board = Arc::new(Blackboard::new(0, "test"));
+        let measured = JointMeasurement {
+            stamp: MonoTime::now(),
+            position: cfg.sim.initial_position,
+        };
+        let mut ctl = Controller::from_config(&cfg, &measured, measured.stamp).expect("controller");
+        let hook = DrillHook::new(board.clone());
+        board.supervisor.drill_stall_control(0.0);
+        hook.fire(&mut ctl);
+        assert_eq!(board.supervisor.take_control_drill(), None, "taken");
+        board.supervisor.drill_crash_control();
+        let crashed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.fire(&mut ctl)));
+        assert!(crashed.is_err(), "crash_control panics the control thread");
+        assert_eq!(board.supervisor.take_control_drill(), None, "fired once");
     }
 }

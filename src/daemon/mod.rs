@@ -43,7 +43,7 @@ use crate::safety::supervisor::StartRefused;
 use crate::safety::Waiting;
 use crate::telemetry::{mode_name, LiveStats};
 use crate::time::MonoTime;
-use control::{ControlEvent, ControlLoop, ControlResult};
+use control::{ControlEvent, ControlLoop, ControlResult, DrillHook};
 use exit::ExitReason;
 use report::{build_summary, camera_names, waiting_detail, EventLog, StatusLine};
 use signals::Signals;
@@ -526,6 +526,9 @@ fn supervise(
         let stop_timeout_s = cfg.control.stop_timeout_s;
         let cameras = cfg.camera_count();
         let tap = recorder.as_ref().map(|r| r.ticks.clone());
+        let drills = cfg
+            .drills_control_thread()
+            .then(|| DrillHook::new(board.clone()));
         supervise::spawn(Role::Control, move |_| {
             rt::apply_to_current_thread(&rt_cfg);
             let mut lp = ControlLoop::new(
@@ -540,6 +543,9 @@ fn supervise(
             );
             if let Some(tap) = tap {
                 lp = lp.with_recorder(tap);
+            }
+            if let Some(drills) = drills {
+                lp = lp.with_drills(drills);
             }
             lp.run(period_ns, (rt_cfg.spin_us * 1e3) as u64)
         })
