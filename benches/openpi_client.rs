@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use pi0d::config::OpenpiOptions;
+use pi0d::observation::{CameraFrame, Observation, PixelFormat};
 use pi0d::policy::openpi::OpenpiPolicy;
-use pi0d::policy::{CameraFrame, Observation, PixelFormat, Policy};
+use pi0d::policy::Policy;
 use pi0d::time::MonoTime;
 
 fn arg(name: &str) -> Option<String> {
@@ -80,22 +81,23 @@ fn main() {
     ms.sort_by(f64::total_cmp);
     // The client's own work, without the network or the server: encoding the request and
     // decoding a reply like the server's ([50, 8] f32 with its timing).
-    let reply = pi0d::io::msgpack_numpy::encode(&pi0d::io::msgpack_numpy::Out::Map(vec![
-        (
-            "actions".into(),
-            pi0d::io::msgpack_numpy::Out::Array(pi0d::io::msgpack_numpy::NdArray::f32(
-                vec![50, 8],
-                &[0.0; 400],
-            )),
-        ),
-        (
-            "server_timing".into(),
-            pi0d::io::msgpack_numpy::Out::Map(vec![(
-                "infer_ms".into(),
-                pi0d::io::msgpack_numpy::Out::Number(0.01),
-            )]),
-        ),
-    ]));
+    let reply = pi0d::policy::openpi::msgpack_numpy::encode(
+        &pi0d::policy::openpi::msgpack_numpy::Out::Map(vec![
+            (
+                "actions".into(),
+                pi0d::policy::openpi::msgpack_numpy::Out::Array(
+                    pi0d::policy::openpi::msgpack_numpy::NdArray::f32(vec![50, 8], &[0.0; 400]),
+                ),
+            ),
+            (
+                "server_timing".into(),
+                pi0d::policy::openpi::msgpack_numpy::Out::Map(vec![(
+                    "infer_ms".into(),
+                    pi0d::policy::openpi::msgpack_numpy::Out::Number(0.01),
+                )]),
+            ),
+        ]),
+    );
     let mut codec = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();

@@ -372,11 +372,14 @@ fn when_reset_arrives_after_a_latched_thread_fault_expect_control_loop_stays_est
         } else {
             cmd.position
         };
-        board.joint_state.store(pi0d::joints::JointMeasurement {
-            stamp: now,
-            position,
-        });
-        for s in &board.camera_stamps {
+        board
+            .inputs
+            .joint_state
+            .store(pi0d::joints::JointMeasurement {
+                stamp: now,
+                position,
+            });
+        for s in &board.inputs.camera_stamps {
             s.store(now.as_nanos(), Ordering::Relaxed);
         }
     };
@@ -387,9 +390,9 @@ fn when_reset_arrives_after_a_latched_thread_fault_expect_control_loop_stays_est
     let stats = Arc::new(WorkerStats::default());
     let (handle, worker_thread) =
         worker::spawn(policy, setup, board.clone(), stats, stop.clone()).unwrap();
-    let ctl = pi0d::control::Controller::from_config(&cfg, &board.joint_state.load(), start);
+    let ctl = pi0d::control::Controller::from_config(&cfg, &board.inputs.joint_state.load(), start);
     let (tx, rx) = std::sync::mpsc::sync_channel(1024);
-    let live = Arc::new(pi0d::control::stats::LiveStats::default());
+    let live = Arc::new(pi0d::telemetry::LiveStats::default());
     let stop_requested = Arc::new(AtomicBool::new(false));
     let mut lp = ControlLoop::new(
         ctl.unwrap(),
@@ -426,7 +429,7 @@ fn when_reset_arrives_after_a_latched_thread_fault_expect_control_loop_stays_est
     steps(5_000, Some("running"), &mut states);
     assert!(states.iter().any(|s| s == "running"), "{states:?}");
     // What the supervisor does on a thread fault.
-    board.fault.store(true, Ordering::SeqCst);
+    board.supervisor.latch_fault();
     steps(400, None, &mut states);
     assert_eq!(
         states.last().map(String::as_str),
@@ -434,8 +437,8 @@ fn when_reset_arrives_after_a_latched_thread_fault_expect_control_loop_stays_est
         "{states:?}"
     );
     let before = states.len();
-    board.estop.store(false, Ordering::SeqCst);
-    board.resets.fetch_add(1, Ordering::SeqCst);
+    board.inputs.set_estop(false);
+    board.inputs.request_reset();
     steps(400, None, &mut states);
     assert!(states.len() == before, "the reset moved it on: {states:?}");
     stop_requested.store(true, Ordering::SeqCst);

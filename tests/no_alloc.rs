@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use pi0d::config::record::{RecordConfig, RecordTarget};
 use pi0d::config::Config;
-use pi0d::control::stats::LiveStats;
 use pi0d::control::Controller;
 use pi0d::daemon::control::{ControlEvent, ControlLoop, StepOutcome};
 use pi0d::daemon::worker::{self, WorkerSetup, WorkerStats};
 use pi0d::io::Blackboard;
 use pi0d::joints::JointMeasurement;
 use pi0d::record::{RecordSetup, Recorder, Topics};
+use pi0d::telemetry::LiveStats;
 use pi0d::time::MonoTime;
 
 #[global_allocator]
@@ -45,11 +45,11 @@ fn when_control_tick_runs_expect_no_allocation() {
             } else {
                 cmd.position
             };
-            board.joint_state.store(JointMeasurement {
+            board.inputs.joint_state.store(JointMeasurement {
                 stamp: now,
                 position,
             });
-            for s in &board.camera_stamps {
+            for s in &board.inputs.camera_stamps {
                 s.store(now.as_nanos(), Ordering::Relaxed);
             }
         }
@@ -65,7 +65,7 @@ fn when_control_tick_runs_expect_no_allocation() {
         stop.clone(),
     )
     .unwrap();
-    let ctl = Controller::from_config(&cfg, &board.joint_state.load(), start).unwrap();
+    let ctl = Controller::from_config(&cfg, &board.inputs.joint_state.load(), start).unwrap();
     let live = Arc::new(LiveStats::default());
     let stop_requested = Arc::new(AtomicBool::new(false));
     let (events_tx, events_rx) = sync_channel(1024);
@@ -125,10 +125,10 @@ fn when_control_tick_runs_expect_no_allocation() {
     let mut chunks = 0;
     for (name, min_steps, until, watched) in phases {
         match name {
-            "estop" => board.estop.store(true, Ordering::SeqCst),
+            "estop" => board.inputs.set_estop(true),
             "reset" => {
-                board.estop.store(false, Ordering::SeqCst);
-                board.resets.fetch_add(1, Ordering::SeqCst);
+                board.inputs.set_estop(false);
+                board.inputs.request_reset();
             }
             "stop" => stop_requested.store(true, Ordering::SeqCst),
             _ => {}

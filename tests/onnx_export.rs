@@ -631,8 +631,8 @@ fn when_unrolled_graphs_exported_with_rtc_expect_lerobot_guided_and_plain_action
 /// and a padded single, each with the CPU model's actions for it alone.
 #[test]
 fn when_graphs_are_exported_for_batch_2_expect_batches_in_pairs_each_its_own_actions() {
+    use pi0d::observation::{CameraFrame, PixelFormat};
     use pi0d::policy::pi0::pipeline::{BackendOptions, BatchItem, Pi0Pipeline, PipelineOptions};
-    use pi0d::policy::{CameraFrame, PixelFormat};
     let ck = root().join("models/tiny-pi0");
     let dir = scratch_dir("onnx-batch2-serve");
     let mut o = ExportOptions::new(ck.clone(), dir.clone(), 1);

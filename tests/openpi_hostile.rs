@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use pi0d::chunk::ActionChunk;
 use pi0d::config::OpenpiOptions;
-use pi0d::io::msgpack_numpy::{self, Item, NdArray, Out};
+use pi0d::observation::Observation;
+use pi0d::policy::openpi::msgpack_numpy::{self, Item, NdArray, Out};
 use pi0d::policy::openpi::{OpenpiPolicy, Websocket};
-use pi0d::policy::{Observation, Policy, PolicyError, RemoteFault};
+use pi0d::policy::{Policy, PolicyError, RemoteFault};
 use tungstenite::{Message, WebSocket};
 
 const STATE_KEY: &str = "observation.state";

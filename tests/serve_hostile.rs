@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use pi0d::config::openpi::{OpenpiOptions, Secret};
 use pi0d::config::serve::{DEFAULT_HANDSHAKE_TIMEOUT_S, DEFAULT_IDLE_TIMEOUT_S};
-use pi0d::io::msgpack_numpy::{self, Dtype, Item, NdArray, Out};
+use pi0d::policy::openpi::msgpack_numpy::{self, Dtype, Item, NdArray, Out};
 use pi0d::policy::openpi::{Link, Websocket};
 use pi0d::remote::admission::{MAX_PENDING, MAX_SESSIONS};
 use tungstenite::client::IntoClientRequest;

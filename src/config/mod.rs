@@ -40,10 +40,9 @@ pub use ros::{CommandType, Middleware, RosConfig, RosQos, ServiceMappingKind, To
 pub use rtc::{RtcConfig, RtcSettings, Schedule};
 pub use safety::SafetyConfig;
 pub use sim::{CameraConfig, SimConfig, SimEvent, SimEventKind};
-pub use workspace::Workspace;
 
 use crate::robot::urdf::{self, UrdfError};
-use crate::robot::RobotLimits;
+use crate::robot::{RobotLimits, Workspace};
 use check::Check;
 use raw::{IoKind, RawConfig};
 
@@ -142,6 +141,18 @@ impl Config {
                 })
                 .collect(),
         }
+    }
+
+    /// Whether anything can drill the control thread: a `[[drill]]`, or a simulator event
+    /// (`crash_control`, `stall_control`). Without one the control loop runs no drill code.
+    pub fn drills_control_thread(&self) -> bool {
+        !self.drills.is_empty()
+            || self.sim.events.iter().any(|e| {
+                matches!(
+                    e.kind,
+                    SimEventKind::CrashControl | SimEventKind::StallControl { .. }
+                )
+            })
     }
 
     /// Camera slots the inputs provide, in order.

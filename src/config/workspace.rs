@@ -1,24 +1,11 @@
-//! `[workspace]`: a Cartesian box for the tool point, checked by forward kinematics.
+//! `[workspace]`: parsing and validation of the Cartesian box for the tool point (the box
+//! itself, checked by forward kinematics, is `robot::Workspace`).
 
 use super::check::Check;
 use super::raw::RawWorkspace;
 use super::ConfigError;
 use crate::robot::urdf::UrdfModel;
-use crate::robot::KinematicChain;
-
-#[derive(Clone, Debug)]
-pub struct Workspace {
-    pub chain: KinematicChain,
-    pub min: [f64; 3],
-    pub max: [f64; 3],
-}
-
-impl Workspace {
-    pub fn contains(&self, q: &[f64]) -> bool {
-        let p = self.chain.tool_position(q);
-        (0..3).all(|i| p[i] >= self.min[i] && p[i] <= self.max[i])
-    }
-}
+use crate::robot::{KinematicChain, Workspace};
 
 pub fn validate(
     c: &Check,

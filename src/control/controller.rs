@@ -12,9 +12,9 @@
 use super::executor::{ChunkRejection, Executor};
 use super::stats::Histogram;
 use crate::chunk::JointChunk;
-use crate::config::{Config, Workspace};
+use crate::config::Config;
 use crate::joints::{JointMeasurement, JointVector, MotionState};
-use crate::robot::RobotLimits;
+use crate::robot::{RobotLimits, Workspace};
 use crate::safety::reconfigure::{self, Reconfigure};
 use crate::safety::supervisor::{
     Gate, LateRejection, SafetyInputs, StartRefused, Supervisor, SupervisorSettings, Transitions,

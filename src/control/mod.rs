@@ -3,7 +3,6 @@
 pub mod controller;
 pub mod executor;
 pub mod interpolate;
-pub mod lookahead;
 pub mod rtc;
 pub mod stats;
 pub mod ticker;

@@ -8,19 +8,43 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::control::controller::ChunkOutcome;
-use crate::control::stats::{Histogram, LiveStats};
+use crate::control::stats::Histogram;
 use crate::control::ticker::Ticker;
 use crate::control::{Controller, TickInputs};
 use crate::daemon::lifecycle::{Rung, StopLadder};
 use crate::daemon::worker::WorkerHandle;
-use crate::io::Blackboard;
+use crate::io::{Blackboard, ControlDrill};
 use crate::record::{TickSample, TickTap};
 use crate::safety::reconfigure::Reconfigure;
 use crate::safety::supervisor::{SafetyInputs, Transition};
+use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
 
 /// The `governor_fault` drill's jump (rad or m): far beyond one period's velocity limit.
 const GOVERNOR_FAULT_JUMP: f64 = 0.2;
+
+/// The drills for the control thread (`crash_control`, `stall_control`, `governor_fault`): set
+/// by `[[drill]]`s or simulator events, taken before a step. Installed only when some are
+/// configured (`Config::drills_control_thread`), so `ControlLoop::step` never looks at them.
+pub struct DrillHook {
+    board: Arc<Blackboard>,
+}
+
+impl DrillHook {
+    pub fn new(board: Arc<Blackboard>) -> DrillHook {
+        DrillHook { board }
+    }
+
+    /// Fires the pending drill, if any: a panic, a stall, or the governor's next command jumping.
+    pub fn fire(&self, ctl: &mut Controller) {
+        match self.board.supervisor.take_control_drill() {
+            None => {}
+            Some(ControlDrill::Crash) => panic!("sim event `crash_control` (drill)"),
+            Some(ControlDrill::GovernorFault) => ctl.inject_governor_fault(GOVERNOR_FAULT_JUMP),
+            Some(ControlDrill::Stall(d)) => std::thread::sleep(d),
+        }
+    }
+}
 
 /// What the control thread reports to the supervisor. `Copy`: sending it never allocates.
 #[derive(Clone, Copy, Debug)]
@@ -66,8 +90,8 @@ pub struct ControlLoop {
     streak: u32,
     stop: StopLadder,
     record: Option<TickTap>,
-    /// The `governor_fault` drill is due: the next command jumps.
-    governor_fault: bool,
+    /// Only when `[[drill]]`s are configured: a production tick runs no drill code.
+    drills: Option<DrillHook>,
 }
 
 impl ControlLoop {
@@ -96,13 +120,19 @@ impl ControlLoop {
             streak: 0,
             stop: StopLadder::new(stop_timeout_s),
             record: None,
-            governor_fault: false,
+            drills: None,
         }
     }
 
     /// Every tick's measurement and command also go to the recorder (never waiting for it).
     pub fn with_recorder(mut self, tap: TickTap) -> ControlLoop {
         self.record = Some(tap);
+        self
+    }
+
+    /// The `[[drill]]`s for the control thread run before each step.
+    pub fn with_drills(mut self, hook: DrillHook) -> ControlLoop {
+        self.drills = Some(hook);
         self
     }
 
@@ -113,6 +143,9 @@ impl ControlLoop {
         let outcome = loop {
             let tick = ticker.wait();
             self.jitter.record(tick.jitter_ns);
+            if let Some(drills) = &self.drills {
+                drills.fire(&mut self.ctl);
+            }
             let outcome = self.step(tick.deadline);
             let overran = tick.missed > 0 || MonoTime::now() > ticker.next_deadline();
             self.record_overrun(overran, tick.jitter_ns);
@@ -129,22 +162,6 @@ impl ControlLoop {
             ticks: self.ticks,
             overruns: self.overruns,
             reached_rest: outcome == StepOutcome::Done,
-        }
-    }
-
-    /// The simulator's drills for the supervisor (`crash_control`, `stall_control`).
-    fn drill(&mut self) {
-        // A read per tick; the shared line is written only when a drill is due.
-        if self.board.control_drill.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        match self.board.control_drill.swap(0, Ordering::Relaxed) {
-            0 => {}
-            1 => panic!("sim event `crash_control` (drill)"),
-            3 => self.governor_fault = true,
-            _ => std::thread::sleep(Duration::from_millis(
-                self.board.drill_stall_ms.load(Ordering::Relaxed),
-            )),
         }
     }
 
@@ -166,10 +183,10 @@ impl ControlLoop {
 
     /// One control tick for the deadline `now`.
     pub fn step(&mut self, now: MonoTime) -> StepOutcome {
-        self.drill();
         // Never waits: the supervisor holds this lock only to put reloaded limits in.
         if let Some(l) = self
             .board
+            .supervisor
             .reload_limits
             .try_lock()
             .ok()
@@ -177,11 +194,10 @@ impl ControlLoop {
         {
             self.ctl.request_limits(l);
         }
-        if std::mem::take(&mut self.governor_fault) {
-            self.ctl.inject_governor_fault(GOVERNOR_FAULT_JUMP);
-        }
-        let measured = self.board.joint_state.load();
-        self.board.read_camera_stamps(&mut self.camera_stamps);
+        let measured = self.board.inputs.joint_state.load();
+        self.board
+            .inputs
+            .read_camera_stamps(&mut self.camera_stamps);
         let stopping = self.stop_requested.load(Ordering::Relaxed);
         let worker = &self.worker;
         let inputs = TickInputs {
@@ -189,10 +205,10 @@ impl ControlLoop {
                 now,
                 measured: &measured,
                 camera_stamps: &self.camera_stamps,
-                estop: self.board.estop.load(Ordering::Relaxed),
-                thread_fault: self.board.fault.load(Ordering::Relaxed),
-                estop_presses: self.board.estop_presses.load(Ordering::Relaxed),
-                resets: self.board.resets.load(Ordering::Relaxed),
+                estop: self.board.inputs.estop(),
+                thread_fault: self.board.supervisor.fault(),
+                estop_presses: self.board.inputs.estop_presses(),
+                resets: self.board.inputs.resets(),
                 overrun_streak: self.streak,
                 stop_requested: stopping,
             },
@@ -240,7 +256,7 @@ impl ControlLoop {
         }
         self.ticks += 1;
         LiveStats::set(&live.ticks, self.ticks);
-        LiveStats::set(&live.mode, crate::control::stats::mode_code(report.mode));
+        LiveStats::set(&live.mode, crate::telemetry::mode_code(report.mode));
         LiveStats::set(&live.waiting, report.waiting.code());
         LiveStats::set(&live.safety_events, self.ctl.event_counts().iter().sum());
         match self.stop.tick(now, stopping, report.done) {
@@ -248,5 +264,90 @@ impl ControlLoop {
             Rung::TimedOut => StepOutcome::StopTimeout,
             Rung::Going => StepOutcome::Continue,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::daemon::worker::{self, WorkerSetup, WorkerStats};
+    use crate::joints::JointMeasurement;
+
+    fn sim_config() -> crate::config::Config {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim.toml");
+        let mut cfg = crate::config::Config::load(&path).expect("config/sim.toml loads");
+        cfg.policy.source = crate::config::PolicySource::Scripted {
+            amplitude: 0.3,
+            frequency_hz: 0.2,
+        };
+        cfg
+    }
+
+    #[test]
+    fn when_a_drill_is_set_without_the_hook_expect_step_leaves_it_untouched() {
+        let cfg = sim_config();
+        let board = Arc::new(Blackboard::new(cfg.sim.cameras.len(), "test"));
+        let start = MonoTime::now();
+        board.inputs.joint_state.store(JointMeasurement {
+            stamp: start,
+            position: cfg.sim.initial_position,
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let policy = crate::policy::from_config(&cfg).expect("scripted policy");
+        let (handle, worker_thread) = worker::spawn(
+            policy,
+            WorkerSetup::from_config(&cfg),
+            board.clone(),
+            Arc::new(WorkerStats::default()),
+            stop.clone(),
+        )
+        .expect("worker thread");
+        let ctl = Controller::from_config(&cfg, &board.inputs.joint_state.load(), start)
+            .expect("controller");
+        let (tx, _rx) = std::sync::mpsc::sync_channel(1024);
+        let mut lp = ControlLoop::new(
+            ctl,
+            handle,
+            board.clone(),
+            Arc::new(LiveStats::default()),
+            Arc::new(AtomicBool::new(false)),
+            tx,
+            cfg.sim.cameras.len(),
+            3.0,
+        );
+        board.supervisor.drill_crash_control();
+        // Before the hook, step took the drill and panicked here.
+        let outcome = lp.step(start.offset_seconds(cfg.control.period.as_secs_f64()));
+        assert_eq!(outcome, StepOutcome::Continue);
+        assert_eq!(
+            board.supervisor.take_control_drill(),
+            Some(ControlDrill::Crash),
+            "step must not look at drills"
+        );
+        stop.store(true, Ordering::SeqCst);
+        drop(lp);
+        let _ = worker_thread.join();
+    }
+
+    #[test]
+    fn when_the_hook_finds_a_drill_expect_it_fires_once() {
+        let cfg = sim_config();
+        let board = Arc::new(Blackboard::new(0, "test"));
+        let measured = JointMeasurement {
+            stamp: MonoTime::now(),
+            position: cfg.sim.initial_position,
+        };
+        let mut ctl = Controller::from_config(&cfg, &measured, measured.stamp).expect("controller");
+        let hook = DrillHook::new(board.clone());
+        board.supervisor.drill_stall_control(0.0);
+        hook.fire(&mut ctl);
+        assert_eq!(board.supervisor.take_control_drill(), None, "taken");
+        board.supervisor.drill_crash_control();
+        let crashed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.fire(&mut ctl)));
+        assert!(crashed.is_err(), "crash_control panics the control thread");
+        assert_eq!(board.supervisor.take_control_drill(), None, "fired once");
     }
 }

@@ -28,10 +28,12 @@ impl Drills {
                 name(d.kind)
             );
             match d.kind {
-                DrillKind::CrashControl => board.drill_crash_control(),
-                DrillKind::StallControl { duration_s } => board.drill_stall_control(duration_s),
-                DrillKind::CrashIo => board.drill_crash_io(),
-                DrillKind::GovernorFault => board.drill_governor_fault(),
+                DrillKind::CrashControl => board.supervisor.drill_crash_control(),
+                DrillKind::StallControl { duration_s } => {
+                    board.supervisor.drill_stall_control(duration_s)
+                }
+                DrillKind::CrashIo => board.supervisor.drill_crash_io(),
+                DrillKind::GovernorFault => board.supervisor.drill_governor_fault(),
             }
             self.next += 1;
         }
@@ -40,9 +42,10 @@ impl Drills {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
+    use std::time::Duration;
 
     use super::*;
+    use crate::io::ControlDrill;
 
     #[test]
     fn when_time_passes_expect_each_drill_once_in_order() {
@@ -58,15 +61,16 @@ mod tests {
             },
         ]);
         d.fire_due(0.5, &board);
-        assert_eq!(board.control_drill.load(Ordering::SeqCst), 0);
+        assert_eq!(board.supervisor.take_control_drill(), None);
         d.fire_due(1.5, &board);
-        assert_eq!(board.control_drill.load(Ordering::SeqCst), 2);
-        assert_eq!(board.drill_stall_ms.load(Ordering::SeqCst), 250);
-        assert!(!board.io_drill.load(Ordering::SeqCst));
-        board.control_drill.store(0, Ordering::SeqCst);
+        assert_eq!(
+            board.supervisor.take_control_drill(),
+            Some(ControlDrill::Stall(Duration::from_millis(250)))
+        );
+        assert!(!board.supervisor.io_drill_due());
         d.fire_due(5.0, &board);
-        assert!(board.io_drill.load(Ordering::SeqCst));
+        assert!(board.supervisor.io_drill_due());
         // Fired once: the stall is not set again.
-        assert_eq!(board.control_drill.load(Ordering::SeqCst), 0);
+        assert_eq!(board.supervisor.take_control_drill(), None);
     }
 }

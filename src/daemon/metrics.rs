@@ -18,9 +18,9 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use super::worker::WorkerStats;
-use crate::control::stats::LiveStats;
 use crate::io::Blackboard;
 use crate::safety::ModeKind;
+use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
 
 /// What a scrape reads.
@@ -120,7 +120,7 @@ impl Collector for Live {
             get(&l.fault_latched) as f64,
         )?;
         let now = MonoTime::now();
-        let js = self.board.joint_state.load().stamp;
+        let js = self.board.inputs.joint_state.load().stamp;
         if js != MonoTime::ZERO {
             gauge(
                 &mut e,
@@ -129,7 +129,7 @@ impl Collector for Live {
                 now.seconds_since(js).max(0.0),
             )?;
         }
-        for (i, s) in self.board.camera_stamps.iter().enumerate() {
+        for (i, s) in self.board.inputs.camera_stamps.iter().enumerate() {
             let ns = s.load(Ordering::Relaxed);
             if ns > 0 {
                 gauge(

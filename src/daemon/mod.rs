@@ -31,7 +31,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{Config, Io};
-use crate::control::stats::{mode_name, LiveStats};
 use crate::control::Controller;
 use crate::io::ros::{RosError, RosIo};
 use crate::io::sim::SimArm;
@@ -41,8 +40,9 @@ use crate::policy::PolicyBuildError;
 use crate::record::{RecordSetup, Recorder, Topics};
 use crate::safety::supervisor::StartRefused;
 use crate::safety::Waiting;
+use crate::telemetry::{mode_name, LiveStats};
 use crate::time::MonoTime;
-use control::{ControlEvent, ControlLoop, ControlResult};
+use control::{ControlEvent, ControlLoop, ControlResult, DrillHook};
 use exit::ExitReason;
 use lifecycle::{ControlEnd, Lifecycle, IO_STALL_S};
 use report::{build_summary, camera_names, waiting_detail, EventLog, StatusLine};
@@ -209,7 +209,7 @@ fn run_latched(
     let live = Arc::new(LiveStats::default());
     if let Some(why) = &latched {
         // As an e-stop pressed and released: the arm holds until an explicit reset.
-        board.estop_presses.fetch_add(1, Ordering::SeqCst);
+        board.inputs.count_press();
         LiveStats::set(&live.fault_latched, 1);
         tracing::warn!(
             previous_run = %why,
@@ -312,7 +312,7 @@ fn wait_first_joint_state(
 ) -> Result<Option<JointMeasurement>, DaemonError> {
     let deadline = MonoTime::now().offset_seconds(FIRST_INPUT_TIMEOUT_S);
     while MonoTime::now() < deadline {
-        let js = board.joint_state.load();
+        let js = board.inputs.joint_state.load();
         if js.stamp != MonoTime::ZERO {
             return Ok(Some(js));
         }
@@ -326,6 +326,7 @@ fn wait_first_joint_state(
         std::thread::sleep(Duration::from_millis(2));
     }
     let seen = board
+        .inputs
         .startup_note
         .lock()
         .map(|n| n.clone())
@@ -420,8 +421,8 @@ fn limits_json(limits: &crate::robot::RobotLimits) -> String {
 /// costs what the others do. A failure is logged, not fatal: the worker retries and the arm
 /// waits as it would for any missing chunk.
 fn warm_up(policy: &mut dyn crate::policy::Policy, cfg: &Config, board: &Blackboard) {
-    let mut obs = crate::policy::Observation::default();
-    if !board.observe(&cfg.policy.state, &mut obs) {
+    let mut obs = crate::observation::Observation::default();
+    if !board.inputs.observe(&cfg.policy.state, &mut obs) {
         return;
     }
     let started = MonoTime::now();
@@ -515,6 +516,9 @@ fn supervise(
         let stop_timeout_s = cfg.control.stop_timeout_s;
         let cameras = cfg.camera_count();
         let tap = recorder.as_ref().map(|r| r.ticks.clone());
+        let drills = cfg
+            .drills_control_thread()
+            .then(|| DrillHook::new(board.clone()));
         supervise::spawn(Role::Control, move |_| {
             rt::apply_to_current_thread(&rt_cfg);
             let mut lp = ControlLoop::new(
@@ -529,6 +533,9 @@ fn supervise(
             );
             if let Some(tap) = tap {
                 lp = lp.with_recorder(tap);
+            }
+            if let Some(drills) = drills {
+                lp = lp.with_drills(drills);
             }
             lp.run(period_ns, (rt_cfg.spin_us * 1e3) as u64)
         })
@@ -722,7 +729,7 @@ fn carry_out(
         faults.push(fault.to_string());
     }
     if step.latch_estop {
-        board.fault.store(true, Ordering::SeqCst);
+        board.supervisor.latch_fault();
     }
     if let Some(t) = step.start_warning {
         tracing::warn!(

@@ -466,10 +466,10 @@ pub fn apply(running: &mut Config, loaded: Loaded, board: &Blackboard) -> Option
             return None;
         }
     };
-    let plan = plan(running, &new, &board.joint_state.load().position);
+    let plan = plan(running, &new, &board.inputs.joint_state.load().position);
     plan.log(&new.file);
     if let Some(p) = plan.prompt {
-        if let Ok(mut slot) = board.prompt.lock() {
+        if let Ok(mut slot) = board.inputs.prompt.lock() {
             slot.clone_from(&p);
         }
         running.policy.prompt = p;
@@ -478,7 +478,7 @@ pub fn apply(running: &mut Config, loaded: Loaded, board: &Blackboard) -> Option
         running.control.status_interval_s = s;
     }
     let limits = plan.limits.inspect(|l| {
-        if let Ok(mut slot) = board.reload_limits.lock() {
+        if let Ok(mut slot) = board.supervisor.reload_limits.lock() {
             *slot = Some(Box::new(l.clone()));
         }
         tracing::info!("SIGHUP: tighter limits reloaded; they apply with the arm at rest inside them (a running arm holds, then resumes), or are refused where it would come to rest outside them");

@@ -14,10 +14,10 @@ use super::summary::{Percentiles, Summary, TransitionRecord};
 use super::worker::WorkerStats;
 use crate::config::Config;
 use crate::control::controller::ChunkOutcome;
-use crate::control::stats::{mode_name, LiveStats};
 use crate::record::{Note, NoteTap};
 use crate::safety::reconfigure::Reconfigure;
 use crate::safety::{HoldReason, Mode, SafetyEvent, Waiting};
+use crate::telemetry::{mode_name, LiveStats};
 use crate::time::MonoTime;
 
 /// What the control thread reported, collected by the supervisor for the log and the summary.

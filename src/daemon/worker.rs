@@ -13,7 +13,8 @@ use crate::config::{RtcConfig, SafetyConfig};
 use crate::control::rtc::RtcPlanner;
 use crate::io::Blackboard;
 use crate::joints::{ActionMap, StateLayout};
-use crate::policy::{Observation, Policy, PolicyError, RemoteFault, RemoteStats, StageTiming};
+use crate::observation::Observation;
+use crate::policy::{Policy, PolicyError, RemoteFault, RemoteStats, StageTiming};
 use crate::record::{Note, NoteTap};
 use crate::robot::RobotLimits;
 use crate::safety::validate::{check_chunk, ChunkFaultKind};
@@ -221,7 +222,7 @@ pub fn spawn(
             };
             let queue_ms = MonoTime::now().seconds_since(asked) * 1e3;
             stats.requests.fetch_add(1, Ordering::Relaxed);
-            if board.observe(&setup.state, &mut obs) {
+            if board.inputs.observe(&setup.state, &mut obs) {
                 seq += 1;
                 // The running chunk's leftover is worked out with RTC off too: the switch
                 // statistics compare both.
@@ -337,7 +338,7 @@ fn infer_one(
         .try_recv()
         .unwrap_or_else(|_| Box::new(JointChunk::with_capacity(setup.chunk_steps)));
     // Joints the policy does not drive hold where they were measured.
-    let hold = board.joint_state.load().position;
+    let hold = board.inputs.joint_state.load().position;
     buf.fill_from(&chunk, &setup.map, &hold, seq);
     if let Err(fault) = check_chunk(
         &buf,

@@ -10,7 +10,7 @@ use super::Blackboard;
 use crate::config::{SimConfig, SimEventKind};
 use crate::joints::JointMeasurement;
 use crate::joints::JointVector;
-use crate::policy::{CameraFrame, PixelFormat};
+use crate::observation::{CameraFrame, PixelFormat};
 use crate::robot::RobotLimits;
 use crate::time::{sleep_until, MonoTime};
 
@@ -61,7 +61,7 @@ impl SimArm {
         let mut events = self.cfg.events.clone();
         events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
         while !stop.load(Ordering::Relaxed) {
-            if board.io_drill.load(Ordering::Relaxed) {
+            if board.supervisor.io_drill_due() {
                 panic!("fault drill `crash_io`: the simulator thread panics");
             }
             beat();
@@ -73,10 +73,10 @@ impl SimArm {
                 let e = &events[next_event];
                 tracing::info!(at_s = e.at_s, event = ?e.kind, "sim event");
                 match e.kind {
-                    SimEventKind::EStop => board.set_estop(true),
+                    SimEventKind::EStop => board.inputs.set_estop(true),
                     SimEventKind::Reset => {
-                        board.set_estop(false);
-                        board.resets.fetch_add(1, Ordering::SeqCst);
+                        board.inputs.set_estop(false);
+                        board.inputs.request_reset();
                     }
                     SimEventKind::StallJointStates { duration_s } => {
                         joint_stall_until = now.offset_seconds(duration_s)
@@ -87,9 +87,9 @@ impl SimArm {
                     SimEventKind::Crash => {
                         panic!("sim event `crash` at {} s (drill)", e.at_s)
                     }
-                    SimEventKind::CrashControl => board.drill_crash_control(),
+                    SimEventKind::CrashControl => board.supervisor.drill_crash_control(),
                     SimEventKind::StallControl { duration_s } => {
-                        board.drill_stall_control(duration_s)
+                        board.supervisor.drill_stall_control(duration_s)
                     }
                 }
                 next_event += 1;
@@ -112,7 +112,7 @@ impl SimArm {
                 ready = history.pop_front();
             }
             if let (Some(m), true) = (ready, now >= joint_stall_until) {
-                board.joint_state.store(m);
+                board.inputs.joint_state.store(m);
             }
 
             for k in 0..self.cfg.cameras.len() {
@@ -125,7 +125,7 @@ impl SimArm {
                 }
                 frame_count += 1;
                 let frame = self.render(k, now, frame_count);
-                board.publish_frame(k, frame);
+                board.inputs.publish_frame(k, frame);
             }
         }
     }

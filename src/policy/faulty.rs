@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use super::{Observation, Policy, PolicyError};
+use super::{Policy, PolicyError};
 use crate::chunk::ActionChunk;
 use crate::config::{FaultConfig, FaultKind};
+use crate::observation::Observation;
 
 pub struct FaultyPolicy {
     inner: Box<dyn Policy>,

@@ -11,17 +11,16 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+pub mod msgpack_numpy;
 mod websocket;
 mod wire;
 
 pub use websocket::{Websocket, MAX_CA_FILE_BYTES};
 
-use super::{
-    ActionChunk, CameraFrame, Observation, PixelFormat, Policy, PolicyError, RemoteFault,
-    RemoteStats,
-};
+use self::msgpack_numpy::{Dtype, Item, NdArray, Out};
+use super::{ActionChunk, Policy, PolicyError, RemoteFault, RemoteStats};
 use crate::config::{ExtraValue, OpenpiOptions};
-use crate::io::msgpack_numpy::{self, Dtype, Item, NdArray, Out};
+use crate::observation::{CameraFrame, Observation, PixelFormat};
 
 /// Real-time chunking's extension keys of an openpi request: the running chunk's leftover
 /// `[T, action_dim]` (robot units, as the replies' `actions`), row `i` due with the new chunk's

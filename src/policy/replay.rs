@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{Observation, Policy, PolicyBuildError, PolicyError};
+use super::{Policy, PolicyBuildError, PolicyError};
 use crate::chunk::ActionChunk;
+use crate::observation::Observation;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
-use super::{Observation, Policy, PolicyError};
+use super::{Policy, PolicyError};
 use crate::chunk::ActionChunk;
 use crate::joints::ActionMap;
+use crate::observation::Observation;
 use crate::robot::RobotLimits;
 use crate::time::MonoTime;
 

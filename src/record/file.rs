@@ -15,11 +15,11 @@ use serde_json::json;
 use super::schemas;
 use super::{Note, RecordError, TickSample};
 use crate::control::controller::ChunkOutcome;
-use crate::control::stats::LiveStats;
 use crate::io::ros::{encode, msgs};
 use crate::io::Blackboard;
-use crate::policy::{CameraFrame, PixelFormat};
+use crate::observation::{CameraFrame, PixelFormat};
 use crate::safety::{Mode, SafetyEvent};
+use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
 
 /// Topic names in the file.
@@ -412,9 +412,9 @@ impl McapFile {
         rate_hz: f64,
     ) -> Result<(), RecordError> {
         let now = MonoTime::now();
-        let js_age = now.seconds_since(board.joint_state.load().stamp);
-        let mut stamps = vec![MonoTime::ZERO; board.camera_stamps.len()];
-        board.read_camera_stamps(&mut stamps);
+        let js_age = now.seconds_since(board.inputs.joint_state.load().stamp);
+        let mut stamps = vec![MonoTime::ZERO; board.inputs.camera_stamps.len()];
+        board.inputs.read_camera_stamps(&mut stamps);
         let ages: Vec<f64> = stamps.iter().map(|s| now.seconds_since(*s)).collect();
         let none = vec![None; ages.len()];
         let no_offsets = vec![None; ages.len()];

@@ -25,11 +25,11 @@ use serde::Serialize;
 use crate::chunk::JointChunk;
 use crate::config::record::{RecordConfig, RecordTarget};
 use crate::control::controller::ChunkOutcome;
-use crate::control::stats::LiveStats;
 use crate::io::Blackboard;
 use crate::joints::{JointMeasurement, MotionState};
 use crate::safety::supervisor::Transition;
 use crate::safety::SafetyEvent;
+use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
 
 pub use file::{McapFile, Topics};
@@ -432,7 +432,7 @@ impl Recording {
         let Some(f) = &mut self.file else {
             return Ok(());
         };
-        for (k, slot) in self.board.frames.iter().enumerate() {
+        for (k, slot) in self.board.inputs.frames.iter().enumerate() {
             let frame = slot.lock().ok().and_then(|g| g.clone());
             if let Some(frame) = frame {
                 f.frame(k, &frame)?;

@@ -1,6 +1,6 @@
 //! Serving the policy to remote robots: `serve` puts pi0d's model behind openpi's websocket
-//! policy protocol (frames in `io::msgpack_numpy`) for any openpi client. pi0d's own client of
-//! that protocol is a policy backend (`policy::openpi`).
+//! policy protocol (frames in `policy::openpi::msgpack_numpy`) for any openpi client. pi0d's own
+//! client of that protocol is a policy backend (`policy::openpi`).
 
 pub mod admission;
 pub mod request;

@@ -5,8 +5,8 @@
 //! missing, extra, of another dtype or shape is refused naming the key and what was expected.
 
 use crate::chunk::ChunkPrefix;
-use crate::io::msgpack_numpy::{Dtype, Item, NdArray, WireError};
-use crate::policy::{CameraFrame, PixelFormat};
+use crate::observation::{CameraFrame, PixelFormat};
+use crate::policy::openpi::msgpack_numpy::{Dtype, Item, NdArray, WireError};
 use crate::time::MonoTime;
 
 /// Largest image side taken (a 4K frame is 3840).

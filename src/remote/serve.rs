@@ -33,7 +33,7 @@ use super::admission::{Budget, Full, Room, Slot, MAX_PENDING, MAX_SESSIONS};
 use super::request::{Layout, Request as Observation};
 use super::worker::{infer_loop, Job};
 use crate::daemon::signals::Signals;
-use crate::io::msgpack_numpy::{self, NdArray, Out};
+use crate::policy::openpi::msgpack_numpy::{self, NdArray, Out};
 use crate::policy::pi0::pipeline::Pi0Pipeline;
 
 /// Requests decoded at once, each on the blocking pool: a request that is slow to decode holds

@@ -9,8 +9,8 @@ use rand_distr::{Distribution, StandardNormal};
 use tokio::sync::oneshot;
 
 use super::request::Request as Observation;
+use crate::observation::CameraFrame;
 use crate::policy::pi0::pipeline::{error_chain, Pi0Pipeline};
-use crate::policy::CameraFrame;
 
 /// What the inference thread answers.
 pub(super) struct Inferred {

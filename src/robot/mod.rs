@@ -4,6 +4,8 @@
 pub mod kinematics;
 pub mod limits;
 pub mod urdf;
+pub mod workspace;
 
 pub use kinematics::KinematicChain;
 pub use limits::{JointKind, JointLimits, RobotLimits, SoftLimit};
+pub use workspace::Workspace;

@@ -4,9 +4,8 @@
 //! gets small `Copy` answers; nothing here allocates.
 
 use super::state::{HoldReason, Mode, SafetyEvent, Waiting};
-use crate::config::Workspace;
 use crate::joints::{JointMeasurement, JointVector, MotionState};
-use crate::robot::RobotLimits;
+use crate::robot::{RobotLimits, Workspace};
 use crate::time::MonoTime;
 
 /// What the supervisor reads each tick.

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use byteorder::LittleEndian;
 use pi0d::config::{CommandGroup, CommandType};
-use pi0d::control::lookahead::Lookahead;
 use pi0d::io::ros::encode::CommandPublisher;
+use pi0d::io::ros::lookahead::Lookahead;
 use pi0d::io::ros::msgs::*;
 use pi0d::io::ros::transport::{Middleware, Msg, Put, SendGoal, Serve, SrvMsg, Take};
 use pi0d::io::ros::RosError;

@@ -5,11 +5,11 @@
 use std::path::{Path, PathBuf};
 
 use pi0d::config::CameraSource;
+use pi0d::observation::{CameraFrame, PixelFormat};
 use pi0d::policy::cameras::{bind, ModelCameras};
 use pi0d::policy::pi0::pipeline::{BackendOptions, Pi0Pipeline, PipelineOptions};
 use pi0d::policy::pi0::preprocess::{frame_to_model_input, resize_with_pad};
 use pi0d::policy::pi0::tensorfile::{TensorFile, Values};
-use pi0d::policy::{CameraFrame, PixelFormat};
 use pi0d::time::MonoTime;
 
 fn fixtures() -> PathBuf {

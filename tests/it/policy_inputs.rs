@@ -11,6 +11,7 @@ use common::TempDir;
 use safetensors::Dtype;
 use serde_json::Value;
 
+use pi0d::observation::{CameraFrame, PixelFormat};
 use pi0d::policy::export::pi0::ExportDtype;
 use pi0d::policy::export::{export, ExportError, ExportOptions};
 use pi0d::policy::graph::manifest::Manifest;
@@ -21,7 +22,6 @@ use pi0d::policy::pi0::pipeline::{
 };
 use pi0d::policy::pi0::tensorfile::TensorFile;
 use pi0d::policy::pi0::{Checkpoint, Pi0Model};
-use pi0d::policy::{CameraFrame, PixelFormat};
 use pi0d::time::MonoTime;
 
 type Tensors = Vec<(String, Dtype, Vec<usize>, Vec<u8>)>;

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::msgs;
 use crate::joints::{JointMeasurement, JointVector};
-use crate::policy::{CameraFrame, PixelFormat};
+use crate::observation::{CameraFrame, PixelFormat};
 use crate::time::MonoTime;
 
 pub use super::timing::{ClockMap, LatencyWindow, SkewEstimator};

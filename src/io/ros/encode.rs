@@ -3,12 +3,12 @@
 
 use ros2_client::{ActionTypeName, MessageTypeName, Name, QosProfile};
 
+use super::lookahead::{self, Lookahead, TimedState};
 use super::msgs;
 use super::timing::SkewEstimator;
 use super::transport::{Middleware, SendGoal};
 use super::RosError;
 use crate::config::{CommandGroup, CommandType};
-use crate::control::lookahead::{self, Lookahead, TimedState};
 use crate::joints::MotionState;
 use crate::time::MonoTime;
 
@@ -286,7 +286,7 @@ pub struct InputHealth<'a> {
 pub fn diagnostics(
     stamp: msgs::Time,
     node: &str,
-    live: &crate::control::stats::LiveStats,
+    live: &crate::telemetry::LiveStats,
     rate_hz: f64,
     inputs: &InputHealth,
 ) -> msgs::DiagnosticArray {
@@ -299,7 +299,7 @@ pub fn diagnostics(
         inputs_rejected,
         decoder_faults,
     } = *inputs;
-    use crate::control::stats::{mode_name, LiveStats};
+    use crate::telemetry::{mode_name, LiveStats};
     let mode = mode_name(LiveStats::get(&live.mode));
     let mut level = match mode {
         "running" | "stopping" => 0,
@@ -453,7 +453,7 @@ pub fn diagnostics(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::stats::LiveStats;
+    use crate::telemetry::LiveStats;
     use std::sync::{Arc, Mutex};
 
     /// An action server seen through `SendGoal`: the goals it got, the replies it will give.

@@ -137,7 +137,7 @@ impl<'a> Cameras<'a> {
                             report.warn(topic, WarnKind::ClockSkew, &format_args!("stamps are {o:.3} s behind arrival at best: clock skew between the camera's sender and pi0d (check NTP/PTP)"));
                         }
                     }
-                    self.board.publish_frame(k, frame);
+                    self.board.inputs.publish_frame(k, frame);
                 }
                 Ok(Err(e)) => report.refuse(topic, &e),
                 Err(f) => report.fault(topic, &f),

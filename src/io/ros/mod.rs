@@ -9,6 +9,7 @@ pub mod encode;
 mod frames;
 mod intake;
 pub mod log;
+pub mod lookahead;
 pub mod msgs;
 pub mod teardown;
 pub mod timing;
@@ -25,11 +26,11 @@ use ros2_client::qos::{Durability, History, Reliability, WhenFull};
 use ros2_client::{MessageTypeName, Name, NodeName, NodeOptions, QosProfile, ServiceTypeName};
 use transport::{Middleware, Put, Serve, Take};
 
+use self::lookahead::Lookahead;
 use super::Blackboard;
 use crate::config::{Middleware as MiddlewareKind, RosConfig, ServiceMappingKind, TopicQos};
-use crate::control::lookahead::Lookahead;
-use crate::control::stats::LiveStats;
 use crate::robot::RobotLimits;
+use crate::telemetry::LiveStats;
 use encode::CommandPublisher;
 
 #[derive(Debug, thiserror::Error)]

@@ -15,8 +15,8 @@ use super::intake::{drain, Report, MAX_TAKES_PER_POLL};
 use super::log::{guarded, RateLimitedLog, TopicId, WarnKind};
 use super::{encode, msgs, Endpoints};
 use crate::config::RosConfig;
-use crate::control::stats::LiveStats;
 use crate::io::Blackboard;
+use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
 
 struct Topics {
@@ -130,7 +130,7 @@ impl<'a> Worker<'a> {
             // it before the panic goes on to the supervisor).
             let _cameras_stop = StopOnDrop(cameras_stop);
             while !stop.load(Ordering::Relaxed) {
-                if self.board.io_drill.load(Ordering::Relaxed) {
+                if self.board.supervisor.io_drill_due() {
                     panic!("fault drill `crash_io`: the ROS thread panics");
                 }
                 beat();
@@ -192,7 +192,7 @@ impl<'a> Worker<'a> {
         } = self;
         let topic = topics.joint_states;
         let shown_topic = &cfg.joint_states;
-        let starting = board.joint_state.load().stamp == MonoTime::ZERO;
+        let starting = board.inputs.joint_state.load().stamp == MonoTime::ZERO;
         drain(ep.joint_states.as_ref(), topic, report, |msg, report| {
             *joint_states_seen += 1;
             // Every well-stamped sample counts for the skew, refused or not: a sender ahead of
@@ -205,17 +205,18 @@ impl<'a> Worker<'a> {
                 }
             }
             match guarded(|| joints.decode(&msg, clock, now)) {
-                Ok(Ok(Some(m))) => board.joint_state.store(m),
+                Ok(Ok(Some(m))) => board.inputs.joint_state.store(m),
                 Ok(Ok(None)) => {
                     if let Some(m) = joints.missing_report(now) {
                         tracing::warn!(topic = %shown_topic, "{m}");
                         board
+                            .inputs
                             .note_startup(format!("{} message(s) arrived; {m}", joint_states_seen));
                     }
                 }
                 Ok(Err(e)) => {
                     if starting {
-                        board.note_startup(format!(
+                        board.inputs.note_startup(format!(
                             "{} message(s) arrived, none usable; the last refused: {e}",
                             joint_states_seen
                         ));
@@ -240,7 +241,7 @@ impl<'a> Worker<'a> {
             &mut self.report,
             |msg, report| match guarded(|| decode::prompt(&msg.data).map(|_| ())) {
                 Ok(Ok(())) => {
-                    if let Ok(mut p) = board.prompt.lock() {
+                    if let Ok(mut p) = board.inputs.prompt.lock() {
                         tracing::info!(prompt = ?msg.data, "task prompt");
                         *p = msg.data;
                     }
@@ -262,7 +263,7 @@ impl<'a> Worker<'a> {
                 if msg.data {
                     tracing::warn!("e-stop pressed (topic {estop})");
                 }
-                board.set_estop(msg.data);
+                board.inputs.set_estop(msg.data);
             },
         );
         drain(
@@ -272,7 +273,7 @@ impl<'a> Worker<'a> {
             |msg, _| {
                 if msg.data {
                     tracing::info!("reset requested (topic {reset})");
-                    board.resets.fetch_add(1, Ordering::SeqCst);
+                    board.inputs.request_reset();
                 }
             },
         );
@@ -298,18 +299,18 @@ impl<'a> Worker<'a> {
                     continue;
                 }
             };
-            let response = if self.board.fault.load(Ordering::SeqCst) {
+            let response = if self.board.supervisor.fault() {
                 msgs::TriggerResponse {
                     success: false,
                     message: "a daemon thread failed and latched the e-stop: no reset clears it; pi0d is stopping (see its log)".into(),
                 }
-            } else if self.board.estop.load(Ordering::SeqCst) {
+            } else if self.board.inputs.estop() {
                 msgs::TriggerResponse {
                     success: false,
                     message: "e-stop still pressed: release it first".into(),
                 }
             } else {
-                self.board.resets.fetch_add(1, Ordering::SeqCst);
+                self.board.inputs.request_reset();
                 tracing::info!("reset requested (service {})", self.cfg.reset_service);
                 msgs::TriggerResponse {
                     success: true,
@@ -331,7 +332,7 @@ impl<'a> Worker<'a> {
     /// Before the first joint state: what the graph holds instead, when nothing came at all.
     /// Once joint states flow, the probe is dropped (over Zenoh it is a subscription).
     fn startup_note(&mut self) {
-        if self.board.joint_state.load().stamp != MonoTime::ZERO {
+        if self.board.inputs.joint_state.load().stamp != MonoTime::ZERO {
             self.ep.graph = None;
             return;
         }
@@ -367,15 +368,15 @@ impl<'a> Worker<'a> {
                 }
             }
         };
-        self.board.note_startup(note);
+        self.board.inputs.note_startup(note);
     }
 
     fn status(&mut self, now: MonoTime) {
         self.startup_note();
         let board = self.board;
-        let js_age = now.seconds_since(board.joint_state.load().stamp);
-        let mut stamps = vec![MonoTime::ZERO; board.camera_stamps.len()];
-        board.read_camera_stamps(&mut stamps);
+        let js_age = now.seconds_since(board.inputs.joint_state.load().stamp);
+        let mut stamps = vec![MonoTime::ZERO; board.inputs.camera_stamps.len()];
+        board.inputs.read_camera_stamps(&mut stamps);
         let cam_ages: Vec<f64> = stamps.iter().map(|s| now.seconds_since(*s)).collect();
         let frames = self.frames.lock().map(|f| f.clone()).unwrap_or_default();
         let (rejected, faults) = (
@@ -406,8 +407,8 @@ impl<'a> Worker<'a> {
         let status = msgs::StringMsg {
             data: format!(
                 "estop={} resets={}",
-                board.estop.load(Ordering::Relaxed),
-                board.resets.load(Ordering::Relaxed)
+                board.inputs.estop(),
+                board.inputs.resets()
             ),
         };
         if let Err(e) = self.ep.status.put(status) {
@@ -633,7 +634,7 @@ mod tests {
         let prompts = prompts.map(|p| Step::Sample(msgs::StringMsg { data: p.into() }));
         fake.script(&cfg.prompt, prompts.into());
         let limits = Config::parse(&cfg_file(), &cfg_text()).unwrap().limits;
-        let lookahead = crate::control::lookahead::Lookahead::new(&limits, 0.05);
+        let lookahead = crate::io::ros::lookahead::Lookahead::new(&limits, 0.05);
         let ep = super::super::endpoints(&mut fake, &cfg, 0.005, lookahead).unwrap();
         let board = Blackboard::new(1, "idle");
         let live = LiveStats::default();
@@ -665,14 +666,14 @@ mod tests {
             stop.store(true, Ordering::Relaxed);
             assert!(ros.join().is_ok(), "the ROS thread ended in a panic");
         });
-        assert!(board.joint_state.load().stamp > MonoTime::ZERO);
-        let frame = board.frames[0]
+        assert!(board.inputs.joint_state.load().stamp > MonoTime::ZERO);
+        let frame = board.inputs.frames[0]
             .lock()
             .unwrap()
             .clone()
             .expect("the good frame");
         assert_eq!((frame.width, frame.height), (2, 2));
-        assert_eq!(*board.prompt.lock().unwrap(), "stack the blocks");
+        assert_eq!(*board.inputs.prompt.lock().unwrap(), "stack the blocks");
         let commands = fake.sent::<msgs::JointTrajectory>(&command_topic);
         assert!(commands.len() >= 20, "{} commands", commands.len());
         assert_eq!(commands.last().unwrap().points[0].positions[0], 0.2);

@@ -11,10 +11,10 @@ use tungstenite::client::IntoClientRequest;
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{Message, WebSocket};
 
+use super::msgpack_numpy::{self, Item};
 use super::wire::{DeadlineTcp, Framed, Transport};
 use super::{fault, Link};
 use crate::config::OpenpiOptions;
-use crate::io::msgpack_numpy::{self, Item};
 use crate::policy::{PolicyError, RemoteFault};
 
 /// The longest a close frame may take to go out when a connection is dropped.

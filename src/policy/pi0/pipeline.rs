@@ -14,10 +14,11 @@ use super::model::{prompt_len, Arch, Pi0Input, Pi0Model, Timing, Variant, Worksp
 use super::normalize::{Normalizer, Widths};
 use super::preprocess::{frame_to_model_input, FrameError};
 use crate::chunk::{ActionChunk, ChunkPrefix};
+use crate::observation::{CameraFrame, Observation};
 use crate::policy::graph::manifest::Manifest;
 use crate::policy::graph::{GraphError, GraphInputs, GraphModel, GraphRuntime};
 use crate::policy::rtc::{Guidance, RtcPrefix, RtcSettings};
-use crate::policy::{CameraFrame, Observation, Policy, PolicyError, StageTiming};
+use crate::policy::{Policy, PolicyError, StageTiming};
 
 /// The longest task text (bytes) the pipeline takes (the configuration's bound). Longer prompts
 /// are refused before tokenizing (which would take seconds for a huge one, and truncation would

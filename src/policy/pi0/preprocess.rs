@@ -3,7 +3,7 @@
 //! no antialias, padding centered with zeros), then `x*2-1` so values are in [-1,1] and the
 //! padding is -1.
 
-use crate::policy::{CameraFrame, PixelFormat};
+use crate::observation::{CameraFrame, PixelFormat};
 
 #[derive(Debug, thiserror::Error)]
 #[error("camera frame: {0}")]
