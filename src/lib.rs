@@ -12,6 +12,7 @@ pub mod chunk;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod errors;
 pub mod files;
 pub mod io;
 pub mod joints;

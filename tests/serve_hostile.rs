@@ -170,7 +170,7 @@ fn client(port: u16, request_timeout_s: f64) -> Result<Websocket, String> {
         max_reply_bytes: 1 << 20,
         zenoh: None,
     };
-    let mut link = Websocket::new(&opts)?;
+    let mut link = Websocket::new(&opts).map_err(|e| e.to_string())?;
     link.open().map_err(|e| e.to_string())?;
     Ok(link)
 }

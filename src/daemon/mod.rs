@@ -71,8 +71,8 @@ pub enum DaemonError {
     StartupThread(&'static str, String),
     /// The middleware library panicked while creating its node (typically: it could not
     /// create its threads or sockets).
-    #[error("the ROS 2 middleware failed while starting: {0}")]
-    MiddlewarePanic(String),
+    #[error("the ROS 2 middleware failed while starting")]
+    MiddlewarePanic(#[source] crate::panics::Panic),
     #[error(transparent)]
     Latch(#[from] latch::LatchError),
     #[error(transparent)]

@@ -292,14 +292,16 @@ fn infer_one(
             if let PolicyError::Remote { fault, .. } = &e {
                 stats.remote_faults[*fault as usize].fetch_add(1, Ordering::Relaxed);
             }
+            // The error with its causes (a model's error keeps its own as the source).
+            let said = crate::errors::Chain(&e).to_string();
             if let Ok(mut slot) = stats.last_policy_error.lock() {
-                *slot = Some(e.to_string());
+                *slot = Some(said.clone());
             }
             let n = stats.policy_errors.fetch_add(1, Ordering::Relaxed);
             if n.is_multiple_of(LOG_EVERY) {
-                tracing::warn!(chunk_seq = seq, error = %e, total = n + 1, "policy error: no chunk");
+                tracing::warn!(chunk_seq = seq, error = %said, total = n + 1, "policy error: no chunk");
             }
-            note_refusal(setup, seq, "policy_error", || e.to_string());
+            note_refusal(setup, seq, "policy_error", || said.clone());
             return None;
         }
         Err(msg) => {
@@ -307,7 +309,7 @@ fn infer_one(
             if n.is_multiple_of(LOG_EVERY) {
                 tracing::error!(chunk_seq = seq, panic = %msg, total = n + 1, "policy panicked: no chunk");
             }
-            note_refusal(setup, seq, "policy_panic", || msg.clone());
+            note_refusal(setup, seq, "policy_panic", || msg.message.clone());
             return None;
         }
     };

@@ -4,7 +4,7 @@
 //! read and write of a request, or of a connection with its metadata, ends at one deadline.
 
 use std::net::{TcpStream, ToSocketAddrs};
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tungstenite::client::IntoClientRequest;
@@ -24,6 +24,37 @@ pub const MAX_CA_FILE_BYTES: u64 = 1024 * 1024;
 
 type Wire = Framed<Transport>;
 
+/// Why the link cannot be set up (before any connection).
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// Not a regular file of at most `MAX_CA_FILE_BYTES`, or unreadable.
+    #[error("policy.openpi.ca_file {}: cannot read", path.display())]
+    CaFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("policy.openpi.ca_file {}: no PEM certificate in it", path.display())]
+    CaEmpty { path: PathBuf },
+    #[cfg(feature = "tls")]
+    #[error("policy.openpi.ca_file {}: malformed PEM", path.display())]
+    CaPem {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[cfg(feature = "tls")]
+    #[error("policy.openpi.ca_file {}: certificate refused", path.display())]
+    CaCertificate {
+        path: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    #[cfg(feature = "tls")]
+    #[error("TLS")]
+    Tls(#[source] rustls::Error),
+}
+
 /// openpi's websocket link, over TLS for wss:// (feature `tls`).
 pub struct Websocket {
     url: String,
@@ -38,7 +69,7 @@ pub struct Websocket {
 
 impl Websocket {
     /// Fails on a CA file that cannot be read or holds no certificate.
-    pub fn new(opts: &OpenpiOptions) -> Result<Websocket, String> {
+    pub fn new(opts: &OpenpiOptions) -> Result<Websocket, LinkError> {
         Ok(Websocket {
             url: opts.url.clone(),
             api_key: opts.api_key.clone(),
@@ -349,77 +380,45 @@ impl Link for Websocket {
 
 /// The public roots (Mozilla's, from webpki-roots) plus the certificates in `ca_file`.
 #[cfg(feature = "tls")]
-fn tls_config(ca_file: Option<&Path>) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+fn tls_config(
+    ca_file: Option<&std::path::Path>,
+) -> Result<std::sync::Arc<rustls::ClientConfig>, LinkError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = ca_file {
-        let shown = path.display();
-        let pem = read_regular_file(path, MAX_CA_FILE_BYTES)
-            .map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
+        let pem = crate::files::read_regular(path, MAX_CA_FILE_BYTES).map_err(|source| {
+            LinkError::CaFile {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
         let mut added = 0;
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            let cert = cert.map_err(|source| LinkError::CaPem {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            roots.add(cert).map_err(|source| LinkError::CaCertificate {
+                path: path.to_path_buf(),
+                source,
+            })?;
             added += 1;
         }
         if added == 0 {
-            return Err(format!(
-                "policy.openpi.ca_file {shown}: no PEM certificate in it"
-            ));
+            return Err(LinkError::CaEmpty {
+                path: path.to_path_buf(),
+            });
         }
     }
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
+        .map_err(LinkError::Tls)?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(std::sync::Arc::new(config))
-}
-
-/// `path`'s bytes if it is a regular file of at most `cap` bytes. A FIFO, a device
-/// (`/dev/zero`) or a directory is refused without waiting on it: it is opened non-blocking
-/// and checked before any read.
-#[cfg_attr(not(feature = "tls"), allow(dead_code))]
-pub(crate) fn read_regular_file(path: &Path, cap: u64) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| format!("cannot open it: {e}"))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    let t = meta.file_type();
-    if !t.is_file() {
-        let kind = if t.is_fifo() {
-            "a FIFO"
-        } else if t.is_char_device() || t.is_block_device() {
-            "a device"
-        } else if t.is_dir() {
-            "a directory"
-        } else {
-            "a socket or other special file"
-        };
-        return Err(format!("expected a regular file, found {kind}"));
-    }
-    if meta.len() > cap {
-        return Err(format!("{} bytes, at most {cap} are read", meta.len()));
-    }
-    let mut bytes = Vec::new();
-    file.take(cap + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    if bytes.len() as u64 > cap {
-        return Err(format!("grew past {cap} bytes while read"));
-    }
-    Ok(bytes)
 }
 
 fn describe(m: &Message) -> &'static str {
@@ -449,33 +448,11 @@ fn summarize(meta: &[(String, Item)]) -> String {
         .join(", ")
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tls"))]
 mod tests {
     use super::*;
 
-    #[test]
-    fn when_the_ca_file_is_a_device_or_a_fifo_expect_a_refusal_without_blocking() {
-        let e = read_regular_file(Path::new("/dev/zero"), MAX_CA_FILE_BYTES).unwrap_err();
-        assert!(e.contains("expected a regular file, found a device"), "{e}");
-        let dir = std::env::temp_dir().join(format!("pi0d-ca-fifo-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let fifo = dir.join("ca.pem");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: mkfifo(3) on a NUL-terminated path we own.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let e = read_regular_file(&fifo, MAX_CA_FILE_BYTES).unwrap_err();
-        assert!(e.contains("found a FIFO"), "{e}");
-        let big = dir.join("big.pem");
-        std::fs::write(&big, vec![b'A'; 2048]).unwrap();
-        let e = read_regular_file(&big, 1024).unwrap_err();
-        assert!(e.contains("2048 bytes, at most 1024"), "{e}");
-        assert_eq!(read_regular_file(&big, 4096).unwrap().len(), 2048);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
     /// wss:// with `ca_file = /dev/zero`: start-up is refused at once, naming the field.
-    #[cfg(feature = "tls")]
     #[test]
     fn when_the_ca_file_is_dev_zero_expect_the_link_refused_naming_the_field() {
         let opts = OpenpiOptions {
@@ -499,8 +476,8 @@ mod tests {
             panic!("/dev/zero taken as a CA file")
         };
         assert_eq!(
-            e,
-            "policy.openpi.ca_file /dev/zero: expected a regular file, found a device"
+            crate::errors::Chain(&e).to_string(),
+            "policy.openpi.ca_file /dev/zero: cannot read: is a character device, expected a regular file"
         );
     }
 }
