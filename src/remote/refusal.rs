@@ -19,8 +19,9 @@ pub enum Refusal {
     ModelStopped,
     #[error("expected a binary msgpack frame, found text")]
     TextFrame,
+    /// Boxed: the websocket error is large, and a refusal travels in every request's result.
     #[error("bad frame")]
-    BadFrame(#[source] tokio_tungstenite::tungstenite::Error),
+    BadFrame(#[source] Box<tokio_tungstenite::tungstenite::Error>),
     /// The request's leftover chunk cannot guide the model.
     #[error("`prev_actions`")]
     Guidance(#[source] PipelineError),

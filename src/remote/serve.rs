@@ -602,7 +602,7 @@ async fn session(ws: Ws, sh: &Arc<Shared>, slot: &Slot) -> End {
             Some(Ok(_)) => continue,
             Some(Err(e)) if disconnected(&e) => return End::Gone,
             // Over the size cap, or not websocket: the client is told if it still listens.
-            Some(Err(e)) => Err(Refusal::BadFrame(e)),
+            Some(Err(e)) => Err(Refusal::BadFrame(Box::new(e))),
         };
         match outcome {
             Ok(reply) => {

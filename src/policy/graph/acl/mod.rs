@@ -530,7 +530,9 @@ impl Device {
                     };
                     self.upload(buffer, data, &format!("{source:?}"))?;
                 }
-                let prefix = self.prefix.as_ref().expect("made at load");
+                let prefix = self.prefix.as_ref().ok_or_else(|| {
+                    GraphError::Runtime("the prefix graph was not made at load".into())
+                })?;
                 self.execute(0, prefix)?;
                 // SAFETY: as in `open`.
                 self.check("aclrtSynchronizeStream", unsafe {

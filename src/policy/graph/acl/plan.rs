@@ -148,6 +148,16 @@ fn source_of(name: &str) -> Option<HostSource> {
     })
 }
 
+/// What a denoise run binds to one of its inputs.
+enum Feed {
+    /// The same region every run (the KV cache, the tables).
+    Fixed(Slot),
+    /// This run's `x`: one of the two x buffers, alternating.
+    X,
+    /// This run's slice of the time embeddings.
+    Time,
+}
+
 struct Planner {
     buffers: Vec<Buffer>,
     uploads: Vec<(HostSource, usize)>,
@@ -200,9 +210,10 @@ pub fn plan(m: &Manifest) -> Result<BufferPlan, PlanError> {
     let runs = if m.unrolled { 1 } else { m.steps };
     // Buffers of the denoise graph's inputs, in its order; `x` and time are filled per run.
     let mut x_in = None;
+    let mut x_input = None;
     let mut time = None;
     let mut inputs = Vec::new();
-    for s in &m.graphs.denoise.inputs {
+    for (i, s) in m.graphs.denoise.inputs.iter().enumerate() {
         let bytes = spec_bytes(s)?;
         let slot = match s.name.as_str() {
             names::KV_CACHE => {
@@ -212,19 +223,20 @@ pub fn plan(m: &Manifest) -> Result<BufferPlan, PlanError> {
                         read: format!("{:?} {}", s.shape, s.dtype),
                     });
                 }
-                Some(p.whole(kv))
+                Feed::Fixed(p.whole(kv))
             }
             names::X_T | names::NOISE => {
                 let b = p.add(&s.name, bytes);
                 p.uploads.push((HostSource::Noise, b));
                 x_in = Some(b);
-                None
+                x_input = Some(i);
+                Feed::X
             }
             names::TIME_EMB => {
                 let b = p.add(&s.name, bytes * runs);
                 p.uploads.push((HostSource::Time, b));
                 time = Some((b, bytes));
-                None
+                Feed::Time
             }
             name => {
                 let source = source_of(name).ok_or_else(|| PlanError::NotFed {
@@ -233,12 +245,12 @@ pub fn plan(m: &Manifest) -> Result<BufferPlan, PlanError> {
                 })?;
                 let b = p.add(name, bytes);
                 p.uploads.push((source, b));
-                Some(p.whole(b))
+                Feed::Fixed(p.whole(b))
             }
         };
         inputs.push(slot);
     }
-    let (Some(x_a), Some((time_buf, time_bytes))) = (x_in, time) else {
+    let (Some(x_a), Some(x_input), Some((time_buf, time_bytes))) = (x_in, x_input, time) else {
         return Err(PlanError::NoNoiseOrTime);
     };
     let [out] = m.graphs.denoise.outputs.as_slice() else {
@@ -258,15 +270,14 @@ pub fn plan(m: &Manifest) -> Result<BufferPlan, PlanError> {
     for run in 0..runs {
         let ins = inputs
             .iter()
-            .zip(&m.graphs.denoise.inputs)
-            .map(|(slot, s)| match s.name.as_str() {
-                names::X_T | names::NOISE => p.whole(xs[run % 2]),
-                names::TIME_EMB => Slot {
+            .map(|feed| match feed {
+                Feed::X => p.whole(xs[run % 2]),
+                Feed::Time => Slot {
                     buffer: time_buf,
                     offset: run * time_bytes,
                     bytes: time_bytes,
                 },
-                _ => slot.expect("every other input has its slot"),
+                Feed::Fixed(slot) => *slot,
             })
             .collect();
         denoise.push(Execution {
@@ -275,13 +286,6 @@ pub fn plan(m: &Manifest) -> Result<BufferPlan, PlanError> {
         });
     }
     let result = p.whole(xs[runs % 2]);
-    let x_input = m
-        .graphs
-        .denoise
-        .inputs
-        .iter()
-        .position(|s| s.name == names::X_T || s.name == names::NOISE)
-        .expect("checked above");
     Ok(BufferPlan {
         buffers: p.buffers,
         prefix,
