@@ -3,8 +3,9 @@
 //! waiting before a request is sent) is a protocol fault that drops the connection; and every
 //! read and write of a request, or of a connection with its metadata, ends at one deadline.
 
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tungstenite::client::IntoClientRequest;
@@ -127,11 +128,19 @@ impl Websocket {
         let uri = request.uri();
         let host = uri.host().unwrap_or_default().to_string();
         let port = uri.port_u16().unwrap_or(80);
-        let addr = (host.as_str(), port)
-            .to_socket_addrs()
-            .map_err(|e| down(format!("{url}: cannot resolve {host}: {e}")))?
-            .next()
-            .ok_or_else(|| down(format!("{url}: {host} has no address")))?;
+        let addr = match resolve(&host, port, deadline) {
+            Ok(a) => a,
+            Err(Lookup::Late) => return Err(late(&format!("no address for {host}"))),
+            Err(Lookup::NoAddress) => return Err(down(format!("{url}: {host} has no address"))),
+            Err(Lookup::Failed(e)) => {
+                return Err(down(format!("{url}: cannot resolve {host}: {e}")))
+            }
+            Err(Lookup::Busy) => {
+                return Err(down(format!(
+                    "{url}: cannot resolve {host}: {MAX_LOOKUPS} earlier lookups have not ended"
+                )))
+            }
+        };
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(late("no connection"));
@@ -421,6 +430,59 @@ fn tls_config(
     Ok(std::sync::Arc::new(config))
 }
 
+/// Lookups still running (their callers gave up on some): at most `MAX_LOOKUPS`.
+static LOOKUPS: AtomicUsize = AtomicUsize::new(0);
+/// More hung lookups than this and no new one starts (each holds a thread until the system's
+/// resolver gives up).
+const MAX_LOOKUPS: usize = 4;
+
+/// Why `resolve` gave no address.
+#[derive(Debug)]
+enum Lookup {
+    /// Not answered by the deadline.
+    Late,
+    NoAddress,
+    Failed(std::io::Error),
+    /// `MAX_LOOKUPS` lookups are still running.
+    Busy,
+}
+
+/// `host:port`'s first address, by `deadline`. The system's resolver (getaddrinfo) takes no
+/// timeout and cannot be cancelled, so it runs on a helper thread and the caller waits for
+/// its answer only until the deadline; a lookup still running then ends on its own and its
+/// answer is dropped. `LOOKUPS` bounds how many such threads there are at once.
+fn resolve(host: &str, port: u16, deadline: Instant) -> Result<SocketAddr, Lookup> {
+    if LOOKUPS.fetch_add(1, Ordering::SeqCst) >= MAX_LOOKUPS {
+        LOOKUPS.fetch_sub(1, Ordering::SeqCst);
+        return Err(Lookup::Busy);
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let name = host.to_string();
+    let spawned = std::thread::Builder::new()
+        .name("pi0d-resolve".into())
+        .spawn(move || {
+            let r = (name.as_str(), port)
+                .to_socket_addrs()
+                .map(|mut a| a.next());
+            LOOKUPS.fetch_sub(1, Ordering::SeqCst);
+            let _ = tx.send(r);
+        });
+    if let Err(e) = spawned {
+        LOOKUPS.fetch_sub(1, Ordering::SeqCst);
+        return Err(Lookup::Failed(e));
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    match rx.recv_timeout(left) {
+        Ok(Ok(Some(a))) => Ok(a),
+        Ok(Ok(None)) => Err(Lookup::NoAddress),
+        Ok(Err(e)) => Err(Lookup::Failed(e)),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Lookup::Late),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Lookup::Failed(
+            std::io::Error::other("the resolver thread ended without an answer"),
+        )),
+    }
+}
+
 fn describe(m: &Message) -> &'static str {
     match m {
         Message::Text(_) => "a text frame",
@@ -448,18 +510,16 @@ fn summarize(meta: &[(String, Item)]) -> String {
         .join(", ")
 }
 
-#[cfg(all(test, feature = "tls"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    /// wss:// with `ca_file = /dev/zero`: start-up is refused at once, naming the field.
-    #[test]
-    fn when_the_ca_file_is_dev_zero_expect_the_link_refused_naming_the_field() {
-        let opts = OpenpiOptions {
-            url: "wss://127.0.0.1:9".into(),
+    fn options(url: &str, connect_timeout_s: f64) -> OpenpiOptions {
+        OpenpiOptions {
+            url: url.into(),
             api_key: None,
-            ca_file: Some("/dev/zero".into()),
-            connect_timeout_s: 1.0,
+            ca_file: None,
+            connect_timeout_s,
             request_timeout_s: 1.0,
             reconnect_initial_s: 0.1,
             reconnect_max_s: 1.0,
@@ -471,6 +531,55 @@ mod tests {
             action_dim: None,
             max_reply_bytes: 1 << 20,
             zenoh: None,
+        }
+    }
+
+    /// A host no resolver knows (`.invalid` is reserved, RFC 6761): the connection fails
+    /// within `connect_timeout_s`, naming the host, whether the resolver answers "unknown"
+    /// at once or hangs (then the deadline ends the wait: the lookup runs on its own thread).
+    #[test]
+    fn when_the_host_cannot_be_resolved_expect_a_failure_naming_it_within_the_connect_timeout() {
+        let connect_timeout_s = 2.0;
+        let mut link = Websocket::new(&options(
+            "ws://pi0d-no-such-host.invalid:8000",
+            connect_timeout_s,
+        ))
+        .unwrap();
+        let started = Instant::now();
+        let Err(e) = link.open() else {
+            panic!("connected to a host that does not exist")
+        };
+        // The connect deadline, plus a margin for the thread hand-off.
+        let waited = started.elapsed().as_secs_f64();
+        assert!(waited < connect_timeout_s + 1.0, "{waited} s: {e}");
+        let PolicyError::Remote { fault, message } = &e else {
+            panic!("not a remote fault: {e}")
+        };
+        assert!(
+            matches!(fault, RemoteFault::Down | RemoteFault::Timeout),
+            "{e}"
+        );
+        assert!(message.contains("pi0d-no-such-host.invalid"), "{e}");
+        assert!(!link.is_open());
+    }
+
+    /// With its deadline already past, a lookup is not waited for, however long the system's
+    /// resolver takes (a resolver with no DNS server reachable takes seconds per attempt).
+    #[test]
+    fn when_the_deadline_has_passed_expect_no_wait_for_the_lookup() {
+        let started = Instant::now();
+        let r = resolve("pi0d-no-such-host.invalid", 80, started);
+        let waited = started.elapsed();
+        assert!(waited < Duration::from_secs(1), "{waited:?}: {r:?}");
+    }
+
+    /// wss:// with `ca_file = /dev/zero`: start-up is refused at once, naming the field.
+    #[cfg(feature = "tls")]
+    #[test]
+    fn when_the_ca_file_is_dev_zero_expect_the_link_refused_naming_the_field() {
+        let opts = OpenpiOptions {
+            ca_file: Some("/dev/zero".into()),
+            ..options("wss://127.0.0.1:9", 1.0)
         };
         let Err(e) = Websocket::new(&opts) else {
             panic!("/dev/zero taken as a CA file")
