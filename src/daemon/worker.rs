@@ -44,6 +44,16 @@ pub struct WorkerStats {
     pub stages: Mutex<StageSamples>,
 }
 
+impl WorkerStats {
+    /// Counts `e` under its kind when it is a remote policy's (`remote_faults`, the summary's
+    /// `policy_errors_by_kind`).
+    pub fn count_kind(&self, e: &PolicyError) {
+        if let PolicyError::Remote { fault, .. } = e {
+            self.remote_faults[*fault as usize].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Per request, ms: the wait from the control thread's request to the worker taking it, and
 /// the policy's stages (when it runs a model here).
 #[derive(Clone, Debug, Default)]
@@ -289,9 +299,7 @@ fn infer_one(
     let chunk = match result {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
-            if let PolicyError::Remote { fault, .. } = &e {
-                stats.remote_faults[*fault as usize].fetch_add(1, Ordering::Relaxed);
-            }
+            stats.count_kind(&e);
             // The error with its causes (a model's error keeps its own as the source).
             let said = crate::errors::Chain(&e).to_string();
             if let Ok(mut slot) = stats.last_policy_error.lock() {
