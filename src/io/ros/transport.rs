@@ -504,9 +504,8 @@ pub mod zenoh {
             _ty: ActionTypeName,
             _qos: &QosProfile,
         ) -> Result<Box<dyn SendGoal<G>>, RosError> {
-            Err(RosError::Create {
-                what: format!("action client `{action}`"),
-                message: "actions are supported over DDS only".into(),
+            Err(RosError::ActionOverZenoh {
+                action: action.to_string(),
             })
         }
     }
