@@ -7,11 +7,14 @@
 
 // Validation writes `!(a < b)` on purpose: the check then also fails when a value is NaN.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
+// Outside tests, a value from outside is never unwrapped: a bad one is a clear error, not a panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod chunk;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod errors;
 pub mod files;
 pub mod io;
 pub mod joints;

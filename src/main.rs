@@ -1,3 +1,6 @@
+// Outside tests, a value from outside is never unwrapped: a bad one is a clear error, not a panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

@@ -18,11 +18,20 @@ thread_local! {
     static HANDLED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Runs `f`, turning a panic into `Err(message)`; the panic hook stays quiet for it (the caller
+/// A panic that `caught` turned into an error: its message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Panic {
+    pub message: String,
+}
+
+/// Runs `f`, turning a panic into `Err(Panic)`; the panic hook stays quiet for it (the caller
 /// reports it, rate-limited).
-pub fn caught<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+pub fn caught<R>(f: impl FnOnce() -> R) -> Result<R, Panic> {
     let was = HANDLED.with(|h| h.replace(true));
-    let r = catch_unwind(AssertUnwindSafe(f)).map_err(|p| panic_message(p.as_ref()));
+    let r = catch_unwind(AssertUnwindSafe(f)).map_err(|p| Panic {
+        message: panic_message(p.as_ref()),
+    });
     HANDLED.with(|h| h.set(was));
     r
 }
@@ -51,11 +60,12 @@ mod tests {
 
     #[test]
     fn when_panic_caught_expect_message_returned() {
+        let panic = |m: &str| Panic { message: m.into() };
         assert_eq!(caught(|| 3), Ok(3));
-        assert_eq!(caught(|| -> i32 { panic!("x") }), Err("x".into()));
+        assert_eq!(caught(|| -> i32 { panic!("x") }), Err(panic("x")));
         assert_eq!(
             caught(|| -> i32 { panic!("{} {}", "y", 2) }),
-            Err("y 2".into())
+            Err(panic("y 2"))
         );
     }
 }

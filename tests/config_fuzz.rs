@@ -11,8 +11,8 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use pi0d::config::ranges::{self, RANGES};
 use pi0d::config::ros_args::RosArgs;
@@ -207,10 +207,9 @@ fn all_leaves() -> BTreeSet<Leaf> {
     out
 }
 
-/// Settings that are ranged elsewhere or not at all: `[serve]` (its own validator) and the
-/// constants sent to a policy server.
+/// Settings that are not ranged: the constants sent to a policy server.
 fn unranged(leaf: &Leaf) -> bool {
-    leaf.first() == Some(&key("serve")) || leaf.contains(&key("extra"))
+    leaf.contains(&key("extra"))
 }
 
 /// Sets `leaf` to `v`, creating tables on the way (arrays are there already).
@@ -440,59 +439,6 @@ fn parse(t: &toml::Table) -> Result<Config, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Runs `pi0d run` on `cfg` for `duration_s`: its exit code (`None`: killed, for not ending
-/// 20 s after it should have: a stop that never comes to rest), stderr and summary.
-fn run_for(
-    scratch: &Path,
-    cfg: &toml::Table,
-    duration_s: f64,
-) -> (Option<i32>, String, Option<serde_json::Value>) {
-    let _serial = common::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let path = scratch.join("run.toml");
-    let summary = scratch.join("summary.json");
-    let _ = std::fs::remove_file(&summary);
-    std::fs::write(&path, toml::to_string(cfg).unwrap()).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args([
-            "run",
-            "--quiet",
-            "--duration",
-            &duration_s.to_string(),
-            "--config",
-        ])
-        .arg(&path)
-        .arg("--summary")
-        .arg(&summary)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("pi0d starts");
-    // Read stderr beside the wait, so a chatty run never blocks on a full pipe.
-    let mut pipe = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut pipe, &mut s);
-        s
-    });
-    let deadline = Instant::now() + Duration::from_secs_f64(duration_s + 20.0);
-    let code = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status.code();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stderr = reader.join().unwrap_or_default();
-    let summary = std::fs::read_to_string(&summary)
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok());
-    (code, stderr, summary)
-}
-
 /// One setting at one value.
 #[derive(Clone, Debug)]
 struct Case {
@@ -622,8 +568,18 @@ fn when_every_numeric_setting_is_fuzzed_expect_no_panic_named_refusals_and_contr
             continue;
         }
         runs += 1;
-        let (code, stderr, summary) = run_for(&scratch, &t, 1.0);
-        let violations = summary
+        // Killed (no code) if it has not ended 20 s after it should have: a stop that never
+        // comes to rest.
+        let run = common::run_daemon_killed_after(
+            "config-fuzz-run",
+            &t,
+            1.0,
+            &["--quiet"],
+            Duration::from_secs(20),
+        );
+        let (code, stderr) = (run.output.status.code(), &run.stderr);
+        let violations = run
+            .summary
             .as_ref()
             .map_or(0, |s| s["limit_violations"].as_u64().unwrap_or(0));
         // Clean, or a start refused (the arm never moved): a controlled end either way.

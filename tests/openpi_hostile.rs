@@ -506,3 +506,40 @@ fn when_sigterm_comes_during_a_hostile_warm_up_expect_a_controlled_stop_within_t
     assert!(last.contains("connect_timeout_s"), "{last}");
     assert_eq!(s["limit_violations"], 0, "{s}");
 }
+
+/// Through the binary: a warm-up that fails is counted under its kind in the summary, like a
+/// request's failure. The server answers the warm-up's connection (the first) with a text
+/// frame where the metadata belongs (malformed) and never sends metadata on the worker's
+/// (timeouts): `malformed_reply` can only be the warm-up's.
+#[test]
+fn when_the_warm_up_fails_expect_its_kind_counted_in_the_summary() {
+    use toml::Value;
+    let port = server(move |conn, mut ws| {
+        if conn == 0 {
+            let _ = ws.send(Message::Text("not metadata".into()));
+            return;
+        }
+        // Held open, silent, until the client gives up on it.
+        let _ = ws.read();
+    });
+    let cfg = common::remote_policy_config(
+        "openpi",
+        &[
+            ("url", Value::String(format!("ws://127.0.0.1:{port}"))),
+            ("connect_timeout_s", Value::Float(0.5)),
+            ("request_timeout_s", Value::Float(0.5)),
+            ("reconnect_initial_s", Value::Float(0.1)),
+            ("reconnect_max_s", Value::Float(0.2)),
+        ],
+    );
+    let run = common::run_daemon("openpi-hostile-warm-up-count", &cfg, 2.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    let s = run.summary();
+    assert_eq!(s["policy_errors_by_kind"]["malformed_reply"], 1, "{s}");
+    assert!(
+        run.stderr.contains("policy warm-up failed")
+            && run.stderr.contains("expected the metadata frame first"),
+        "{}",
+        run.stderr
+    );
+}

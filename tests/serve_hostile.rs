@@ -170,7 +170,7 @@ fn client(port: u16, request_timeout_s: f64) -> Result<Websocket, String> {
         max_reply_bytes: 1 << 20,
         zenoh: None,
     };
-    let mut link = Websocket::new(&opts)?;
+    let mut link = Websocket::new(&opts).map_err(|e| e.to_string())?;
     link.open().map_err(|e| e.to_string())?;
     Ok(link)
 }
@@ -435,16 +435,20 @@ fn when_signals_arrive_expect_them_logged_and_ignored_and_sigquit_a_controlled_s
 fn when_a_numeric_option_is_out_of_range_expect_exit_2_naming_option_and_range() {
     let model = root().join("models/tiny-pi0");
     let cases = [
-        ("--batch-window-ms", "nan", "from 0 to 1000 ms"),
-        ("--batch-window-ms", "-1", "from 0 to 1000 ms"),
-        ("--rtc-max-guidance", "nan", "above 0, at most 1000"),
-        ("--rtc-max-guidance", "inf", "above 0, at most 1000"),
-        ("--rtc-max-guidance", "0", "above 0, at most 1000"),
-        ("--handshake-timeout-s", "0", "from 0.1 to 60 s"),
-        ("--idle-timeout-s", "nan", "from 0.1 to 86400 s"),
+        ("--batch-window-ms", "nan", "expected 0..1000 ms"),
+        ("--batch-window-ms", "-1", "expected 0..1000 ms"),
+        ("--rtc-max-guidance", "nan", "expected 0.01..1000, found"),
+        ("--rtc-max-guidance", "inf", "expected 0.01..1000, found"),
+        ("--rtc-max-guidance", "0", "expected 0.01..1000, found"),
+        ("--handshake-timeout-s", "0", "expected 0.1..60 s"),
+        ("--idle-timeout-s", "nan", "expected 0.1..86400 s"),
         ("--max-batch", "0", "1..=64"),
-        ("--queue", "0", "1..=1024"),
-        ("--max-request-mib", "4096", "1..=1024"),
+        ("--queue", "0", "expected an integer 1..1024 requests"),
+        (
+            "--max-request-mib",
+            "4096",
+            "expected an integer 1..1024 MiB",
+        ),
         ("--threads", "0", "1..=1024"),
     ];
     for (option, value, range) in cases {

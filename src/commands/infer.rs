@@ -107,7 +107,7 @@ pub(crate) fn with_rtc(
     }
     batch
         .set_rtc(settings)
-        .map_err(|m| invalid(format!("{}: {m}", inputs.display())))
+        .map_err(|e| invalid(format!("{}: {}", inputs.display(), pi0d::errors::Chain(&e))))
 }
 
 pub(crate) fn infer(a: InferArgs) -> Outcome {

@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use clap::Args;
 
-use pi0d::config::ros_args::RosArgs;
-use pi0d::config::serve::{
-    BATCH_WINDOW_MS, DEFAULT_HANDSHAKE_TIMEOUT_S, DEFAULT_IDLE_TIMEOUT_S, HANDSHAKE_TIMEOUT_S,
-    IDLE_TIMEOUT_S, RTC_MAX_GUIDANCE,
+use pi0d::config::ranges::{
+    Range, RTC_MAX_GUIDANCE, SERVE_BATCH_WINDOW_MS, SERVE_HANDSHAKE_TIMEOUT_S,
+    SERVE_IDLE_TIMEOUT_S, SERVE_MAX_REQUEST_MIB, SERVE_QUEUE,
 };
+use pi0d::config::ros_args::RosArgs;
+use pi0d::config::serve::{DEFAULT_HANDSHAKE_TIMEOUT_S, DEFAULT_IDLE_TIMEOUT_S};
 use pi0d::daemon::exit::ExitReason;
 use pi0d::daemon::log::say;
 use pi0d::daemon::signals::Signals;
@@ -57,25 +58,25 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Largest request frame, MiB (default 16).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, value_parser = |s: &str| count(&SERVE_MAX_REQUEST_MIB, s))]
     max_request_mib: Option<u32>,
     /// Requests that may wait for the model; one more is answered "busy" (default 8).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, value_parser = |s: &str| count(&SERVE_QUEUE, s))]
     queue: Option<u32>,
     /// Requests from several clients run as one batch, at most this many (1: one at a time).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     max_batch: u32,
     /// How long a request waits for others to batch with, ms, 0 to 1000 (0: only those
     /// already waiting join it).
-    #[arg(long, default_value_t = 0.0, value_parser = |s: &str| BATCH_WINDOW_MS.parse(s))]
+    #[arg(long, default_value_t = 0.0, value_parser = |s: &str| SERVE_BATCH_WINDOW_MS.parse(s))]
     batch_window_ms: f64,
     /// A connection must finish its HTTP request or websocket handshake within this, s, 0.1 to
     /// 60 [default: the config's serve.handshake_timeout_s, else 5].
-    #[arg(long, value_parser = |s: &str| HANDSHAKE_TIMEOUT_S.parse(s))]
+    #[arg(long, value_parser = |s: &str| SERVE_HANDSHAKE_TIMEOUT_S.parse(s))]
     handshake_timeout_s: Option<f64>,
     /// A client that sends no request for this long is disconnected, s, 0.1 to 86400
     /// [default: the config's serve.idle_timeout_s, else 60].
-    #[arg(long, value_parser = |s: &str| IDLE_TIMEOUT_S.parse(s))]
+    #[arg(long, value_parser = |s: &str| SERVE_IDLE_TIMEOUT_S.parse(s))]
     idle_timeout_s: Option<f64>,
     /// Also answer Zenoh queries on this key, e.g. pi0d/policy/arm (feature `zenoh`).
     #[arg(long)]
@@ -84,8 +85,8 @@ pub(crate) struct ServeArgs {
     /// control.rtc.schedule, else linear].
     #[arg(long, value_parser = ["zeros", "ones", "linear", "exp"])]
     rtc_schedule: Option<String>,
-    /// Real-time chunking's guidance cap, above 0, at most 1000 [default: the config's, else
-    /// 10].
+    /// Real-time chunking's guidance cap, 0.01 to 1000 (control.rtc.max_guidance_weight's
+    /// range) [default: the config's, else 10].
     #[arg(long, value_parser = |s: &str| RTC_MAX_GUIDANCE.parse(s))]
     rtc_max_guidance: Option<f64>,
     /// Zenoh endpoints to connect to (a zenohd router, other peers); repeatable.
@@ -94,6 +95,12 @@ pub(crate) struct ServeArgs {
     /// Zenoh endpoints to listen on, e.g. tcp/0.0.0.0:7447; repeatable.
     #[arg(long = "zenoh-listen", requires = "zenoh")]
     zenoh_listen: Vec<String>,
+}
+
+/// An integer option within `range` (its `[serve]` setting's, so both take the same values).
+fn count(range: &Range, s: &str) -> Result<u32, pi0d::config::ranges::OutOfRange> {
+    // Within the range, which is within u32's: the cast is exact.
+    range.parse(s).map(|x| x as u32)
 }
 
 pub(crate) fn camera_key(s: &str) -> Result<(String, String), String> {

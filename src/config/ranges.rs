@@ -6,9 +6,11 @@
 //! what depends on other settings (a blend window of two control periods, a horizon below the
 //! chunk length, a stop timeout the brakes can meet).
 //!
-//! Paths: `*` stands for a name (a joint, a camera, a QoS kind), `[]` for an index. `[serve]`
-//! is ranged by its own validator (`serve.rs`) and `policy.openpi.extra` holds constants sent
-//! to the server as they are (finite numbers, no unit); neither is in the table.
+//! Paths: `*` stands for a name (a joint, a camera, a QoS kind), `[]` for an index.
+//! `policy.openpi.extra` holds constants sent to the server as they are (finite numbers, no
+//! unit); it is not in the table. `pi0d serve`'s numeric options parse through the same
+//! ranges (`Range::parse`): those of `[serve]` settings and of `control.rtc.max_guidance_weight`,
+//! and `SERVE_BATCH_WINDOW_MS`, an option with no setting.
 
 use super::check::Check;
 use super::ConfigError;
@@ -44,6 +46,28 @@ impl Range {
             number(self.min),
             number(self.max)
         )
+    }
+}
+
+/// A value outside a setting's range, or not a number (a command-line option's value).
+#[derive(Debug, thiserror::Error)]
+#[error("{}", range.expected(found))]
+pub struct OutOfRange {
+    pub range: Range,
+    /// The value as given, quoted.
+    pub found: String,
+}
+
+impl Range {
+    /// A command-line value of this setting; the error says the range expected.
+    pub fn parse(&self, s: &str) -> Result<f64, OutOfRange> {
+        match s.trim().parse::<f64>() {
+            Ok(x) if self.contains(x) && (!self.integer || x.fract() == 0.0) => Ok(x),
+            _ => Err(OutOfRange {
+                range: *self,
+                found: format!("\"{s}\""),
+            }),
+        }
     }
 }
 
@@ -87,7 +111,21 @@ const VEL: &str = "rad/s (m/s)";
 const ACC: &str = "rad/s² (m/s²)";
 const JRK: &str = "rad/s³ (m/s³)";
 
-/// Every numeric setting but `[serve]`'s and `policy.openpi.extra`'s, section by section.
+/// Real-time chunking's guidance cap (lerobot's `max_guidance_weight`); also `pi0d serve
+/// --rtc-max-guidance`.
+pub const RTC_MAX_GUIDANCE: Range = real("control.rtc.max_guidance_weight", 0.01, 1000.0, "");
+/// Requests that may wait for `pi0d serve`'s model.
+pub const SERVE_QUEUE: Range = int("serve.queue", 1.0, 1024.0, "requests");
+pub const SERVE_MAX_REQUEST_MIB: Range = int("serve.max_request_mib", 1.0, 1024.0, "MiB");
+/// A `pi0d serve` client must finish its HTTP request or websocket handshake within this.
+pub const SERVE_HANDSHAKE_TIMEOUT_S: Range = real("serve.handshake_timeout_s", 0.1, 60.0, "s");
+/// A `pi0d serve` session without a request for this long is closed.
+pub const SERVE_IDLE_TIMEOUT_S: Range = real("serve.idle_timeout_s", 0.1, 86_400.0, "s");
+/// `pi0d serve --batch-window-ms`: how long a request waits for others to batch with. An
+/// option only, with no setting: not in `RANGES`.
+pub const SERVE_BATCH_WINDOW_MS: Range = real("pi0d serve --batch-window-ms", 0.0, 1000.0, "ms");
+
+/// Every numeric setting but `policy.openpi.extra`'s, section by section.
 pub const RANGES: &[Range] = &[
     // [limits]
     real("limits.scale", 0.01, 1.0, ""),
@@ -119,7 +157,7 @@ pub const RANGES: &[Range] = &[
     real("control.status_interval_s", 0.05, 3600.0, "s"),
     real("control.stop_timeout_s", 0.01, 600.0, "s"),
     real("control.start_timeout_s", 0.1, 3600.0, "s"),
-    real("control.rtc.max_guidance_weight", 0.01, 1000.0, ""),
+    RTC_MAX_GUIDANCE,
     int("control.rtc.execution_horizon", 1.0, 999.0, "steps"),
     int("control.rtc.inference_delay_steps", 0.0, 999.0, "steps"),
     // [safety]
@@ -213,6 +251,11 @@ pub const RANGES: &[Range] = &[
     // [[drill]]
     real("drill[].at_s", 0.0, 1e6, "s"),
     real("drill[].duration_s", 0.001, 3600.0, "s"),
+    // [serve] (`pi0d serve --config`; its options of the same names parse through these)
+    SERVE_QUEUE,
+    SERVE_MAX_REQUEST_MIB,
+    SERVE_HANDSHAKE_TIMEOUT_S,
+    SERVE_IDLE_TIMEOUT_S,
 ];
 
 /// One step of a concrete path: a key, or an index into an array.
@@ -420,6 +463,46 @@ mod tests {
     }
 
     #[test]
+    fn when_serve_settings_are_outside_their_range_expect_them_refused_by_the_table() {
+        let e = refused("[serve]\nqueue = 0\n").unwrap();
+        assert!(
+            e.contains("`serve.queue`: expected an integer 1..1024 requests, found 0"),
+            "{e}"
+        );
+        let e = refused("[serve]\nidle_timeout_s = nan\n").unwrap();
+        assert!(e.contains("`serve.idle_timeout_s`"), "{e}");
+    }
+
+    #[test]
+    fn when_an_option_value_is_parsed_expect_its_range_or_an_error_naming_it() {
+        for bad in [
+            "nan", "NaN", "inf", "-inf", "0", "0.005", "-1", "1000.5", "x", "",
+        ] {
+            let e = RTC_MAX_GUIDANCE.parse(bad).unwrap_err().to_string();
+            assert_eq!(e, format!("expected 0.01..1000, found \"{bad}\""));
+        }
+        assert_eq!(RTC_MAX_GUIDANCE.parse("1000").unwrap(), 1000.0);
+        assert_eq!(RTC_MAX_GUIDANCE.parse(" 0.5").unwrap(), 0.5);
+        for bad in ["nan", "inf", "-0.1", "1001"] {
+            let e = SERVE_BATCH_WINDOW_MS.parse(bad).unwrap_err().to_string();
+            assert!(e.contains("expected 0..1000 ms"), "{bad}: {e}");
+        }
+        assert_eq!(SERVE_BATCH_WINDOW_MS.parse("0").unwrap(), 0.0);
+        for bad in ["0", "0.05", "nan", "61"] {
+            assert!(SERVE_HANDSHAKE_TIMEOUT_S.parse(bad).is_err(), "{bad}");
+        }
+        for bad in ["0", "inf", "86401"] {
+            assert!(SERVE_IDLE_TIMEOUT_S.parse(bad).is_err(), "{bad}");
+        }
+        assert!(SERVE_QUEUE.parse("1.5").is_err());
+        assert!(SERVE_QUEUE.parse("1025").is_err());
+        assert_eq!(SERVE_QUEUE.parse("8").unwrap(), 8.0);
+        use crate::config::serve::{DEFAULT_HANDSHAKE_TIMEOUT_S, DEFAULT_IDLE_TIMEOUT_S};
+        assert!(SERVE_IDLE_TIMEOUT_S.contains(DEFAULT_IDLE_TIMEOUT_S));
+        assert!(SERVE_HANDSHAKE_TIMEOUT_S.contains(DEFAULT_HANDSHAKE_TIMEOUT_S));
+    }
+
+    #[test]
     fn when_field_looked_up_expect_its_pattern_range() {
         assert_eq!(
             lookup("sim.cameras[3].fps").unwrap().field,
@@ -440,7 +523,7 @@ mod tests {
             refused("[limits]\njerk = 1e6\nscale = 0.01\n[control]\nrate_hz = 200\n"),
             None
         );
-        // Constants sent to the server, and [serve] (ranged by its own validator).
+        // Constants sent to the server.
         assert_eq!(
             refused("[policy.openpi.extra]\nflag = 1e308\n[serve]\nqueue = 8\n"),
             None

@@ -66,8 +66,19 @@ fn err(message: impl Into<String>) -> ConfigError {
     ConfigError::Usage(format!("--ros-args: {}", message.into()))
 }
 
+/// Why a parameter's YAML value has no TOML form.
+#[derive(Debug, thiserror::Error)]
+enum ParamError {
+    #[error("parameter `{name}`: {number} is out of range")]
+    OutOfRange { name: String, number: String },
+    #[error("parameter `{name}`: expected a number, string, boolean or list")]
+    NotScalar { name: String },
+    #[error("parameter name under `{prefix}` is not a string")]
+    KeyNotString { prefix: String },
+}
+
 /// A YAML scalar or list as a TOML value.
-fn to_toml(name: &str, v: &serde_norway::Value) -> Result<toml::Value, String> {
+fn to_toml(name: &str, v: &serde_norway::Value) -> Result<toml::Value, ParamError> {
     use serde_norway::Value as Y;
     Ok(match v {
         Y::Bool(b) => toml::Value::Boolean(*b),
@@ -75,7 +86,12 @@ fn to_toml(name: &str, v: &serde_norway::Value) -> Result<toml::Value, String> {
             Some(i) => toml::Value::Integer(i),
             None => match n.as_f64() {
                 Some(x) => toml::Value::Float(x),
-                None => return Err(format!("parameter `{name}`: {n} is out of range")),
+                None => {
+                    return Err(ParamError::OutOfRange {
+                        name: name.into(),
+                        number: n.to_string(),
+                    })
+                }
             },
         },
         Y::String(s) => toml::Value::String(s.clone()),
@@ -85,11 +101,7 @@ fn to_toml(name: &str, v: &serde_norway::Value) -> Result<toml::Value, String> {
                 .map(|i| to_toml(name, i))
                 .collect::<Result<_, _>>()?,
         ),
-        _ => {
-            return Err(format!(
-                "parameter `{name}`: expected a number, string, boolean or list"
-            ))
-        }
+        _ => return Err(ParamError::NotScalar { name: name.into() }),
     })
 }
 
@@ -97,13 +109,13 @@ fn flatten(
     prefix: &str,
     v: &serde_norway::Value,
     out: &mut Vec<(String, toml::Value)>,
-) -> Result<(), String> {
+) -> Result<(), ParamError> {
     match v {
         serde_norway::Value::Mapping(m) => {
             for (k, v) in m {
-                let k = k
-                    .as_str()
-                    .ok_or_else(|| format!("parameter name under `{prefix}` is not a string"))?;
+                let k = k.as_str().ok_or_else(|| ParamError::KeyNotString {
+                    prefix: prefix.into(),
+                })?;
                 let name = if prefix.is_empty() {
                     k.to_string()
                 } else {
@@ -205,7 +217,7 @@ pub fn params_file(path: &Path, node: &str, namespace: &str) -> Result<Vec<Param
             let params = v
                 .get("ros__parameters")
                 .ok_or_else(|| file_err(format!("`{key}` has no `ros__parameters`")))?;
-            flatten("", params, &mut out).map_err(file_err)?;
+            flatten("", params, &mut out).map_err(|e| file_err(e.to_string()))?;
         }
     }
     Ok(out
@@ -253,7 +265,7 @@ pub fn parse(args: &[String]) -> Result<RosArgs, ConfigError> {
                     .map_err(|e| err(format!("parameter `{name}`: {e}")))?;
                 out.params.push(Param {
                     name: name.to_string(),
-                    value: to_toml(name, &y).map_err(err)?,
+                    value: to_toml(name, &y).map_err(|e| err(e.to_string()))?,
                     file: None,
                 });
                 i += 2;

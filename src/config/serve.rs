@@ -1,8 +1,9 @@
 //! `[serve]`: how `pi0d serve --config` serves the `[policy]` section: where it listens, the
 //! key clients must send, and the request keys when they are not the checkpoint's own
 //! (openpi's `observation/image`, `observation/wrist_image`, `observation/state`; LIBERO,
-//! ALOHA or DROID layouts), and how long clients may take. The ranges of its numeric settings
-//! (`Bounds`) are also those of `pi0d serve`'s options.
+//! ALOHA or DROID layouts), and how long clients may take. Its numeric settings are ranged
+//! in `ranges.rs` (checked before this validator runs), whose ranges `pi0d serve`'s options
+//! of the same names parse through.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -31,71 +32,9 @@ pub struct RawServe {
     pub idle_timeout_s: Option<f64>,
 }
 
-/// A numeric setting's range: finite, from `lo` (or above it, when `lo_open`) to `hi`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Bounds {
-    pub lo: f64,
-    pub lo_open: bool,
-    pub hi: f64,
-    /// Appended to the numbers in messages, e.g. " s".
-    pub unit: &'static str,
-}
-
-impl Bounds {
-    pub fn contains(self, x: f64) -> bool {
-        x.is_finite() && (x > self.lo || (!self.lo_open && x == self.lo)) && x <= self.hi
-    }
-
-    /// "a number from 0.1 to 60 s", "a number above 0, at most 1000".
-    pub fn expected(self) -> String {
-        let (lo, hi, u) = (self.lo, self.hi, self.unit);
-        if self.lo_open {
-            format!("a number above {lo}{u}, at most {hi}{u}")
-        } else {
-            format!("a number from {lo} to {hi}{u}")
-        }
-    }
-
-    /// Parses a command-line value: the error says what was expected.
-    pub fn parse(self, s: &str) -> Result<f64, String> {
-        match s.trim().parse::<f64>() {
-            Ok(x) if self.contains(x) => Ok(x),
-            _ => Err(format!("expected {}, found \"{s}\"", self.expected())),
-        }
-    }
-}
-
-/// A client must finish its HTTP request or websocket handshake within this.
-pub const HANDSHAKE_TIMEOUT_S: Bounds = Bounds {
-    lo: 0.1,
-    lo_open: false,
-    hi: 60.0,
-    unit: " s",
-};
+/// Defaults of `[serve]`'s timeouts (their ranges: `ranges::SERVE_*`).
 pub const DEFAULT_HANDSHAKE_TIMEOUT_S: f64 = 5.0;
-/// A session without a request for this long is closed.
-pub const IDLE_TIMEOUT_S: Bounds = Bounds {
-    lo: 0.1,
-    lo_open: false,
-    hi: 86_400.0,
-    unit: " s",
-};
 pub const DEFAULT_IDLE_TIMEOUT_S: f64 = 60.0;
-/// How long a request waits for others to batch with.
-pub const BATCH_WINDOW_MS: Bounds = Bounds {
-    lo: 0.0,
-    lo_open: false,
-    hi: 1000.0,
-    unit: " ms",
-};
-/// Real-time chunking's guidance cap (lerobot's `max_guidance_weight`, default 10): a gain, so
-/// above 0; beyond 1000 it no longer caps anything the guidance reaches.
-pub const RTC_MAX_GUIDANCE: Bounds = Bounds {
-    lo: 0.0,
-    lo_open: true,
-    hi: 1000.0,
-    unit: "",
-};
 
 /// Request keys; each `None` or empty is the checkpoint's own name.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -153,30 +92,6 @@ pub fn validate(c: &Check, r: &RawServe) -> Result<ServeConfig, ConfigError> {
     for (i, k) in r.ignore.iter().enumerate() {
         key(format!("serve.ignore[{i}]"), k)?;
     }
-    for (field, v, lo, hi) in [
-        ("serve.queue", r.queue, 1, 1024),
-        ("serve.max_request_mib", r.max_request_mib, 1, 1024),
-    ] {
-        if let Some(v) = v {
-            if !(lo..=hi).contains(&v) {
-                return c.fail(field, format!("expected {lo} to {hi}, found {v}"));
-            }
-        }
-    }
-    for (field, v, bounds) in [
-        (
-            "serve.handshake_timeout_s",
-            r.handshake_timeout_s,
-            HANDSHAKE_TIMEOUT_S,
-        ),
-        ("serve.idle_timeout_s", r.idle_timeout_s, IDLE_TIMEOUT_S),
-    ] {
-        if let Some(v) = v {
-            if !bounds.contains(v) {
-                return c.fail(field, format!("expected {}, found {v}", bounds.expected()));
-            }
-        }
-    }
     Ok(ServeConfig {
         listen,
         api_key_env: r.api_key_env.clone(),
@@ -191,32 +106,4 @@ pub fn validate(c: &Check, r: &RawServe) -> Result<ServeConfig, ConfigError> {
         handshake_timeout_s: r.handshake_timeout_s,
         idle_timeout_s: r.idle_timeout_s,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn when_a_value_is_not_finite_or_outside_its_bounds_expect_refused_naming_the_range() {
-        for bad in ["nan", "NaN", "inf", "-inf", "0", "-1", "1000.5", "x", ""] {
-            let e = RTC_MAX_GUIDANCE.parse(bad).unwrap_err();
-            assert!(e.contains("above 0, at most 1000"), "{bad}: {e}");
-        }
-        assert_eq!(RTC_MAX_GUIDANCE.parse("1000"), Ok(1000.0));
-        assert_eq!(RTC_MAX_GUIDANCE.parse("0.5"), Ok(0.5));
-        for bad in ["nan", "inf", "-0.1", "1001"] {
-            let e = BATCH_WINDOW_MS.parse(bad).unwrap_err();
-            assert!(e.contains("from 0 to 1000 ms"), "{bad}: {e}");
-        }
-        assert_eq!(BATCH_WINDOW_MS.parse("0"), Ok(0.0));
-        for bad in ["0", "0.05", "nan", "61"] {
-            assert!(HANDSHAKE_TIMEOUT_S.parse(bad).is_err(), "{bad}");
-        }
-        for bad in ["0", "inf", "86401"] {
-            assert!(IDLE_TIMEOUT_S.parse(bad).is_err(), "{bad}");
-        }
-        assert!(IDLE_TIMEOUT_S.contains(DEFAULT_IDLE_TIMEOUT_S));
-        assert!(HANDSHAKE_TIMEOUT_S.contains(DEFAULT_HANDSHAKE_TIMEOUT_S));
-    }
 }

@@ -153,7 +153,7 @@ impl Executor {
                 return Err((chunk, ChunkRejection::OutOfOrder));
             }
             if let MergeMode::WeightedAverage { old_weight } = self.merge {
-                self.average_overlap(&mut chunk, active_ref(&self.active), old_weight);
+                self.average_overlap(&mut chunk, active, old_weight);
             }
         }
         let window_s = match self.merge {
@@ -254,10 +254,6 @@ impl Executor {
         }
         Some(&self.scratch)
     }
-}
-
-fn active_ref(active: &Option<Box<JointChunk>>) -> &JointChunk {
-    active.as_deref().expect("checked by caller")
 }
 
 #[cfg(test)]

@@ -244,7 +244,10 @@ impl FaultLatch {
             pid: std::process::id(),
             token: Some(self.token.clone()),
         };
-        let text = serde_json::to_string(&m).expect("a plain struct serializes");
+        let text = serde_json::to_string(&m).map_err(|e| LatchError::Io {
+            path: self.path.clone(),
+            source: io::Error::from(e),
+        })?;
         // Whole or not at all: a cut-off write must not read as "no fault". The new file is
         // this process's own (O_EXCL: never an existing file, nor a symlink's target).
         let tmp = self.dir.join(format!(".{FILE}.{}.tmp", std::process::id()));

@@ -71,8 +71,8 @@ pub enum DaemonError {
     StartupThread(&'static str, String),
     /// The middleware library panicked while creating its node (typically: it could not
     /// create its threads or sockets).
-    #[error("the ROS 2 middleware failed while starting: {0}")]
-    MiddlewarePanic(String),
+    #[error("the ROS 2 middleware failed while starting")]
+    MiddlewarePanic(#[source] crate::panics::Panic),
     #[error(transparent)]
     Latch(#[from] latch::LatchError),
     #[error(transparent)]
@@ -419,8 +419,14 @@ fn limits_json(limits: &crate::robot::RobotLimits) -> String {
 
 /// One inference (or a remote policy's connection) before READY: the first real chunk then
 /// costs what the others do. A failure is logged, not fatal: the worker retries and the arm
-/// waits as it would for any missing chunk.
-fn warm_up(policy: &mut dyn crate::policy::Policy, cfg: &Config, board: &Blackboard) {
+/// waits as it would for any missing chunk. A failure is counted under its kind (the summary's
+/// `policy_errors_by_kind`), not as a chunk: no chunk was asked for.
+fn warm_up(
+    policy: &mut dyn crate::policy::Policy,
+    cfg: &Config,
+    board: &Blackboard,
+    stats: &WorkerStats,
+) {
     let mut obs = crate::observation::Observation::default();
     if !board.inputs.observe(&cfg.policy.state, &mut obs) {
         return;
@@ -431,7 +437,10 @@ fn warm_up(policy: &mut dyn crate::policy::Policy, cfg: &Config, board: &Blackbo
             ms = format!("{:.1}", MonoTime::now().seconds_since(started) * 1e3),
             "policy warmed up"
         ),
-        Ok(Err(e)) => tracing::warn!(error = %e, "policy warm-up failed; the worker retries"),
+        Ok(Err(e)) => {
+            stats.count_kind(&e);
+            tracing::warn!(error = %crate::errors::Chain(&e), "policy warm-up failed; the worker retries");
+        }
         Err(panic) => tracing::warn!(%panic, "policy warm-up panicked; the worker retries"),
     }
 }
@@ -460,8 +469,8 @@ fn supervise(
     );
 
     let mut policy = crate::policy::from_config(cfg)?;
-    warm_up(policy.as_mut(), cfg, board);
     let worker_stats = Arc::new(WorkerStats::default());
+    warm_up(policy.as_mut(), cfg, board, &worker_stats);
     // Before any motion: an address that cannot be served stops the start, not a run.
     let chunk_latency = match &cfg.metrics {
         Some(m) => {

@@ -45,6 +45,16 @@ pub struct WorkerStats {
     pub stages: Mutex<StageSamples>,
 }
 
+impl WorkerStats {
+    /// Counts `e` under its kind when it is a remote policy's (`remote_faults`, the summary's
+    /// `policy_errors_by_kind`).
+    pub fn count_kind(&self, e: &PolicyError) {
+        if let PolicyError::Remote { fault, .. } = e {
+            self.remote_faults[*fault as usize].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Per request, ms: the wait from the control thread's request to the worker taking it, and
 /// the policy's stages (when it runs a model here).
 #[derive(Clone, Debug, Default)]
@@ -290,17 +300,17 @@ fn infer_one(
     let chunk = match result {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
-            if let PolicyError::Remote { fault, .. } = &e {
-                stats.remote_faults[*fault as usize].fetch_add(1, Ordering::Relaxed);
-            }
+            stats.count_kind(&e);
+            // The error with its causes (a model's error keeps its own as the source).
+            let said = crate::errors::Chain(&e).to_string();
             if let Ok(mut slot) = stats.last_policy_error.lock() {
-                *slot = Some(e.to_string());
+                *slot = Some(said.clone());
             }
             let n = stats.policy_errors.fetch_add(1, Ordering::Relaxed);
             if n.is_multiple_of(LOG_EVERY) {
-                tracing::warn!(chunk_seq = seq, error = %e, total = n + 1, "policy error: no chunk");
+                tracing::warn!(chunk_seq = seq, error = %said, total = n + 1, "policy error: no chunk");
             }
-            note_refusal(setup, seq, "policy_error", || e.to_string());
+            note_refusal(setup, seq, "policy_error", || said.clone());
             return None;
         }
         Err(msg) => {
@@ -308,7 +318,7 @@ fn infer_one(
             if n.is_multiple_of(LOG_EVERY) {
                 tracing::error!(chunk_seq = seq, panic = %msg, total = n + 1, "policy panicked: no chunk");
             }
-            note_refusal(setup, seq, "policy_panic", || msg.clone());
+            note_refusal(setup, seq, "policy_panic", || msg.message.clone());
             return None;
         }
     };

@@ -52,7 +52,7 @@ impl Policy for FaultyPolicy {
         }
         match self.fault.kind {
             FaultKind::Panic => panic!("injected policy panic (policy.fault.kind = \"panic\")"),
-            FaultKind::Error => return Err(PolicyError::Failed("injected error".into())),
+            FaultKind::Error => return Err(PolicyError::Injected),
             // Saturates: `policy.fault.latency_s` is ranged, but a huge value must not panic.
             FaultKind::Slow => std::thread::sleep(
                 Duration::try_from_secs_f64(self.fault.latency_s).unwrap_or(Duration::MAX),

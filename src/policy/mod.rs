@@ -19,8 +19,15 @@ use crate::observation::Observation;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
-    #[error("policy failed: {0}")]
-    Failed(String),
+    /// `policy.fault.kind = "error"`.
+    #[error("policy failed: injected error")]
+    Injected,
+    /// The model here could not run on this observation.
+    #[error("policy failed")]
+    Model(#[source] pi0::pipeline::PipelineError),
+    /// The running chunk's leftover cannot guide the model (real-time chunking).
+    #[error("policy failed: the running chunk's leftover cannot guide the model")]
+    Guidance(#[source] pi0::pipeline::PipelineError),
     #[error("policy returned {found} action values per step, expected {expected}")]
     WrongDimension { expected: usize, found: usize },
     #[error("policy server ({}): {message}", fault.name())]
@@ -139,8 +146,12 @@ pub enum PolicyBuildError {
     },
     #[error("{checkpoint}: {message}")]
     Cameras { checkpoint: String, message: String },
-    #[error("policy.openpi ({url}): {message}")]
-    Remote { url: String, message: String },
+    #[error("policy.openpi ({url})")]
+    Remote {
+        url: String,
+        #[source]
+        source: openpi::OpenpiError,
+    },
     #[error(
         "{checkpoint}: the model's state (input_features.observation.state) has {model} entries ({width_source}) but {layout} lists {config}"
     )]
@@ -189,9 +200,9 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
                     p.chunk_steps,
                     p.step_period_s,
                 )
-                .map_err(|message| PolicyBuildError::Remote {
+                .map_err(|source| PolicyBuildError::Remote {
                     url: opts.url.clone(),
-                    message,
+                    source,
                 })?,
             )
         }

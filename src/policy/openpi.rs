@@ -15,7 +15,20 @@ pub mod msgpack_numpy;
 mod websocket;
 mod wire;
 
-pub use websocket::{Websocket, MAX_CA_FILE_BYTES};
+pub use websocket::{LinkError, Websocket, MAX_CA_FILE_BYTES};
+
+/// Why an openpi policy cannot be built from its options.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenpiError {
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    #[error("camera `{camera}` has no key in policy.openpi.images (it maps {mapped})")]
+    UnmappedCamera { camera: String, mapped: String },
+    #[error("policy.openpi.images.{key}: no such camera (the cameras are {cameras})")]
+    UnknownCamera { key: String, cameras: String },
+    #[error("policy.backend = \"zenoh\" needs pi0d built with the `zenoh` feature")]
+    NoZenoh,
+}
 
 use self::msgpack_numpy::{Dtype, Item, NdArray, Out};
 use super::{ActionChunk, Policy, PolicyError, RemoteFault, RemoteStats};
@@ -81,17 +94,13 @@ impl OpenpiPolicy {
         action_dim: usize,
         chunk_steps: usize,
         step_period_s: f64,
-    ) -> Result<OpenpiPolicy, String> {
+    ) -> Result<OpenpiPolicy, OpenpiError> {
         let link: Box<dyn Link> = match &opts.zenoh {
             None => Box::new(Websocket::new(opts)?),
             #[cfg(feature = "zenoh")]
             Some(z) => Box::new(super::openpi_zenoh::ZenohLink::new(z, opts.max_reply_bytes)),
             #[cfg(not(feature = "zenoh"))]
-            Some(_) => {
-                return Err(
-                    "policy.backend = \"zenoh\" needs pi0d built with the `zenoh` feature".into(),
-                )
-            }
+            Some(_) => return Err(OpenpiError::NoZenoh),
         };
         Self::with_link(opts, link, cameras, action_dim, chunk_steps, step_period_s)
     }
@@ -103,28 +112,29 @@ impl OpenpiPolicy {
         action_dim: usize,
         chunk_steps: usize,
         step_period_s: f64,
-    ) -> Result<OpenpiPolicy, String> {
+    ) -> Result<OpenpiPolicy, OpenpiError> {
         let mut image_keys = Vec::with_capacity(cameras.len());
         for cam in cameras {
             match opts.image_key(cam) {
                 Some(k) => image_keys.push(k),
                 None => {
-                    return Err(format!(
-                        "camera `{cam}` has no key in policy.openpi.images (it maps {})",
-                        opts.images
+                    return Err(OpenpiError::UnmappedCamera {
+                        camera: cam.clone(),
+                        mapped: opts
+                            .images
                             .as_ref()
                             .map(|m| m.keys().cloned().collect::<Vec<_>>().join(", "))
-                            .unwrap_or_default()
-                    ))
+                            .unwrap_or_default(),
+                    })
                 }
             }
         }
         if let Some(m) = &opts.images {
             if let Some(extra) = m.keys().find(|k| !cameras.contains(k)) {
-                return Err(format!(
-                    "policy.openpi.images.{extra}: no such camera (the cameras are {})",
-                    cameras.join(", ")
-                ));
+                return Err(OpenpiError::UnknownCamera {
+                    key: extra.clone(),
+                    cameras: cameras.join(", "),
+                });
             }
         }
         Ok(OpenpiPolicy {

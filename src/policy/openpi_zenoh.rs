@@ -39,18 +39,34 @@ impl ZenohLink {
 
 /// A Zenoh configuration that connects to and listens on `connect` / `listen` (peers found
 /// by multicast scouting otherwise, as Zenoh does by default).
-pub fn config(connect: &[String], listen: &[String]) -> Result<zenoh::Config, String> {
+pub fn config(connect: &[String], listen: &[String]) -> Result<zenoh::Config, ConfigError> {
     let mut c = zenoh::Config::default();
     let json = |v: &[String]| serde_json::to_string(v).unwrap_or_default();
     if !connect.is_empty() {
         c.insert_json5("connect/endpoints", &json(connect))
-            .map_err(|e| format!("connect endpoints: {e}"))?;
+            .map_err(|source| ConfigError {
+                what: "connect",
+                source,
+            })?;
     }
     if !listen.is_empty() {
         c.insert_json5("listen/endpoints", &json(listen))
-            .map_err(|e| format!("listen endpoints: {e}"))?;
+            .map_err(|source| ConfigError {
+                what: "listen",
+                source,
+            })?;
     }
     Ok(c)
+}
+
+/// Endpoints Zenoh does not take.
+#[derive(Debug, thiserror::Error)]
+#[error("Zenoh {what} endpoints")]
+pub struct ConfigError {
+    /// `connect` or `listen`.
+    pub what: &'static str,
+    #[source]
+    pub source: zenoh::Error,
 }
 
 impl Link for ZenohLink {
@@ -59,7 +75,7 @@ impl Link for ZenohLink {
             return Ok(());
         }
         let c = config(&self.opts.connect, &self.opts.listen)
-            .map_err(|e| fault(RemoteFault::Down, e))?;
+            .map_err(|e| fault(RemoteFault::Down, crate::errors::Chain(&e).to_string()))?;
         let session = zenoh::open(c)
             .wait()
             .map_err(|e| fault(RemoteFault::Down, format!("Zenoh session: {e}")))?;

@@ -88,11 +88,11 @@ impl Policy for ScriptedPolicy {
                 found: obs.state.len(),
             });
         }
-        if self.origin.is_none() {
-            let swing = self.swing(&obs.state);
-            self.origin = Some((obs.stamp, obs.state.clone(), swing));
-        }
-        let (t0, start, swing) = self.origin.as_ref().expect("set above");
+        let origin = match self.origin.take() {
+            Some(o) => o,
+            None => (obs.stamp, obs.state.clone(), self.swing(&obs.state)),
+        };
+        let (t0, start, swing) = &*self.origin.insert(origin);
         let dim = start.len();
         let mut actions = Vec::with_capacity(self.steps * dim);
         for i in 0..self.steps {

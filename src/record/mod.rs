@@ -301,7 +301,7 @@ impl Recorder {
                     if let Err(m) = run {
                         tracing::error!(panic = %m, "the recorder panicked; the run goes on unrecorded");
                         summary.ended_by = EndedBy::Panic;
-                        summary.error = Some(m);
+                        summary.error = Some(m.message);
                     }
                     summary.dropped = dropped.load(Ordering::Relaxed);
                     summary

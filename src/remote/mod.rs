@@ -3,6 +3,7 @@
 //! client of that protocol is a policy backend (`policy::openpi`).
 
 pub mod admission;
+pub mod refusal;
 pub mod request;
 pub mod serve;
 mod worker;
@@ -19,7 +20,7 @@ pub fn checkpoint_layout(
     pipeline: &Pi0Pipeline,
     optional: &[String],
     keys: &ServeKeys,
-) -> Result<Layout, String> {
+) -> Result<Layout, refusal::LayoutError> {
     let names: Vec<String> = if pipeline.camera_names.len() == pipeline.cameras {
         pipeline.camera_names.clone()
     } else {
@@ -28,16 +29,16 @@ pub fn checkpoint_layout(
             .collect()
     };
     if let Some(bad) = optional.iter().find(|o| !names.contains(o)) {
-        return Err(format!(
-            "optional camera `{bad}` is not one of the model's cameras ({})",
-            names.join(", ")
-        ));
+        return Err(refusal::LayoutError::OptionalCamera {
+            camera: bad.clone(),
+            cameras: names.join(", "),
+        });
     }
     if let Some(bad) = keys.images.keys().find(|c| !names.contains(c)) {
-        return Err(format!(
-            "serve.images.{bad}: not one of the model's cameras ({})",
-            names.join(", ")
-        ));
+        return Err(refusal::LayoutError::ImageKey {
+            camera: bad.clone(),
+            cameras: names.join(", "),
+        });
     }
     Ok(Layout {
         image_keys: names

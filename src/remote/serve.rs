@@ -30,6 +30,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 use super::admission::{Budget, Full, Room, Slot, MAX_PENDING, MAX_SESSIONS};
+use super::refusal::Refusal;
 use super::request::{Layout, Request as Observation};
 use super::worker::{infer_loop, Job};
 use crate::daemon::signals::Signals;
@@ -83,8 +84,18 @@ pub enum ServeError {
     },
     #[error("async runtime")]
     Runtime(#[source] std::io::Error),
-    #[error("Zenoh: {0}")]
-    Zenoh(String),
+    #[error("serving over Zenoh needs pi0d built with the `zenoh` feature")]
+    NoZenoh,
+    #[cfg(feature = "zenoh")]
+    #[error(transparent)]
+    ZenohConfig(#[from] crate::policy::openpi_zenoh::ConfigError),
+    #[cfg(feature = "zenoh")]
+    #[error("Zenoh {what}")]
+    Zenoh {
+        what: &'static str,
+        #[source]
+        source: zenoh::Error,
+    },
 }
 
 struct Shared {
@@ -191,11 +202,7 @@ async fn accept_loop(
         #[cfg(feature = "zenoh")]
         Some(z) => Some(Box::new(zenoh_queryable(&z, shared.clone()).await?)),
         #[cfg(not(feature = "zenoh"))]
-        Some(_) => {
-            return Err(ServeError::Zenoh(
-                "serving over Zenoh needs pi0d built with the `zenoh` feature".into(),
-            ))
-        }
+        Some(_) => return Err(ServeError::NoZenoh),
     };
     let local = listener.local_addr().unwrap_or(addr);
     tracing::info!(
@@ -265,16 +272,21 @@ async fn zenoh_queryable(
     z: &crate::config::openpi::ZenohLinkOptions,
     shared: Arc<Shared>,
 ) -> Result<(zenoh::Session, tokio::task::JoinHandle<()>), ServeError> {
-    let config =
-        crate::policy::openpi_zenoh::config(&z.connect, &z.listen).map_err(ServeError::Zenoh)?;
+    let config = crate::policy::openpi_zenoh::config(&z.connect, &z.listen)?;
     let session = zenoh::open(config)
         .await
-        .map_err(|e| ServeError::Zenoh(e.to_string()))?;
+        .map_err(|source| ServeError::Zenoh {
+            what: "session",
+            source,
+        })?;
     let queryable = session
         .declare_queryable(z.key.as_str())
         .complete(true)
         .await
-        .map_err(|e| ServeError::Zenoh(e.to_string()))?;
+        .map_err(|source| ServeError::Zenoh {
+            what: "queryable",
+            source,
+        })?;
     tracing::info!(key = %z.key, zid = %session.zid(), "answering Zenoh queries");
     let task = tokio::spawn(async move {
         while let Ok(query) = queryable.recv_async().await {
@@ -290,8 +302,9 @@ async fn zenoh_queryable(
                         query.reply(query.key_expr().clone(), reply).await
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "Zenoh request refused");
-                        query.reply_err(e).await
+                        let text = e.shown();
+                        tracing::warn!(error = %text, "Zenoh request refused");
+                        query.reply_err(text).await
                     }
                 };
                 if let Err(e) = sent {
@@ -583,13 +596,13 @@ async fn session(ws: Ws, sh: &Arc<Shared>, slot: &Slot) -> End {
                 }
                 infer(sh, b, prev_total_ms).await
             }
-            Some(Ok(Message::Text(_))) => Err("expected a binary msgpack frame, found text".into()),
+            Some(Ok(Message::Text(_))) => Err(Refusal::TextFrame),
             Some(Ok(Message::Close(_))) => return End::Closed,
             // Pings and pongs (answered by tungstenite) are not requests.
             Some(Ok(_)) => continue,
             Some(Err(e)) if disconnected(&e) => return End::Gone,
             // Over the size cap, or not websocket: the client is told if it still listens.
-            Some(Err(e)) => Err(format!("bad frame: {e}")),
+            Some(Err(e)) => Err(Refusal::BadFrame(Box::new(e))),
         };
         match outcome {
             Ok(reply) => {
@@ -598,8 +611,9 @@ async fn session(ws: Ws, sh: &Arc<Shared>, slot: &Slot) -> End {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "request refused");
-                send(&mut tx, Message::Text(e), CLOSE_WRITE).await;
+                let text = e.shown();
+                tracing::warn!(error = %text, "request refused");
+                send(&mut tx, Message::Text(text), CLOSE_WRITE).await;
                 close(
                     &mut tx,
                     CloseCode::Error,
@@ -619,21 +633,21 @@ async fn session(ws: Ws, sh: &Arc<Shared>, slot: &Slot) -> End {
 /// Decodes and checks a request on the blocking pool, at most `DECODERS` at once: however
 /// long a hostile request takes, the I/O thread (accepts, health checks, other clients) is
 /// never held up by it.
-async fn decode(sh: &Arc<Shared>, bytes: Vec<u8>) -> Result<Observation, String> {
+async fn decode(sh: &Arc<Shared>, bytes: Vec<u8>) -> Result<Observation, Refusal> {
     let permit = sh
         .decoders
         .clone()
         .acquire_owned()
         .await
-        .map_err(|_| "the server is stopping".to_string())?;
+        .map_err(|_| Refusal::Stopping)?;
     let shared = sh.clone();
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        let items = msgpack_numpy::decode_request(&bytes).map_err(|e| e.to_string())?;
-        shared.layout.parse(items).map_err(|e| e.to_string())
+        let items = msgpack_numpy::decode_request(&bytes)?;
+        Ok(shared.layout.parse(items)?)
     })
     .await
-    .unwrap_or_else(|_| Err("the request could not be decoded (see the server's log)".into()))
+    .unwrap_or(Err(Refusal::DecoderFailed))
 }
 
 /// Decodes, queues and answers one request.
@@ -641,22 +655,15 @@ async fn infer(
     sh: &Arc<Shared>,
     bytes: Vec<u8>,
     prev_total_ms: Option<f64>,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, Refusal> {
     let obs = decode(sh, bytes).await?;
     let (reply, answer) = oneshot::channel();
     match sh.jobs.try_send(Job { obs, reply }) {
         Ok(()) => {}
-        Err(mpsc::TrySendError::Full(_)) => {
-            return Err(format!(
-                "busy: {} requests are already waiting for the model; try again",
-                sh.queue
-            ))
-        }
-        Err(mpsc::TrySendError::Disconnected(_)) => return Err("the model stopped".into()),
+        Err(mpsc::TrySendError::Full(_)) => return Err(Refusal::Busy { queue: sh.queue }),
+        Err(mpsc::TrySendError::Disconnected(_)) => return Err(Refusal::ModelStopped),
     }
-    let r = answer
-        .await
-        .map_err(|_| "the model stopped".to_string())??;
+    let r = answer.await.map_err(|_| Refusal::ModelStopped)??;
     let (h, d) = (r.actions.len(), r.actions.first().map_or(0, Vec::len));
     let flat: Vec<f32> = r.actions.into_iter().flatten().collect();
     let mut server_timing = vec![("infer_ms".to_string(), Out::Number(r.infer_ms))];

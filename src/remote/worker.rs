@@ -8,9 +8,10 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 use tokio::sync::oneshot;
 
+use super::refusal::Refusal;
 use super::request::Request as Observation;
 use crate::observation::CameraFrame;
-use crate::policy::pi0::pipeline::{error_chain, Pi0Pipeline};
+use crate::policy::pi0::pipeline::Pi0Pipeline;
 
 /// What the inference thread answers.
 pub(super) struct Inferred {
@@ -24,7 +25,7 @@ pub(super) struct Inferred {
 
 pub(super) struct Job {
     pub obs: Observation,
-    pub reply: oneshot::Sender<Result<Inferred, String>>,
+    pub reply: oneshot::Sender<Result<Inferred, Refusal>>,
 }
 
 /// The model's thread: requests in arrival order; those waiting when the model is free (and,
@@ -74,9 +75,7 @@ pub(super) fn infer_loop(
                     guidance.push(g);
                 }
                 Err(e) => {
-                    let _ = j
-                        .reply
-                        .send(Err(format!("`prev_actions`: {}", error_chain(&e))));
+                    let _ = j.reply.send(Err(Refusal::Guidance(e)));
                 }
             }
         }
@@ -128,15 +127,13 @@ pub(super) fn infer_loop(
                             steps_ms: t.steps_ms,
                             batch: size,
                         })
-                        .map_err(|e| error_chain(&e));
+                        .map_err(Refusal::Model);
                     let _ = job.reply.send(answer);
                 }
             }
             Err(_) => {
                 for job in batch {
-                    let _ = job.reply.send(Err(
-                        "the model failed on this request (see the server's log)".into(),
-                    ));
+                    let _ = job.reply.send(Err(Refusal::ModelPanicked));
                 }
             }
         }

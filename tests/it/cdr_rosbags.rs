@@ -14,7 +14,9 @@ use pi0d::config::{CommandGroup, CommandType};
 use pi0d::io::ros::encode::CommandPublisher;
 use pi0d::io::ros::lookahead::Lookahead;
 use pi0d::io::ros::msgs::*;
-use pi0d::io::ros::transport::{Middleware, Msg, Put, SendGoal, Serve, SrvMsg, Take};
+use pi0d::io::ros::transport::{
+    Middleware, Msg, Op, Put, SendGoal, Serve, SrvMsg, Take, TransportError,
+};
 use pi0d::io::ros::RosError;
 use pi0d::joints::{JointVector, MotionState};
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};
@@ -191,8 +193,9 @@ type Sent = (String, Vec<u8>);
 struct RecordingPut(Recorder, String);
 
 impl<M: Msg> Put<M> for RecordingPut {
-    fn put(&self, msg: M) -> Result<(), String> {
-        let bytes = cdr_encoding::to_vec::<M, LittleEndian>(&msg).map_err(|e| e.to_string())?;
+    fn put(&self, msg: M) -> Result<(), TransportError> {
+        let bytes = cdr_encoding::to_vec::<M, LittleEndian>(&msg)
+            .map_err(|e| TransportError::new(Op::Encode, e))?;
         (self.0).0.lock().unwrap().push((self.1.clone(), bytes));
         Ok(())
     }
@@ -201,7 +204,7 @@ impl<M: Msg> Put<M> for RecordingPut {
 fn unsupported(what: &str) -> RosError {
     RosError::Create {
         what: what.into(),
-        message: "not recorded".into(),
+        source: "not recorded".into(),
     }
 }
 
@@ -247,10 +250,10 @@ impl Middleware for Recorder {
 }
 
 impl<G: Msg> SendGoal<G> for RecordingPut {
-    fn send(&mut self, goal: G) -> Result<(), String> {
+    fn send(&mut self, goal: G) -> Result<(), TransportError> {
         self.put(goal)
     }
-    fn replies(&mut self) -> Result<(u64, u64), String> {
+    fn replies(&mut self) -> Result<(u64, u64), TransportError> {
         Ok((1, 0))
     }
 }

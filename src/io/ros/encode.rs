@@ -6,7 +6,7 @@ use ros2_client::{ActionTypeName, MessageTypeName, Name, QosProfile};
 use super::lookahead::{self, Lookahead, TimedState};
 use super::msgs;
 use super::timing::SkewEstimator;
-use super::transport::{Middleware, SendGoal};
+use super::transport::{Middleware, SendGoal, TransportError};
 use super::RosError;
 use crate::config::{CommandGroup, CommandType};
 use crate::joints::MotionState;
@@ -16,7 +16,7 @@ use crate::time::MonoTime;
 #[derive(Debug)]
 pub enum CommandError {
     /// The middleware did not send it.
-    Failed(String),
+    Failed(TransportError),
     /// Sent, but the receiver refused it (or never answered).
     Refused(String),
 }
@@ -464,11 +464,11 @@ mod tests {
     }
 
     impl SendGoal<msgs::GripperCommandGoal> for Server {
-        fn send(&mut self, goal: msgs::GripperCommandGoal) -> Result<(), String> {
+        fn send(&mut self, goal: msgs::GripperCommandGoal) -> Result<(), TransportError> {
             self.goals.lock().unwrap().push(goal);
             Ok(())
         }
-        fn replies(&mut self) -> Result<(u64, u64), String> {
+        fn replies(&mut self) -> Result<(u64, u64), TransportError> {
             Ok(std::mem::take(&mut *self.replies.lock().unwrap()))
         }
     }

@@ -60,7 +60,7 @@ pub(super) fn take<M>(sub: &dyn Take<M>, topic: TopicId, report: &mut Report) ->
             report.warn(
                 topic,
                 WarnKind::Undecodable,
-                &format_args!("undecodable sample: {e}"),
+                &format_args!("undecodable sample: {}", crate::errors::Chain(&e)),
             );
             Taken::Failed
         }

@@ -230,7 +230,7 @@ impl Display for Fault {
 /// Decoders mutate only their own state, and what a faulted one leaves is not used as a sample.
 pub fn guarded<T>(decode: impl FnOnce() -> T) -> Result<T, Fault> {
     // `caught` keeps the process's panic hook quiet: the fault is reported here, rate-limited.
-    crate::panics::caught(decode).map_err(|text| Fault(super::decode::shown(&text)))
+    crate::panics::caught(decode).map_err(|p| Fault(super::decode::shown(&p.message)))
 }
 
 #[cfg(test)]

@@ -33,16 +33,29 @@ use crate::robot::RobotLimits;
 use crate::telemetry::LiveStats;
 use encode::CommandPublisher;
 
+/// A middleware error, kept as the source (ros2-client's and Zenoh's errors differ in type).
+pub type MiddlewareError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum RosError {
-    #[error("ROS 2: cannot create {what}: {message}")]
-    Create { what: String, message: String },
+    #[error("ROS 2: cannot create {what}")]
+    Create {
+        what: String,
+        #[source]
+        source: MiddlewareError,
+    },
+    #[error(
+        "ROS 2: ros.middleware = \"zenoh\" needs pi0d built with the `zenoh` feature (cargo build --features zenoh)"
+    )]
+    NoZenoh,
+    #[error("ROS 2: cannot create action client `{action}`: actions are supported over DDS only")]
+    ActionOverZenoh { action: String },
 }
 
-fn create_err(what: impl Into<String>, e: impl std::fmt::Debug) -> RosError {
+fn create_err(what: impl Into<String>, e: impl Into<MiddlewareError>) -> RosError {
     RosError::Create {
         what: what.into(),
-        message: format!("{e:?}"),
+        source: e.into(),
     }
 }
 
@@ -182,13 +195,11 @@ fn ros_topic(name: &str, ty: &str) -> Option<(String, String)> {
 /// The Zenoh session configuration from `ros.zenoh_*`, or `None` for rmw_zenoh's defaults.
 #[cfg(feature = "zenoh")]
 fn zenoh_config(cfg: &RosConfig) -> Result<Option<zenoh::Config>, RosError> {
-    let bad = |what: &str, e: &dyn std::fmt::Display| RosError::Create {
-        what: format!("Zenoh configuration ({what})"),
-        message: e.to_string(),
-    };
+    let bad =
+        |what: &str, e: MiddlewareError| create_err(format!("Zenoh configuration ({what})"), e);
     let mut config = match &cfg.zenoh_config {
         Some(path) => {
-            zenoh::Config::from_file(path).map_err(|e| bad(&path.display().to_string(), &e))?
+            zenoh::Config::from_file(path).map_err(|e| bad(&path.display().to_string(), e))?
         }
         None if cfg.zenoh_connect.is_empty()
             && cfg.zenoh_listen.is_empty()
@@ -202,22 +213,22 @@ fn zenoh_config(cfg: &RosConfig) -> Result<Option<zenoh::Config>, RosError> {
     if !cfg.zenoh_connect.is_empty() {
         config
             .insert_json5("connect/endpoints", &json(&cfg.zenoh_connect))
-            .map_err(|e| bad("ros.zenoh_connect", &e))?;
+            .map_err(|e| bad("ros.zenoh_connect", e))?;
     }
     if !cfg.zenoh_listen.is_empty() {
         config
             .insert_json5("listen/endpoints", &json(&cfg.zenoh_listen))
-            .map_err(|e| bad("ros.zenoh_listen", &e))?;
+            .map_err(|e| bad("ros.zenoh_listen", e))?;
     }
     if cfg.loopback_only {
         // No multicast discovery off the machine; peers are reached through the endpoints.
         config
             .insert_json5("scouting/multicast/enabled", "false")
-            .map_err(|e| bad("ros.loopback_only", &e))?;
+            .map_err(|e| bad("ros.loopback_only", e))?;
         if cfg.zenoh_listen.is_empty() {
             config
                 .insert_json5("listen/endpoints", r#"["tcp/127.0.0.1:0"]"#)
-                .map_err(|e| bad("ros.loopback_only", &e))?;
+                .map_err(|e| bad("ros.loopback_only", e))?;
         }
     }
     Ok(Some(config))
@@ -446,12 +457,7 @@ impl RosIo {
         _node_name: NodeName,
         _options: NodeOptions,
     ) -> Result<(Endpoints, Box<dyn Send>), RosError> {
-        Err(RosError::Create {
-            what: "Zenoh session".into(),
-            message:
-                "this pi0d was built without the `zenoh` feature (cargo build --features zenoh)"
-                    .into(),
-        })
+        Err(RosError::NoZenoh)
     }
 }
 

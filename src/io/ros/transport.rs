@@ -10,6 +10,59 @@ use serde::Serialize;
 
 use super::{create_err, RosError};
 
+/// What a middleware entity failed to do (the caller's log names the topic or service).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Take,
+    Publish,
+    ReceiveRequest,
+    Reply,
+    SendGoal,
+    ReceiveGoalReply,
+    /// Serializing a message (CDR), before it is published.
+    Encode,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Take => "take a sample",
+            Op::Publish => "publish",
+            Op::ReceiveRequest => "receive a request",
+            Op::Reply => "reply",
+            Op::SendGoal => "send a goal",
+            Op::ReceiveGoalReply => "receive a goal reply",
+            Op::Encode => "encode a message (CDR)",
+        }
+    }
+}
+
+/// A middleware call that failed, with the middleware's own error as its source.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {}", op.name())]
+pub struct TransportError {
+    pub op: Op,
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl TransportError {
+    pub fn new(
+        op: Op,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        TransportError {
+            op,
+            source: source.into(),
+        }
+    }
+
+    /// For `map_err`: the middleware error `e` of `op`.
+    pub fn of<E: std::error::Error + Send + Sync + 'static>(op: Op) -> impl FnOnce(E) -> Self {
+        move |e| TransportError::new(op, e)
+    }
+}
+
 /// What every message type is (all of `msgs` are).
 pub trait Msg:
     Serialize + DeserializeOwned + Clone + std::fmt::Debug + Send + Sync + 'static
@@ -23,27 +76,27 @@ impl<T: Msg + ros2_client::Message> SrvMsg for T {}
 
 /// A subscription: the next waiting sample, if any.
 pub trait Take<M>: Send {
-    fn take_next(&self) -> Result<Option<M>, String>;
+    fn take_next(&self) -> Result<Option<M>, TransportError>;
 }
 
 /// A publisher.
 pub trait Put<M>: Send {
-    fn put(&self, msg: M) -> Result<(), String>;
+    fn put(&self, msg: M) -> Result<(), TransportError>;
 }
 
 /// A service server: the next waiting request's id, and the reply to it.
 pub trait Serve<Req, Resp>: Send {
-    fn next_request(&self) -> Result<Option<RmwRequestId>, String>;
-    fn reply(&self, id: RmwRequestId, resp: Resp) -> Result<(), String>;
+    fn next_request(&self) -> Result<Option<RmwRequestId>, TransportError>;
+    fn reply(&self, id: RmwRequestId, resp: Resp) -> Result<(), TransportError>;
 }
 
 /// An action client that only sends goals: the newest goal is the target (each preempts the
 /// one before at servers such as gripper_action_controller), so results are not awaited.
 pub trait SendGoal<G>: Send {
     /// Sends `goal` with a fresh goal id.
-    fn send(&mut self, goal: G) -> Result<(), String>;
+    fn send(&mut self, goal: G) -> Result<(), TransportError>;
     /// The replies to sent goals that arrived since the last call: (accepted, refused).
-    fn replies(&mut self) -> Result<(u64, u64), String>;
+    fn replies(&mut self) -> Result<(u64, u64), TransportError>;
 }
 
 /// Makes entities on one node.
@@ -84,16 +137,16 @@ pub mod dds {
     use ros2_client::dds::{ActionClient, Node, Publisher, Server, ServiceMapping, Subscription};
 
     impl<M: Msg> Take<M> for Subscription<M> {
-        fn take_next(&self) -> Result<Option<M>, String> {
+        fn take_next(&self) -> Result<Option<M>, TransportError> {
             self.take()
                 .map(|o| o.map(|(m, _)| m))
-                .map_err(|e| format!("{e:?}"))
+                .map_err(TransportError::of(Op::Take))
         }
     }
 
     impl<M: Msg> Put<M> for Publisher<M> {
-        fn put(&self, msg: M) -> Result<(), String> {
-            self.publish(msg).map_err(|e| format!("{e:?}"))
+        fn put(&self, msg: M) -> Result<(), TransportError> {
+            self.publish(msg).map_err(TransportError::of(Op::Publish))
         }
     }
 
@@ -162,14 +215,15 @@ pub mod dds {
     }
 
     impl<Req: SrvMsg, Resp: SrvMsg> Serve<Req, Resp> for Server<Req, Resp> {
-        fn next_request(&self) -> Result<Option<RmwRequestId>, String> {
+        fn next_request(&self) -> Result<Option<RmwRequestId>, TransportError> {
             self.receive_request()
                 .map(|o| o.map(|(id, _)| id))
-                .map_err(|e| format!("{e:?}"))
+                .map_err(TransportError::of(Op::ReceiveRequest))
         }
 
-        fn reply(&self, id: RmwRequestId, resp: Resp) -> Result<(), String> {
-            self.send_response(id, resp).map_err(|e| format!("{e:?}"))
+        fn reply(&self, id: RmwRequestId, resp: Resp) -> Result<(), TransportError> {
+            self.send_response(id, resp)
+                .map_err(TransportError::of(Op::Reply))
         }
     }
 
@@ -184,8 +238,11 @@ pub mod dds {
     const MAX_PENDING: usize = 64;
 
     impl<G: SrvMsg, R: SrvMsg, F: SrvMsg> SendGoal<G> for Goals<G, R, F> {
-        fn send(&mut self, goal: G) -> Result<(), String> {
-            let (id, _) = self.client.send_goal(goal).map_err(|e| format!("{e:?}"))?;
+        fn send(&mut self, goal: G) -> Result<(), TransportError> {
+            let (id, _) = self
+                .client
+                .send_goal(goal)
+                .map_err(TransportError::of(Op::SendGoal))?;
             if self.pending.len() == MAX_PENDING {
                 self.pending.remove(0);
             }
@@ -193,13 +250,13 @@ pub mod dds {
             Ok(())
         }
 
-        fn replies(&mut self) -> Result<(u64, u64), String> {
+        fn replies(&mut self) -> Result<(u64, u64), TransportError> {
             let (mut accepted, mut refused) = (0, 0);
             while let Some((id, resp)) = self
                 .client
                 .goal_client()
                 .receive_response()
-                .map_err(|e| format!("{e:?}"))?
+                .map_err(TransportError::of(Op::ReceiveGoalReply))?
             {
                 if let Some(i) = self.pending.iter().position(|p| *p == id) {
                     self.pending.swap_remove(i);
@@ -246,28 +303,29 @@ pub mod zenoh {
     use ros2_client::zenoh::{Node, Publisher, Server, Subscription};
 
     impl<M: Msg> Take<M> for Subscription<M> {
-        fn take_next(&self) -> Result<Option<M>, String> {
+        fn take_next(&self) -> Result<Option<M>, TransportError> {
             self.try_take()
                 .map(|o| o.map(|(m, _)| m))
-                .map_err(|e| format!("{e:?}"))
+                .map_err(TransportError::of(Op::Take))
         }
     }
 
     impl<M: Msg> Put<M> for Publisher<M> {
-        fn put(&self, msg: M) -> Result<(), String> {
-            self.publish(msg).map_err(|e| format!("{e:?}"))
+        fn put(&self, msg: M) -> Result<(), TransportError> {
+            self.publish(msg).map_err(TransportError::of(Op::Publish))
         }
     }
 
     impl<Req: SrvMsg, Resp: SrvMsg> Serve<Req, Resp> for Server<Req, Resp> {
-        fn next_request(&self) -> Result<Option<RmwRequestId>, String> {
+        fn next_request(&self) -> Result<Option<RmwRequestId>, TransportError> {
             self.try_receive_request()
                 .map(|o| o.map(|(id, _)| id))
-                .map_err(|e| format!("{e:?}"))
+                .map_err(TransportError::of(Op::ReceiveRequest))
         }
 
-        fn reply(&self, id: RmwRequestId, resp: Resp) -> Result<(), String> {
-            self.send_response(id, resp).map_err(|e| format!("{e:?}"))
+        fn reply(&self, id: RmwRequestId, resp: Resp) -> Result<(), TransportError> {
+            self.send_response(id, resp)
+                .map_err(TransportError::of(Op::Reply))
         }
     }
 
@@ -293,12 +351,12 @@ pub mod zenoh {
     }
 
     impl<M: Msg> Put<M> for HashedPublisher {
-        fn put(&self, msg: M) -> Result<(), String> {
+        fn put(&self, msg: M) -> Result<(), TransportError> {
             use ::zenoh::Wait;
             let mut payload = CDR_LE.to_vec();
             payload.extend(
                 cdr_encoding::to_vec::<M, byteorder::LittleEndian>(&msg)
-                    .map_err(|e| format!("CDR: {e}"))?,
+                    .map_err(TransportError::of(Op::Encode))?,
             );
             let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             let now = std::time::SystemTime::now()
@@ -314,7 +372,7 @@ pub mod zenoh {
                 .put(payload)
                 .attachment(attachment)
                 .wait()
-                .map_err(|e| e.to_string())
+                .map_err(|e| TransportError::new(Op::Publish, e))
         }
     }
 
@@ -446,9 +504,8 @@ pub mod zenoh {
             _ty: ActionTypeName,
             _qos: &QosProfile,
         ) -> Result<Box<dyn SendGoal<G>>, RosError> {
-            Err(RosError::Create {
-                what: format!("action client `{action}`"),
-                message: "actions are supported over DDS only".into(),
+            Err(RosError::ActionOverZenoh {
+                action: action.to_string(),
             })
         }
     }

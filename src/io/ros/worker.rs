@@ -15,6 +15,7 @@ use super::intake::{drain, Report, MAX_TAKES_PER_POLL};
 use super::log::{guarded, RateLimitedLog, TopicId, WarnKind};
 use super::{encode, msgs, Endpoints};
 use crate::config::RosConfig;
+use crate::errors::Chain;
 use crate::io::Blackboard;
 use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
@@ -167,12 +168,16 @@ impl<'a> Worker<'a> {
         let age_s = MonoTime::now().seconds_since(stamp);
         let ros_stamp = self.clock.to_ros(stamp);
         for (k, out) in self.ep.command.iter_mut().enumerate() {
-            let (kind, e) = match out.publish(stamp, ros_stamp, &cmd, age_s) {
-                Ok(_) => continue,
-                Err(encode::CommandError::Failed(e)) => (WarnKind::PublishFailed, e),
-                Err(encode::CommandError::Refused(e)) => (WarnKind::CommandRefused, e),
-            };
-            self.report.warn(self.topics.commands[k], kind, &e);
+            let topic = self.topics.commands[k];
+            match out.publish(stamp, ros_stamp, &cmd, age_s) {
+                Ok(_) => {}
+                Err(encode::CommandError::Failed(e)) => {
+                    self.report.warn(topic, WarnKind::PublishFailed, &Chain(&e))
+                }
+                Err(encode::CommandError::Refused(e)) => {
+                    self.report.warn(topic, WarnKind::CommandRefused, &e)
+                }
+            }
         }
     }
 
@@ -290,7 +295,7 @@ impl<'a> Worker<'a> {
                     self.report.warn(
                         topic,
                         WarnKind::BadRequest,
-                        &format_args!("bad request: {e}"),
+                        &format_args!("bad request: {}", Chain(&e)),
                     );
                     continue;
                 }
@@ -320,11 +325,8 @@ impl<'a> Worker<'a> {
                 }
             };
             if let Err(e) = self.ep.reset_service.reply(id, response) {
-                self.report.warn(
-                    topic,
-                    WarnKind::ReplyFailed,
-                    &format_args!("reply failed: {e}"),
-                );
+                self.report
+                    .warn(topic, WarnKind::ReplyFailed, &format_args!("{}", Chain(&e)));
             }
         }
     }
@@ -402,7 +404,7 @@ impl<'a> Worker<'a> {
         LiveStats::set(&self.live.input_decoder_faults, faults);
         if let Err(e) = self.ep.diagnostics.put(d) {
             let topic = self.topics.diagnostics;
-            self.report.warn(topic, WarnKind::PublishFailed, &e);
+            self.report.warn(topic, WarnKind::PublishFailed, &Chain(&e));
         }
         let status = msgs::StringMsg {
             data: format!(
@@ -413,7 +415,7 @@ impl<'a> Worker<'a> {
         };
         if let Err(e) = self.ep.status.put(status) {
             let topic = self.topics.status;
-            self.report.warn(topic, WarnKind::PublishFailed, &e);
+            self.report.warn(topic, WarnKind::PublishFailed, &Chain(&e));
         }
         // Warnings suppressed over the last interval, that no newer one has reported yet.
         self.report.log.flush();
@@ -441,7 +443,9 @@ mod tests {
 
     use super::*;
     use crate::config::{Config, Io};
-    use crate::io::ros::transport::{Middleware, Msg, Put, SendGoal, Serve, SrvMsg, Take};
+    use crate::io::ros::transport::{
+        Middleware, Msg, Op, Put, SendGoal, Serve, SrvMsg, Take, TransportError,
+    };
     use crate::io::ros::RosError;
     use crate::joints::{JointVector, MotionState};
 
@@ -481,12 +485,14 @@ mod tests {
     struct FakeTake<M>(Queue<M>);
 
     impl<M: Msg> Take<M> for FakeTake<M> {
-        fn take_next(&self) -> Result<Option<M>, String> {
+        fn take_next(&self) -> Result<Option<M>, TransportError> {
             let step = self.0.lock().unwrap().pop_front();
             match step {
                 Some(Step::Sample(m)) => Ok(Some(m)),
                 Some(Step::Panic) => panic!("index out of bounds in the deserializer"),
-                Some(Step::Undecodable) => Err("CDR: unexpected end".into()),
+                Some(Step::Undecodable) => {
+                    Err(TransportError::new(Op::Take, "CDR: unexpected end"))
+                }
                 Some(Step::Gap) | None => Ok(None),
             }
         }
@@ -495,7 +501,7 @@ mod tests {
     struct FakePut<M>(Sent<M>);
 
     impl<M: Msg> Put<M> for FakePut<M> {
-        fn put(&self, msg: M) -> Result<(), String> {
+        fn put(&self, msg: M) -> Result<(), TransportError> {
             self.0.lock().unwrap().push(msg);
             Ok(())
         }
@@ -504,11 +510,11 @@ mod tests {
     struct NoRequests;
 
     impl<Req, Resp> Serve<Req, Resp> for NoRequests {
-        fn next_request(&self) -> Result<Option<RmwRequestId>, String> {
+        fn next_request(&self) -> Result<Option<RmwRequestId>, TransportError> {
             Ok(None)
         }
-        fn reply(&self, _: RmwRequestId, _: Resp) -> Result<(), String> {
-            Err("no requests".into())
+        fn reply(&self, _: RmwRequestId, _: Resp) -> Result<(), TransportError> {
+            Err(TransportError::new(Op::Reply, "no requests"))
         }
     }
 
@@ -560,10 +566,10 @@ mod tests {
     }
 
     impl<G: Msg> SendGoal<G> for FakePut<G> {
-        fn send(&mut self, goal: G) -> Result<(), String> {
+        fn send(&mut self, goal: G) -> Result<(), TransportError> {
             self.put(goal)
         }
-        fn replies(&mut self) -> Result<(u64, u64), String> {
+        fn replies(&mut self) -> Result<(u64, u64), TransportError> {
             Ok((0, 0))
         }
     }

@@ -262,13 +262,12 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         .sum();
     let bar = if opts.progress {
         let bar = indicatif::ProgressBar::new(total);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{msg:8} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-            )
-            .expect("static template")
-            .progress_chars("=> "),
-        );
+        // A constant template: if it ever failed to parse, the default style would do.
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{msg:8} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
         bar
     } else {
         indicatif::ProgressBar::hidden()

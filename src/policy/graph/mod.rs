@@ -26,6 +26,12 @@ pub enum GraphError {
     /// load, the provider is not available. The user's setup (exit 1).
     #[error("{0}")]
     Load(String),
+    /// The AscendCL library (CANN) cannot be loaded.
+    #[error(transparent)]
+    AclLibrary(#[from] acl::ffi::LoadError),
+    /// The manifest's graphs, or a model compiled from them, cannot be bound.
+    #[error(transparent)]
+    AclPlan(#[from] acl::plan::PlanError),
     /// The runtime failed while running the graphs (exit 9).
     #[error("{0}")]
     Runtime(String),

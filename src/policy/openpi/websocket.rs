@@ -3,8 +3,9 @@
 //! waiting before a request is sent) is a protocol fault that drops the connection; and every
 //! read and write of a request, or of a connection with its metadata, ends at one deadline.
 
-use std::net::{TcpStream, ToSocketAddrs};
-use std::path::Path;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tungstenite::client::IntoClientRequest;
@@ -24,6 +25,37 @@ pub const MAX_CA_FILE_BYTES: u64 = 1024 * 1024;
 
 type Wire = Framed<Transport>;
 
+/// Why the link cannot be set up (before any connection).
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// Not a regular file of at most `MAX_CA_FILE_BYTES`, or unreadable.
+    #[error("policy.openpi.ca_file {}: cannot read", path.display())]
+    CaFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("policy.openpi.ca_file {}: no PEM certificate in it", path.display())]
+    CaEmpty { path: PathBuf },
+    #[cfg(feature = "tls")]
+    #[error("policy.openpi.ca_file {}: malformed PEM", path.display())]
+    CaPem {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[cfg(feature = "tls")]
+    #[error("policy.openpi.ca_file {}: certificate refused", path.display())]
+    CaCertificate {
+        path: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    #[cfg(feature = "tls")]
+    #[error("TLS")]
+    Tls(#[source] rustls::Error),
+}
+
 /// openpi's websocket link, over TLS for wss:// (feature `tls`).
 pub struct Websocket {
     url: String,
@@ -38,7 +70,7 @@ pub struct Websocket {
 
 impl Websocket {
     /// Fails on a CA file that cannot be read or holds no certificate.
-    pub fn new(opts: &OpenpiOptions) -> Result<Websocket, String> {
+    pub fn new(opts: &OpenpiOptions) -> Result<Websocket, LinkError> {
         Ok(Websocket {
             url: opts.url.clone(),
             api_key: opts.api_key.clone(),
@@ -96,11 +128,19 @@ impl Websocket {
         let uri = request.uri();
         let host = uri.host().unwrap_or_default().to_string();
         let port = uri.port_u16().unwrap_or(80);
-        let addr = (host.as_str(), port)
-            .to_socket_addrs()
-            .map_err(|e| down(format!("{url}: cannot resolve {host}: {e}")))?
-            .next()
-            .ok_or_else(|| down(format!("{url}: {host} has no address")))?;
+        let addr = match resolve(&host, port, deadline) {
+            Ok(a) => a,
+            Err(Lookup::Late) => return Err(late(&format!("no address for {host}"))),
+            Err(Lookup::NoAddress) => return Err(down(format!("{url}: {host} has no address"))),
+            Err(Lookup::Failed(e)) => {
+                return Err(down(format!("{url}: cannot resolve {host}: {e}")))
+            }
+            Err(Lookup::Busy) => {
+                return Err(down(format!(
+                    "{url}: cannot resolve {host}: {MAX_LOOKUPS} earlier lookups have not ended"
+                )))
+            }
+        };
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(late("no connection"));
@@ -349,77 +389,98 @@ impl Link for Websocket {
 
 /// The public roots (Mozilla's, from webpki-roots) plus the certificates in `ca_file`.
 #[cfg(feature = "tls")]
-fn tls_config(ca_file: Option<&Path>) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+fn tls_config(
+    ca_file: Option<&std::path::Path>,
+) -> Result<std::sync::Arc<rustls::ClientConfig>, LinkError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = ca_file {
-        let shown = path.display();
-        let pem = read_regular_file(path, MAX_CA_FILE_BYTES)
-            .map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
+        let pem = crate::files::read_regular(path, MAX_CA_FILE_BYTES).map_err(|source| {
+            LinkError::CaFile {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
         let mut added = 0;
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("policy.openpi.ca_file {shown}: {e}"))?;
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            let cert = cert.map_err(|source| LinkError::CaPem {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            roots.add(cert).map_err(|source| LinkError::CaCertificate {
+                path: path.to_path_buf(),
+                source,
+            })?;
             added += 1;
         }
         if added == 0 {
-            return Err(format!(
-                "policy.openpi.ca_file {shown}: no PEM certificate in it"
-            ));
+            return Err(LinkError::CaEmpty {
+                path: path.to_path_buf(),
+            });
         }
     }
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
+        .map_err(LinkError::Tls)?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(std::sync::Arc::new(config))
 }
 
-/// `path`'s bytes if it is a regular file of at most `cap` bytes. A FIFO, a device
-/// (`/dev/zero`) or a directory is refused without waiting on it: it is opened non-blocking
-/// and checked before any read.
-#[cfg_attr(not(feature = "tls"), allow(dead_code))]
-pub(crate) fn read_regular_file(path: &Path, cap: u64) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| format!("cannot open it: {e}"))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    let t = meta.file_type();
-    if !t.is_file() {
-        let kind = if t.is_fifo() {
-            "a FIFO"
-        } else if t.is_char_device() || t.is_block_device() {
-            "a device"
-        } else if t.is_dir() {
-            "a directory"
-        } else {
-            "a socket or other special file"
-        };
-        return Err(format!("expected a regular file, found {kind}"));
+/// Lookups still running (their callers gave up on some): at most `MAX_LOOKUPS`.
+static LOOKUPS: AtomicUsize = AtomicUsize::new(0);
+/// More hung lookups than this and no new one starts (each holds a thread until the system's
+/// resolver gives up).
+const MAX_LOOKUPS: usize = 4;
+
+/// Why `resolve` gave no address.
+#[derive(Debug)]
+enum Lookup {
+    /// Not answered by the deadline.
+    Late,
+    NoAddress,
+    Failed(std::io::Error),
+    /// `MAX_LOOKUPS` lookups are still running.
+    Busy,
+}
+
+/// `host:port`'s first address, by `deadline`. The system's resolver (getaddrinfo) takes no
+/// timeout and cannot be cancelled, so it runs on a helper thread and the caller waits for
+/// its answer only until the deadline; a lookup still running then ends on its own and its
+/// answer is dropped. `LOOKUPS` bounds how many such threads there are at once.
+fn resolve(host: &str, port: u16, deadline: Instant) -> Result<SocketAddr, Lookup> {
+    if LOOKUPS.fetch_add(1, Ordering::SeqCst) >= MAX_LOOKUPS {
+        LOOKUPS.fetch_sub(1, Ordering::SeqCst);
+        return Err(Lookup::Busy);
     }
-    if meta.len() > cap {
-        return Err(format!("{} bytes, at most {cap} are read", meta.len()));
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let name = host.to_string();
+    let spawned = std::thread::Builder::new()
+        .name("pi0d-resolve".into())
+        .spawn(move || {
+            let r = (name.as_str(), port)
+                .to_socket_addrs()
+                .map(|mut a| a.next());
+            LOOKUPS.fetch_sub(1, Ordering::SeqCst);
+            let _ = tx.send(r);
+        });
+    if let Err(e) = spawned {
+        LOOKUPS.fetch_sub(1, Ordering::SeqCst);
+        return Err(Lookup::Failed(e));
     }
-    let mut bytes = Vec::new();
-    file.take(cap + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    if bytes.len() as u64 > cap {
-        return Err(format!("grew past {cap} bytes while read"));
+    let left = deadline.saturating_duration_since(Instant::now());
+    match rx.recv_timeout(left) {
+        Ok(Ok(Some(a))) => Ok(a),
+        Ok(Ok(None)) => Err(Lookup::NoAddress),
+        Ok(Err(e)) => Err(Lookup::Failed(e)),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Lookup::Late),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Lookup::Failed(
+            std::io::Error::other("the resolver thread ended without an answer"),
+        )),
     }
-    Ok(bytes)
 }
 
 fn describe(m: &Message) -> &'static str {
@@ -453,36 +514,12 @@ fn summarize(meta: &[(String, Item)]) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn when_the_ca_file_is_a_device_or_a_fifo_expect_a_refusal_without_blocking() {
-        let e = read_regular_file(Path::new("/dev/zero"), MAX_CA_FILE_BYTES).unwrap_err();
-        assert!(e.contains("expected a regular file, found a device"), "{e}");
-        let dir = std::env::temp_dir().join(format!("pi0d-ca-fifo-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let fifo = dir.join("ca.pem");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: mkfifo(3) on a NUL-terminated path we own.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let e = read_regular_file(&fifo, MAX_CA_FILE_BYTES).unwrap_err();
-        assert!(e.contains("found a FIFO"), "{e}");
-        let big = dir.join("big.pem");
-        std::fs::write(&big, vec![b'A'; 2048]).unwrap();
-        let e = read_regular_file(&big, 1024).unwrap_err();
-        assert!(e.contains("2048 bytes, at most 1024"), "{e}");
-        assert_eq!(read_regular_file(&big, 4096).unwrap().len(), 2048);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    /// wss:// with `ca_file = /dev/zero`: start-up is refused at once, naming the field.
-    #[cfg(feature = "tls")]
-    #[test]
-    fn when_the_ca_file_is_dev_zero_expect_the_link_refused_naming_the_field() {
-        let opts = OpenpiOptions {
-            url: "wss://127.0.0.1:9".into(),
+    fn options(url: &str, connect_timeout_s: f64) -> OpenpiOptions {
+        OpenpiOptions {
+            url: url.into(),
             api_key: None,
-            ca_file: Some("/dev/zero".into()),
-            connect_timeout_s: 1.0,
+            ca_file: None,
+            connect_timeout_s,
             request_timeout_s: 1.0,
             reconnect_initial_s: 0.1,
             reconnect_max_s: 1.0,
@@ -494,13 +531,62 @@ mod tests {
             action_dim: None,
             max_reply_bytes: 1 << 20,
             zenoh: None,
+        }
+    }
+
+    /// A host no resolver knows (`.invalid` is reserved, RFC 6761): the connection fails
+    /// within `connect_timeout_s`, naming the host, whether the resolver answers "unknown"
+    /// at once or hangs (then the deadline ends the wait: the lookup runs on its own thread).
+    #[test]
+    fn when_the_host_cannot_be_resolved_expect_a_failure_naming_it_within_the_connect_timeout() {
+        let connect_timeout_s = 2.0;
+        let mut link = Websocket::new(&options(
+            "ws://pi0d-no-such-host.invalid:8000",
+            connect_timeout_s,
+        ))
+        .unwrap();
+        let started = Instant::now();
+        let Err(e) = link.open() else {
+            panic!("connected to a host that does not exist")
+        };
+        // The connect deadline, plus a margin for the thread hand-off.
+        let waited = started.elapsed().as_secs_f64();
+        assert!(waited < connect_timeout_s + 1.0, "{waited} s: {e}");
+        let PolicyError::Remote { fault, message } = &e else {
+            panic!("not a remote fault: {e}")
+        };
+        assert!(
+            matches!(fault, RemoteFault::Down | RemoteFault::Timeout),
+            "{e}"
+        );
+        assert!(message.contains("pi0d-no-such-host.invalid"), "{e}");
+        assert!(!link.is_open());
+    }
+
+    /// With its deadline already past, a lookup is not waited for, however long the system's
+    /// resolver takes (a resolver with no DNS server reachable takes seconds per attempt).
+    #[test]
+    fn when_the_deadline_has_passed_expect_no_wait_for_the_lookup() {
+        let started = Instant::now();
+        let r = resolve("pi0d-no-such-host.invalid", 80, started);
+        let waited = started.elapsed();
+        assert!(waited < Duration::from_secs(1), "{waited:?}: {r:?}");
+    }
+
+    /// wss:// with `ca_file = /dev/zero`: start-up is refused at once, naming the field.
+    #[cfg(feature = "tls")]
+    #[test]
+    fn when_the_ca_file_is_dev_zero_expect_the_link_refused_naming_the_field() {
+        let opts = OpenpiOptions {
+            ca_file: Some("/dev/zero".into()),
+            ..options("wss://127.0.0.1:9", 1.0)
         };
         let Err(e) = Websocket::new(&opts) else {
             panic!("/dev/zero taken as a CA file")
         };
         assert_eq!(
-            e,
-            "policy.openpi.ca_file /dev/zero: expected a regular file, found a device"
+            crate::errors::Chain(&e).to_string(),
+            "policy.openpi.ca_file /dev/zero: cannot read: is a character device, expected a regular file"
         );
     }
 }

@@ -42,6 +42,15 @@ pub fn check_actions(
     }
 }
 
+/// A batch element's real-time-chunking inputs that cannot guide the model.
+#[derive(Debug, thiserror::Error)]
+#[error("real-time chunking, batch element {batch}")]
+pub struct RtcBatchError {
+    pub batch: usize,
+    #[source]
+    pub source: crate::policy::rtc::RtcError,
+}
+
 /// What `pi0d infer`'s library half can fail with beyond reading its files.
 #[derive(Debug, thiserror::Error)]
 pub enum InferError {
@@ -237,9 +246,9 @@ impl Batch {
             guidance: Vec::new(),
         };
         out.set_rtc(RtcSettings::default())
-            .map_err(|message| TensorFileError::Tensor {
+            .map_err(|source| TensorFileError::Rtc {
                 path: path.into(),
-                message,
+                source,
             })?;
         Ok(out)
     }
@@ -257,14 +266,14 @@ impl Batch {
 
     /// The RTC schedule and guidance cap the file's leftovers are guided with (`--rtc-schedule`,
     /// `--rtc-max-guidance`).
-    pub fn set_rtc(&mut self, settings: RtcSettings) -> Result<(), String> {
+    pub fn set_rtc(&mut self, settings: RtcSettings) -> Result<(), RtcBatchError> {
         self.guidance = self
             .rtc
             .iter()
             .enumerate()
             .map(|(b, p)| {
                 Guidance::new(settings, p, self.chunk, self.action_dim)
-                    .map_err(|e| format!("real-time chunking, batch element {b}: {e}"))
+                    .map_err(|source| RtcBatchError { batch: b, source })
             })
             .collect::<Result<_, _>>()?;
         Ok(())

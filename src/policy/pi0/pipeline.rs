@@ -807,13 +807,13 @@ impl Policy for Pi0Policy {
         let guidance = match (self.rtc, &obs.rtc) {
             (Some(settings), Some(prefix)) => Some(
                 p.guidance(settings, prefix)
-                    .map_err(|e| PolicyError::Failed(error_chain(&e)))?,
+                    .map_err(PolicyError::Guidance)?,
             ),
             _ => None,
         };
         let (actions, _) = p
             .run_guided(&frames, &state, &obs.prompt, &noise, guidance.as_ref())
-            .map_err(|e| PolicyError::Failed(error_chain(&e)))?;
+            .map_err(PolicyError::Model)?;
         Ok(ActionChunk {
             obs_stamp: obs.stamp,
             step_period_s: self.step_period_s,

@@ -26,6 +26,12 @@ pub enum TensorFileError {
         #[source]
         source: TokenError,
     },
+    #[error("{path}")]
+    Rtc {
+        path: PathBuf,
+        #[source]
+        source: super::infer::RtcBatchError,
+    },
     #[error("{path}: cannot write it")]
     Write {
         path: PathBuf,

@@ -35,18 +35,25 @@ macro_rules! acl_api {
         impl AclApi {
             /// Loads the library and resolves every entry point (all or nothing).
             #[allow(non_snake_case)]
-            pub fn load(path: &Path) -> Result<AclApi, String> {
+            pub fn load(path: &Path) -> Result<AclApi, LoadError> {
                 // SAFETY: loading runs the library's initializers (CANN's runtime has no
                 // preconditions for that); each symbol is cast to the prototype CANN documents
                 // for it, which `DOCUMENTED_PROTOTYPES` and its test pin down.
                 unsafe {
-                    let lib = libloading::Library::new(path).map_err(|e| e.to_string())?;
+                    let lib = libloading::Library::new(path).map_err(|source| LoadError::Open {
+                        path: path.to_path_buf(),
+                        source,
+                    })?;
                     $(
                         let $name = *lib
                             .get::<unsafe extern "C" fn($($ty),*) -> $ret>(
                                 concat!(stringify!($name), "\0").as_bytes(),
                             )
-                            .map_err(|e| format!("{}: no {}: {e}", path.display(), stringify!($name)))?;
+                            .map_err(|source| LoadError::Symbol {
+                                path: path.to_path_buf(),
+                                symbol: stringify!($name),
+                                source,
+                            })?;
                     )*
                     Ok(AclApi { $($name,)* path: path.to_path_buf(), _lib: lib })
                 }
@@ -157,19 +164,40 @@ pub fn candidates(explicit: Option<&Path>) -> Vec<PathBuf> {
     out
 }
 
+/// Why AscendCL's library is not loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: libloading::Error,
+    },
+    #[error("{}: no {symbol}", path.display())]
+    Symbol {
+        path: PathBuf,
+        symbol: &'static str,
+        #[source]
+        source: libloading::Error,
+    },
+    /// No candidate loaded: each one's error, with its cause, `; `-separated (several
+    /// errors, so no one of them is the source).
+    #[error("cannot load AscendCL ({LIBRARY}): install CANN (toolkit or nnrt) and `source set_env.sh`, or name the library with policy.acl.library in the config or --acl-library on pi0d infer; tried {tried}")]
+    NotFound { tried: String },
+}
+
 /// Loads the first candidate that loads; the error lists every place looked at.
-pub fn load(explicit: Option<&Path>) -> Result<AclApi, String> {
+pub fn load(explicit: Option<&Path>) -> Result<AclApi, LoadError> {
     let mut tried = Vec::new();
     for path in candidates(explicit) {
         match AclApi::load(&path) {
             Ok(api) => return Ok(api),
-            Err(e) => tried.push(format!("{}: {e}", path.display())),
+            Err(e) => tried.push(crate::errors::Chain(&e).to_string()),
         }
     }
-    Err(format!(
-        "cannot load AscendCL ({LIBRARY}): install CANN (toolkit or nnrt) and `source set_env.sh`, or name the library with policy.acl.library in the config or --acl-library on pi0d infer; tried {}",
-        tried.join("; ")
-    ))
+    Err(LoadError::NotFound {
+        tried: tried.join("; "),
+    })
 }
 
 /// Maps a C prototype's types onto the Rust types of the table (for the signature check).
@@ -283,7 +311,7 @@ mod tests {
     #[test]
     fn missing_library_error_names_what_was_tried() {
         let err = match load(Some(Path::new("/nonexistent/libascendcl.so"))) {
-            Err(e) => e,
+            Err(e) => e.to_string(),
             Ok(_) => panic!("loaded a library that does not exist"),
         };
         assert!(err.contains("/nonexistent/libascendcl.so"), "{err}");

@@ -96,7 +96,7 @@ pub struct AclRuntime {
 impl AclRuntime {
     /// Starts the AscendCL thread and loads `prefix.om` and the denoise `.om` from `dir`.
     pub fn load(dir: &Path, m: &Manifest, opts: &AclOptions) -> Result<AclRuntime, GraphError> {
-        let plan = plan::plan(m).map_err(GraphError::Load)?;
+        let plan = plan::plan(m)?;
         let runs = plan.denoise.len();
         let (tx, rx) = mpsc::channel::<(Request, mpsc::Sender<Reply>)>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), GraphError>>();
@@ -263,7 +263,7 @@ impl Device {
         opts: &AclOptions,
         plan: BufferPlan,
     ) -> Result<Device, GraphError> {
-        let api = ffi::load(opts.library.as_deref()).map_err(GraphError::Load)?;
+        let api = ffi::load(opts.library.as_deref())?;
         let mut d = Device {
             api,
             device_id: opts.device_id,
@@ -305,8 +305,7 @@ impl Device {
             } else {
                 &d.plan.denoise[0]
             };
-            plan::check_model(&path.display().to_string(), &io, exec, &entry.inputs)
-                .map_err(GraphError::Load)?;
+            plan::check_model(&path.display().to_string(), &io, exec, &entry.inputs)?;
         }
         for b in d.plan.buffers.clone() {
             let mut ptr = std::ptr::null_mut();
@@ -531,7 +530,9 @@ impl Device {
                     };
                     self.upload(buffer, data, &format!("{source:?}"))?;
                 }
-                let prefix = self.prefix.as_ref().expect("made at load");
+                let prefix = self.prefix.as_ref().ok_or_else(|| {
+                    GraphError::Runtime("the prefix graph was not made at load".into())
+                })?;
                 self.execute(0, prefix)?;
                 // SAFETY: as in `open`.
                 self.check("aclrtSynchronizeStream", unsafe {

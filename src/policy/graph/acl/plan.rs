@@ -62,18 +62,68 @@ pub struct BufferPlan {
     pub x_input: usize,
 }
 
+/// Why the manifest's graphs (or a model compiled from them) cannot be bound.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("`{name}` has dtype {dtype}, which pi0d does not bind")]
+    Dtype { name: String, dtype: String },
+    #[error("{graph} graph input `{name}` is not one pi0d feeds")]
+    NotFed { graph: &'static str, name: String },
+    #[error("the prefix graph has {found} outputs, expected kv_cache only")]
+    PrefixOutputs { found: usize },
+    #[error("the prefix writes kv_cache {written} but the denoise graph reads {read}")]
+    KvCache { written: String, read: String },
+    #[error("the denoise graph takes no x_t / noise or no time_emb input")]
+    NoNoiseOrTime,
+    #[error("the denoise graph has {found} outputs, expected one")]
+    DenoiseOutputs { found: usize },
+    #[error("the denoise graph's output `{name}` does not have its input's size")]
+    OutputSize { name: String },
+    #[error("{graph}: the model has {inputs} inputs and {outputs} outputs, the manifest {planned_inputs} and {planned_outputs}: was the .om compiled from these graphs?")]
+    ModelArity {
+        graph: String,
+        inputs: usize,
+        outputs: usize,
+        planned_inputs: usize,
+        planned_outputs: usize,
+    },
+    #[error("{graph}: input {index} is `{model}` in the model, `{manifest}` in the manifest")]
+    InputName {
+        graph: String,
+        index: usize,
+        model: String,
+        manifest: String,
+    },
+    #[error("{graph}: input {index} (`{name}`) takes {model} bytes in the model, {manifest} by the manifest ({spec})")]
+    InputSize {
+        graph: String,
+        index: usize,
+        name: String,
+        model: usize,
+        manifest: usize,
+        spec: String,
+    },
+    #[error("{graph}: output {index} has {model} bytes in the model, {manifest} by the manifest")]
+    OutputBytes {
+        graph: String,
+        index: usize,
+        model: usize,
+        manifest: usize,
+    },
+}
+
 /// Bytes of a tensor from its manifest entry.
-pub fn spec_bytes(s: &IoSpec) -> Result<usize, String> {
+pub fn spec_bytes(s: &IoSpec) -> Result<usize, PlanError> {
     let size = match s.dtype.as_str() {
         "float32" | "int32" => 4,
         "float16" | "bfloat16" => 2,
         "int64" => 8,
         "uint8" | "bool" => 1,
         other => {
-            return Err(format!(
-                "`{}` has dtype {other}, which pi0d does not bind",
-                s.name
-            ))
+            return Err(PlanError::Dtype {
+                name: s.name.clone(),
+                dtype: other.into(),
+            })
         }
     };
     Ok(s.shape.iter().product::<usize>() * size)
@@ -96,6 +146,16 @@ fn source_of(name: &str) -> Option<HostSource> {
         names::RTC_GUIDANCE => HostSource::RtcGuidance,
         n => HostSource::Image(n.strip_prefix("image")?.parse().ok()?),
     })
+}
+
+/// What a denoise run binds to one of its inputs.
+enum Feed {
+    /// The same region every run (the KV cache, the tables).
+    Fixed(Slot),
+    /// This run's `x`: one of the two x buffers, alternating.
+    X,
+    /// This run's slice of the time embeddings.
+    Time,
 }
 
 struct Planner {
@@ -121,7 +181,7 @@ impl Planner {
     }
 }
 
-pub fn plan(m: &Manifest) -> Result<BufferPlan, String> {
+pub fn plan(m: &Manifest) -> Result<BufferPlan, PlanError> {
     let mut p = Planner {
         buffers: Vec::new(),
         uploads: Vec::new(),
@@ -131,17 +191,18 @@ pub fn plan(m: &Manifest) -> Result<BufferPlan, String> {
         outputs: Vec::new(),
     };
     for s in &m.graphs.prefix.inputs {
-        let source = source_of(&s.name)
-            .ok_or_else(|| format!("prefix graph input `{}` is not one pi0d feeds", s.name))?;
+        let source = source_of(&s.name).ok_or_else(|| PlanError::NotFed {
+            graph: "prefix",
+            name: s.name.clone(),
+        })?;
         let b = p.add(&s.name, spec_bytes(s)?);
         p.uploads.push((source, b));
         prefix.inputs.push(p.whole(b));
     }
     let [kv_out] = m.graphs.prefix.outputs.as_slice() else {
-        return Err(format!(
-            "the prefix graph has {} outputs, expected kv_cache only",
-            m.graphs.prefix.outputs.len()
-        ));
+        return Err(PlanError::PrefixOutputs {
+            found: m.graphs.prefix.outputs.len(),
+        });
     };
     let kv = p.add(&kv_out.name, spec_bytes(kv_out)?);
     prefix.outputs.push(p.whole(kv));
@@ -149,56 +210,58 @@ pub fn plan(m: &Manifest) -> Result<BufferPlan, String> {
     let runs = if m.unrolled { 1 } else { m.steps };
     // Buffers of the denoise graph's inputs, in its order; `x` and time are filled per run.
     let mut x_in = None;
+    let mut x_input = None;
     let mut time = None;
     let mut inputs = Vec::new();
-    for s in &m.graphs.denoise.inputs {
+    for (i, s) in m.graphs.denoise.inputs.iter().enumerate() {
         let bytes = spec_bytes(s)?;
         let slot = match s.name.as_str() {
             names::KV_CACHE => {
                 if s != kv_out {
-                    return Err(format!(
-                        "the prefix writes kv_cache {:?} {} but the denoise graph reads {:?} {}",
-                        kv_out.shape, kv_out.dtype, s.shape, s.dtype
-                    ));
+                    return Err(PlanError::KvCache {
+                        written: format!("{:?} {}", kv_out.shape, kv_out.dtype),
+                        read: format!("{:?} {}", s.shape, s.dtype),
+                    });
                 }
-                Some(p.whole(kv))
+                Feed::Fixed(p.whole(kv))
             }
             names::X_T | names::NOISE => {
                 let b = p.add(&s.name, bytes);
                 p.uploads.push((HostSource::Noise, b));
                 x_in = Some(b);
-                None
+                x_input = Some(i);
+                Feed::X
             }
             names::TIME_EMB => {
                 let b = p.add(&s.name, bytes * runs);
                 p.uploads.push((HostSource::Time, b));
                 time = Some((b, bytes));
-                None
+                Feed::Time
             }
             name => {
-                let source = source_of(name)
-                    .ok_or_else(|| format!("denoise graph input `{name}` is not one pi0d feeds"))?;
+                let source = source_of(name).ok_or_else(|| PlanError::NotFed {
+                    graph: "denoise",
+                    name: name.into(),
+                })?;
                 let b = p.add(name, bytes);
                 p.uploads.push((source, b));
-                Some(p.whole(b))
+                Feed::Fixed(p.whole(b))
             }
         };
         inputs.push(slot);
     }
-    let (Some(x_a), Some((time_buf, time_bytes))) = (x_in, time) else {
-        return Err("the denoise graph takes no x_t / noise or no time_emb input".into());
+    let (Some(x_a), Some(x_input), Some((time_buf, time_bytes))) = (x_in, x_input, time) else {
+        return Err(PlanError::NoNoiseOrTime);
     };
     let [out] = m.graphs.denoise.outputs.as_slice() else {
-        return Err(format!(
-            "the denoise graph has {} outputs, expected one",
-            m.graphs.denoise.outputs.len()
-        ));
+        return Err(PlanError::DenoiseOutputs {
+            found: m.graphs.denoise.outputs.len(),
+        });
     };
     if spec_bytes(out)? != p.buffers[x_a].bytes {
-        return Err(format!(
-            "the denoise graph's output `{}` does not have its input's size",
-            out.name
-        ));
+        return Err(PlanError::OutputSize {
+            name: out.name.clone(),
+        });
     }
     // Looped steps alternate between two x buffers; the result is wherever the last run wrote.
     let x_b = p.add(&out.name, spec_bytes(out)?);
@@ -207,15 +270,14 @@ pub fn plan(m: &Manifest) -> Result<BufferPlan, String> {
     for run in 0..runs {
         let ins = inputs
             .iter()
-            .zip(&m.graphs.denoise.inputs)
-            .map(|(slot, s)| match s.name.as_str() {
-                names::X_T | names::NOISE => p.whole(xs[run % 2]),
-                names::TIME_EMB => Slot {
+            .map(|feed| match feed {
+                Feed::X => p.whole(xs[run % 2]),
+                Feed::Time => Slot {
                     buffer: time_buf,
                     offset: run * time_bytes,
                     bytes: time_bytes,
                 },
-                _ => slot.expect("every other input has its slot"),
+                Feed::Fixed(slot) => *slot,
             })
             .collect();
         denoise.push(Execution {
@@ -224,13 +286,6 @@ pub fn plan(m: &Manifest) -> Result<BufferPlan, String> {
         });
     }
     let result = p.whole(xs[runs % 2]);
-    let x_input = m
-        .graphs
-        .denoise
-        .inputs
-        .iter()
-        .position(|s| s.name == names::X_T || s.name == names::NOISE)
-        .expect("checked above");
     Ok(BufferPlan {
         buffers: p.buffers,
         prefix,
@@ -256,15 +311,15 @@ pub fn check_model(
     io: &ModelIo,
     exec: &Execution,
     specs: &[IoSpec],
-) -> Result<(), String> {
+) -> Result<(), PlanError> {
     if io.inputs.len() != exec.inputs.len() || io.outputs.len() != exec.outputs.len() {
-        return Err(format!(
-            "{graph}: the model has {} inputs and {} outputs, the manifest {} and {}: was the .om compiled from these graphs?",
-            io.inputs.len(),
-            io.outputs.len(),
-            exec.inputs.len(),
-            exec.outputs.len()
-        ));
+        return Err(PlanError::ModelArity {
+            graph: graph.into(),
+            inputs: io.inputs.len(),
+            outputs: io.outputs.len(),
+            planned_inputs: exec.inputs.len(),
+            planned_outputs: exec.outputs.len(),
+        });
     }
     for (i, ((name, bytes), (slot, spec))) in io
         .inputs
@@ -274,25 +329,33 @@ pub fn check_model(
     {
         if let Some(n) = name {
             if n != &spec.name {
-                return Err(format!(
-                    "{graph}: input {i} is `{n}` in the model, `{}` in the manifest",
-                    spec.name
-                ));
+                return Err(PlanError::InputName {
+                    graph: graph.into(),
+                    index: i,
+                    model: n.clone(),
+                    manifest: spec.name.clone(),
+                });
             }
         }
         if *bytes != slot.bytes {
-            return Err(format!(
-                "{graph}: input {i} (`{}`) takes {bytes} bytes in the model, {} by the manifest ({:?} {})",
-                spec.name, slot.bytes, spec.shape, spec.dtype
-            ));
+            return Err(PlanError::InputSize {
+                graph: graph.into(),
+                index: i,
+                name: spec.name.clone(),
+                model: *bytes,
+                manifest: slot.bytes,
+                spec: format!("{:?} {}", spec.shape, spec.dtype),
+            });
         }
     }
     for (i, ((_, bytes), slot)) in io.outputs.iter().zip(&exec.outputs).enumerate() {
         if *bytes != slot.bytes {
-            return Err(format!(
-                "{graph}: output {i} has {bytes} bytes in the model, {} by the manifest",
-                slot.bytes
-            ));
+            return Err(PlanError::OutputBytes {
+                graph: graph.into(),
+                index: i,
+                model: *bytes,
+                manifest: slot.bytes,
+            });
         }
     }
     Ok(())
@@ -495,7 +558,7 @@ pub(crate) mod tests {
     fn mismatched_kv_or_model_is_refused_with_what_differs() {
         let mut m = manifest(1, false, "float32");
         m.graphs.denoise.inputs[0].dtype = "float16".into();
-        let err = plan(&m).unwrap_err();
+        let err = plan(&m).unwrap_err().to_string();
         assert!(err.contains("kv_cache") && err.contains("float16"), "{err}");
 
         let m = manifest(1, false, "float32");
@@ -514,17 +577,22 @@ pub(crate) mod tests {
         check_model("prefix.om", &io(&sizes, &names), &plan.prefix, specs).unwrap();
         let mut wrong = sizes.clone();
         wrong[1] /= 2;
-        let err = check_model("prefix.om", &io(&wrong, &names), &plan.prefix, specs).unwrap_err();
+        let err = check_model("prefix.om", &io(&wrong, &names), &plan.prefix, specs)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("input 1 (`lang_tokens`) takes 192 bytes in the model, 384"),
             "{err}"
         );
         let mut renamed = names.clone();
         renamed[0] = "pixels";
-        let err = check_model("prefix.om", &io(&sizes, &renamed), &plan.prefix, specs).unwrap_err();
+        let err = check_model("prefix.om", &io(&sizes, &renamed), &plan.prefix, specs)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`pixels` in the model, `image0`"), "{err}");
-        let err =
-            check_model("prefix.om", &io(&sizes[..2], &names), &plan.prefix, specs).unwrap_err();
+        let err = check_model("prefix.om", &io(&sizes[..2], &names), &plan.prefix, specs)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("2 inputs"), "{err}");
     }
 }
