@@ -8,9 +8,9 @@ use crate::time::MonoTime;
 #[derive(Clone, Debug)]
 pub struct ActionChunk {
     /// Capture time of the observation the chunk was computed from.
-    pub obs_stamp: MonoTime,
-    pub step_period_s: f64,
-    pub action_dim: usize,
+    pub(crate) obs_stamp: MonoTime,
+    pub(crate) step_period_s: f64,
+    pub(crate) action_dim: usize,
     /// Row-major `[steps][action_dim]`, in joint units (rad or m).
     pub actions: Vec<f64>,
 }
@@ -20,7 +20,7 @@ impl ActionChunk {
         self.actions.len().checked_div(self.action_dim).unwrap_or(0)
     }
 
-    pub fn step(&self, i: usize) -> &[f64] {
+    pub(crate) fn step(&self, i: usize) -> &[f64] {
         &self.actions[i * self.action_dim..(i + 1) * self.action_dim]
     }
 }
@@ -31,16 +31,16 @@ impl ActionChunk {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChunkPrefix {
     /// Row-major `[steps][action_dim]`.
-    pub actions: Vec<f64>,
-    pub action_dim: usize,
+    pub(crate) actions: Vec<f64>,
+    pub(crate) action_dim: usize,
     /// Steps of the new chunk that will have run before it takes over.
-    pub inference_delay: usize,
+    pub(crate) inference_delay: usize,
     /// Steps over which the new chunk is guided.
-    pub execution_horizon: usize,
+    pub(crate) execution_horizon: usize,
 }
 
 impl ChunkPrefix {
-    pub fn steps(&self) -> usize {
+    pub(crate) fn steps(&self) -> usize {
         self.actions.len().checked_div(self.action_dim).unwrap_or(0)
     }
 }
@@ -53,8 +53,8 @@ pub struct JointChunk {
     pub obs_stamp: MonoTime,
     pub period_s: f64,
     pub positions: Vec<JointVector>,
-    pub velocities: Vec<JointVector>,
-    pub accelerations: Vec<JointVector>,
+    pub(crate) velocities: Vec<JointVector>,
+    pub(crate) accelerations: Vec<JointVector>,
     /// Sequence number of the inference that produced it.
     pub seq: u64,
 }
@@ -76,13 +76,13 @@ impl JointChunk {
     }
 
     /// Time of the last step.
-    pub fn end(&self) -> MonoTime {
+    pub(crate) fn end(&self) -> MonoTime {
         self.obs_stamp
             .offset_seconds((self.steps().saturating_sub(1)) as f64 * self.period_s)
     }
 
     /// Fills this buffer from a policy chunk. Joints the policy does not drive keep `hold`.
-    pub fn fill_from(
+    pub(crate) fn fill_from(
         &mut self,
         chunk: &ActionChunk,
         map: &ActionMap,

@@ -28,7 +28,7 @@ fn kind(t: FileType) -> &'static str {
 /// checks on the open file that it is regular and at most `cap` bytes, then reads it as UTF-8.
 /// A refusal is an `io::Error` saying what the file is (`InvalidInput`) or that it is too
 /// large or not text (`InvalidData`).
-pub fn read_regular(path: &Path, cap: u64) -> io::Result<String> {
+pub(crate) fn read_regular(path: &Path, cap: u64) -> io::Result<String> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -37,7 +37,7 @@ pub fn read_regular(path: &Path, cap: u64) -> io::Result<String> {
 }
 
 /// As `read_regular`, on a file already open.
-pub fn read_open(file: File, cap: u64) -> io::Result<String> {
+pub(crate) fn read_open(file: File, cap: u64) -> io::Result<String> {
     let meta = file.metadata()?;
     if !meta.file_type().is_file() {
         return Err(io::Error::new(

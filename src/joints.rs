@@ -10,7 +10,7 @@ use crate::time::MonoTime;
 
 /// The most joints one daemon commands; pi0's action vector is 32 wide, so this covers any robot
 /// the policy can drive.
-pub const MAX_JOINTS: usize = 32;
+pub(crate) const MAX_JOINTS: usize = 32;
 
 #[derive(Clone, Copy, PartialEq)]
 pub struct JointVector {
@@ -34,7 +34,7 @@ impl JointVector {
         v
     }
 
-    pub fn filled(len: usize, value: f64) -> JointVector {
+    pub(crate) fn filled(len: usize, value: f64) -> JointVector {
         let mut v = JointVector::zeros(len);
         v.as_mut_slice().fill(value);
         v
@@ -44,11 +44,11 @@ impl JointVector {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    pub fn as_slice(&self) -> &[f64] {
+    pub(crate) fn as_slice(&self) -> &[f64] {
         &self.values[..self.len]
     }
 
@@ -61,7 +61,7 @@ impl JointVector {
     }
 
     /// The entries `indices`, in that order.
-    pub fn select(&self, indices: &[usize]) -> JointVector {
+    pub(crate) fn select(&self, indices: &[usize]) -> JointVector {
         let mut out = JointVector::zeros(indices.len());
         for (k, &j) in indices.iter().enumerate() {
             out[k] = self[j];
@@ -69,7 +69,7 @@ impl JointVector {
         out
     }
 
-    pub fn all_finite(&self) -> bool {
+    pub(crate) fn all_finite(&self) -> bool {
         self.iter().all(|x| x.is_finite())
     }
 }
@@ -104,7 +104,7 @@ impl Default for JointVector {
 pub struct MotionState {
     pub position: JointVector,
     pub velocity: JointVector,
-    pub acceleration: JointVector,
+    pub(crate) acceleration: JointVector,
 }
 
 impl MotionState {
@@ -131,23 +131,23 @@ pub struct JointMeasurement {
 pub struct ActionMap {
     pub action_names: Vec<String>,
     /// `joint_of_action[k]` = command index of action `k`.
-    pub joint_of_action: Vec<usize>,
+    pub(crate) joint_of_action: Vec<usize>,
 }
 
 impl ActionMap {
-    pub fn action_dim(&self) -> usize {
+    pub(crate) fn action_dim(&self) -> usize {
         self.joint_of_action.len()
     }
 
     /// Scatters an action vector onto `joints`, leaving joints the policy does not drive as they are.
-    pub fn apply(&self, action: &[f64], joints: &mut JointVector) {
+    pub(crate) fn apply(&self, action: &[f64], joints: &mut JointVector) {
         for (k, &j) in self.joint_of_action.iter().enumerate() {
             joints[j] = action[k];
         }
     }
 
     /// Gathers the policy's state vector (action order) from a joint vector.
-    pub fn gather(&self, joints: &JointVector, out: &mut Vec<f64>) {
+    pub(crate) fn gather(&self, joints: &JointVector, out: &mut Vec<f64>) {
         out.clear();
         out.extend(self.joint_of_action.iter().map(|&j| joints[j]));
     }
@@ -155,7 +155,7 @@ impl ActionMap {
 
 /// Where one entry of the policy's state vector comes from.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum StateSource {
+pub(crate) enum StateSource {
     /// The measured position of this joint (command index).
     Joint(usize),
     /// A value the dataset held constant (a fixed joint, a padding slot).
@@ -165,24 +165,24 @@ pub enum StateSource {
 /// The policy's state vector, entry by entry (`policy.state`; by default the measured
 /// positions in action order).
 #[derive(Clone, Debug, PartialEq)]
-pub struct StateLayout {
-    pub sources: Vec<StateSource>,
+pub(crate) struct StateLayout {
+    pub(crate) sources: Vec<StateSource>,
     /// The setting that laid it out (`policy.state`, or `policy.action_joints` by default),
     /// as messages name it.
-    pub field: &'static str,
+    pub(crate) field: &'static str,
 }
 
 impl StateLayout {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.sources.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.sources.is_empty()
     }
 
     /// The state vector from the measured joint positions.
-    pub fn gather(&self, joints: &JointVector, out: &mut Vec<f64>) {
+    pub(crate) fn gather(&self, joints: &JointVector, out: &mut Vec<f64>) {
         out.clear();
         out.extend(self.sources.iter().map(|s| match *s {
             StateSource::Joint(j) => joints[j],

@@ -22,7 +22,7 @@ thread_local! {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct Panic {
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// Runs `f`, turning a panic into `Err(Panic)`; the panic hook stays quiet for it (the caller

@@ -9,50 +9,50 @@ use crate::safety::{Mode, ModeKind};
 /// Counters published by the control thread for the status line and diagnostics.
 #[derive(Default)]
 pub struct LiveStats {
-    pub ticks: AtomicU64,
-    pub overruns: AtomicU64,
-    pub mode: AtomicU64,
-    pub last_jitter_ns: AtomicU64,
+    pub(crate) ticks: AtomicU64,
+    pub(crate) overruns: AtomicU64,
+    pub(crate) mode: AtomicU64,
+    pub(crate) last_jitter_ns: AtomicU64,
     /// The largest jitter since the status line last took it (it resets it to 0).
-    pub interval_max_jitter_ns: AtomicU64,
-    pub max_jitter_ns: AtomicU64,
-    pub last_latency_us: AtomicU64,
+    pub(crate) interval_max_jitter_ns: AtomicU64,
+    pub(crate) max_jitter_ns: AtomicU64,
+    pub(crate) last_latency_us: AtomicU64,
     pub chunks_received: AtomicU64,
-    pub chunks_rejected: AtomicU64,
-    pub safety_events: AtomicU64,
+    pub(crate) chunks_rejected: AtomicU64,
+    pub(crate) safety_events: AtomicU64,
     /// `Waiting::code` of what the arm waits for.
-    pub waiting: AtomicU64,
+    pub(crate) waiting: AtomicU64,
     /// Input messages the transport refused, and those whose decoder panicked (ROS).
-    pub inputs_rejected: AtomicU64,
-    pub input_decoder_faults: AtomicU64,
+    pub(crate) inputs_rejected: AtomicU64,
+    pub(crate) input_decoder_faults: AtomicU64,
     /// A remote policy's link (all zero without one): 1 when there is one, whether it is
     /// connected, round trip p50 / p99 and the server's inference time (µs), reconnects and
     /// failed requests. Copied from the worker's statistics once a second.
-    pub remote_active: AtomicU64,
-    pub remote_connected: AtomicU64,
-    pub remote_rtt_p50_us: AtomicU64,
-    pub remote_rtt_p99_us: AtomicU64,
-    pub remote_server_infer_us: AtomicU64,
-    pub remote_reconnects: AtomicU64,
-    pub remote_errors: AtomicU64,
+    pub(crate) remote_active: AtomicU64,
+    pub(crate) remote_connected: AtomicU64,
+    pub(crate) remote_rtt_p50_us: AtomicU64,
+    pub(crate) remote_rtt_p99_us: AtomicU64,
+    pub(crate) remote_server_infer_us: AtomicU64,
+    pub(crate) remote_reconnects: AtomicU64,
+    pub(crate) remote_errors: AtomicU64,
     /// 1 while the fault latch holds the arm (the previous run faulted; a reset lifts it).
-    pub fault_latched: AtomicU64,
+    pub(crate) fault_latched: AtomicU64,
     /// 1 once the independent monitor refused a command (the daemon then stops).
-    pub limit_violation: AtomicU64,
+    pub(crate) limit_violation: AtomicU64,
     /// The latest inference's stages, µs (copied from the worker once a second).
-    pub stage_queue_us: AtomicU64,
-    pub stage_preprocess_us: AtomicU64,
-    pub stage_prefix_us: AtomicU64,
-    pub stage_steps_us: AtomicU64,
-    pub stage_postprocess_us: AtomicU64,
+    pub(crate) stage_queue_us: AtomicU64,
+    pub(crate) stage_preprocess_us: AtomicU64,
+    pub(crate) stage_prefix_us: AtomicU64,
+    pub(crate) stage_steps_us: AtomicU64,
+    pub(crate) stage_postprocess_us: AtomicU64,
 }
 
 impl LiveStats {
-    pub fn add(counter: &AtomicU64, n: u64) {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn set(counter: &AtomicU64, v: u64) {
+    pub(crate) fn set(counter: &AtomicU64, v: u64) {
         counter.store(v, Ordering::Relaxed);
     }
 
@@ -62,11 +62,11 @@ impl LiveStats {
 }
 
 /// Name of a `LiveStats::mode` code.
-pub fn mode_name(code: u64) -> &'static str {
+pub(crate) fn mode_name(code: u64) -> &'static str {
     ModeKind::from_code(code).map_or("?", ModeKind::name)
 }
 
 /// The `LiveStats::mode` code of a mode.
-pub fn mode_code(mode: Mode) -> u64 {
+pub(crate) fn mode_code(mode: Mode) -> u64 {
     mode.kind().code()
 }

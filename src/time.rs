@@ -36,7 +36,7 @@ impl MonoTime {
         (self.0 as i128 - earlier.0 as i128) as f64 * 1e-9
     }
 
-    pub fn saturating_sub(self, d: Duration) -> MonoTime {
+    pub(crate) fn saturating_sub(self, d: Duration) -> MonoTime {
         MonoTime(self.0.saturating_sub(d.as_nanos() as u64))
     }
 
@@ -63,7 +63,7 @@ impl fmt::Debug for MonoTime {
 }
 
 /// Sleeps until the absolute monotonic `deadline` (no drift from relative sleeps).
-pub fn sleep_until(deadline: MonoTime) {
+pub(crate) fn sleep_until(deadline: MonoTime) {
     let ts = libc::timespec {
         tv_sec: (deadline.0 / 1_000_000_000) as libc::time_t,
         tv_nsec: (deadline.0 % 1_000_000_000) as libc::c_long,

@@ -38,17 +38,17 @@ impl fmt::Display for Origin {
 
 /// Which settings ROS parameters set (dotted paths); everything else comes from the file.
 #[derive(Clone, Debug, Default)]
-pub struct Origins {
+pub(crate) struct Origins {
     params: BTreeMap<String, Origin>,
 }
 
 impl Origins {
-    pub fn set(&mut self, path: &str, origin: Origin) {
+    pub(crate) fn set(&mut self, path: &str, origin: Origin) {
         self.params.insert(path.to_string(), origin);
     }
 
     /// The origin of `field` (or of the nearest enclosing setting a parameter replaced).
-    pub fn of(&self, file: &Path, field: &str) -> Origin {
+    pub(crate) fn of(&self, file: &Path, field: &str) -> Origin {
         let mut f = field.trim_matches('`');
         loop {
             if let Some(o) = self.params.get(f) {
@@ -67,7 +67,7 @@ impl Origins {
 /// A setting that is valid but probably not what was meant.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConfigWarning {
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     pub field: String,
     pub message: String,
 }
@@ -78,14 +78,14 @@ impl fmt::Display for ConfigWarning {
     }
 }
 
-pub struct Check<'a> {
-    pub file: &'a Path,
-    pub origins: &'a Origins,
+pub(crate) struct Check<'a> {
+    pub(crate) file: &'a Path,
+    pub(crate) origins: &'a Origins,
     warnings: RefCell<Vec<ConfigWarning>>,
 }
 
 impl<'a> Check<'a> {
-    pub fn new(file: &'a Path, origins: &'a Origins) -> Check<'a> {
+    pub(crate) fn new(file: &'a Path, origins: &'a Origins) -> Check<'a> {
         Check {
             file,
             origins,
@@ -93,7 +93,7 @@ impl<'a> Check<'a> {
         }
     }
 
-    pub fn error(&self, field: &str, message: impl Into<String>) -> ConfigError {
+    pub(crate) fn error(&self, field: &str, message: impl Into<String>) -> ConfigError {
         ConfigError::Invalid {
             origin: self.origins.of(self.file, field),
             field: field.to_string(),
@@ -101,11 +101,11 @@ impl<'a> Check<'a> {
         }
     }
 
-    pub fn fail<T>(&self, field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
+    pub(crate) fn fail<T>(&self, field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
         Err(self.error(field, message))
     }
 
-    pub fn warn(&self, field: &str, message: impl Into<String>) {
+    pub(crate) fn warn(&self, field: &str, message: impl Into<String>) {
         self.warnings.borrow_mut().push(ConfigWarning {
             origin: self.origins.of(self.file, field),
             field: field.to_string(),
@@ -114,19 +114,19 @@ impl<'a> Check<'a> {
     }
 
     /// Warns that `field` is set but the chosen `kind` does not use it.
-    pub fn unused(&self, field: &str, given: bool, why: &str) {
+    pub(crate) fn unused(&self, field: &str, given: bool, why: &str) {
         if given {
             self.warn(field, format!("ignored: {why}"));
         }
     }
 
-    pub fn take_warnings(&self) -> Vec<ConfigWarning> {
+    pub(crate) fn take_warnings(&self) -> Vec<ConfigWarning> {
         std::mem::take(&mut self.warnings.borrow_mut())
     }
 
     /// `x` within `lo..=hi` (a range that depends on another setting; the fixed ones are
     /// `ranges::RANGES`).
-    pub fn in_range(
+    pub(crate) fn in_range(
         &self,
         field: &str,
         x: f64,
@@ -151,7 +151,7 @@ impl<'a> Check<'a> {
     }
 
     /// A relative path is relative to the configuration file's directory.
-    pub fn resolve(&self, p: &Path) -> PathBuf {
+    pub(crate) fn resolve(&self, p: &Path) -> PathBuf {
         if p.is_absolute() {
             p.to_path_buf()
         } else {
@@ -161,7 +161,7 @@ impl<'a> Check<'a> {
 }
 
 /// The first name listed twice.
-pub fn first_duplicate(names: &[String]) -> Option<&str> {
+pub(crate) fn first_duplicate(names: &[String]) -> Option<&str> {
     names
         .iter()
         .enumerate()

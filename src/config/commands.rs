@@ -17,7 +17,7 @@ pub struct CommandGroup {
     /// Its joints, in the order the message lists them.
     pub joints: Vec<String>,
     /// Where each is in `robot.joints` (the governed command's order).
-    pub indices: Vec<usize>,
+    pub(crate) indices: Vec<usize>,
     /// The topic, or the action's name for gripper_command.
     pub topic: String,
     pub kind: CommandType,
@@ -33,9 +33,9 @@ const DEFAULT_COMMAND_TOPIC: &str = "/arm_controller/joint_trajectory";
 
 /// gripper_command's default goal rate: gripper_action_controller starts a goal handle and a
 /// status timer for every goal (monitored at its `action_monitor_rate`, 20 Hz by default).
-pub const GOAL_RATE_HZ: f64 = 20.0;
+pub(crate) const GOAL_RATE_HZ: f64 = 20.0;
 
-pub fn validate(
+pub(crate) fn validate(
     c: &Check,
     r: &RawRos,
     limits: &RobotLimits,

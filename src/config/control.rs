@@ -36,9 +36,9 @@ pub struct ControlConfig {
     pub merge: MergeMode,
     pub blend_window_s: f64,
     pub request_threshold_s: f64,
-    pub warmup_chunks: u32,
-    pub status_interval_s: f64,
-    pub stop_timeout_s: f64,
+    pub(crate) warmup_chunks: u32,
+    pub(crate) status_interval_s: f64,
+    pub(crate) stop_timeout_s: f64,
     /// The arm must leave `starting` (run its first chunk) within this long after the control
     /// loop starts, or the daemon stops with its own exit code.
     pub start_timeout_s: f64,
@@ -51,7 +51,7 @@ const WEIGHTED_AVERAGE_OLD: f64 = 0.3;
 
 /// Each value is within its range (`ranges::RANGES`); what depends on other settings is
 /// checked here.
-pub fn validate(c: &Check, rc: &RawControl) -> Result<ControlConfig, ConfigError> {
+pub(crate) fn validate(c: &Check, rc: &RawControl) -> Result<ControlConfig, ConfigError> {
     let rate_hz = rc.rate_hz;
     let merge = match rc.merge {
         MergeKind::Blend => MergeMode::Blend,
@@ -95,7 +95,7 @@ pub fn validate(c: &Check, rc: &RawControl) -> Result<ControlConfig, ConfigError
 /// stop at half the acceleration limit and 0.8 of the jerk limit (`safety::governor`), a
 /// jerk-limited ramp down from v; before it, the acceleration the joint can have built
 /// (at most the limit, at most sqrt(v j) on the way to v) is taken back at the jerk limit.
-pub fn braking_time_s(joint: &crate::robot::JointLimits) -> f64 {
+pub(crate) fn braking_time_s(joint: &crate::robot::JointLimits) -> f64 {
     let (v, a, j) = (joint.velocity, joint.acceleration, joint.jerk);
     let (a_plan, j_plan) = (0.5 * a, 0.8 * j);
     let ramp_down = if v * j_plan >= a_plan * a_plan {
@@ -109,7 +109,7 @@ pub fn braking_time_s(joint: &crate::robot::JointLimits) -> f64 {
 /// The stop must be able to finish: `control.stop_timeout_s` at least the slowest joint's
 /// braking time from its velocity limit (an upper bound: the governor's own stops take about
 /// half of it) and ten control periods.
-pub fn stop_fits(
+pub(crate) fn stop_fits(
     c: &Check,
     control: &ControlConfig,
     limits: &crate::robot::RobotLimits,

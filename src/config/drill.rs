@@ -10,17 +10,17 @@ use super::ConfigError;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawDrill {
+pub(crate) struct RawDrill {
     /// Seconds after the run starts (the service's READY).
-    pub at_s: f64,
-    pub event: DrillName,
+    pub(crate) at_s: f64,
+    pub(crate) event: DrillName,
     /// `stall_control` only.
-    pub duration_s: Option<f64>,
+    pub(crate) duration_s: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum DrillName {
+pub(crate) enum DrillName {
     CrashControl,
     StallControl,
     CrashIo,
@@ -46,7 +46,7 @@ pub struct Drill {
     pub kind: DrillKind,
 }
 
-pub fn validate(c: &Check, raw: &[RawDrill]) -> Result<Vec<Drill>, ConfigError> {
+pub(crate) fn validate(c: &Check, raw: &[RawDrill]) -> Result<Vec<Drill>, ConfigError> {
     let mut drills = Vec::with_capacity(raw.len());
     for (i, d) in raw.iter().enumerate() {
         let field = |k: &str| format!("drill[{i}].{k}");
@@ -85,7 +85,7 @@ pub fn validate(c: &Check, raw: &[RawDrill]) -> Result<Vec<Drill>, ConfigError> 
 }
 
 /// The drill's name as configured.
-pub fn name(kind: DrillKind) -> &'static str {
+pub(crate) fn name(kind: DrillKind) -> &'static str {
     match kind {
         DrillKind::CrashControl => "crash_control",
         DrillKind::StallControl { .. } => "stall_control",

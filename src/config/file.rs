@@ -6,12 +6,12 @@ use std::io;
 use std::path::Path;
 
 /// The largest configuration, parameter or key file read (they are a few kilobytes).
-pub const MAX_TEXT_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_TEXT_BYTES: u64 = 4 << 20;
 
 /// Opens `path` without blocking (a FIFO with no writer would block `open` itself), refuses
 /// anything but a regular file, and reads at most `max_bytes` of UTF-8 text: the one reader
 /// every input file goes through (`crate::files`).
-pub fn read_text(path: &Path, max_bytes: u64) -> io::Result<String> {
+pub(crate) fn read_text(path: &Path, max_bytes: u64) -> io::Result<String> {
     crate::files::read_regular(path, max_bytes)
 }
 

@@ -10,19 +10,19 @@ use super::ConfigError;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawMetrics {
-    pub listen: Option<String>,
+pub(crate) struct RawMetrics {
+    pub(crate) listen: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct MetricsConfig {
-    pub listen: SocketAddr,
+pub(crate) struct MetricsConfig {
+    pub(crate) listen: SocketAddr,
 }
 
 /// The default port: Prometheus' own exporters start at 9100; 9464 is OpenTelemetry's.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
 
-pub fn validate(c: &Check, r: &RawMetrics) -> Result<MetricsConfig, ConfigError> {
+pub(crate) fn validate(c: &Check, r: &RawMetrics) -> Result<MetricsConfig, ConfigError> {
     let text = r.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     match text.parse::<SocketAddr>() {
         Ok(listen) => {

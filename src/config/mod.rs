@@ -4,42 +4,40 @@
 //! was expected; checks are written so NaN fails. Settings that are valid but ignored, or that
 //! widen the URDF's limits, are kept as warnings.
 
-pub mod check;
-pub mod commands;
-pub mod control;
+pub(crate) mod check;
+pub(crate) mod commands;
+pub(crate) mod control;
 pub mod drill;
-pub mod file;
-pub mod metrics;
+pub(crate) mod file;
+pub(crate) mod metrics;
 pub mod openpi;
-pub mod policy;
+pub(crate) mod policy;
 pub mod ranges;
 pub mod raw;
-pub mod realtime;
+pub(crate) mod realtime;
 pub mod record;
-pub mod robot;
-pub mod ros;
+pub(crate) mod robot;
+pub(crate) mod ros;
 pub mod ros_args;
-pub mod rtc;
-pub mod safety;
+pub(crate) mod rtc;
+pub(crate) mod safety;
 pub mod serve;
-pub mod sim;
-pub mod workspace;
+pub(crate) mod sim;
+pub(crate) mod workspace;
 
 use std::path::{Path, PathBuf};
 
-pub use check::{ConfigWarning, Origin, Origins};
+pub(crate) use check::{ConfigWarning, Origin, Origins};
 pub use commands::CommandGroup;
 pub use control::{ControlConfig, Interpolation, MergeMode};
 pub use openpi::{ExtraValue, OpenpiOptions};
-pub use policy::{
-    AclOptions, BackendOptions, ExecutionProvider, FaultConfig, FaultKind, OnnxOptions,
-    PolicyConfig, PolicySource,
-};
+pub use policy::{AclOptions, BackendOptions, ExecutionProvider, OnnxOptions, PolicySource};
+pub(crate) use policy::{FaultConfig, FaultKind, PolicyConfig};
 pub use realtime::RealtimeConfig;
 pub use ros::{CommandType, Middleware, RosConfig, RosQos, ServiceMappingKind, TopicQos};
 pub use rtc::{RtcConfig, RtcSettings, Schedule};
-pub use safety::SafetyConfig;
-pub use sim::{CameraConfig, SimConfig, SimEvent, SimEventKind};
+pub(crate) use safety::SafetyConfig;
+pub(crate) use sim::{CameraConfig, SimConfig, SimEvent, SimEventKind};
 
 use crate::robot::urdf::{self, UrdfError};
 use crate::robot::{RobotLimits, Workspace};
@@ -83,9 +81,9 @@ pub enum Io {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CameraSource {
     /// The model camera it feeds, by name; `None` when matched by position.
-    pub model_name: Option<String>,
+    pub(crate) model_name: Option<String>,
     /// How the configuration names it (`ros.cameras.front = "/cam"`).
-    pub shown: String,
+    pub(crate) shown: String,
 }
 
 #[derive(Clone, Debug)]
@@ -103,7 +101,7 @@ pub struct Config {
     /// `[serve]`: read by `pi0d serve --config` only.
     pub serve: serve::ServeConfig,
     /// `[metrics]`: the Prometheus endpoint, when the section is there.
-    pub metrics: Option<metrics::MetricsConfig>,
+    pub(crate) metrics: Option<metrics::MetricsConfig>,
     /// `[record]`: the MCAP recording, when the section is there.
     pub record: Option<record::RecordConfig>,
     /// `[[drill]]`: deliberate faults at set times of the run, in time order.
@@ -115,7 +113,7 @@ pub struct Config {
 impl Config {
     /// The inputs' camera slots, in order: the model camera each feeds (`None`: matched by
     /// position) and how the configuration names it, for messages.
-    pub fn camera_sources(&self) -> Vec<CameraSource> {
+    pub(crate) fn camera_sources(&self) -> Vec<CameraSource> {
         match &self.io {
             Io::Sim => self
                 .sim
@@ -145,7 +143,7 @@ impl Config {
 
     /// Whether anything can drill the control thread: a `[[drill]]`, or a simulator event
     /// (`crash_control`, `stall_control`). Without one the control loop runs no drill code.
-    pub fn drills_control_thread(&self) -> bool {
+    pub(crate) fn drills_control_thread(&self) -> bool {
         !self.drills.is_empty()
             || self.sim.events.iter().any(|e| {
                 matches!(
@@ -156,7 +154,7 @@ impl Config {
     }
 
     /// Camera slots the inputs provide, in order.
-    pub fn camera_count(&self) -> usize {
+    pub(crate) fn camera_count(&self) -> usize {
         match &self.io {
             Io::Sim => self.sim.cameras.len(),
             Io::Ros(r) => r.cameras.len(),
@@ -172,7 +170,7 @@ impl Config {
     }
 
     /// Loads `file` with `--ros-args` parameters and remaps applied before validation.
-    pub fn load_with(file: &Path, ros: &ros_args::RosArgs) -> Result<Config, ConfigError> {
+    pub(crate) fn load_with(file: &Path, ros: &ros_args::RosArgs) -> Result<Config, ConfigError> {
         Config::load_named(file, "--config", ros)
     }
 

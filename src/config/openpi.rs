@@ -13,40 +13,40 @@ use super::ConfigError;
 /// `[policy.openpi]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawOpenpi {
+pub(crate) struct RawOpenpi {
     /// openpi: the server's address.
-    pub url: Option<String>,
+    pub(crate) url: Option<String>,
     /// zenoh: the key the servers' queryables answer on.
-    pub key: Option<String>,
+    pub(crate) key: Option<String>,
     /// zenoh: endpoints to connect to and listen on.
     #[serde(default)]
-    pub connect: Vec<String>,
+    pub(crate) connect: Vec<String>,
     #[serde(default)]
-    pub listen: Vec<String>,
+    pub(crate) listen: Vec<String>,
     /// The key itself (prefer api_key_env or api_key_file: a config file is often shared).
-    pub api_key: Option<String>,
-    pub api_key_env: Option<String>,
-    pub api_key_file: Option<PathBuf>,
+    pub(crate) api_key: Option<String>,
+    pub(crate) api_key_env: Option<String>,
+    pub(crate) api_key_file: Option<PathBuf>,
     /// wss://: certificates (PEM) trusted besides the public roots (a private CA).
-    pub ca_file: Option<PathBuf>,
-    pub connect_timeout_s: Option<f64>,
-    pub request_timeout_s: Option<f64>,
-    pub reconnect_initial_s: Option<f64>,
-    pub reconnect_max_s: Option<f64>,
+    pub(crate) ca_file: Option<PathBuf>,
+    pub(crate) connect_timeout_s: Option<f64>,
+    pub(crate) request_timeout_s: Option<f64>,
+    pub(crate) reconnect_initial_s: Option<f64>,
+    pub(crate) reconnect_max_s: Option<f64>,
     /// Camera name (ros.cameras / sim.cameras) -> request key.
-    pub images: Option<BTreeMap<String, String>>,
-    pub state_key: Option<String>,
-    pub prompt_key: Option<String>,
+    pub(crate) images: Option<BTreeMap<String, String>>,
+    pub(crate) state_key: Option<String>,
+    pub(crate) prompt_key: Option<String>,
     /// Keys sent as they are with every request.
     #[serde(default)]
-    pub extra: BTreeMap<String, toml::Value>,
+    pub(crate) extra: BTreeMap<String, toml::Value>,
     /// Images are resized with pad to this square before sending (0: as captured).
-    pub image_size: Option<u32>,
+    pub(crate) image_size: Option<u32>,
     /// Reply columns used (the first ones, in policy.action_joints order); default the
     /// number of action joints.
-    pub action_dim: Option<usize>,
+    pub(crate) action_dim: Option<usize>,
     /// Largest reply accepted, MiB.
-    pub max_reply_mib: Option<u32>,
+    pub(crate) max_reply_mib: Option<u32>,
 }
 
 /// A secret: shown as `***` by `Debug`, so `check` and the logs never print it.
@@ -102,7 +102,7 @@ pub struct ZenohLinkOptions {
 
 impl OpenpiOptions {
     /// The key a camera is sent under.
-    pub fn image_key(&self, camera: &str) -> Option<String> {
+    pub(crate) fn image_key(&self, camera: &str) -> Option<String> {
         match &self.images {
             Some(m) => m.get(camera).cloned(),
             None => Some(format!("observation.images.{camera}")),
@@ -160,7 +160,7 @@ fn api_key(c: &Check, o: &RawOpenpi) -> Result<Option<Secret>, ConfigError> {
 }
 
 /// `[policy.openpi]`: openpi's websocket.
-pub fn validate(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> {
+pub(crate) fn validate(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> {
     let Some(url) = &o.url else {
         return c.fail(
             "policy.openpi.url",
@@ -211,7 +211,7 @@ pub fn validate(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> 
 }
 
 /// `[policy.zenoh]`: a Zenoh query to the servers' queryable (`pi0d serve --zenoh KEY`).
-pub fn validate_zenoh(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> {
+pub(crate) fn validate_zenoh(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, ConfigError> {
     let Some(key) = &o.key else {
         return c.fail(
             "policy.zenoh.key",

@@ -14,7 +14,7 @@ use crate::joints::{ActionMap, StateLayout, StateSource};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum FaultKind {
+pub(crate) enum FaultKind {
     Nan,
     Inf,
     Jump,
@@ -24,13 +24,13 @@ pub enum FaultKind {
 }
 
 #[derive(Clone, Debug)]
-pub struct FaultConfig {
-    pub kind: FaultKind,
+pub(crate) struct FaultConfig {
+    pub(crate) kind: FaultKind,
     /// Chunks produced normally before the fault starts.
-    pub after_chunks: u32,
+    pub(crate) after_chunks: u32,
     /// Faulty chunks in a row; 0 means forever.
-    pub count: u32,
-    pub latency_s: f64,
+    pub(crate) count: u32,
+    pub(crate) latency_s: f64,
 }
 
 /// An ONNX Runtime execution provider and its options.
@@ -64,7 +64,7 @@ pub const CANN_PRECISION_MODES: &[&str] = &[
 ];
 
 impl ExecutionProvider {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             ExecutionProvider::Cpu => "cpu",
             ExecutionProvider::Cuda { .. } => "cuda",
@@ -219,14 +219,14 @@ pub struct PolicyConfig {
     pub source: PolicySource,
     pub action_map: ActionMap,
     /// The state vector the policy is given.
-    pub state: StateLayout,
+    pub(crate) state: StateLayout,
     pub chunk_steps: usize,
     pub step_period_s: f64,
     /// Extra latency added to every inference (simulates a slower model).
-    pub latency_s: f64,
+    pub(crate) latency_s: f64,
     /// The task prompt until one arrives from outside.
-    pub prompt: String,
-    pub fault: Option<FaultConfig>,
+    pub(crate) prompt: String,
+    pub(crate) fault: Option<FaultConfig>,
     /// Model cameras that may have no source (fed as missing, masked images).
     pub optional_cameras: Vec<String>,
 }
@@ -244,7 +244,7 @@ impl PolicyConfig {
 /// Longest task prompt accepted (the model truncates its tokens far earlier).
 pub const MAX_PROMPT_BYTES: usize = 1024;
 
-pub fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyConfig, ConfigError> {
+pub(crate) fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyConfig, ConfigError> {
     if raw.action_joints.is_empty() {
         return c.fail("policy.action_joints", "expected at least one joint name");
     }

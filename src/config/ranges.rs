@@ -22,7 +22,7 @@ pub struct Range {
     pub min: f64,
     pub max: f64,
     /// For people: `s`, `Hz`, `rad/s (m/s)`; empty for a plain count or fraction.
-    pub unit: &'static str,
+    pub(crate) unit: &'static str,
     /// Written as an integer (counts, ids, priorities).
     pub integer: bool,
 }
@@ -34,7 +34,7 @@ impl Range {
     }
 
     /// `expected 0.01..1e6 rad/s³, found 1e19`.
-    pub fn expected(&self, found: &str) -> String {
+    pub(crate) fn expected(&self, found: &str) -> String {
         let unit = if self.unit.is_empty() {
             String::new()
         } else {
@@ -53,9 +53,9 @@ impl Range {
 #[derive(Debug, thiserror::Error)]
 #[error("{}", range.expected(found))]
 pub struct OutOfRange {
-    pub range: Range,
+    pub(crate) range: Range,
     /// The value as given, quoted.
-    pub found: String,
+    pub(crate) found: String,
 }
 
 impl Range {
@@ -93,18 +93,18 @@ const fn int(field: &'static str, min: f64, max: f64, unit: &'static str) -> Ran
 
 /// Joint positions and position bounds (rad, or m for a prismatic joint): 1000 rad is 159
 /// turns, 1000 m no arm's stroke.
-pub const POSITION: f64 = 1e3;
+pub(crate) const POSITION: f64 = 1e3;
 /// Velocity limits: no arm joint or gripper moves 100 rad/s (955 rpm) or 100 m/s.
-pub const VELOCITY: (f64, f64) = (1e-3, 1e2);
-pub const ACCELERATION: (f64, f64) = (1e-3, 1e4);
+pub(crate) const VELOCITY: (f64, f64) = (1e-3, 1e2);
+pub(crate) const ACCELERATION: (f64, f64) = (1e-3, 1e4);
 /// Jerk limits: above 1e6 rad/s³ the limit no longer bounds anything a control tick can see,
 /// and the braking arithmetic loses its precision (1e19 crept instead of stopping).
-pub const JERK: (f64, f64) = (1e-2, 1e6);
+pub(crate) const JERK: (f64, f64) = (1e-2, 1e6);
 /// URDF `<limit effort>` (N or N·m); 0 is allowed: pi0d commands positions.
-pub const EFFORT: (f64, f64) = (0.0, 1e6);
+pub(crate) const EFFORT: (f64, f64) = (0.0, 1e6);
 /// URDF `<safety_controller k_position>` (1/s) and `k_velocity`.
-pub const K_POSITION: (f64, f64) = (1e-3, 1e4);
-pub const K_VELOCITY: (f64, f64) = (0.0, 1e6);
+pub(crate) const K_POSITION: (f64, f64) = (1e-3, 1e4);
+pub(crate) const K_VELOCITY: (f64, f64) = (0.0, 1e6);
 
 const POS: &str = "rad (m)";
 const VEL: &str = "rad/s (m/s)";
@@ -308,7 +308,7 @@ pub fn lookup(field: &str) -> Option<&'static Range> {
 
 /// The range of `pattern` (a `RANGES` field), for validators that check a value from
 /// elsewhere (the URDF) against a setting's range.
-pub fn range(pattern: &str) -> &'static Range {
+pub(crate) fn range(pattern: &str) -> &'static Range {
     RANGES
         .iter()
         .find(|r| r.field == pattern)
@@ -334,7 +334,7 @@ fn dotted(path: &[Step]) -> String {
 
 /// A number for messages: plain where that is short, else in exponent form (1e19, 5e-324).
 /// The range table as Markdown rows (`docs/config-ranges.md` holds exactly these).
-pub fn markdown_rows() -> String {
+pub(crate) fn markdown_rows() -> String {
     RANGES
         .iter()
         .map(|r| {
@@ -350,7 +350,7 @@ pub fn markdown_rows() -> String {
         .collect()
 }
 
-pub fn number(x: f64) -> String {
+pub(crate) fn number(x: f64) -> String {
     if x != 0.0 && x.is_finite() && !(1e-4..1e6).contains(&x.abs()) {
         format!("{x:e}")
     } else {
@@ -360,7 +360,7 @@ pub fn number(x: f64) -> String {
 
 /// Refuses the first number in `table` outside its setting's range, naming the setting (and
 /// the parameter that set it, if one did).
-pub fn check(c: &Check, table: &toml::Table) -> Result<(), ConfigError> {
+pub(crate) fn check(c: &Check, table: &toml::Table) -> Result<(), ConfigError> {
     let mut path = Vec::new();
     for (k, v) in table {
         path.push(Step::Key(k));

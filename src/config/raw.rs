@@ -15,31 +15,31 @@ use super::ros::{CommandType, Middleware, ServiceMappingKind};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawConfig {
-    pub robot: RawRobot,
+pub(crate) struct RawConfig {
+    pub(crate) robot: RawRobot,
     #[serde(default)]
-    pub limits: RawLimits,
-    pub workspace: Option<RawWorkspace>,
+    pub(crate) limits: RawLimits,
+    pub(crate) workspace: Option<RawWorkspace>,
     #[serde(default)]
-    pub control: RawControl,
+    pub(crate) control: RawControl,
     #[serde(default)]
-    pub safety: RawSafety,
-    pub policy: RawPolicy,
-    pub sim: Option<RawSim>,
-    pub ros: Option<RawRos>,
+    pub(crate) safety: RawSafety,
+    pub(crate) policy: RawPolicy,
+    pub(crate) sim: Option<RawSim>,
+    pub(crate) ros: Option<RawRos>,
     #[serde(default)]
-    pub realtime: RawRealtime,
-    pub serve: Option<super::serve::RawServe>,
-    pub metrics: Option<super::metrics::RawMetrics>,
-    pub record: Option<super::record::RawRecord>,
+    pub(crate) realtime: RawRealtime,
+    pub(crate) serve: Option<super::serve::RawServe>,
+    pub(crate) metrics: Option<super::metrics::RawMetrics>,
+    pub(crate) record: Option<super::record::RawRecord>,
     #[serde(default)]
-    pub drill: Vec<super::drill::RawDrill>,
+    pub(crate) drill: Vec<super::drill::RawDrill>,
 }
 
 /// `robot.io`: where inputs come from and commands go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
-pub enum IoKind {
+pub(crate) enum IoKind {
     #[default]
     Sim,
     Ros,
@@ -47,51 +47,51 @@ pub enum IoKind {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawRobot {
-    pub urdf: PathBuf,
-    pub joints: Vec<String>,
+pub(crate) struct RawRobot {
+    pub(crate) urdf: PathBuf,
+    pub(crate) joints: Vec<String>,
     #[serde(default)]
-    pub io: IoKind,
+    pub(crate) io: IoKind,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawLimits {
+pub(crate) struct RawLimits {
     /// Scales every velocity, acceleration and jerk limit (0 < scale <= 1), for a first run.
-    pub scale: Option<f64>,
-    pub acceleration: Option<f64>,
-    pub jerk: Option<f64>,
-    pub position_margin: Option<f64>,
-    pub max_step: Option<f64>,
+    pub(crate) scale: Option<f64>,
+    pub(crate) acceleration: Option<f64>,
+    pub(crate) jerk: Option<f64>,
+    pub(crate) position_margin: Option<f64>,
+    pub(crate) max_step: Option<f64>,
     #[serde(default)]
-    pub joints: BTreeMap<String, RawJointLimits>,
+    pub(crate) joints: BTreeMap<String, RawJointLimits>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawJointLimits {
-    pub lower: Option<f64>,
-    pub upper: Option<f64>,
-    pub velocity: Option<f64>,
-    pub acceleration: Option<f64>,
-    pub jerk: Option<f64>,
-    pub position_margin: Option<f64>,
-    pub max_step: Option<f64>,
+pub(crate) struct RawJointLimits {
+    pub(crate) lower: Option<f64>,
+    pub(crate) upper: Option<f64>,
+    pub(crate) velocity: Option<f64>,
+    pub(crate) acceleration: Option<f64>,
+    pub(crate) jerk: Option<f64>,
+    pub(crate) position_margin: Option<f64>,
+    pub(crate) max_step: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawWorkspace {
-    pub base_link: String,
-    pub tool_link: String,
-    pub min: [f64; 3],
-    pub max: [f64; 3],
+pub(crate) struct RawWorkspace {
+    pub(crate) base_link: String,
+    pub(crate) tool_link: String,
+    pub(crate) min: [f64; 3],
+    pub(crate) max: [f64; 3],
 }
 
 /// `control.merge`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum MergeKind {
+pub(crate) enum MergeKind {
     Blend,
     LatestOnly,
     WeightedAverage,
@@ -99,19 +99,19 @@ pub enum MergeKind {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawControl {
-    pub rate_hz: f64,
-    pub interpolation: Interpolation,
-    pub merge: MergeKind,
-    pub blend_window_s: f64,
+pub(crate) struct RawControl {
+    pub(crate) rate_hz: f64,
+    pub(crate) interpolation: Interpolation,
+    pub(crate) merge: MergeKind,
+    pub(crate) blend_window_s: f64,
     /// `weighted_average` only (default 0.3).
-    pub weighted_average_old: Option<f64>,
-    pub request_threshold_s: f64,
-    pub warmup_chunks: u32,
-    pub status_interval_s: f64,
-    pub stop_timeout_s: f64,
-    pub start_timeout_s: f64,
-    pub rtc: super::rtc::RawRtc,
+    pub(crate) weighted_average_old: Option<f64>,
+    pub(crate) request_threshold_s: f64,
+    pub(crate) warmup_chunks: u32,
+    pub(crate) status_interval_s: f64,
+    pub(crate) stop_timeout_s: f64,
+    pub(crate) start_timeout_s: f64,
+    pub(crate) rtc: super::rtc::RawRtc,
 }
 
 impl Default for RawControl {
@@ -134,12 +134,12 @@ impl Default for RawControl {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawSafety {
-    pub joint_state_timeout_s: f64,
-    pub camera_timeout_s: f64,
-    pub overrun_streak: u32,
-    pub chunk_position_tolerance: f64,
-    pub chunk_step_velocity_factor: f64,
+pub(crate) struct RawSafety {
+    pub(crate) joint_state_timeout_s: f64,
+    pub(crate) camera_timeout_s: f64,
+    pub(crate) overrun_streak: u32,
+    pub(crate) chunk_position_tolerance: f64,
+    pub(crate) chunk_step_velocity_factor: f64,
 }
 
 impl Default for RawSafety {
@@ -157,7 +157,7 @@ impl Default for RawSafety {
 /// `policy.kind`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum PolicyKind {
+pub(crate) enum PolicyKind {
     Pi0,
     Scripted,
     Replay,
@@ -166,7 +166,7 @@ pub enum PolicyKind {
 /// `policy.backend`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
-pub enum BackendKind {
+pub(crate) enum BackendKind {
     #[default]
     Cpu,
     Onnx,
@@ -179,39 +179,39 @@ pub enum BackendKind {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawPolicy {
-    pub kind: PolicyKind,
-    pub action_joints: Vec<String>,
+pub(crate) struct RawPolicy {
+    pub(crate) kind: PolicyKind,
+    pub(crate) action_joints: Vec<String>,
     #[serde(default = "default_chunk_steps")]
-    pub chunk_steps: usize,
+    pub(crate) chunk_steps: usize,
     #[serde(default = "default_step_period")]
-    pub step_period_s: f64,
+    pub(crate) step_period_s: f64,
     #[serde(default)]
-    pub prompt: String,
+    pub(crate) prompt: String,
     /// scripted and replay: extra latency per inference (default 0).
-    pub latency_s: Option<f64>,
+    pub(crate) latency_s: Option<f64>,
     /// scripted (defaults 0.3 and 0.2 Hz).
-    pub amplitude: Option<f64>,
-    pub frequency_hz: Option<f64>,
+    pub(crate) amplitude: Option<f64>,
+    pub(crate) frequency_hz: Option<f64>,
     /// replay.
-    pub replay_file: Option<PathBuf>,
+    pub(crate) replay_file: Option<PathBuf>,
     /// pi0.
-    pub checkpoint: Option<PathBuf>,
-    pub arch: Option<PathBuf>,
-    pub tokenizer: Option<PathBuf>,
-    pub threads: Option<usize>,
-    pub seed: Option<u64>,
-    pub backend: Option<BackendKind>,
-    pub onnx: Option<RawOnnx>,
-    pub acl: Option<RawAcl>,
-    pub openpi: Option<super::openpi::RawOpenpi>,
-    pub zenoh: Option<super::openpi::RawOpenpi>,
-    pub fault: Option<RawFault>,
+    pub(crate) checkpoint: Option<PathBuf>,
+    pub(crate) arch: Option<PathBuf>,
+    pub(crate) tokenizer: Option<PathBuf>,
+    pub(crate) threads: Option<usize>,
+    pub(crate) seed: Option<u64>,
+    pub(crate) backend: Option<BackendKind>,
+    pub(crate) onnx: Option<RawOnnx>,
+    pub(crate) acl: Option<RawAcl>,
+    pub(crate) openpi: Option<super::openpi::RawOpenpi>,
+    pub(crate) zenoh: Option<super::openpi::RawOpenpi>,
+    pub(crate) fault: Option<RawFault>,
     /// pi0: model cameras that may have no source; they are fed as missing (masked) images.
     #[serde(default)]
-    pub optional_cameras: Vec<String>,
+    pub(crate) optional_cameras: Vec<String>,
     /// The state vector entry by entry: joint names and constants (default: action_joints).
-    pub state: Option<Vec<RawStateEntry>>,
+    pub(crate) state: Option<Vec<RawStateEntry>>,
 }
 
 /// One entry of `policy.state`.
@@ -220,7 +220,7 @@ pub struct RawPolicy {
     untagged,
     expecting = "a joint name (its measured position) or a number (a constant)"
 )]
-pub enum RawStateEntry {
+pub(crate) enum RawStateEntry {
     Joint(String),
     Constant(f64),
 }
@@ -234,11 +234,11 @@ fn default_step_period() -> f64 {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawAcl {
-    pub model_dir: Option<PathBuf>,
+pub(crate) struct RawAcl {
+    pub(crate) model_dir: Option<PathBuf>,
     #[serde(default)]
-    pub device_id: i32,
-    pub library: Option<PathBuf>,
+    pub(crate) device_id: i32,
+    pub(crate) library: Option<PathBuf>,
 }
 
 /// `policy.onnx.provider`.
@@ -255,7 +255,7 @@ pub enum ProviderKind {
 /// `policy.onnx.precision_mode`: CANN's precision modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum CannPrecision {
+pub(crate) enum CannPrecision {
     ForceFp32,
     ForceFp16,
     AllowFp32ToFp16,
@@ -264,7 +264,7 @@ pub enum CannPrecision {
 }
 
 impl CannPrecision {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CannPrecision::ForceFp32 => "force_fp32",
             CannPrecision::ForceFp16 => "force_fp16",
@@ -277,52 +277,52 @@ impl CannPrecision {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawOnnx {
-    pub model_dir: Option<PathBuf>,
+pub(crate) struct RawOnnx {
+    pub(crate) model_dir: Option<PathBuf>,
     #[serde(default)]
-    pub provider: ProviderKind,
+    pub(crate) provider: ProviderKind,
     /// cuda, tensorrt and cann (default 0).
-    pub device_id: Option<i32>,
-    pub library: Option<PathBuf>,
+    pub(crate) device_id: Option<i32>,
+    pub(crate) library: Option<PathBuf>,
     #[serde(default)]
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// cann (default true).
-    pub cann_graph: Option<bool>,
+    pub(crate) cann_graph: Option<bool>,
     /// cann.
-    pub precision_mode: Option<CannPrecision>,
+    pub(crate) precision_mode: Option<CannPrecision>,
     /// tensorrt (default false).
-    pub tensorrt_fp16: Option<bool>,
+    pub(crate) tensorrt_fp16: Option<bool>,
     /// tensorrt.
-    pub tensorrt_cache: Option<PathBuf>,
+    pub(crate) tensorrt_cache: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawFault {
-    pub kind: FaultKind,
+pub(crate) struct RawFault {
+    pub(crate) kind: FaultKind,
     #[serde(default)]
-    pub after_chunks: u32,
+    pub(crate) after_chunks: u32,
     #[serde(default)]
-    pub count: u32,
+    pub(crate) count: u32,
     #[serde(default)]
-    pub latency_s: f64,
+    pub(crate) latency_s: f64,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSim {
+pub(crate) struct RawSim {
     #[serde(default = "default_tau")]
-    pub tau_s: f64,
+    pub(crate) tau_s: f64,
     #[serde(default = "default_delay")]
-    pub measurement_delay_s: f64,
+    pub(crate) measurement_delay_s: f64,
     #[serde(default = "default_sim_rate")]
-    pub rate_hz: f64,
+    pub(crate) rate_hz: f64,
     #[serde(default)]
-    pub initial_position: BTreeMap<String, f64>,
+    pub(crate) initial_position: BTreeMap<String, f64>,
     #[serde(default)]
-    pub cameras: Vec<RawCamera>,
+    pub(crate) cameras: Vec<RawCamera>,
     #[serde(default)]
-    pub events: Vec<RawEvent>,
+    pub(crate) events: Vec<RawEvent>,
 }
 
 impl Default for RawSim {
@@ -350,14 +350,14 @@ fn default_sim_rate() -> f64 {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawCamera {
-    pub name: String,
+pub(crate) struct RawCamera {
+    pub(crate) name: String,
     #[serde(default = "default_width")]
-    pub width: u32,
+    pub(crate) width: u32,
     #[serde(default = "default_height")]
-    pub height: u32,
+    pub(crate) height: u32,
     #[serde(default = "default_fps")]
-    pub fps: f64,
+    pub(crate) fps: f64,
 }
 
 fn default_width() -> u32 {
@@ -373,7 +373,7 @@ fn default_fps() -> f64 {
 /// `sim.events[].event`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SimEventName {
+pub(crate) enum SimEventName {
     Estop,
     Reset,
     StallJointStates,
@@ -385,80 +385,80 @@ pub enum SimEventName {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawEvent {
-    pub at_s: f64,
-    pub event: SimEventName,
+pub(crate) struct RawEvent {
+    pub(crate) at_s: f64,
+    pub(crate) event: SimEventName,
     /// Stall events only.
-    pub duration_s: Option<f64>,
+    pub(crate) duration_s: Option<f64>,
     /// `stall_camera` only.
-    pub camera: Option<String>,
+    pub(crate) camera: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawRos {
-    pub domain_id: Option<u16>,
+pub(crate) struct RawRos {
+    pub(crate) domain_id: Option<u16>,
     #[serde(default = "default_node")]
-    pub node: String,
+    pub(crate) node: String,
     #[serde(default = "default_namespace")]
-    pub namespace: String,
+    pub(crate) namespace: String,
     #[serde(default)]
-    pub loopback_only: bool,
+    pub(crate) loopback_only: bool,
     #[serde(default = "default_joint_states")]
-    pub joint_states: String,
+    pub(crate) joint_states: String,
     #[serde(default)]
-    pub cameras: RawCameras,
+    pub(crate) cameras: RawCameras,
     #[serde(default = "default_prompt_topic")]
-    pub prompt: String,
+    pub(crate) prompt: String,
     #[serde(default = "default_estop_topic")]
-    pub estop: String,
+    pub(crate) estop: String,
     #[serde(default = "default_reset_topic")]
-    pub reset: String,
+    pub(crate) reset: String,
     #[serde(default = "default_reset_topic")]
-    pub reset_service: String,
+    pub(crate) reset_service: String,
     #[serde(default = "default_service_mapping")]
-    pub service_mapping: ServiceMappingKind,
+    pub(crate) service_mapping: ServiceMappingKind,
     /// One output for every joint (default joint_trajectory on
     /// /arm_controller/joint_trajectory), unless `commands` lists the outputs.
-    pub command_type: Option<CommandType>,
-    pub command_topic: Option<String>,
+    pub(crate) command_type: Option<CommandType>,
+    pub(crate) command_topic: Option<String>,
     #[serde(default)]
-    pub commands: Vec<RawCommandGroup>,
+    pub(crate) commands: Vec<RawCommandGroup>,
     /// joint_trajectory only: how long a trajectory holds the command's velocity before its
     /// braking tail (default 0.05 s).
-    pub trajectory_coast_s: Option<f64>,
+    pub(crate) trajectory_coast_s: Option<f64>,
     /// `pi0d run --dry-run` sends each output's commands to this prefix + its topic
     /// (default `/pi0d/dry_run`).
-    pub dry_run_prefix: Option<String>,
+    pub(crate) dry_run_prefix: Option<String>,
     #[serde(default = "default_status_topic")]
-    pub status_topic: String,
+    pub(crate) status_topic: String,
     #[serde(default = "default_diagnostics_topic")]
-    pub diagnostics_topic: String,
+    pub(crate) diagnostics_topic: String,
     #[serde(default = "default_max_image_bytes")]
-    pub max_image_bytes: usize,
+    pub(crate) max_image_bytes: usize,
     #[serde(default = "default_middleware")]
-    pub middleware: Middleware,
+    pub(crate) middleware: Middleware,
     /// zenoh only.
-    pub zenoh_config: Option<PathBuf>,
+    pub(crate) zenoh_config: Option<PathBuf>,
     #[serde(default)]
-    pub zenoh_connect: Vec<String>,
+    pub(crate) zenoh_connect: Vec<String>,
     #[serde(default)]
-    pub zenoh_listen: Vec<String>,
+    pub(crate) zenoh_listen: Vec<String>,
     #[serde(default)]
-    pub qos: RawQosSet,
+    pub(crate) qos: RawQosSet,
 }
 
 /// `[[ros.commands]]`: one command output.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawCommandGroup {
-    pub joints: Vec<String>,
-    pub topic: String,
+pub(crate) struct RawCommandGroup {
+    pub(crate) joints: Vec<String>,
+    pub(crate) topic: String,
     #[serde(rename = "type", default = "default_command_type")]
-    pub kind: CommandType,
-    pub rate_hz: Option<f64>,
+    pub(crate) kind: CommandType,
+    pub(crate) rate_hz: Option<f64>,
     /// gripper_command only: the goal's max_effort (default the joint's URDF effort limit).
-    pub max_effort: Option<f64>,
+    pub(crate) max_effort: Option<f64>,
 }
 
 /// `ros.cameras`: a table from the model's camera names to topics, or (for policies whose
@@ -468,7 +468,7 @@ pub struct RawCommandGroup {
     untagged,
     expecting = "a table of model camera name = topic (e.g. { front = \"/camera/image_raw\" }), or a list of topics"
 )]
-pub enum RawCameras {
+pub(crate) enum RawCameras {
     Named(BTreeMap<String, String>),
     Ordered(Vec<String>),
 }
@@ -482,27 +482,27 @@ impl Default for RawCameras {
 /// `[ros.qos]`: QoS per kind of topic.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawQosSet {
-    pub joint_states: Option<RawQos>,
-    pub cameras: Option<RawQos>,
-    pub inputs: Option<RawQos>,
-    pub commands: Option<RawQos>,
-    pub status: Option<RawQos>,
+pub(crate) struct RawQosSet {
+    pub(crate) joint_states: Option<RawQos>,
+    pub(crate) cameras: Option<RawQos>,
+    pub(crate) inputs: Option<RawQos>,
+    pub(crate) commands: Option<RawQos>,
+    pub(crate) status: Option<RawQos>,
 }
 
 /// `ros.qos.*.reliability`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Reliability {
+pub(crate) enum Reliability {
     Reliable,
     BestEffort,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawQos {
-    pub reliability: Option<Reliability>,
-    pub depth: Option<usize>,
+pub(crate) struct RawQos {
+    pub(crate) reliability: Option<Reliability>,
+    pub(crate) depth: Option<usize>,
 }
 
 fn default_middleware() -> Middleware {
@@ -548,22 +548,22 @@ fn default_priority() -> i32 {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawRealtime {
+pub(crate) struct RawRealtime {
     /// SCHED_FIFO for the control thread (0: the normal scheduler).
     #[serde(default = "default_priority")]
-    pub priority: i32,
+    pub(crate) priority: i32,
     /// SCHED_FIFO for the ROS thread, below the control thread (0: the normal scheduler;
     /// default: 10 below `priority`).
-    pub io_priority: Option<i32>,
+    pub(crate) io_priority: Option<i32>,
     #[serde(default)]
-    pub cpu_affinity: Vec<usize>,
+    pub(crate) cpu_affinity: Vec<usize>,
     #[serde(default)]
-    pub lock_memory: bool,
+    pub(crate) lock_memory: bool,
     #[serde(default)]
-    pub spin_us: f64,
+    pub(crate) spin_us: f64,
     /// PM QoS: the CPUs' wake-up latency held at most this (us) while running; -1: not asked.
     #[serde(default)]
-    pub cpu_latency_us: i64,
+    pub(crate) cpu_latency_us: i64,
 }
 
 impl Default for RawRealtime {

@@ -12,7 +12,7 @@ pub struct RealtimeConfig {
     /// SCHED_FIFO priority for the ROS thread (commands out, joint states and e-stop in),
     /// below `priority`; 0 keeps the normal scheduler.
     pub io_priority: i32,
-    pub cpu_affinity: Vec<usize>,
+    pub(crate) cpu_affinity: Vec<usize>,
     pub lock_memory: bool,
     /// Busy-wait this long before each deadline instead of sleeping (0: sleep only).
     pub spin_us: f64,
@@ -23,7 +23,7 @@ pub struct RealtimeConfig {
 /// The ROS thread's default priority: this much below the control thread's.
 const IO_BELOW_CONTROL: i32 = 10;
 
-pub fn validate(c: &Check, r: &RawRealtime, rate_hz: f64) -> Result<RealtimeConfig, ConfigError> {
+pub(crate) fn validate(c: &Check, r: &RawRealtime, rate_hz: f64) -> Result<RealtimeConfig, ConfigError> {
     // Priorities, CPUs and spin_us are within their ranges (`ranges::RANGES`).
     let io_priority = r
         .io_priority

@@ -10,12 +10,12 @@ use super::ConfigError;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawRecord {
+pub(crate) struct RawRecord {
     /// A directory (one `pi0d-<UTC time>.mcap` per run) or a `.mcap` file.
-    pub path: Option<PathBuf>,
-    pub max_megabytes: Option<f64>,
-    pub max_duration_s: Option<f64>,
-    pub camera_hz: Option<f64>,
+    pub(crate) path: Option<PathBuf>,
+    pub(crate) max_megabytes: Option<f64>,
+    pub(crate) max_duration_s: Option<f64>,
+    pub(crate) camera_hz: Option<f64>,
 }
 
 /// Where the recording goes.
@@ -38,10 +38,10 @@ pub struct RecordConfig {
     pub camera_hz: f64,
 }
 
-pub const DEFAULT_MAX_MEGABYTES: f64 = 1024.0;
-pub const DEFAULT_CAMERA_HZ: f64 = 5.0;
+pub(crate) const DEFAULT_MAX_MEGABYTES: f64 = 1024.0;
+pub(crate) const DEFAULT_CAMERA_HZ: f64 = 5.0;
 
-pub fn validate(c: &Check, r: &RawRecord) -> Result<RecordConfig, ConfigError> {
+pub(crate) fn validate(c: &Check, r: &RawRecord) -> Result<RecordConfig, ConfigError> {
     let Some(path) = &r.path else {
         return c.fail(
             "record.path",

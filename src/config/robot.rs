@@ -10,7 +10,7 @@ use crate::robot::urdf::{UrdfJointType, UrdfModel};
 use crate::robot::{JointKind, JointLimits, RobotLimits, SoftLimit};
 
 /// `robot.joints`: 1 to `MAX_JOINTS` names, none twice.
-pub fn joint_names<'r>(c: &Check, raw: &'r RawRobot) -> Result<&'r [String], ConfigError> {
+pub(crate) fn joint_names<'r>(c: &Check, raw: &'r RawRobot) -> Result<&'r [String], ConfigError> {
     let names = &raw.joints;
     if names.is_empty() || names.len() > MAX_JOINTS {
         return c.fail(
@@ -45,7 +45,7 @@ fn defaults(raw: &RawLimits) -> Defaults {
     }
 }
 
-pub fn joint_limits(
+pub(crate) fn joint_limits(
     c: &Check,
     model: &UrdfModel,
     names: &[String],

@@ -13,23 +13,23 @@ use super::ConfigError;
 /// Reliability and keep-last depth of a topic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TopicQos {
-    pub reliable: bool,
-    pub depth: usize,
+    pub(crate) reliable: bool,
+    pub(crate) depth: usize,
 }
 
 /// QoS per kind of topic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RosQos {
     /// Joint states in (default best effort, keep last 1, as drivers publish them).
-    pub joint_states: TopicQos,
+    pub(crate) joint_states: TopicQos,
     /// Camera frames in (default best effort, keep last 1).
-    pub cameras: TopicQos,
+    pub(crate) cameras: TopicQos,
     /// Prompt, e-stop and reset in, and the reset service (default reliable, 10).
-    pub inputs: TopicQos,
+    pub(crate) inputs: TopicQos,
     /// Joint commands out (default reliable, 10).
-    pub commands: TopicQos,
+    pub(crate) commands: TopicQos,
     /// Status and diagnostics out (default reliable, 10).
-    pub status: TopicQos,
+    pub(crate) status: TopicQos,
 }
 
 /// The ROS 2 middleware pi0d speaks.
@@ -71,7 +71,7 @@ pub enum CommandType {
 
 impl CommandType {
     /// Its name in the configuration.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             CommandType::JointTrajectory => "joint_trajectory",
             CommandType::Float64MultiArray => "float64_multi_array",
@@ -83,41 +83,41 @@ impl CommandType {
 
 #[derive(Clone, Debug)]
 pub struct RosConfig {
-    pub domain_id: u16,
+    pub(crate) domain_id: u16,
     pub node: String,
     pub namespace: String,
     /// Keep DDS traffic on 127.0.0.1 (tests, single-machine setups).
-    pub loopback_only: bool,
-    pub joint_states: String,
+    pub(crate) loopback_only: bool,
+    pub(crate) joint_states: String,
     /// sensor_msgs/Image (or CompressedImage) topics, one per camera slot.
     pub cameras: Vec<String>,
     /// Per slot: the model camera it feeds (`ros.cameras` as a table), or `None` (a list,
     /// matched by position).
-    pub camera_names: Vec<Option<String>>,
-    pub prompt: String,
-    pub estop: String,
-    pub reset: String,
+    pub(crate) camera_names: Vec<Option<String>>,
+    pub(crate) prompt: String,
+    pub(crate) estop: String,
+    pub(crate) reset: String,
     /// std_srvs/Trigger service that requests a reset.
-    pub reset_service: String,
-    pub service_mapping: ServiceMappingKind,
+    pub(crate) reset_service: String,
+    pub(crate) service_mapping: ServiceMappingKind,
     /// The command outputs; together they carry every joint once.
     pub commands: Vec<CommandGroup>,
     /// joint_trajectory: the command's velocity is held this long before the braking tail.
     pub trajectory_coast_s: f64,
     /// A dry run publishes each output on this prefix + its topic.
-    pub dry_run_prefix: String,
+    pub(crate) dry_run_prefix: String,
     /// Set by `pi0d run --dry-run`: commands go to the shadow topics, never to the robot's.
-    pub dry_run: bool,
-    pub status_topic: String,
-    pub diagnostics_topic: String,
-    pub max_image_bytes: usize,
+    pub(crate) dry_run: bool,
+    pub(crate) status_topic: String,
+    pub(crate) diagnostics_topic: String,
+    pub(crate) max_image_bytes: usize,
     pub middleware: Middleware,
     /// Zenoh session configuration (JSON5), as rmw_zenoh's ZENOH_SESSION_CONFIG_URI.
-    pub zenoh_config: Option<PathBuf>,
+    pub(crate) zenoh_config: Option<PathBuf>,
     /// Zenoh endpoints to connect to (e.g. the router `tcp/localhost:7447`) and listen on.
-    pub zenoh_connect: Vec<String>,
-    pub zenoh_listen: Vec<String>,
-    pub qos: RosQos,
+    pub(crate) zenoh_connect: Vec<String>,
+    pub(crate) zenoh_listen: Vec<String>,
+    pub(crate) qos: RosQos,
 }
 
 /// Ten periods at 200 Hz: a late or lost message or two does not slow the arm.
@@ -125,7 +125,7 @@ const DEFAULT_COAST_S: f64 = 0.05;
 
 impl RosConfig {
     /// Where `group`'s commands are published: its shadow topic in a dry run.
-    pub fn command_out(&self, group: &CommandGroup) -> String {
+    pub(crate) fn command_out(&self, group: &CommandGroup) -> String {
         if self.dry_run {
             self.shadow_topic(group)
         } else {
@@ -161,7 +161,7 @@ fn bad_token(token: &str) -> Option<&'static str> {
 }
 
 /// rcl's node-name rule: `[A-Za-z_][A-Za-z0-9_]*`, at most 255 characters.
-pub fn node_name_problem(name: &str) -> Option<&'static str> {
+pub(crate) fn node_name_problem(name: &str) -> Option<&'static str> {
     if name.len() > MAX_NAME {
         return Some("is longer than 255 characters");
     }
@@ -172,7 +172,7 @@ pub fn node_name_problem(name: &str) -> Option<&'static str> {
 }
 
 /// rcl's namespace rule: absolute, `/` alone or tokens joined by `/`, no trailing `/`.
-pub fn namespace_problem(ns: &str) -> Option<&'static str> {
+pub(crate) fn namespace_problem(ns: &str) -> Option<&'static str> {
     if !ns.starts_with('/') {
         return Some("must be absolute (start with `/`)");
     }
@@ -186,7 +186,7 @@ pub fn namespace_problem(ns: &str) -> Option<&'static str> {
 }
 
 /// rcl's rule for a fully qualified topic or service name.
-pub fn topic_problem(topic: &str) -> Option<&'static str> {
+pub(crate) fn topic_problem(topic: &str) -> Option<&'static str> {
     if !topic.starts_with('/') {
         return Some("must be absolute (start with `/`)");
     }
@@ -196,7 +196,7 @@ pub fn topic_problem(topic: &str) -> Option<&'static str> {
     topic[1..].split('/').find_map(bad_token)
 }
 
-pub fn validate(
+pub(crate) fn validate(
     c: &Check,
     r: &RawRos,
     limits: &crate::robot::RobotLimits,

@@ -11,12 +11,12 @@ use super::ConfigError;
 
 /// One `-p NAME:=VALUE` or an entry of a `--params-file`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Param {
+pub(crate) struct Param {
     /// Dotted configuration path.
-    pub name: String,
-    pub value: toml::Value,
+    pub(crate) name: String,
+    pub(crate) value: toml::Value,
     /// The parameter file it came from (`None`: the command line).
-    pub file: Option<PathBuf>,
+    pub(crate) file: Option<PathBuf>,
 }
 
 impl Param {
@@ -33,12 +33,12 @@ impl Param {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RosArgs {
-    pub node: Option<String>,
-    pub namespace: Option<String>,
+    pub(crate) node: Option<String>,
+    pub(crate) namespace: Option<String>,
     /// Topic remaps, absolute names.
-    pub remaps: Vec<(String, String)>,
+    pub(crate) remaps: Vec<(String, String)>,
     /// Parameters in the order given (later wins).
-    pub params: Vec<Param>,
+    pub(crate) params: Vec<Param>,
 }
 
 /// Splits the command line at `--ros-args`: (arguments for pi0d, ROS arguments). A lone `--`
@@ -135,7 +135,7 @@ fn flatten(
 /// Deepest nesting a parameter file may have (`/**: ros__parameters: section: key:` is 4):
 /// deeper documents are refused before the YAML parser sees them (100 000 levels of
 /// `{a: {a: ...}}` took it minutes).
-pub const MAX_PARAMS_DEPTH: usize = 64;
+pub(crate) const MAX_PARAMS_DEPTH: usize = 64;
 
 /// The first line (1-based) of `text` nested deeper than `MAX_PARAMS_DEPTH`: by flow
 /// brackets (`{`, `[`) outside quotes and comments, or by block indentation (leading spaces
@@ -179,7 +179,7 @@ fn too_deep(text: &str) -> Option<usize> {
 /// Parameters for this node from a ROS parameter file: entries under `/**`, the node's name,
 /// or its fully qualified name. Only a regular file is read (a FIFO would block start-up),
 /// of at most `file::MAX_TEXT_BYTES`, nested at most `MAX_PARAMS_DEPTH` deep.
-pub fn params_file(path: &Path, node: &str, namespace: &str) -> Result<Vec<Param>, ConfigError> {
+pub(crate) fn params_file(path: &Path, node: &str, namespace: &str) -> Result<Vec<Param>, ConfigError> {
     let file_err = |m: String| ConfigError::Parse {
         origin: Origin::File(path.to_path_buf()),
         message: m,
@@ -303,7 +303,7 @@ fn absolute(topic: &str) -> String {
 
 /// Applies parameters and remaps to a parsed configuration table; returns which settings they
 /// replaced, so errors in them are blamed on the parameter, not the file.
-pub fn apply(table: &mut toml::Table, ros: &RosArgs) -> Result<Origins, ConfigError> {
+pub(crate) fn apply(table: &mut toml::Table, ros: &RosArgs) -> Result<Origins, ConfigError> {
     let mut origins = Origins::default();
     for p in &ros.params {
         let (name, value) = (&p.name, &p.value);
@@ -389,7 +389,7 @@ pub fn apply(table: &mut toml::Table, ros: &RosArgs) -> Result<Origins, ConfigEr
 
 /// Remaps that name no topic in the configuration (topics pi0d uses under their defaults are
 /// not in the table, so they are matched against `defaults` too).
-pub fn unmatched_remaps<'a>(ros: &'a RosArgs, topics: &[&str]) -> Vec<&'a (String, String)> {
+pub(crate) fn unmatched_remaps<'a>(ros: &'a RosArgs, topics: &[&str]) -> Vec<&'a (String, String)> {
     ros.remaps
         .iter()
         .filter(|(from, to)| !topics.contains(&from.as_str()) && !topics.contains(&to.as_str()))

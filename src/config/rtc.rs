@@ -23,14 +23,14 @@ pub enum Schedule {
 }
 
 impl Schedule {
-    pub const ALL: [Schedule; 4] = [
+    pub(crate) const ALL: [Schedule; 4] = [
         Schedule::Zeros,
         Schedule::Ones,
         Schedule::Linear,
         Schedule::Exp,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Schedule::Zeros => "zeros",
             Schedule::Ones => "ones",
@@ -69,13 +69,13 @@ impl Default for RtcSettings {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawRtc {
-    pub enabled: bool,
-    pub schedule: Schedule,
-    pub max_guidance_weight: f64,
-    pub execution_horizon: Option<u32>,
+pub(crate) struct RawRtc {
+    pub(crate) enabled: bool,
+    pub(crate) schedule: Schedule,
+    pub(crate) max_guidance_weight: f64,
+    pub(crate) execution_horizon: Option<u32>,
     /// A fixed inference delay in steps instead of the measured one.
-    pub inference_delay_steps: Option<u32>,
+    pub(crate) inference_delay_steps: Option<u32>,
 }
 
 impl Default for RawRtc {
@@ -116,7 +116,7 @@ const DEFAULT_EXECUTION_HORIZON: usize = 10;
 
 /// Validated against the policy's chunk length `chunk` (H): the horizon within 1..H-1; a
 /// fixed delay d with d <= s <= H - d.
-pub fn validate(
+pub(crate) fn validate(
     c: &Check,
     r: &RawRtc,
     chunk: usize,

@@ -8,14 +8,14 @@ pub struct SafetyConfig {
     pub camera_timeout_s: f64,
     pub overrun_streak: u32,
     /// A chunk target further than this outside a joint's limits rejects the whole chunk.
-    pub chunk_position_tolerance: f64,
+    pub(crate) chunk_position_tolerance: f64,
     /// A chunk whose consecutive steps move a joint faster than this multiple of its velocity
     /// limit is rejected as a jump.
-    pub chunk_step_velocity_factor: f64,
+    pub(crate) chunk_step_velocity_factor: f64,
 }
 
 /// Each value is within its range (`ranges::RANGES`); nothing here depends on another.
-pub fn validate(rs: &RawSafety) -> SafetyConfig {
+pub(crate) fn validate(rs: &RawSafety) -> SafetyConfig {
     SafetyConfig {
         joint_state_timeout_s: rs.joint_state_timeout_s,
         camera_timeout_s: rs.camera_timeout_s,

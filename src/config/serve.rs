@@ -15,21 +15,21 @@ use super::ConfigError;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawServe {
-    pub listen: Option<String>,
-    pub api_key_env: Option<String>,
+pub(crate) struct RawServe {
+    pub(crate) listen: Option<String>,
+    pub(crate) api_key_env: Option<String>,
     /// Model camera (config.json's `observation.images.<name>`) -> request key.
     #[serde(default)]
-    pub images: BTreeMap<String, String>,
-    pub state_key: Option<String>,
-    pub prompt_key: Option<String>,
+    pub(crate) images: BTreeMap<String, String>,
+    pub(crate) state_key: Option<String>,
+    pub(crate) prompt_key: Option<String>,
     /// Keys accepted and dropped (a client's extra fields the model does not take).
     #[serde(default)]
-    pub ignore: Vec<String>,
-    pub queue: Option<u32>,
-    pub max_request_mib: Option<u32>,
-    pub handshake_timeout_s: Option<f64>,
-    pub idle_timeout_s: Option<f64>,
+    pub(crate) ignore: Vec<String>,
+    pub(crate) queue: Option<u32>,
+    pub(crate) max_request_mib: Option<u32>,
+    pub(crate) handshake_timeout_s: Option<f64>,
+    pub(crate) idle_timeout_s: Option<f64>,
 }
 
 /// Defaults of `[serve]`'s timeouts (their ranges: `ranges::SERVE_*`).
@@ -56,7 +56,7 @@ pub struct ServeConfig {
     pub idle_timeout_s: Option<f64>,
 }
 
-pub fn validate(c: &Check, r: &RawServe) -> Result<ServeConfig, ConfigError> {
+pub(crate) fn validate(c: &Check, r: &RawServe) -> Result<ServeConfig, ConfigError> {
     let listen = match &r.listen {
         None => None,
         Some(a) => match a.parse::<SocketAddr>() {

@@ -8,14 +8,14 @@ use crate::robot::RobotLimits;
 
 #[derive(Clone, Debug)]
 pub struct CameraConfig {
-    pub name: String,
-    pub width: u32,
-    pub height: u32,
-    pub fps: f64,
+    pub(crate) name: String,
+    pub(crate) width: u32,
+    pub(crate) height: u32,
+    pub(crate) fps: f64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum SimEventKind {
+pub(crate) enum SimEventKind {
     EStop,
     Reset,
     StallJointStates {
@@ -35,22 +35,22 @@ pub enum SimEventKind {
 }
 
 #[derive(Clone, Debug)]
-pub struct SimEvent {
-    pub at_s: f64,
-    pub kind: SimEventKind,
+pub(crate) struct SimEvent {
+    pub(crate) at_s: f64,
+    pub(crate) kind: SimEventKind,
 }
 
 #[derive(Clone, Debug)]
 pub struct SimConfig {
-    pub tau_s: f64,
-    pub measurement_delay_s: f64,
-    pub rate_hz: f64,
+    pub(crate) tau_s: f64,
+    pub(crate) measurement_delay_s: f64,
+    pub(crate) rate_hz: f64,
     pub initial_position: JointVector,
     pub cameras: Vec<CameraConfig>,
-    pub events: Vec<SimEvent>,
+    pub(crate) events: Vec<SimEvent>,
 }
 
-pub fn validate(c: &Check, raw: &RawSim, limits: &RobotLimits) -> Result<SimConfig, ConfigError> {
+pub(crate) fn validate(c: &Check, raw: &RawSim, limits: &RobotLimits) -> Result<SimConfig, ConfigError> {
     let mut initial = JointVector::zeros(limits.len());
     for (name, value) in &raw.initial_position {
         let field = format!("sim.initial_position.{name}");

@@ -7,7 +7,7 @@ use super::ConfigError;
 use crate::robot::urdf::UrdfModel;
 use crate::robot::{KinematicChain, Workspace};
 
-pub fn validate(
+pub(crate) fn validate(
     c: &Check,
     w: &RawWorkspace,
     model: &UrdfModel,

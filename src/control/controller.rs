@@ -56,17 +56,17 @@ pub enum ChunkOutcome {
 pub struct TickReport {
     pub mode: Mode,
     pub command: MotionState,
-    pub request_inference: bool,
-    pub transitions: Transitions,
+    pub(crate) request_inference: bool,
+    pub(crate) transitions: Transitions,
     pub chunk: Option<ChunkOutcome>,
     /// A reset was refused because the arm still moves or stands outside its limits.
     pub reset_refused: bool,
     /// Stopping has reached rest: the daemon may exit.
-    pub done: bool,
+    pub(crate) done: bool,
     /// What the arm waits for while starting, holding or e-stopped.
-    pub waiting: Waiting,
+    pub(crate) waiting: Waiting,
     /// The `seq` of the chunk being executed, if one is.
-    pub running_chunk: Option<u64>,
+    pub(crate) running_chunk: Option<u64>,
     /// What became of reloaded limits, in the tick that decided it.
     pub reconfigured: Option<Reconfigure>,
     /// The independent monitor found this tick's command outside the limits: it was not
@@ -92,7 +92,7 @@ pub struct Controller {
     safety: Supervisor,
     last_tick: MonoTime,
     accepted: u64,
-    pub latency: Histogram,
+    pub(crate) latency: Histogram,
     /// Tighter limits from a reload, applied once the arm is at rest inside them.
     pending_limits: Option<Box<RobotLimits>>,
     /// A reload decided outside a tick (refused on arrival), reported by the next one.
@@ -190,7 +190,7 @@ impl Controller {
         self.safety.event_counts()
     }
 
-    pub fn dt(&self) -> f64 {
+    pub(crate) fn dt(&self) -> f64 {
         self.dt
     }
 

@@ -14,7 +14,7 @@ use crate::time::MonoTime;
 
 /// Why a chunk was not taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ChunkRejection {
+pub(crate) enum ChunkRejection {
     /// Too few steps left in the future to execute.
     Stale,
     /// Computed from an older observation than the chunk being executed.
@@ -77,7 +77,7 @@ impl Executor {
     }
 
     /// Blends are stretched so that the correction alone needs at most half of these limits.
-    pub fn set_limits(&mut self, velocity: &JointVector, acceleration: &JointVector) {
+    pub(crate) fn set_limits(&mut self, velocity: &JointVector, acceleration: &JointVector) {
         self.velocity_limit = *velocity;
         self.acceleration_limit = *acceleration;
     }
@@ -103,32 +103,32 @@ impl Executor {
         w
     }
 
-    pub fn has_chunk(&self) -> bool {
+    pub(crate) fn has_chunk(&self) -> bool {
         self.active.is_some()
     }
 
     /// The largest joint distance the blend of the latest accepted chunk bridges.
-    pub fn last_correction(&self) -> f64 {
+    pub(crate) fn last_correction(&self) -> f64 {
         self.last_correction
     }
 
-    pub fn active_seq(&self) -> Option<u64> {
+    pub(crate) fn active_seq(&self) -> Option<u64> {
         self.active.as_ref().map(|c| c.seq)
     }
 
-    pub fn active_obs_stamp(&self) -> Option<MonoTime> {
+    pub(crate) fn active_obs_stamp(&self) -> Option<MonoTime> {
         self.active.as_ref().map(|c| c.obs_stamp)
     }
 
     /// Seconds of chunk left after `now` (0 when none).
-    pub fn remaining_s(&self, now: MonoTime) -> f64 {
+    pub(crate) fn remaining_s(&self, now: MonoTime) -> f64 {
         self.active
             .as_ref()
             .map_or(0.0, |c| c.end().seconds_since(now).max(0.0))
     }
 
     /// Drops the active chunk (hold, e-stop); returns it for recycling.
-    pub fn clear(&mut self) -> Option<Box<JointChunk>> {
+    pub(crate) fn clear(&mut self) -> Option<Box<JointChunk>> {
         self.blend = None;
         self.active.take()
     }
@@ -137,7 +137,7 @@ impl Executor {
     /// `commanded`. Returns the chunk it replaces (for recycling), or gives `chunk` back with the
     /// reason it was refused.
     #[allow(clippy::type_complexity)]
-    pub fn accept(
+    pub(crate) fn accept(
         &mut self,
         mut chunk: Box<JointChunk>,
         now: MonoTime,
@@ -230,7 +230,7 @@ impl Executor {
     }
 
     /// Target position at `now`; `None` when there is no chunk or it has run out.
-    pub fn target(&mut self, now: MonoTime) -> Option<&JointVector> {
+    pub(crate) fn target(&mut self, now: MonoTime) -> Option<&JointVector> {
         let chunk = self.active.as_ref()?;
         if now > chunk.end() {
             return None;

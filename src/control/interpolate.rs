@@ -6,7 +6,7 @@ use crate::joints::JointVector;
 
 /// Position of `chunk` at `t` seconds after its observation stamp, written into `out`.
 /// Times before the first or after the last knot are clamped to it.
-pub fn sample(chunk: &JointChunk, mode: Interpolation, t: f64, out: &mut JointVector) {
+pub(crate) fn sample(chunk: &JointChunk, mode: Interpolation, t: f64, out: &mut JointVector) {
     let n = chunk.steps();
     let h = chunk.period_s;
     if n == 1 {
@@ -56,7 +56,7 @@ pub fn sample(chunk: &JointChunk, mode: Interpolation, t: f64, out: &mut JointVe
 }
 
 /// Quintic Hermite basis at `u` in [0,1]: weights of p0, v0*h, a0*h², p1, v1*h, a1*h².
-pub fn quintic_basis(u: f64) -> [f64; 6] {
+pub(crate) fn quintic_basis(u: f64) -> [f64; 6] {
     let (u2, u3) = (u * u, u * u * u);
     let (u4, u5) = (u3 * u, u3 * u2);
     [

@@ -13,7 +13,7 @@ const KEPT_CHUNKS: usize = 4;
 /// Latencies the delay estimate looks at.
 const KEPT_LATENCIES: usize = 10;
 
-pub struct RtcPlanner {
+pub(crate) struct RtcPlanner {
     execution_horizon: usize,
     fixed_delay: Option<usize>,
     /// Latencies of the first chunks, which include warm-up, are not used.
@@ -24,7 +24,7 @@ pub struct RtcPlanner {
 }
 
 impl RtcPlanner {
-    pub fn new(execution_horizon: usize, fixed_delay: Option<usize>, warmup: usize) -> Self {
+    pub(crate) fn new(execution_horizon: usize, fixed_delay: Option<usize>, warmup: usize) -> Self {
         RtcPlanner {
             execution_horizon,
             fixed_delay,
@@ -36,7 +36,7 @@ impl RtcPlanner {
     }
 
     /// A chunk handed to the control thread as `seq`, `latency_s` after its observation.
-    pub fn record(&mut self, seq: u64, chunk: &ActionChunk, latency_s: f64) {
+    pub(crate) fn record(&mut self, seq: u64, chunk: &ActionChunk, latency_s: f64) {
         if self.chunks.len() == KEPT_CHUNKS {
             self.chunks.pop_front();
         }
@@ -52,7 +52,7 @@ impl RtcPlanner {
 
     /// The largest recent latency, in steps of `period_s`, rounded up. Before any latency
     /// past warm-up is known, 0.
-    pub fn delay_steps(&self, period_s: f64) -> usize {
+    pub(crate) fn delay_steps(&self, period_s: f64) -> usize {
         if let Some(d) = self.fixed_delay {
             return d;
         }
@@ -64,7 +64,7 @@ impl RtcPlanner {
     /// The leftover of chunk `running` for an observation at `stamp`: row `i` is the old plan
     /// at `stamp + i * period` (linear between its steps), up to its last step. `None` when
     /// the chunk is unknown or already over.
-    pub fn prefix(&self, running: u64, stamp: MonoTime) -> Option<ChunkPrefix> {
+    pub(crate) fn prefix(&self, running: u64, stamp: MonoTime) -> Option<ChunkPrefix> {
         let (_, c) = self.chunks.iter().rev().find(|(s, _)| *s == running)?;
         let (p, dim, steps) = (c.step_period_s, c.action_dim, c.steps());
         if steps < 2 || !(p > 0.0) {

@@ -4,7 +4,7 @@
 /// Linear histogram with `bucket_ns` resolution up to `buckets * bucket_ns`; larger samples fall
 /// into an overflow count but still update `max`. Allocates only in `new`.
 #[derive(Clone, Debug)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     bucket_ns: u64,
     counts: Vec<u32>,
     overflow: u64,
@@ -13,7 +13,7 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    pub fn new(bucket_ns: u64, buckets: usize) -> Histogram {
+    pub(crate) fn new(bucket_ns: u64, buckets: usize) -> Histogram {
         Histogram {
             bucket_ns,
             counts: vec![0; buckets],
@@ -23,7 +23,7 @@ impl Histogram {
         }
     }
 
-    pub fn record(&mut self, ns: u64) {
+    pub(crate) fn record(&mut self, ns: u64) {
         let i = (ns / self.bucket_ns) as usize;
         match self.counts.get_mut(i) {
             Some(c) => *c = c.saturating_add(1),
@@ -33,16 +33,16 @@ impl Histogram {
         self.max_ns = self.max_ns.max(ns);
     }
 
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.count
     }
 
-    pub fn max_ns(&self) -> u64 {
+    pub(crate) fn max_ns(&self) -> u64 {
         self.max_ns
     }
 
     /// Upper edge of the bucket holding quantile `q` (0..=1); 0 when empty.
-    pub fn quantile_ns(&self, q: f64) -> u64 {
+    pub(crate) fn quantile_ns(&self, q: f64) -> u64 {
         if self.count == 0 {
             return 0;
         }
@@ -57,7 +57,7 @@ impl Histogram {
         self.max_ns
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.counts.iter_mut().for_each(|c| *c = 0);
         self.overflow = 0;
         self.count = 0;

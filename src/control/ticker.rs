@@ -3,7 +3,7 @@
 
 use crate::time::{sleep_until, MonoTime};
 
-pub struct Ticker {
+pub(crate) struct Ticker {
     period_ns: u64,
     next: MonoTime,
     spin_ns: u64,
@@ -11,17 +11,17 @@ pub struct Ticker {
 
 /// What happened at one wake-up.
 #[derive(Clone, Copy, Debug)]
-pub struct Tick {
+pub(crate) struct Tick {
     /// The deadline this tick was scheduled for.
-    pub deadline: MonoTime,
+    pub(crate) deadline: MonoTime,
     /// Wake-up lateness after the deadline.
-    pub jitter_ns: u64,
+    pub(crate) jitter_ns: u64,
     /// Deadlines skipped because the previous tick ran past them.
-    pub missed: u64,
+    pub(crate) missed: u64,
 }
 
 impl Ticker {
-    pub fn new(period_ns: u64, start: MonoTime) -> Ticker {
+    pub(crate) fn new(period_ns: u64, start: MonoTime) -> Ticker {
         Ticker {
             period_ns,
             next: start,
@@ -31,18 +31,18 @@ impl Ticker {
 
     /// Sleeps until `spin_ns` before each deadline and busy-waits the rest: trades a little CPU
     /// for wake-up jitter below the kernel's timer latency.
-    pub fn with_spin(mut self, spin_ns: u64) -> Ticker {
+    pub(crate) fn with_spin(mut self, spin_ns: u64) -> Ticker {
         self.spin_ns = spin_ns.min(self.period_ns / 2);
         self
     }
 
-    pub fn period_ns(&self) -> u64 {
+    pub(crate) fn period_ns(&self) -> u64 {
         self.period_ns
     }
 
     /// Sleeps until the next deadline and returns it. If the caller is already past one or more
     /// deadlines, the latest passed one is used and the others are counted as missed.
-    pub fn wait(&mut self) -> Tick {
+    pub(crate) fn wait(&mut self) -> Tick {
         let now = MonoTime::now();
         let mut missed = 0;
         if now.as_nanos() >= self.next.as_nanos() + self.period_ns {
@@ -71,7 +71,7 @@ impl Ticker {
     }
 
     /// Deadline of the coming tick; a tick that finishes after it has overrun.
-    pub fn next_deadline(&self) -> MonoTime {
+    pub(crate) fn next_deadline(&self) -> MonoTime {
         self.next
     }
 }

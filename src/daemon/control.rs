@@ -26,17 +26,17 @@ const GOVERNOR_FAULT_JUMP: f64 = 0.2;
 /// The drills for the control thread (`crash_control`, `stall_control`, `governor_fault`): set
 /// by `[[drill]]`s or simulator events, taken before a step. Installed only when some are
 /// configured (`Config::drills_control_thread`), so `ControlLoop::step` never looks at them.
-pub struct DrillHook {
+pub(crate) struct DrillHook {
     board: Arc<Blackboard>,
 }
 
 impl DrillHook {
-    pub fn new(board: Arc<Blackboard>) -> DrillHook {
+    pub(crate) fn new(board: Arc<Blackboard>) -> DrillHook {
         DrillHook { board }
     }
 
     /// Fires the pending drill, if any: a panic, a stall, or the governor's next command jumping.
-    pub fn fire(&self, ctl: &mut Controller) {
+    pub(crate) fn fire(&self, ctl: &mut Controller) {
         match self.board.supervisor.take_control_drill() {
             None => {}
             Some(ControlDrill::Crash) => panic!("sim event `crash_control` (drill)"),
@@ -58,12 +58,12 @@ pub enum ControlEvent {
     LimitViolation,
 }
 
-pub struct ControlResult {
-    pub controller: Controller,
-    pub jitter: Histogram,
-    pub ticks: u64,
-    pub overruns: u64,
-    pub reached_rest: bool,
+pub(crate) struct ControlResult {
+    pub(crate) controller: Controller,
+    pub(crate) jitter: Histogram,
+    pub(crate) ticks: u64,
+    pub(crate) overruns: u64,
+    pub(crate) reached_rest: bool,
 }
 
 /// Whether the loop goes on after a step.
@@ -131,13 +131,13 @@ impl ControlLoop {
     }
 
     /// The `[[drill]]`s for the control thread run before each step.
-    pub fn with_drills(mut self, hook: DrillHook) -> ControlLoop {
+    pub(crate) fn with_drills(mut self, hook: DrillHook) -> ControlLoop {
         self.drills = Some(hook);
         self
     }
 
     /// Runs at `period_ns` until stopping completes.
-    pub fn run(mut self, period_ns: u64, spin_ns: u64) -> ControlResult {
+    pub(crate) fn run(mut self, period_ns: u64, spin_ns: u64) -> ControlResult {
         let mut ticker = Ticker::new(period_ns, MonoTime::now() + Duration::from_nanos(period_ns))
             .with_spin(spin_ns);
         let outcome = loop {
@@ -166,7 +166,7 @@ impl ControlLoop {
     }
 
     /// Counts an overrunning tick and publishes timing figures.
-    pub fn record_overrun(&mut self, overran: bool, jitter_ns: u64) {
+    pub(crate) fn record_overrun(&mut self, overran: bool, jitter_ns: u64) {
         if overran {
             self.overruns += 1;
             self.streak += 1;

@@ -8,15 +8,15 @@ use std::fmt::Debug;
 /// One field that differs: its path (`metrics`, `sim.cameras[1].width`), and its two values as
 /// `Debug` shows them (for a nested value, its type and opening bracket).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Difference {
-    pub path: String,
-    pub was: String,
-    pub now: String,
+pub(crate) struct Difference {
+    pub(crate) path: String,
+    pub(crate) was: String,
+    pub(crate) now: String,
 }
 
 impl Difference {
     /// What happened to the field, in a word or two.
-    pub fn what(&self) -> String {
+    pub(crate) fn what(&self) -> String {
         if self.was == "None" {
             "added".into()
         } else if self.now == "None" {
@@ -105,7 +105,7 @@ fn entries(value: &dyn Debug) -> BTreeMap<String, String> {
 
 /// The fields that differ between `a` and `b`, outermost first: where a field differs, what
 /// it holds is not listed again (a section added or removed is one difference).
-pub fn differences(a: &dyn Debug, b: &dyn Debug) -> Vec<Difference> {
+pub(crate) fn differences(a: &dyn Debug, b: &dyn Debug) -> Vec<Difference> {
     let (a, b) = (entries(a), entries(b));
     let mut out: Vec<Difference> = Vec::new();
     let inside = |path: &str, outer: &str| {

@@ -4,7 +4,7 @@
 use crate::config::drill::{name, Drill, DrillKind};
 use crate::io::Blackboard;
 
-pub struct Drills {
+pub(crate) struct Drills {
     drills: Vec<Drill>,
     /// The first not fired yet.
     next: usize,
@@ -12,7 +12,7 @@ pub struct Drills {
 
 impl Drills {
     /// `drills` in time order (as the configuration keeps them).
-    pub fn new(drills: &[Drill]) -> Drills {
+    pub(crate) fn new(drills: &[Drill]) -> Drills {
         Drills {
             drills: drills.to_vec(),
             next: 0,
@@ -20,7 +20,7 @@ impl Drills {
     }
 
     /// Fires every drill due `t_s` seconds into the run.
-    pub fn fire_due(&mut self, t_s: f64, board: &Blackboard) {
+    pub(crate) fn fire_due(&mut self, t_s: f64, board: &Blackboard) {
         while let Some(&d) = self.drills.get(self.next).filter(|d| d.at_s <= t_s) {
             tracing::warn!(
                 at_s = d.at_s,

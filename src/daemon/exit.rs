@@ -38,7 +38,7 @@ pub enum ExitReason {
 }
 
 impl ExitReason {
-    pub const ALL: [ExitReason; 12] = [
+    pub(crate) const ALL: [ExitReason; 12] = [
         ExitReason::Clean,
         ExitReason::InvalidInput,
         ExitReason::Usage,
@@ -70,7 +70,7 @@ impl ExitReason {
         }
     }
 
-    pub const fn name(self) -> &'static str {
+    pub(crate) const fn name(self) -> &'static str {
         match self {
             ExitReason::Clean => "clean",
             ExitReason::InvalidInput => "invalid_input",

@@ -60,7 +60,7 @@ fn write_and_sync(f: &mut File, bytes: &[u8]) -> io::Result<()> {
     f.sync_all()
 }
 
-pub struct FaultLatch {
+pub(crate) struct FaultLatch {
     dir: PathBuf,
     path: PathBuf,
     /// The state directory, opened and `flock`ed: the kernel releases the lock when the process
@@ -100,7 +100,7 @@ fn read_marker(path: &Path) -> Found {
 impl FaultLatch {
     /// Takes the state directory `dir` for this run, reads what the previous run left there
     /// and marks this one as running.
-    pub fn open(dir: &Path) -> Result<FaultLatch, LatchError> {
+    pub(crate) fn open(dir: &Path) -> Result<FaultLatch, LatchError> {
         let io_err = |path: &Path| {
             let path = path.to_path_buf();
             move |source| LatchError::Io { path, source }
@@ -154,13 +154,13 @@ impl FaultLatch {
     }
 
     /// Why this run starts e-stopped, if it does.
-    pub fn latched(&self) -> Option<&str> {
+    pub(crate) fn latched(&self) -> Option<&str> {
         self.latched.as_deref()
     }
 
     /// A reset was accepted: the latch no longer holds this run. When the marker cannot be
     /// updated the latch stays (the marker on disk still latches).
-    pub fn reset(&mut self) -> Result<(), LatchError> {
+    pub(crate) fn reset(&mut self) -> Result<(), LatchError> {
         match self.ownership() {
             Ownership::Ours => {}
             Ownership::Gone => return Err(self.not_owned("it is gone".into())),
@@ -174,7 +174,7 @@ impl FaultLatch {
     /// How this run ended: a fault keeps the marker (the next start waits for a reset); an end
     /// that needs no person removes it, unless the latch was never reset. Returns why the next
     /// start will wait for a reset, if it will.
-    pub fn finish(self, exit: ExitReason) -> Result<Option<String>, LatchError> {
+    pub(crate) fn finish(self, exit: ExitReason) -> Result<Option<String>, LatchError> {
         let fault = matches!(
             exit,
             ExitReason::StopTimeout

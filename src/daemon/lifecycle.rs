@@ -19,32 +19,32 @@ use super::exit::ExitReason;
 use super::supervise::{Health, Role};
 
 /// A control loop that has not ticked for this long (s) is stuck.
-pub const CONTROL_STALL_S: f64 = 1.0;
+pub(crate) const CONTROL_STALL_S: f64 = 1.0;
 /// The I/O threads poll every few milliseconds: this much silence (s) means one is stuck.
-pub const IO_STALL_S: f64 = 2.0;
+pub(crate) const IO_STALL_S: f64 = 2.0;
 /// While the arm has not started: first warning after this long (s), then again every interval.
-pub const START_WARN_AFTER_S: f64 = 2.0;
-pub const START_WARN_EVERY_S: f64 = 10.0;
+pub(crate) const START_WARN_AFTER_S: f64 = 2.0;
+pub(crate) const START_WARN_EVERY_S: f64 = 10.0;
 /// A poll this late (s) means the whole process was suspended (SIGSTOP, a paused VM): liveness
 /// is measured afresh from the resume, not blamed on one thread.
-pub const SUSPENDED_S: f64 = 0.5;
+pub(crate) const SUSPENDED_S: f64 = 0.5;
 
 /// What the lifecycle is configured with.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// `control.start_timeout_s`.
-    pub start_timeout_s: f64,
+    pub(crate) start_timeout_s: f64,
     /// `--duration`.
-    pub duration_s: Option<f64>,
+    pub(crate) duration_s: Option<f64>,
     /// `control.status_interval_s` (a reload may change it: `Lifecycle::set_status_interval`).
-    pub status_interval_s: f64,
+    pub(crate) status_interval_s: f64,
     /// Half of systemd's `WATCHDOG_USEC`, when systemd watches.
-    pub watchdog_period_s: Option<f64>,
+    pub(crate) watchdog_period_s: Option<f64>,
 }
 
 /// A supervised thread as last seen.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Beat {
+pub(crate) enum Beat {
     /// Running; its last heartbeat.
     Alive(MonoTime),
     Returned,
@@ -53,34 +53,34 @@ pub enum Beat {
 
 /// What the supervisor read at one poll.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Observed {
-    pub now: MonoTime,
+pub(crate) struct Observed {
+    pub(crate) now: MonoTime,
     /// Control ticks so far.
-    pub ticks: u64,
-    pub control_finished: bool,
-    pub inference: Beat,
+    pub(crate) ticks: u64,
+    pub(crate) control_finished: bool,
+    pub(crate) inference: Beat,
     /// The thread that talks to the robot: ROS or the simulator.
-    pub io_role: Role,
-    pub io: Beat,
+    pub(crate) io_role: Role,
+    pub(crate) io: Beat,
     /// The independent monitor refused a command.
-    pub limit_violation: bool,
+    pub(crate) limit_violation: bool,
     /// The fault latch (on disk) is set.
-    pub fault_latched: bool,
+    pub(crate) fault_latched: bool,
     /// Resets the control thread took so far.
-    pub resets: u64,
+    pub(crate) resets: u64,
     /// A chunk was accepted: the arm has started.
-    pub started: bool,
+    pub(crate) started: bool,
     /// What the arm waits for, while not started.
-    pub waiting: Waiting,
+    pub(crate) waiting: Waiting,
     /// SIGINT or SIGTERM arrived.
-    pub stop_signal: bool,
+    pub(crate) stop_signal: bool,
     /// What the control thread did with reloaded limits, when it reported it.
-    pub reconfigured: Option<Reconfigure>,
+    pub(crate) reconfigured: Option<Reconfigure>,
 }
 
 /// A fault found at this poll: reported once, it decides the exit.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// No control tick for this long (s).
     ControlStalled(f64),
     /// Another thread died or stalled.
@@ -108,7 +108,7 @@ impl std::fmt::Display for Fault {
 
 /// Why a stop was asked of the control thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StopCause {
+pub(crate) enum StopCause {
     /// `--duration` elapsed, or SIGINT/SIGTERM.
     Requested,
     StartTimeout,
@@ -118,32 +118,32 @@ pub enum StopCause {
 
 /// What the supervisor must do after one poll.
 #[derive(Clone, Debug, Default)]
-pub struct Step {
+pub(crate) struct Step {
     /// The process was suspended this long (s) before this poll.
-    pub suspended_s: Option<f64>,
+    pub(crate) suspended_s: Option<f64>,
     /// A fault found now (log it, keep it for the summary).
-    pub fault: Option<Fault>,
+    pub(crate) fault: Option<Fault>,
     /// Latch the e-stop (a thread fault: no reset lifts it).
-    pub latch_estop: bool,
+    pub(crate) latch_estop: bool,
     /// Ask the control thread to decelerate to rest.
-    pub stop: Option<StopCause>,
+    pub(crate) stop: Option<StopCause>,
     /// The control loop is stuck: leave now, no controlled stop is possible.
-    pub abandon: bool,
+    pub(crate) abandon: bool,
     /// The control thread ended: supervision is over.
-    pub finished: bool,
+    pub(crate) finished: bool,
     /// Not started after this long (s): warn.
-    pub start_warning: Option<f64>,
+    pub(crate) start_warning: Option<f64>,
     /// A reset lifted the fault latch.
-    pub lift_fault_latch: bool,
+    pub(crate) lift_fault_latch: bool,
     /// Reloaded limits the control thread applied: they are now the running ones.
-    pub limits_in_force: Option<RobotLimits>,
-    pub feed_watchdog: bool,
-    pub show_status: bool,
+    pub(crate) limits_in_force: Option<RobotLimits>,
+    pub(crate) feed_watchdog: bool,
+    pub(crate) show_status: bool,
 }
 
 /// How the control thread ended, for the exit reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ControlEnd {
+pub(crate) enum ControlEnd {
     /// It returned; whether stopping reached rest within `control.stop_timeout_s`.
     Returned {
         reached_rest: bool,
@@ -155,7 +155,7 @@ pub enum ControlEnd {
 
 /// The supervisor's state between polls.
 #[derive(Debug)]
-pub struct Lifecycle {
+pub(crate) struct Lifecycle {
     settings: Settings,
     run_start: MonoTime,
     last_poll: MonoTime,
@@ -175,7 +175,7 @@ pub struct Lifecycle {
 }
 
 impl Lifecycle {
-    pub fn new(settings: Settings, now: MonoTime) -> Lifecycle {
+    pub(crate) fn new(settings: Settings, now: MonoTime) -> Lifecycle {
         Lifecycle {
             settings,
             run_start: now,
@@ -194,30 +194,30 @@ impl Lifecycle {
     }
 
     /// Seconds since supervision began.
-    pub fn elapsed_s(&self, now: MonoTime) -> f64 {
+    pub(crate) fn elapsed_s(&self, now: MonoTime) -> f64 {
         now.seconds_since(self.run_start)
     }
 
-    pub fn set_status_interval(&mut self, s: f64) {
+    pub(crate) fn set_status_interval(&mut self, s: f64) {
         self.settings.status_interval_s = s;
     }
 
     /// Reloaded limits were handed to the control thread.
-    pub fn limits_sent(&mut self, limits: RobotLimits) {
+    pub(crate) fn limits_sent(&mut self, limits: RobotLimits) {
         self.pending_limits = Some(limits);
     }
 
-    pub fn stopping(&self) -> bool {
+    pub(crate) fn stopping(&self) -> bool {
         self.stopping
     }
 
     /// What the arm waited for when the start timed out.
-    pub fn start_waiting(&self) -> Option<Waiting> {
+    pub(crate) fn start_waiting(&self) -> Option<Waiting> {
         self.start_waiting
     }
 
     /// The decisions for one poll.
-    pub fn poll(&mut self, o: &Observed) -> Step {
+    pub(crate) fn poll(&mut self, o: &Observed) -> Step {
         let now = o.now;
         let mut step = Step::default();
         let gap = now.seconds_since(self.last_poll);
@@ -341,7 +341,7 @@ impl Lifecycle {
     }
 
     /// The exit reason, once the control thread ended as `end`.
-    pub fn finish(&mut self, end: ControlEnd) -> ExitReason {
+    pub(crate) fn finish(&mut self, end: ControlEnd) -> ExitReason {
         match end {
             ControlEnd::Abandoned | ControlEnd::Panicked => self.exit = ExitReason::ControlFault,
             ControlEnd::Returned { reached_rest } => {
@@ -357,14 +357,14 @@ impl Lifecycle {
 /// The stop ladder's deadline in the control thread: from the tick that first sees the stop,
 /// the arm has `control.stop_timeout_s` to come to rest.
 #[derive(Clone, Copy, Debug)]
-pub struct StopLadder {
+pub(crate) struct StopLadder {
     timeout_s: f64,
     deadline: Option<MonoTime>,
 }
 
 /// Where the stop ladder stands after a tick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rung {
+pub(crate) enum Rung {
     /// Running, or stopping within the deadline.
     Going,
     /// Stopping reached rest.
@@ -374,7 +374,7 @@ pub enum Rung {
 }
 
 impl StopLadder {
-    pub fn new(timeout_s: f64) -> StopLadder {
+    pub(crate) fn new(timeout_s: f64) -> StopLadder {
         StopLadder {
             timeout_s,
             deadline: None,
@@ -382,7 +382,7 @@ impl StopLadder {
     }
 
     /// The tick at `now`: whether a stop is asked, whether the arm is at rest after it.
-    pub fn tick(&mut self, now: MonoTime, stopping: bool, at_rest: bool) -> Rung {
+    pub(crate) fn tick(&mut self, now: MonoTime, stopping: bool, at_rest: bool) -> Rung {
         if stopping && self.deadline.is_none() {
             self.deadline = Some(now.offset_seconds(self.timeout_s));
         }

@@ -12,13 +12,13 @@ static STATUS_OPEN: AtomicBool = AtomicBool::new(false);
 
 /// Draws the terminal status line (`\r`, no newline) so that the next log line clears it
 /// instead of being glued onto it.
-pub fn write_status(line: &str) {
+pub(crate) fn write_status(line: &str) {
     write_stderr(format!("\r{line}\x1b[K").as_bytes());
     STATUS_OPEN.store(true, Ordering::Relaxed);
 }
 
 /// Ends the status line (a newline), if one is on screen.
-pub fn close_status() {
+pub(crate) fn close_status() {
     if STATUS_OPEN.swap(false, Ordering::Relaxed) {
         write_stderr(b"\n");
     }
@@ -26,17 +26,17 @@ pub fn close_status() {
 static LOST_LINES: AtomicU64 = AtomicU64::new(0);
 
 /// Log lines (and status lines) that could not be written since start-up.
-pub fn lost_lines() -> u64 {
+pub(crate) fn lost_lines() -> u64 {
     LOST_LINES.load(Ordering::Relaxed)
 }
 
 /// Whether stderr failed and is no longer written to.
-pub fn stderr_broken() -> bool {
+pub(crate) fn stderr_broken() -> bool {
     STDERR_BROKEN.load(Ordering::Relaxed)
 }
 
 /// Writes `bytes` to stderr unless it failed before; never panics.
-pub fn write_stderr(bytes: &[u8]) {
+pub(crate) fn write_stderr(bytes: &[u8]) {
     if STDERR_BROKEN.load(Ordering::Relaxed) {
         LOST_LINES.fetch_add(1, Ordering::Relaxed);
         return;
@@ -64,7 +64,7 @@ pub fn say(line: &str) {
 }
 
 /// The tracing writer: each event is buffered whole and written with one call.
-pub struct SafeStderr;
+pub(crate) struct SafeStderr;
 
 impl Write for SafeStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -160,14 +160,14 @@ impl Collector for Live {
     }
 }
 
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     /// Observation to chunk arrival, per accepted chunk.
-    pub chunk_latency: Histogram,
+    pub(crate) chunk_latency: Histogram,
 }
 
 impl Metrics {
-    pub fn new(live: Arc<LiveStats>, worker: Arc<WorkerStats>, board: Arc<Blackboard>) -> Metrics {
+    pub(crate) fn new(live: Arc<LiveStats>, worker: Arc<WorkerStats>, board: Arc<Blackboard>) -> Metrics {
         let mut registry = Registry::default();
         // 5 ms to about 10 s.
         let chunk_latency = Histogram::new(exponential_buckets(0.005, 2.0, 12));
@@ -187,7 +187,7 @@ impl Metrics {
         }
     }
 
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -196,7 +196,7 @@ impl Metrics {
 }
 
 /// Serves `metrics` on `listen` until `stop`.
-pub fn serve(
+pub(crate) fn serve(
     listen: SocketAddr,
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,

@@ -5,14 +5,14 @@
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 
-pub struct Notifier {
+pub(crate) struct Notifier {
     socket: Option<(UnixDatagram, SocketAddr)>,
 }
 
 impl Notifier {
     /// Connects to $NOTIFY_SOCKET if systemd gave one (a path, or `@name` for the abstract
     /// namespace); otherwise every send is a no-op.
-    pub fn from_env() -> Notifier {
+    pub(crate) fn from_env() -> Notifier {
         let socket = std::env::var_os("NOTIFY_SOCKET").and_then(|path| {
             let path = path.to_string_lossy().to_string();
             let addr = match path.strip_prefix('@') {
@@ -34,26 +34,26 @@ impl Notifier {
         }
     }
 
-    pub fn ready(&self) {
+    pub(crate) fn ready(&self) {
         self.send("READY=1\n");
     }
 
-    pub fn stopping(&self) {
+    pub(crate) fn stopping(&self) {
         self.send("STOPPING=1\n");
     }
 
-    pub fn watchdog(&self) {
+    pub(crate) fn watchdog(&self) {
         self.send("WATCHDOG=1\n");
     }
 
-    pub fn status(&self, text: &str) {
+    pub(crate) fn status(&self, text: &str) {
         self.send(&format!("STATUS={text}\n"));
     }
 }
 
 /// The watchdog interval, following sd_watchdog_enabled(3): WATCHDOG_USEC is set, and
 /// WATCHDOG_PID, if set, names this process.
-pub fn watchdog_usec() -> Option<u64> {
+pub(crate) fn watchdog_usec() -> Option<u64> {
     let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
     match std::env::var("WATCHDOG_PID") {
         Ok(pid) if pid.parse::<u32>().ok() != Some(std::process::id()) => None,

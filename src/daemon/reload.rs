@@ -69,10 +69,10 @@ impl LoadError {
 }
 
 /// What the reload thread hands the supervisor.
-pub type Loaded = Result<Config, LoadError>;
+pub(crate) type Loaded = Result<Config, LoadError>;
 
 /// Reads `file` (a regular file only) and validates it as `run` does, URDF included.
-pub fn load_regular(file: &Path, ros: &RosArgs) -> Loaded {
+pub(crate) fn load_regular(file: &Path, ros: &RosArgs) -> Loaded {
     let text =
         crate::files::read_regular(file, MAX_CONFIG_BYTES).map_err(|source| LoadError::Read {
             file: file.to_path_buf(),
@@ -84,7 +84,7 @@ pub fn load_regular(file: &Path, ros: &RosArgs) -> Loaded {
 type LoadFn = Arc<dyn Fn() -> Loaded + Send + Sync>;
 
 /// Runs reloads on their own thread, one at a time; the supervisor polls for the result.
-pub struct Reloader {
+pub(crate) struct Reloader {
     /// The file and how to load it; none: nothing to reload.
     source: Option<(PathBuf, LoadFn)>,
     /// The read in progress: since when, and where its result arrives.
@@ -96,7 +96,7 @@ pub struct Reloader {
 
 impl Reloader {
     /// Reloads `file` with the ROS arguments it was started with; `None`: SIGHUP only logs.
-    pub fn new(from: Option<(PathBuf, RosArgs)>) -> Reloader {
+    pub(crate) fn new(from: Option<(PathBuf, RosArgs)>) -> Reloader {
         Reloader::with_loader(from.map(|(file, ros)| {
             let load: LoadFn = {
                 let file = file.clone();
@@ -115,7 +115,7 @@ impl Reloader {
     }
 
     /// A SIGHUP: starts a read unless one is under way (then one more follows it).
-    pub fn request(&mut self) {
+    pub(crate) fn request(&mut self) {
         let Some((file, _)) = &self.source else {
             tracing::warn!("SIGHUP: no configuration file to reload");
             return;
@@ -155,7 +155,7 @@ impl Reloader {
     }
 
     /// The result of the read under way, once it is there; never waits.
-    pub fn poll(&mut self) -> Option<Loaded> {
+    pub(crate) fn poll(&mut self) -> Option<Loaded> {
         let (_, rx) = self.reading.as_ref()?;
         let loaded = match rx.try_recv() {
             Ok(l) => l,
@@ -172,13 +172,13 @@ impl Reloader {
 
 /// What a reload changes, and what it refuses (field, why).
 #[derive(Debug, Default)]
-pub struct Reload {
-    pub prompt: Option<String>,
-    pub status_interval_s: Option<f64>,
-    pub limits: Option<RobotLimits>,
+pub(crate) struct Reload {
+    pub(crate) prompt: Option<String>,
+    pub(crate) status_interval_s: Option<f64>,
+    pub(crate) limits: Option<RobotLimits>,
     /// What is applied, one log line each: (field, `was -> now`).
-    pub applied: Vec<(String, String)>,
-    pub refused: Vec<(String, String)>,
+    pub(crate) applied: Vec<(String, String)>,
+    pub(crate) refused: Vec<(String, String)>,
 }
 
 const RESTART: &str = "changed; restart pi0d to apply it";
@@ -203,7 +203,7 @@ fn config_name(d: &Difference) -> String {
 
 /// Compares the running configuration with the file's; `measured` is the arm's position now
 /// (tighter position limits must still contain it).
-pub fn plan(old: &Config, new: &Config, measured: &JointVector) -> Reload {
+pub(crate) fn plan(old: &Config, new: &Config, measured: &JointVector) -> Reload {
     let mut r = Reload::default();
     // Everything but what is applied live and the limits (compared by their own rules below):
     // any other difference, in any section, present or future, is refused by name.
@@ -265,7 +265,7 @@ pub fn plan(old: &Config, new: &Config, measured: &JointVector) -> Reload {
 
 impl Reload {
     /// One line per applied change and per refusal, then what it came to.
-    pub fn log(&self, file: &Path) {
+    pub(crate) fn log(&self, file: &Path) {
         for (field, what) in &self.applied {
             tracing::info!(field = %field, "SIGHUP: {field} reloaded: {what}");
         }
@@ -457,7 +457,7 @@ fn limits_change(
 /// A reload's result (the files were read on the reload thread): applies what may change
 /// while the arm runs; every change and every refusal is logged naming its field. Returns the
 /// limits handed to the control thread (in force once it says so).
-pub fn apply(running: &mut Config, loaded: Loaded, board: &Blackboard) -> Option<RobotLimits> {
+pub(crate) fn apply(running: &mut Config, loaded: Loaded, board: &Blackboard) -> Option<RobotLimits> {
     let new = match loaded {
         Ok(c) => c,
         Err(e) => {

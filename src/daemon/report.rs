@@ -22,31 +22,31 @@ use crate::time::MonoTime;
 
 /// What the control thread reported, collected by the supervisor for the log and the summary.
 #[derive(Default)]
-pub struct EventLog {
-    pub transitions: Vec<TransitionRecord>,
-    pub late_rejections: BTreeMap<String, u64>,
-    pub accepted: u64,
-    pub reset_refused: u64,
+pub(crate) struct EventLog {
+    pub(crate) transitions: Vec<TransitionRecord>,
+    pub(crate) late_rejections: BTreeMap<String, u64>,
+    pub(crate) accepted: u64,
+    pub(crate) reset_refused: u64,
     /// Per chunk switch, the distance its blend bridged.
-    pub blend_corrections: Vec<f64>,
+    pub(crate) blend_corrections: Vec<f64>,
     /// The metrics endpoint's latency histogram, when there is one.
-    pub chunk_latency: Option<prometheus_client::metrics::histogram::Histogram>,
+    pub(crate) chunk_latency: Option<prometheus_client::metrics::histogram::Histogram>,
     /// The recorder, when the run is recorded: every event goes there too.
-    pub record: Option<NoteTap>,
+    pub(crate) record: Option<NoteTap>,
     /// How the configuration names each camera, for the stale-camera holds.
-    pub cameras: Vec<String>,
+    pub(crate) cameras: Vec<String>,
     /// The joints in command order, for reload refusals.
-    pub joints: Vec<String>,
+    pub(crate) joints: Vec<String>,
     /// Resets granted (each lifts a fault latch).
-    pub resets: u64,
+    pub(crate) resets: u64,
     /// The newest reload decision not yet taken by the supervisor.
-    pub reconfigured: Option<Reconfigure>,
+    pub(crate) reconfigured: Option<Reconfigure>,
     /// Commands the independent monitor refused.
-    pub limit_violations: u64,
+    pub(crate) limit_violations: u64,
 }
 
 impl EventLog {
-    pub fn drain(&mut self, rx: &Receiver<ControlEvent>, start: MonoTime) {
+    pub(crate) fn drain(&mut self, rx: &Receiver<ControlEvent>, start: MonoTime) {
         while let Ok(e) = rx.try_recv() {
             if let Some(r) = &self.record {
                 let note = match e {
@@ -175,7 +175,7 @@ impl EventLog {
 }
 
 /// Why the arm is not running yet, in words, with the worker's side of it.
-pub fn waiting_detail(cfg: &Config, waiting: Waiting, ws: &WorkerStats) -> String {
+pub(crate) fn waiting_detail(cfg: &Config, waiting: Waiting, ws: &WorkerStats) -> String {
     match waiting {
         Waiting::JointState => format!(
             "{waiting}: joint states are older than safety.joint_state_timeout_s = {} s (sensor stalled, delayed or clock skew?)",
@@ -209,7 +209,7 @@ pub fn waiting_detail(cfg: &Config, waiting: Waiting, ws: &WorkerStats) -> Strin
 }
 
 /// How the configuration names each camera, in the model's order.
-pub fn camera_names(cfg: &Config) -> Vec<String> {
+pub(crate) fn camera_names(cfg: &Config) -> Vec<String> {
     let count = match &cfg.io {
         crate::config::Io::Sim => cfg.sim.cameras.len(),
         crate::config::Io::Ros(r) => r.cameras.len(),
@@ -226,7 +226,7 @@ fn camera_name(cfg: &Config, k: usize) -> String {
     .unwrap_or_else(|| "?".into())
 }
 
-pub fn build_summary(
+pub(crate) fn build_summary(
     cfg: &Config,
     r: &ControlResult,
     ws: &WorkerStats,
@@ -351,7 +351,7 @@ fn switch_summary(
 }
 
 /// Writes the summary whole or not at all (a temporary file renamed into place).
-pub fn write_summary(path: &Path, s: &Summary) {
+pub(crate) fn write_summary(path: &Path, s: &Summary) {
     let json = match serde_json::to_string_pretty(s) {
         Ok(j) => j,
         Err(e) => {
@@ -401,7 +401,7 @@ fn motion(c: &crate::joints::MotionState, limits: &crate::robot::RobotLimits) ->
     }
 }
 
-pub struct StatusLine {
+pub(crate) struct StatusLine {
     enabled: bool,
     /// Said at the start of every line (a dry run, scaled limits).
     tags: String,
@@ -411,7 +411,7 @@ pub struct StatusLine {
 }
 
 impl StatusLine {
-    pub fn new(enabled: bool, tags: &str) -> StatusLine {
+    pub(crate) fn new(enabled: bool, tags: &str) -> StatusLine {
         StatusLine {
             enabled,
             tags: tags.to_string(),
@@ -422,7 +422,7 @@ impl StatusLine {
     }
 
     /// `command`: the latest command, to say what the arm is doing.
-    pub fn show(
+    pub(crate) fn show(
         &mut self,
         live: &LiveStats,
         ws: &WorkerStats,
@@ -499,7 +499,7 @@ impl StatusLine {
         }
     }
 
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if self.enabled && self.tty {
             log::close_status();
         }

@@ -57,14 +57,14 @@ fn set_fifo(priority: i32, thread: &str) {
 
 /// The ROS thread's scheduling: SCHED_FIFO below the control thread (`realtime.io_priority`),
 /// so that inference and decoding never delay a command on its way out or an e-stop coming in.
-pub fn apply_to_io_thread(cfg: &RealtimeConfig) {
+pub(crate) fn apply_to_io_thread(cfg: &RealtimeConfig) {
     if cfg.io_priority > 0 {
         set_fifo(cfg.io_priority, "ROS");
     }
 }
 
 /// Locks current and future memory so page faults cannot stall the control loop.
-pub fn lock_memory() {
+pub(crate) fn lock_memory() {
     // SAFETY: plain syscall with constant flags.
     let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
     if rc != 0 {
@@ -78,7 +78,7 @@ pub fn lock_memory() {
 }
 
 /// Applies timer slack, priority and affinity to the calling (control) thread.
-pub fn apply_to_current_thread(cfg: &RealtimeConfig) {
+pub(crate) fn apply_to_current_thread(cfg: &RealtimeConfig) {
     // Normal threads get 50 us of timer slack: the deadline sleep would wake that late.
     // SAFETY: prctl with PR_SET_TIMERSLACK takes one integer argument.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
@@ -109,7 +109,7 @@ pub fn apply_to_current_thread(cfg: &RealtimeConfig) {
 /// idle CPU then stays out of deep C-states, whose exit latency (a millisecond and more on a
 /// VM or a laptop-class board) otherwise lands on the control thread's wake-up at every tick.
 /// Dropped (the request ends) when this value is dropped.
-pub struct CpuLatency {
+pub(crate) struct CpuLatency {
     _file: std::fs::File,
 }
 
@@ -119,7 +119,7 @@ const CPU_DMA_LATENCY: &str = "/dev/cpu_dma_latency";
 impl CpuLatency {
     /// Asks for at most `us` microseconds of wake-up latency; warned about (and `None`) when
     /// the system does not permit it (no such device, not root and no udev rule).
-    pub fn request(us: u32) -> Option<CpuLatency> {
+    pub(crate) fn request(us: u32) -> Option<CpuLatency> {
         Self::request_at(std::path::Path::new(CPU_DMA_LATENCY), us)
     }
 

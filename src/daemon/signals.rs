@@ -35,7 +35,7 @@ const IGNORED: [i32; 11] = [
 
 pub struct Signals {
     /// Set by the first stop signal.
-    pub stop: Arc<AtomicBool>,
+    pub(crate) stop: Arc<AtomicBool>,
     /// SIGHUPs not yet taken (a configuration reload each).
     reload: Arc<AtomicU64>,
     /// Per ignored signal (and the real-time range, counted together): deliveries not yet
@@ -45,7 +45,7 @@ pub struct Signals {
 }
 
 /// The name of a signal number, for the log.
-pub fn name(sig: i32) -> String {
+pub(crate) fn name(sig: i32) -> String {
     match sig {
         SIGHUP => "SIGHUP".into(),
         SIGUSR1 => "SIGUSR1".into(),
@@ -150,7 +150,7 @@ impl Signals {
     }
 
     /// Logs the ignored signals that arrived since the last call.
-    pub fn log_ignored(&mut self) {
+    pub(crate) fn log_ignored(&mut self) {
         for (sig, count) in &self.pending {
             let n = count.swap(0, Ordering::Relaxed);
             if n > 0 {
@@ -161,11 +161,11 @@ impl Signals {
     }
 
     /// Whether a SIGHUP arrived since the last call (several count as one reload).
-    pub fn take_reload(&self) -> bool {
+    pub(crate) fn take_reload(&self) -> bool {
         self.reload.swap(0, Ordering::Relaxed) > 0
     }
 
-    pub fn ignored_total(&self) -> u64 {
+    pub(crate) fn ignored_total(&self) -> u64 {
         self.ignored_total
     }
 }

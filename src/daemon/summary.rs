@@ -15,115 +15,115 @@ pub struct Percentiles {
 }
 
 #[derive(Debug, Default, Serialize)]
-pub struct StageSummary {
-    pub queue: Percentiles,
-    pub preprocess: Percentiles,
-    pub prefix: Percentiles,
-    pub steps: Percentiles,
-    pub postprocess: Percentiles,
+pub(crate) struct StageSummary {
+    pub(crate) queue: Percentiles,
+    pub(crate) preprocess: Percentiles,
+    pub(crate) prefix: Percentiles,
+    pub(crate) steps: Percentiles,
+    pub(crate) postprocess: Percentiles,
 }
 
 #[derive(Debug, Default, Serialize)]
-pub struct SwitchSummary {
+pub(crate) struct SwitchSummary {
     /// `control.rtc.enabled`.
-    pub rtc: bool,
+    pub(crate) rtc: bool,
     /// Requests that carried the running chunk's leftover to the policy.
-    pub guided: u64,
+    pub(crate) guided: u64,
     /// Chunks computed while another one ran.
-    pub switches: u64,
+    pub(crate) switches: u64,
     /// Per switch, the largest joint distance (rad or m) between the new chunk and the old
     /// plan over the steps that run before it takes over.
-    pub prefix_distance: Percentiles,
+    pub(crate) prefix_distance: Percentiles,
     /// Per accepted switch, the largest joint distance the blend bridged between the command
     /// and the new chunk (what the blend corrects).
-    pub blend_correction: Percentiles,
+    pub(crate) blend_correction: Percentiles,
     /// The largest inference delay seen, in chunk steps.
-    pub delay_steps_max: usize,
+    pub(crate) delay_steps_max: usize,
 }
 
 #[derive(Debug, Serialize)]
-pub struct TransitionRecord {
-    pub t_s: f64,
-    pub from: String,
-    pub to: String,
+pub(crate) struct TransitionRecord {
+    pub(crate) t_s: f64,
+    pub(crate) from: String,
+    pub(crate) to: String,
     /// The camera whose frames went stale, for a `holding(stale_camera)`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub camera: Option<String>,
+    pub(crate) camera: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize)]
 pub struct Summary {
-    pub duration_s: f64,
+    pub(crate) duration_s: f64,
     pub rate_hz: f64,
     pub ticks: u64,
     pub overruns: u64,
     pub jitter_us: Percentiles,
-    pub chunks_received: u64,
+    pub(crate) chunks_received: u64,
     pub chunks_accepted: u64,
     pub chunks_rejected: u64,
-    pub chunks_rejected_by_reason: BTreeMap<String, u64>,
+    pub(crate) chunks_rejected_by_reason: BTreeMap<String, u64>,
     /// A remote policy's failures by kind (`server_down`, `timeout`, `closed`, ...).
-    pub policy_errors_by_kind: BTreeMap<String, u64>,
+    pub(crate) policy_errors_by_kind: BTreeMap<String, u64>,
     /// The latest policy error, as logged.
-    pub last_policy_error: Option<String>,
+    pub(crate) last_policy_error: Option<String>,
     /// A remote policy's link: round trips, the server's inference time, reconnects.
-    pub remote_policy: Option<crate::policy::RemoteStats>,
-    pub inference_requests: u64,
+    pub(crate) remote_policy: Option<crate::policy::RemoteStats>,
+    pub(crate) inference_requests: u64,
     /// How new chunks agreed with the plan they replaced (with real-time chunking or not).
-    pub chunk_switches: SwitchSummary,
+    pub(crate) chunk_switches: SwitchSummary,
     /// Where inference time went, per request, ms: the queueing before inference and, for a
     /// model run here, preprocessing, the prefix, the denoising steps and postprocessing.
-    pub inference_stages_ms: StageSummary,
+    pub(crate) inference_stages_ms: StageSummary,
     /// Observation-to-arrival latency of executed chunks, warm-up excluded.
     pub latency_ms: Percentiles,
-    pub safety_events: BTreeMap<String, u64>,
+    pub(crate) safety_events: BTreeMap<String, u64>,
     pub limit_violations: u64,
-    pub max_abs_velocity: BTreeMap<String, f64>,
-    pub max_abs_acceleration: BTreeMap<String, f64>,
-    pub max_abs_jerk: BTreeMap<String, f64>,
-    pub reset_refused: u64,
-    pub final_mode: String,
-    pub transitions: Vec<TransitionRecord>,
+    pub(crate) max_abs_velocity: BTreeMap<String, f64>,
+    pub(crate) max_abs_acceleration: BTreeMap<String, f64>,
+    pub(crate) max_abs_jerk: BTreeMap<String, f64>,
+    pub(crate) reset_refused: u64,
+    pub(crate) final_mode: String,
+    pub(crate) transitions: Vec<TransitionRecord>,
     /// What the arm was waiting for at the end, if it was not running (never started, holding).
-    pub waiting_for: Option<String>,
+    pub(crate) waiting_for: Option<String>,
     /// Thread faults the supervisor saw (`inference thread panicked: ...`).
-    pub faults: Vec<String>,
+    pub(crate) faults: Vec<String>,
     /// Input messages refused by the transport, and those whose decoder panicked (counted at
     /// the last status interval).
-    pub inputs_rejected: u64,
-    pub input_decoder_faults: u64,
+    pub(crate) inputs_rejected: u64,
+    pub(crate) input_decoder_faults: u64,
     /// Signals that were logged and ignored (SIGHUP, SIGUSR1, ...).
-    pub signals_ignored: u64,
+    pub(crate) signals_ignored: u64,
     /// Log lines lost to a failed stderr (a closed pipe, a full disk).
-    pub log_lines_lost: u64,
+    pub(crate) log_lines_lost: u64,
     /// A dry run: no command reached the robot.
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// `limits.scale` (1 at full speed).
-    pub limits_scale: f64,
+    pub(crate) limits_scale: f64,
     /// The previous run ended so (a fault, or killed): this one started e-stopped until a
     /// reset (`--state-dir`, `$STATE_DIRECTORY`).
-    pub fault_latch: Option<String>,
+    pub(crate) fault_latch: Option<String>,
     /// Why the next start will wait for a reset: the marker this run left (a fault, or a latch
     /// never reset); null when it removed it, or when `fault_latch_error` says it could not.
-    pub fault_latch_next: Option<String>,
+    pub(crate) fault_latch_next: Option<String>,
     /// The fault latch could not be updated at the end (the OS error included): the marker
     /// left on disk decides the next start, and a run that was otherwise clean exits
     /// `runtime_failure`.
-    pub fault_latch_error: Option<String>,
+    pub(crate) fault_latch_error: Option<String>,
     /// The MCAP recording (`[record]`): file, messages, bytes, drops and why it ended.
     pub recording: Option<crate::record::RecordingSummary>,
     pub exit: ExitReason,
     pub exit_code: u8,
     /// E-stop resets granted (the summary's `safety_events.reset` too; typed for the latch).
     #[serde(skip)]
-    pub resets: u64,
+    pub(crate) resets: u64,
 }
 
 impl Summary {
     /// What the fault latch's last update at the end did, and so what the process exits with:
     /// a run that ended cleanly but could not record it exits `runtime_failure`; the summary's
     /// `exit` and `exit_code` are always what the process exits with.
-    pub fn settle_fault_latch(&mut self, end: Result<Option<String>, LatchError>) {
+    pub(crate) fn settle_fault_latch(&mut self, end: Result<Option<String>, LatchError>) {
         match end {
             Ok(next) => {
                 if let Some(why) = &next {

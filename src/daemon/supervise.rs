@@ -13,7 +13,7 @@ use crate::time::MonoTime;
 
 /// The daemon's threads, by what they do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     Control,
     Inference,
     Ros,
@@ -21,7 +21,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Role::Control => "control",
             Role::Inference => "inference",
@@ -45,7 +45,7 @@ const RETURNED: u8 = 1;
 const PANICKED: u8 = 2;
 
 /// What a supervised thread shares with the supervisor.
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     last_ns: AtomicU64,
     state: AtomicU8,
     panic: Mutex<Option<String>>,
@@ -61,7 +61,7 @@ impl Heartbeat {
     }
 
     /// Called by the thread on each pass of its loop.
-    pub fn beat(&self) {
+    pub(crate) fn beat(&self) {
         self.last_ns
             .store(MonoTime::now().as_nanos(), Ordering::Relaxed);
     }
@@ -74,7 +74,7 @@ impl Heartbeat {
 
 /// How a supervised thread is doing.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Health {
+pub(crate) enum Health {
     Alive,
     /// Its function returned (only expected at shutdown).
     Returned,
@@ -95,13 +95,13 @@ impl std::fmt::Display for Health {
 }
 
 pub struct Supervised<T> {
-    pub role: Role,
+    pub(crate) role: Role,
     heart: Arc<Heartbeat>,
     handle: JoinHandle<Option<T>>,
 }
 
 /// Starts `f` on a named thread under supervision.
-pub fn spawn<T: Send + 'static>(
+pub(crate) fn spawn<T: Send + 'static>(
     role: Role,
     f: impl FnOnce(&Heartbeat) -> T + Send + 'static,
 ) -> std::io::Result<Supervised<T>> {
@@ -134,7 +134,7 @@ pub fn spawn<T: Send + 'static>(
 
 impl<T> Supervised<T> {
     /// Death first; then, if `stall_after_s` is given, liveness.
-    pub fn health(&self, now: MonoTime, stall_after_s: Option<f64>) -> Health {
+    pub(crate) fn health(&self, now: MonoTime, stall_after_s: Option<f64>) -> Health {
         match self.heart.state.load(Ordering::Acquire) {
             RETURNED => Health::Returned,
             PANICKED => Health::Panicked(
@@ -156,7 +156,7 @@ impl<T> Supervised<T> {
     }
 
     /// The thread as it stands: its last heartbeat while it runs (for `lifecycle`).
-    pub fn beat(&self) -> super::lifecycle::Beat {
+    pub(crate) fn beat(&self) -> super::lifecycle::Beat {
         use super::lifecycle::Beat;
         match self.health(MonoTime::now(), None) {
             Health::Returned => Beat::Returned,
@@ -167,7 +167,7 @@ impl<T> Supervised<T> {
         }
     }
 
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         self.handle.is_finished()
     }
 

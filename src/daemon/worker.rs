@@ -23,32 +23,32 @@ use crate::time::MonoTime;
 /// Counters of what the worker produced and refused.
 #[derive(Default)]
 pub struct WorkerStats {
-    pub requests: AtomicU64,
-    pub produced: AtomicU64,
-    pub rejected_non_finite: AtomicU64,
-    pub rejected_out_of_range: AtomicU64,
-    pub rejected_jump: AtomicU64,
-    pub rejected_shape: AtomicU64,
-    pub policy_errors: AtomicU64,
-    pub policy_panics: AtomicU64,
+    pub(crate) requests: AtomicU64,
+    pub(crate) produced: AtomicU64,
+    pub(crate) rejected_non_finite: AtomicU64,
+    pub(crate) rejected_out_of_range: AtomicU64,
+    pub(crate) rejected_jump: AtomicU64,
+    pub(crate) rejected_shape: AtomicU64,
+    pub(crate) policy_errors: AtomicU64,
+    pub(crate) policy_panics: AtomicU64,
     /// Inference time of the latest chunk, microseconds.
-    pub last_infer_us: AtomicU64,
+    pub(crate) last_infer_us: AtomicU64,
     /// Of the policy errors, a remote policy's, by `RemoteFault`.
-    pub remote_faults: [AtomicU64; RemoteFault::ALL.len()],
+    pub(crate) remote_faults: [AtomicU64; RemoteFault::ALL.len()],
     /// The latest policy error, as said.
-    pub last_policy_error: Mutex<Option<String>>,
+    pub(crate) last_policy_error: Mutex<Option<String>>,
     /// A remote policy's link, as of its latest request.
-    pub remote: Mutex<Option<RemoteStats>>,
+    pub(crate) remote: Mutex<Option<RemoteStats>>,
     /// Chunk switches: how far each new chunk is from the running one's plan.
-    pub switches: Mutex<SwitchStats>,
+    pub(crate) switches: Mutex<SwitchStats>,
     /// Where inference time goes, per request (bounded).
-    pub stages: Mutex<StageSamples>,
+    pub(crate) stages: Mutex<StageSamples>,
 }
 
 impl WorkerStats {
     /// Counts `e` under its kind when it is a remote policy's (`remote_faults`, the summary's
     /// `policy_errors_by_kind`).
-    pub fn count_kind(&self, e: &PolicyError) {
+    pub(crate) fn count_kind(&self, e: &PolicyError) {
         if let PolicyError::Remote { fault, .. } = e {
             self.remote_faults[*fault as usize].fetch_add(1, Ordering::Relaxed);
         }
@@ -58,14 +58,14 @@ impl WorkerStats {
 /// Per request, ms: the wait from the control thread's request to the worker taking it, and
 /// the policy's stages (when it runs a model here).
 #[derive(Clone, Debug, Default)]
-pub struct StageSamples {
-    pub queue: Vec<f64>,
-    pub preprocess: Vec<f64>,
-    pub prefix: Vec<f64>,
-    pub steps: Vec<f64>,
-    pub postprocess: Vec<f64>,
+pub(crate) struct StageSamples {
+    pub(crate) queue: Vec<f64>,
+    pub(crate) preprocess: Vec<f64>,
+    pub(crate) prefix: Vec<f64>,
+    pub(crate) steps: Vec<f64>,
+    pub(crate) postprocess: Vec<f64>,
     /// The latest request's, for the live diagnostics.
-    pub last: Option<(f64, StageTiming)>,
+    pub(crate) last: Option<(f64, StageTiming)>,
 }
 
 impl StageSamples {
@@ -90,19 +90,19 @@ impl StageSamples {
 /// chunking): over the steps that run before it takes over (the inference delay, at least
 /// one), the largest joint distance between the new chunk and the old plan.
 #[derive(Clone, Debug, Default)]
-pub struct SwitchStats {
+pub(crate) struct SwitchStats {
     /// Requests that carried the running chunk's leftover to the policy.
-    pub guided: u64,
+    pub(crate) guided: u64,
     /// Distances (rad or m), one per chunk that replaced a running one.
-    pub prefix_distance: Vec<f64>,
-    pub delay_steps_max: usize,
+    pub(crate) prefix_distance: Vec<f64>,
+    pub(crate) delay_steps_max: usize,
 }
 
 /// Samples (switch distances, stage times) kept for the summary's percentiles.
 const KEPT_SAMPLES: usize = 10_000;
 
 impl WorkerStats {
-    pub fn rejected_by_reason(&self) -> [(&'static str, u64); 6] {
+    pub(crate) fn rejected_by_reason(&self) -> [(&'static str, u64); 6] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("non_finite", g(&self.rejected_non_finite)),
@@ -128,7 +128,7 @@ pub struct WorkerHandle {
 
 impl WorkerHandle {
     /// Asks for one inference; never blocks.
-    pub fn request(&self) {
+    pub(crate) fn request(&self) {
         // Marked before sending: the worker may take the request, finish and clear the flag
         // before `try_send` even returns; marking afterwards would leave it set forever.
         self.in_flight.store(true, Ordering::Release);
@@ -137,38 +137,38 @@ impl WorkerHandle {
         }
     }
 
-    pub fn in_flight(&self) -> bool {
+    pub(crate) fn in_flight(&self) -> bool {
         self.in_flight.load(Ordering::Acquire)
     }
 
     /// Tells the worker which chunk runs (real-time chunking guides the next one towards it).
-    pub fn set_running(&self, seq: Option<u64>) {
+    pub(crate) fn set_running(&self, seq: Option<u64>) {
         self.running.store(seq.unwrap_or(0), Ordering::Relaxed);
     }
 
     /// A chunk ready for the control thread, if any; never blocks.
-    pub fn try_chunk(&self) -> Option<Box<JointChunk>> {
+    pub(crate) fn try_chunk(&self) -> Option<Box<JointChunk>> {
         self.chunks.try_recv().ok()
     }
 
     /// Gives a chunk buffer back for reuse; dropped (on this thread) only if the pool is full.
-    pub fn recycle(&self, chunk: Box<JointChunk>) {
+    pub(crate) fn recycle(&self, chunk: Box<JointChunk>) {
         let _ = self.recycle.try_send(chunk);
     }
 }
 
 pub struct WorkerSetup {
-    pub limits: RobotLimits,
-    pub map: ActionMap,
+    pub(crate) limits: RobotLimits,
+    pub(crate) map: ActionMap,
     /// The policy's state vector, from the measured positions.
-    pub state: StateLayout,
-    pub safety: SafetyConfig,
-    pub chunk_steps: usize,
-    pub rtc: RtcConfig,
+    pub(crate) state: StateLayout,
+    pub(crate) safety: SafetyConfig,
+    pub(crate) chunk_steps: usize,
+    pub(crate) rtc: RtcConfig,
     /// Chunks whose latency includes warm-up (not used for the delay estimate).
-    pub warmup_chunks: u32,
+    pub(crate) warmup_chunks: u32,
     /// Where each chunk handed to the control thread is also recorded.
-    pub record: Option<NoteTap>,
+    pub(crate) record: Option<NoteTap>,
 }
 
 impl WorkerSetup {

@@ -37,8 +37,8 @@ pub struct RobotInputs {
     /// Capture stamp (ns) of each camera's newest frame; 0 before the first.
     pub camera_stamps: Vec<AtomicU64>,
     /// Newest frame per camera, read by the inference worker only.
-    pub frames: Vec<Mutex<Option<Arc<CameraFrame>>>>,
-    pub prompt: Mutex<String>,
+    pub(crate) frames: Vec<Mutex<Option<Arc<CameraFrame>>>>,
+    pub(crate) prompt: Mutex<String>,
     /// Private: a press must also count, so a press released before the control loop looked
     /// still latches (`set_estop`).
     estop: AtomicBool,
@@ -47,7 +47,7 @@ pub struct RobotInputs {
     resets: AtomicU64,
     /// Until the first joint state: what the transport saw instead (messages refused, or the
     /// topics on the graph), for the start-up error.
-    pub startup_note: Mutex<String>,
+    pub(crate) startup_note: Mutex<String>,
 }
 
 impl RobotInputs {
@@ -64,7 +64,7 @@ impl RobotInputs {
         }
     }
 
-    pub fn note_startup(&self, note: String) {
+    pub(crate) fn note_startup(&self, note: String) {
         if let Ok(mut n) = self.startup_note.lock() {
             *n = note;
         }
@@ -79,15 +79,15 @@ impl RobotInputs {
     }
 
     /// A press already released: the arm holds until a reset (the fault latch at start-up).
-    pub fn count_press(&self) {
+    pub(crate) fn count_press(&self) {
         self.estop_presses.fetch_add(1, Ordering::SeqCst);
     }
 
-    pub fn estop(&self) -> bool {
+    pub(crate) fn estop(&self) -> bool {
         self.estop.load(Ordering::SeqCst)
     }
 
-    pub fn estop_presses(&self) -> u64 {
+    pub(crate) fn estop_presses(&self) -> u64 {
         self.estop_presses.load(Ordering::SeqCst)
     }
 
@@ -96,11 +96,11 @@ impl RobotInputs {
         self.resets.fetch_add(1, Ordering::SeqCst);
     }
 
-    pub fn resets(&self) -> u64 {
+    pub(crate) fn resets(&self) -> u64 {
         self.resets.load(Ordering::SeqCst)
     }
 
-    pub fn publish_frame(&self, camera: usize, frame: CameraFrame) {
+    pub(crate) fn publish_frame(&self, camera: usize, frame: CameraFrame) {
         let stamp = frame.stamp;
         if let Ok(mut slot) = self.frames[camera].lock() {
             *slot = Some(Arc::new(frame));
@@ -109,14 +109,14 @@ impl RobotInputs {
     }
 
     /// Camera stamps into a preallocated slice (control thread: no allocation).
-    pub fn read_camera_stamps(&self, out: &mut [MonoTime]) {
+    pub(crate) fn read_camera_stamps(&self, out: &mut [MonoTime]) {
         for (o, s) in out.iter_mut().zip(&self.camera_stamps) {
             *o = MonoTime::from_nanos(s.load(Ordering::Acquire));
         }
     }
 
     /// A consistent observation for the policy, its state laid out as `state` says.
-    pub fn observe(&self, state: &StateLayout, out: &mut Observation) -> bool {
+    pub(crate) fn observe(&self, state: &StateLayout, out: &mut Observation) -> bool {
         let js = self.joint_state.load();
         if js.stamp == MonoTime::ZERO {
             return false;
@@ -140,7 +140,7 @@ pub struct CommandOut {
 }
 
 impl CommandOut {
-    pub fn store(&self, command: (MonoTime, MotionState)) {
+    pub(crate) fn store(&self, command: (MonoTime, MotionState)) {
         self.latest.store(command);
     }
 
@@ -173,7 +173,7 @@ pub struct SupervisorFlags {
     /// A drill for the I/O thread (`crash_io`): it panics at its next iteration.
     io_drill: AtomicBool,
     /// Tighter limits from a configuration reload, for the control thread to take.
-    pub reload_limits: Mutex<Option<Box<crate::robot::RobotLimits>>>,
+    pub(crate) reload_limits: Mutex<Option<Box<crate::robot::RobotLimits>>>,
 }
 
 impl SupervisorFlags {
@@ -181,29 +181,29 @@ impl SupervisorFlags {
         self.fault.store(true, Ordering::SeqCst);
     }
 
-    pub fn fault(&self) -> bool {
+    pub(crate) fn fault(&self) -> bool {
         self.fault.load(Ordering::SeqCst)
     }
 
     /// Drills for the control thread: it panics at its next tick.
-    pub fn drill_crash_control(&self) {
+    pub(crate) fn drill_crash_control(&self) {
         self.control_drill.store(1, Ordering::SeqCst);
     }
 
     /// ... or stops ticking for `duration_s` from its next tick.
-    pub fn drill_stall_control(&self, duration_s: f64) {
+    pub(crate) fn drill_stall_control(&self, duration_s: f64) {
         self.drill_stall_ms
             .store((duration_s * 1e3) as u64, Ordering::SeqCst);
         self.control_drill.store(2, Ordering::SeqCst);
     }
 
     /// ... or has the governor's next command jump (the monitor must refuse it).
-    pub fn drill_governor_fault(&self) {
+    pub(crate) fn drill_governor_fault(&self) {
         self.control_drill.store(3, Ordering::SeqCst);
     }
 
     /// The control thread's pending drill, if any, taken (it fires once).
-    pub fn take_control_drill(&self) -> Option<ControlDrill> {
+    pub(crate) fn take_control_drill(&self) -> Option<ControlDrill> {
         // A read per call; the shared line is written only when a drill is due.
         if self.control_drill.load(Ordering::Relaxed) == 0 {
             return None;
@@ -219,11 +219,11 @@ impl SupervisorFlags {
     }
 
     /// A drill for the I/O thread: it panics at its next iteration.
-    pub fn drill_crash_io(&self) {
+    pub(crate) fn drill_crash_io(&self) {
         self.io_drill.store(true, Ordering::SeqCst);
     }
 
-    pub fn io_drill_due(&self) -> bool {
+    pub(crate) fn io_drill_due(&self) -> bool {
         self.io_drill.load(Ordering::Relaxed)
     }
 }

@@ -34,7 +34,7 @@ pub struct Latest<T: Copy> {
 unsafe impl<T: Copy + Send> Sync for Latest<T> {}
 
 impl<T: Copy> Latest<T> {
-    pub fn new(value: T) -> Latest<T> {
+    pub(crate) fn new(value: T) -> Latest<T> {
         Latest {
             slots: [UnsafeCell::new(value), UnsafeCell::new(value)],
             seq: [AtomicU64::new(0), AtomicU64::new(0)],

@@ -2,10 +2,10 @@
 //! inputs (joint state, camera frames, prompt, e-stop) and the latest command, readable by the
 //! control thread without blocking.
 
-pub mod board;
-pub mod latest;
+pub(crate) mod board;
+pub(crate) mod latest;
 pub mod ros;
-pub mod sim;
+pub(crate) mod sim;
 
 pub use board::{Blackboard, CommandOut, ControlDrill, RobotInputs, SupervisorFlags};
-pub use latest::Latest;
+pub(crate) use latest::Latest;

@@ -14,16 +14,16 @@ use crate::observation::{CameraFrame, PixelFormat};
 use crate::robot::RobotLimits;
 use crate::time::{sleep_until, MonoTime};
 
-pub struct SimArm {
+pub(crate) struct SimArm {
     /// A dry run: the arm ignores the commands and stays where it is.
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     cfg: SimConfig,
     velocity_limit: JointVector,
     position: JointVector,
 }
 
 impl SimArm {
-    pub fn new(cfg: SimConfig, limits: &RobotLimits) -> SimArm {
+    pub(crate) fn new(cfg: SimConfig, limits: &RobotLimits) -> SimArm {
         SimArm {
             dry_run: false,
             position: cfg.initial_position,
@@ -32,12 +32,12 @@ impl SimArm {
         }
     }
 
-    pub fn position(&self) -> &JointVector {
+    pub(crate) fn position(&self) -> &JointVector {
         &self.position
     }
 
     /// Advances the arm by `dt` toward the commanded positions.
-    pub fn step(&mut self, command: &JointVector, dt: f64) {
+    pub(crate) fn step(&mut self, command: &JointVector, dt: f64) {
         for j in 0..self.position.len() {
             let v = ((command[j] - self.position[j]) / self.cfg.tau_s)
                 .clamp(-self.velocity_limit[j], self.velocity_limit[j]);
@@ -47,7 +47,7 @@ impl SimArm {
 
     /// Runs the simulation until `stop` is set (on a thread the daemon supervises); `beat` is
     /// called on every step.
-    pub fn run(&mut self, board: &Blackboard, stop: &AtomicBool, start: MonoTime, beat: &dyn Fn()) {
+    pub(crate) fn run(&mut self, board: &Blackboard, stop: &AtomicBool, start: MonoTime, beat: &dyn Fn()) {
         let dt = 1.0 / self.cfg.rate_hz;
         let period = Duration::from_secs_f64(dt);
         let delay = self.cfg.measurement_delay_s;

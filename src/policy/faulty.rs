@@ -8,7 +8,7 @@ use crate::chunk::ActionChunk;
 use crate::config::{FaultConfig, FaultKind};
 use crate::observation::Observation;
 
-pub struct FaultyPolicy {
+pub(crate) struct FaultyPolicy {
     inner: Box<dyn Policy>,
     fault: FaultConfig,
     produced: u32,
@@ -18,7 +18,7 @@ pub struct FaultyPolicy {
 const JUMP: f64 = 1.0;
 
 impl FaultyPolicy {
-    pub fn new(inner: Box<dyn Policy>, fault: FaultConfig) -> FaultyPolicy {
+    pub(crate) fn new(inner: Box<dyn Policy>, fault: FaultConfig) -> FaultyPolicy {
         FaultyPolicy {
             inner,
             fault,

@@ -3,15 +3,15 @@
 
 pub mod cameras;
 pub mod export;
-pub mod faulty;
+pub(crate) mod faulty;
 pub mod graph;
 pub mod openpi;
 #[cfg(feature = "zenoh")]
-pub mod openpi_zenoh;
+pub(crate) mod openpi_zenoh;
 pub mod pi0;
-pub mod replay;
+pub(crate) mod replay;
 pub mod rtc;
-pub mod scripted;
+pub(crate) mod scripted;
 
 use crate::chunk::ActionChunk;
 use crate::config::{Config, PolicySource};
@@ -55,7 +55,7 @@ pub enum RemoteFault {
 }
 
 impl RemoteFault {
-    pub const ALL: [RemoteFault; 7] = [
+    pub(crate) const ALL: [RemoteFault; 7] = [
         RemoteFault::Down,
         RemoteFault::Timeout,
         RemoteFault::Closed,
@@ -65,7 +65,7 @@ impl RemoteFault {
         RemoteFault::Unsolicited,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             RemoteFault::Down => "server_down",
             RemoteFault::Timeout => "timeout",
@@ -82,27 +82,27 @@ impl RemoteFault {
 /// prefix (vision and language); the denoising steps; the actions out (unnormalization).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct StageTiming {
-    pub preprocess_ms: f64,
-    pub prefix_ms: f64,
-    pub steps_ms: f64,
-    pub postprocess_ms: f64,
+    pub(crate) preprocess_ms: f64,
+    pub(crate) prefix_ms: f64,
+    pub(crate) steps_ms: f64,
+    pub(crate) postprocess_ms: f64,
 }
 
 /// A remote policy's link, for the summary and the logs.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct RemoteStats {
-    pub url: String,
-    pub requests: u64,
-    pub replies: u64,
+    pub(crate) url: String,
+    pub(crate) requests: u64,
+    pub(crate) replies: u64,
     /// Connections opened after the first.
     pub reconnects: u64,
     pub connected: bool,
     /// Request-to-reply round trip, ms (the latest 1000 replies).
-    pub rtt_ms_p50: f64,
-    pub rtt_ms_p99: f64,
-    pub rtt_ms_max: f64,
+    pub(crate) rtt_ms_p50: f64,
+    pub(crate) rtt_ms_p99: f64,
+    pub(crate) rtt_ms_max: f64,
     /// The server's own `server_timing.infer_ms`, median.
-    pub server_infer_ms_p50: f64,
+    pub(crate) server_infer_ms_p50: f64,
 }
 
 pub trait Policy: Send {

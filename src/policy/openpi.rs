@@ -39,9 +39,9 @@ use crate::observation::{CameraFrame, Observation, PixelFormat};
 /// `[T, action_dim]` (robot units, as the replies' `actions`), row `i` due with the new chunk's
 /// step `i`; the steps of the new chunk that run before it arrives (default 0); the steps
 /// guided towards the leftover (default 10, lerobot's).
-pub const PREV_ACTIONS_KEY: &str = "prev_actions";
-pub const INFERENCE_DELAY_KEY: &str = "inference_delay";
-pub const EXECUTION_HORIZON_KEY: &str = "execution_horizon";
+pub(crate) const PREV_ACTIONS_KEY: &str = "prev_actions";
+pub(crate) const INFERENCE_DELAY_KEY: &str = "inference_delay";
+pub(crate) const EXECUTION_HORIZON_KEY: &str = "execution_horizon";
 
 /// Round trips kept for the percentiles.
 const RTT_WINDOW: usize = 1000;
@@ -320,7 +320,7 @@ fn percentile(q: &VecDeque<f64>, p: f64) -> f64 {
 
 /// `f` as RGB8 `[h, w, 3]`, resized with pad into a `size` square as openpi's client does
 /// (aspect kept, bilinear, black borders, centred); `size` 0 leaves it as captured.
-pub fn rgb_resized(f: &CameraFrame, size: u32) -> (usize, usize, Vec<u8>) {
+pub(crate) fn rgb_resized(f: &CameraFrame, size: u32) -> (usize, usize, Vec<u8>) {
     let rgb: Vec<u8> = match f.format {
         PixelFormat::Rgb8 => f.data.clone(),
         PixelFormat::Bgr8 => f

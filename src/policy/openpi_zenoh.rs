@@ -20,7 +20,7 @@ fn fault(fault: RemoteFault, message: impl Into<String>) -> PolicyError {
     }
 }
 
-pub struct ZenohLink {
+pub(crate) struct ZenohLink {
     opts: ZenohLinkOptions,
     /// Largest reply taken (`policy.openpi.max_reply_mib`, as for the websocket).
     max_reply_bytes: usize,
@@ -28,7 +28,7 @@ pub struct ZenohLink {
 }
 
 impl ZenohLink {
-    pub fn new(opts: &ZenohLinkOptions, max_reply_bytes: usize) -> ZenohLink {
+    pub(crate) fn new(opts: &ZenohLinkOptions, max_reply_bytes: usize) -> ZenohLink {
         ZenohLink {
             opts: opts.clone(),
             max_reply_bytes,
@@ -39,7 +39,7 @@ impl ZenohLink {
 
 /// A Zenoh configuration that connects to and listens on `connect` / `listen` (peers found
 /// by multicast scouting otherwise, as Zenoh does by default).
-pub fn config(connect: &[String], listen: &[String]) -> Result<zenoh::Config, ConfigError> {
+pub(crate) fn config(connect: &[String], listen: &[String]) -> Result<zenoh::Config, ConfigError> {
     let mut c = zenoh::Config::default();
     let json = |v: &[String]| serde_json::to_string(v).unwrap_or_default();
     if !connect.is_empty() {
@@ -64,9 +64,9 @@ pub fn config(connect: &[String], listen: &[String]) -> Result<zenoh::Config, Co
 #[error("Zenoh {what} endpoints")]
 pub struct ConfigError {
     /// `connect` or `listen`.
-    pub what: &'static str,
+    pub(crate) what: &'static str,
     #[source]
-    pub source: zenoh::Error,
+    pub(crate) source: zenoh::Error,
 }
 
 impl Link for ZenohLink {

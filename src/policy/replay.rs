@@ -17,7 +17,7 @@ struct ReplayFile {
     chunks: Vec<Vec<Vec<f64>>>,
 }
 
-pub struct ReplayPolicy {
+pub(crate) struct ReplayPolicy {
     period_s: f64,
     chunks: Vec<Vec<f64>>,
     dim: usize,
@@ -26,7 +26,7 @@ pub struct ReplayPolicy {
 }
 
 impl ReplayPolicy {
-    pub fn load(file: &Path, dim: usize, latency_s: f64) -> Result<ReplayPolicy, PolicyBuildError> {
+    pub(crate) fn load(file: &Path, dim: usize, latency_s: f64) -> Result<ReplayPolicy, PolicyBuildError> {
         let err = |message: String| PolicyBuildError::Replay {
             file: file.display().to_string(),
             message,

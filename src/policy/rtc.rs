@@ -19,18 +19,18 @@ pub use crate::config::rtc::{RtcSettings, Schedule};
 /// model's normalized action space: `steps` rows of `width` values (`steps` up to the chunk,
 /// `width` up to the model's action width; the rest is zero-padded, as lerobot pads).
 #[derive(Clone, Debug, PartialEq)]
-pub struct RtcPrefix {
-    pub leftover: Vec<f32>,
-    pub steps: usize,
-    pub width: usize,
+pub(crate) struct RtcPrefix {
+    pub(crate) leftover: Vec<f32>,
+    pub(crate) steps: usize,
+    pub(crate) width: usize,
     /// Steps of the new chunk that will have run before it arrives.
-    pub inference_delay: usize,
+    pub(crate) inference_delay: usize,
     /// Steps over which the new chunk is pulled towards the leftover.
-    pub execution_horizon: usize,
+    pub(crate) execution_horizon: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum RtcError {
+pub(crate) enum RtcError {
     #[error("the leftover has {values} values, not {steps} steps x {width}")]
     LeftoverSize {
         values: usize,
@@ -54,7 +54,7 @@ pub enum RtcError {
 
 /// The per-request guidance: target `[chunk, action_dim]` and weights per step.
 #[derive(Clone, Debug)]
-pub struct Guidance {
+pub(crate) struct Guidance {
     target: Vec<f32>,
     weights: Vec<f32>,
     action_dim: usize,
@@ -64,7 +64,7 @@ pub struct Guidance {
 impl Guidance {
     /// Guidance for a model with `chunk` steps of `action_dim` values. The horizon is cut to
     /// the leftover's length, as lerobot does (nothing to agree with beyond it).
-    pub fn new(
+    pub(crate) fn new(
         settings: RtcSettings,
         prefix: &RtcPrefix,
         chunk: usize,
@@ -115,7 +115,7 @@ impl Guidance {
 
     /// No guidance (all weights zero), for a batch element without a leftover among guided
     /// ones.
-    pub fn none(chunk: usize, action_dim: usize) -> Guidance {
+    pub(crate) fn none(chunk: usize, action_dim: usize) -> Guidance {
         Guidance {
             target: vec![0.0; chunk * action_dim],
             weights: vec![0.0; chunk],
@@ -124,22 +124,22 @@ impl Guidance {
         }
     }
 
-    pub fn weights(&self) -> &[f32] {
+    pub(crate) fn weights(&self) -> &[f32] {
         &self.weights
     }
 
     /// The leftover, zero-padded to `[chunk, action_dim]`.
-    pub fn target(&self) -> &[f32] {
+    pub(crate) fn target(&self) -> &[f32] {
         &self.target
     }
 
-    pub fn max_guidance_weight(&self) -> f32 {
+    pub(crate) fn max_guidance_weight(&self) -> f32 {
         self.max_guidance_weight
     }
 
     /// Guides one Euler step's velocity `v` at `x` and flow time `time` (1 is noise, 0 the
     /// actions): `v -= g * W (Y - (x - time v))`.
-    pub fn apply(&self, x: &[f32], time: f64, v: &mut [f32]) {
+    pub(crate) fn apply(&self, x: &[f32], time: f64, v: &mut [f32]) {
         let g = guidance_weight(time, self.max_guidance_weight);
         let t = time as f32;
         for (i, &w) in self.weights.iter().enumerate() {
@@ -162,7 +162,7 @@ impl Guidance {
 /// lerobot's guidance weight at flow time `time` (its `tau = 1 - time`):
 /// `min(beta, (1 - tau) / tau * ((1 - tau)^2 + tau^2) / (1 - tau)^2)`, `beta` where that is
 /// infinite (the first step).
-pub fn guidance_weight(time: f64, max_guidance_weight: f32) -> f32 {
+pub(crate) fn guidance_weight(time: f64, max_guidance_weight: f32) -> f32 {
     let beta = max_guidance_weight;
     let tau = (1.0 - time) as f32;
     let one_minus = 1.0 - tau;

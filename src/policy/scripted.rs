@@ -11,7 +11,7 @@ use crate::observation::Observation;
 use crate::robot::RobotLimits;
 use crate::time::MonoTime;
 
-pub struct ScriptedPolicy {
+pub(crate) struct ScriptedPolicy {
     lower: Vec<f64>,
     upper: Vec<f64>,
     amplitude: f64,
@@ -24,7 +24,7 @@ pub struct ScriptedPolicy {
 }
 
 impl ScriptedPolicy {
-    pub fn new(
+    pub(crate) fn new(
         limits: &RobotLimits,
         map: &ActionMap,
         amplitude: f64,

@@ -35,12 +35,12 @@ pub struct Topics {
     pub node: String,
 }
 
-pub const COMMAND_TOPIC: &str = "/pi0d/command";
-pub const CHUNKS_TOPIC: &str = "/pi0d/chunks";
-pub const EVENTS_TOPIC: &str = "/pi0d/events";
-pub const DIAGNOSTICS_TOPIC: &str = "/diagnostics";
+pub(crate) const COMMAND_TOPIC: &str = "/pi0d/command";
+pub(crate) const CHUNKS_TOPIC: &str = "/pi0d/chunks";
+pub(crate) const EVENTS_TOPIC: &str = "/pi0d/events";
+pub(crate) const DIAGNOSTICS_TOPIC: &str = "/diagnostics";
 
-pub fn camera_topic(name: &str) -> String {
+pub(crate) fn camera_topic(name: &str) -> String {
     format!("/pi0d/camera/{name}/compressed")
 }
 
@@ -91,7 +91,7 @@ impl McapFile {
     /// Creates `path` (never replacing a file) with every schema and channel. The file never
     /// grows past `max_bytes`, index and all: a message that would take it there is refused
     /// (`RecordError::Full`) and the file can still be closed within the bound.
-    pub fn create(
+    pub(crate) fn create(
         path: &Path,
         topics: &Topics,
         metadata: &BTreeMap<String, String>,
@@ -288,7 +288,7 @@ impl McapFile {
     }
 
     /// The measured state (when it is new), the command, and any new safety events.
-    pub fn tick(&mut self, t: &TickSample) -> Result<(), RecordError> {
+    pub(crate) fn tick(&mut self, t: &TickSample) -> Result<(), RecordError> {
         let m = &t.measured;
         if m.stamp != MonoTime::ZERO && m.stamp != self.last_measured {
             self.last_measured = m.stamp;
@@ -323,7 +323,7 @@ impl McapFile {
         Ok(())
     }
 
-    pub fn note(&mut self, n: Note) -> Result<(), RecordError> {
+    pub(crate) fn note(&mut self, n: Note) -> Result<(), RecordError> {
         let now = MonoTime::now();
         match n {
             Note::Chunk(c) => {
@@ -388,7 +388,7 @@ impl McapFile {
     }
 
     /// Camera `k`'s newest frame as JPEG, unless it was recorded already.
-    pub fn frame(&mut self, k: usize, frame: &CameraFrame) -> Result<(), RecordError> {
+    pub(crate) fn frame(&mut self, k: usize, frame: &CameraFrame) -> Result<(), RecordError> {
         if k >= self.ch.cameras.len() || frame.stamp == self.last_frames[k] {
             return Ok(());
         }
@@ -405,7 +405,7 @@ impl McapFile {
     }
 
     /// The daemon's health, as the ROS node publishes it on `/diagnostics`.
-    pub fn diagnostics(
+    pub(crate) fn diagnostics(
         &mut self,
         board: &Blackboard,
         live: &LiveStats,
@@ -437,23 +437,23 @@ impl McapFile {
     }
 
     /// Closes the current MCAP chunk and writes it out.
-    pub fn flush(&mut self) -> Result<(), RecordError> {
+    pub(crate) fn flush(&mut self) -> Result<(), RecordError> {
         self.w.flush().map_err(write_err(&self.path))?;
         let len = file_len(&self.file, &self.path)?;
         self.size.closed(len);
         Ok(())
     }
 
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.file.metadata().map(|m| m.len()).unwrap_or(0)
     }
 
-    pub fn messages(&self) -> u64 {
+    pub(crate) fn messages(&self) -> u64 {
         self.messages
     }
 
     /// Writes the summary and index and closes the file: `(messages, bytes)`.
-    pub fn finish(mut self) -> Result<(u64, u64), RecordError> {
+    pub(crate) fn finish(mut self) -> Result<(u64, u64), RecordError> {
         let err = write_err(&self.path);
         self.w.finish().map_err(&err)?;
         let mut inner = self.w.into_inner();

@@ -78,17 +78,17 @@ pub enum RecordError {
 
 /// What the control thread saw and commanded at one tick. `Copy`: queued without allocating.
 #[derive(Clone, Copy, Debug)]
-pub struct TickSample {
-    pub at: MonoTime,
-    pub measured: JointMeasurement,
-    pub command: MotionState,
+pub(crate) struct TickSample {
+    pub(crate) at: MonoTime,
+    pub(crate) measured: JointMeasurement,
+    pub(crate) command: MotionState,
     /// Running totals per `SafetyEvent` (the recorder notes each increase).
-    pub safety_events: [u64; SafetyEvent::COUNT],
+    pub(crate) safety_events: [u64; SafetyEvent::COUNT],
 }
 
 /// Everything else that is recorded as it happens.
 #[derive(Debug)]
-pub enum Note {
+pub(crate) enum Note {
     /// A chunk the worker handed to the control thread, in robot joint order.
     Chunk(Box<JointChunk>),
     /// No chunk from inference `seq`: the policy failed, or its chunk failed validation
@@ -122,7 +122,7 @@ pub struct TickTap {
 
 impl TickTap {
     /// Never blocks, never allocates.
-    pub fn send(&self, sample: &TickSample) {
+    pub(crate) fn send(&self, sample: &TickSample) {
         if let Err(TrySendError::Full(_)) = self.tx.try_send(*sample) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -131,13 +131,13 @@ impl TickTap {
 
 /// The worker's and the supervisor's end of the note queue.
 #[derive(Clone)]
-pub struct NoteTap {
+pub(crate) struct NoteTap {
     tx: SyncSender<Note>,
     dropped: Arc<AtomicU64>,
 }
 
 impl NoteTap {
-    pub fn send(&self, note: Note) {
+    pub(crate) fn send(&self, note: Note) {
         if let Err(TrySendError::Full(_)) = self.tx.try_send(note) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -147,7 +147,7 @@ impl NoteTap {
 /// Why a recording ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum EndedBy {
+pub(crate) enum EndedBy {
     #[default]
     RunEnd,
     MaxMegabytes,
@@ -159,14 +159,14 @@ pub enum EndedBy {
 /// The summary's account of the recording.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RecordingSummary {
-    pub path: String,
+    pub(crate) path: String,
     pub messages: u64,
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Samples the queues had no room for.
     pub dropped: u64,
-    pub ended_by: EndedBy,
+    pub(crate) ended_by: EndedBy,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// What the recording needs to know about the run.
@@ -180,7 +180,7 @@ pub struct RecordSetup {
 
 pub struct Recorder {
     pub ticks: TickTap,
-    pub notes: NoteTap,
+    pub(crate) notes: NoteTap,
     stop: Arc<AtomicBool>,
     thread: JoinHandle<RecordingSummary>,
     path: PathBuf,
@@ -191,7 +191,7 @@ const NAME_TRIES: u32 = 1000;
 
 /// The `n`th name for a run started at `now` in `dir`: `pi0d-<UTC time>.mcap`, then
 /// `pi0d-<UTC time>-2.mcap`, `-3`, ...
-pub fn run_file_name(dir: &Path, now: std::time::SystemTime, n: u32) -> PathBuf {
+pub(crate) fn run_file_name(dir: &Path, now: std::time::SystemTime, n: u32) -> PathBuf {
     let stamp = utc_stamp(now);
     match n {
         0 => dir.join(format!("pi0d-{stamp}.mcap")),
@@ -202,7 +202,7 @@ pub fn run_file_name(dir: &Path, now: std::time::SystemTime, n: u32) -> PathBuf 
 /// Creates the file for this run: the configured one (refused if it exists), or a new one in
 /// the configured directory, named by the UTC time (and a number when that name is taken:
 /// each name is created exclusively, so two runs never share a file).
-pub fn create_run_file(
+pub(crate) fn create_run_file(
     cfg: &RecordConfig,
     topics: &Topics,
     metadata: &std::collections::BTreeMap<String, String>,
@@ -358,7 +358,7 @@ impl Recorder {
         s
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }

@@ -40,7 +40,7 @@ const HEADER: u32 = 86;
 /// Points drawn per line at most (longer runs are thinned evenly).
 const MAX_POINTS: usize = 4000;
 /// Values beyond this are left out of lines and axes (see the module's comment).
-pub const PLOT_ABS_MAX: f64 = 1e9;
+pub(crate) const PLOT_ABS_MAX: f64 = 1e9;
 /// Text from the file (joint names, the policy) is cut to this many characters.
 const NAME_CHARS: usize = 48;
 const POLICY_CHARS: usize = 96;

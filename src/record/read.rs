@@ -23,7 +23,7 @@ use serde::Deserialize;
 
 use super::file::{CHUNKS_TOPIC, COMMAND_TOPIC, EVENTS_TOPIC};
 use crate::io::ros::msgs;
-pub use crate::joints::MAX_JOINTS;
+pub(crate) use crate::joints::MAX_JOINTS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -68,17 +68,17 @@ pub enum ReadError {
 
 /// The bounds every read keeps to (`Default`: what `pi0d plot` uses).
 #[derive(Clone, Copy, Debug)]
-pub struct ReadLimits {
+pub(crate) struct ReadLimits {
     /// The longest record read, and the most compressed data buffered for one chunk.
-    pub record_bytes: usize,
+    pub(crate) record_bytes: usize,
     /// Decompressed bytes read at most: this many...
-    pub decoded_floor: u64,
+    pub(crate) decoded_floor: u64,
     /// ...or this many times the file's size, if that is more.
-    pub decoded_per_file_byte: u64,
+    pub(crate) decoded_per_file_byte: u64,
     /// Samples kept per series: a longer run is thinned evenly as it is read.
-    pub keep_samples: usize,
+    pub(crate) keep_samples: usize,
     /// State transitions read at most.
-    pub transitions: usize,
+    pub(crate) transitions: usize,
 }
 
 impl Default for ReadLimits {
@@ -97,31 +97,31 @@ impl Default for ReadLimits {
 }
 
 /// pi0d's own metadata record is a few kB (version, configuration path, prompt, limits).
-pub const METADATA_BYTES: usize = 1 << 20;
+pub(crate) const METADATA_BYTES: usize = 1 << 20;
 
 /// A joint's commanded range and velocity limit, from the recording's metadata.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct PlotLimits {
-    pub lower: Option<f64>,
-    pub upper: Option<f64>,
-    pub velocity: Option<f64>,
+pub(crate) struct PlotLimits {
+    pub(crate) lower: Option<f64>,
+    pub(crate) upper: Option<f64>,
+    pub(crate) velocity: Option<f64>,
 }
 
 /// Samples of every joint at times `t` (seconds since the recording's first command).
 #[derive(Clone, Debug, Default)]
-pub struct Series {
-    pub t: Vec<f64>,
+pub(crate) struct Series {
+    pub(crate) t: Vec<f64>,
     /// `[joint][sample]`.
-    pub position: Vec<Vec<f64>>,
-    pub velocity: Vec<Vec<f64>>,
+    pub(crate) position: Vec<Vec<f64>>,
+    pub(crate) velocity: Vec<Vec<f64>>,
 }
 
 /// A span the arm was not running: holding (`reason`), e-stopped, or stopping.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Span {
-    pub from_s: f64,
-    pub to_s: f64,
-    pub state: String,
+    pub(crate) from_s: f64,
+    pub(crate) to_s: f64,
+    pub(crate) state: String,
 }
 
 /// Why a recording was read only in part.
@@ -153,20 +153,20 @@ impl std::fmt::Display for Partial {
 #[derive(Clone, Debug, Default)]
 pub struct RunTrace {
     /// The file it was read from.
-    pub path: PathBuf,
-    pub metadata: BTreeMap<String, String>,
+    pub(crate) path: PathBuf,
+    pub(crate) metadata: BTreeMap<String, String>,
     pub joints: Vec<String>,
-    pub limits: Vec<PlotLimits>,
+    pub(crate) limits: Vec<PlotLimits>,
     /// Unix time (ns) of t = 0.
-    pub start_ns: u64,
+    pub(crate) start_ns: u64,
     /// Thinned evenly when long (see `ReadLimits::keep_samples`).
-    pub command: Series,
+    pub(crate) command: Series,
     /// Measured positions; velocities by finite differences (before any thinning).
-    pub measured: Series,
+    pub(crate) measured: Series,
     /// Chunks recorded.
     pub chunks: u64,
     /// Their arrivals, thinned evenly when many.
-    pub chunk_arrivals_s: Vec<f64>,
+    pub(crate) chunk_arrivals_s: Vec<f64>,
     pub spans: Vec<Span>,
     /// Why the file was read only up to some point, when it was.
     pub partial: Option<Partial>,
@@ -531,7 +531,7 @@ pub fn read(path: &Path) -> Result<RunTrace, ReadError> {
 }
 
 /// Reads `path` into a `RunTrace` within `limits`.
-pub fn read_within(path: &Path, limits: ReadLimits) -> Result<RunTrace, ReadError> {
+pub(crate) fn read_within(path: &Path, limits: ReadLimits) -> Result<RunTrace, ReadError> {
     let open_err = |source| ReadError::Open {
         path: path.to_path_buf(),
         source,

@@ -3,21 +3,21 @@
 //! ROS 2 Jazzy type store generates them; the read-back test compares them with it).
 
 /// `(schema name, ros2msg text)`.
-pub const JOINT_STATE: (&str, &[u8]) = (
+pub(crate) const JOINT_STATE: (&str, &[u8]) = (
     "sensor_msgs/msg/JointState",
     include_bytes!("msg/JointState.msg"),
 );
-pub const COMPRESSED_IMAGE: (&str, &[u8]) = (
+pub(crate) const COMPRESSED_IMAGE: (&str, &[u8]) = (
     "sensor_msgs/msg/CompressedImage",
     include_bytes!("msg/CompressedImage.msg"),
 );
-pub const DIAGNOSTIC_ARRAY: (&str, &[u8]) = (
+pub(crate) const DIAGNOSTIC_ARRAY: (&str, &[u8]) = (
     "diagnostic_msgs/msg/DiagnosticArray",
     include_bytes!("msg/DiagnosticArray.msg"),
 );
 
 /// `/pi0d/chunks`: one record per chunk the worker handed to the control thread.
-pub const CHUNK_JSON: &str = r#"{
+pub(crate) const CHUNK_JSON: &str = r#"{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "title": "pi0d.Chunk",
   "description": "An action chunk in robot joint order: each step with the time it is due (Unix ns)",
@@ -44,7 +44,7 @@ pub const CHUNK_JSON: &str = r#"{
 }"#;
 
 /// `/pi0d/events`: transitions, safety events and chunk outcomes.
-pub const EVENT_JSON: &str = r#"{
+pub(crate) const EVENT_JSON: &str = r#"{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "title": "pi0d.Event",
   "description": "A state transition, a safety event, a chunk accepted or found late by the control loop, a chunk refused before it (policy failure or validation), or a refused reset",

@@ -18,16 +18,16 @@ pub const MAX_SESSIONS: usize = 64;
 
 /// Every slot of a budget is mid-request: nothing may be evicted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Full;
+pub(crate) struct Full;
 
 /// Whether making room evicted another holder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Room {
+pub(crate) enum Room {
     Free,
     Evicted,
 }
 
-pub struct Budget {
+pub(crate) struct Budget {
     cap: usize,
     inner: Mutex<Inner>,
 }
@@ -46,14 +46,14 @@ struct Held {
 }
 
 /// One held place; dropping it gives the place back.
-pub struct Slot {
+pub(crate) struct Slot {
     budget: Arc<Budget>,
     id: u64,
     evict: Arc<Notify>,
 }
 
 impl Budget {
-    pub fn new(cap: usize) -> Arc<Budget> {
+    pub(crate) fn new(cap: usize) -> Arc<Budget> {
         Arc::new(Budget {
             cap: cap.max(1),
             inner: Mutex::new(Inner {
@@ -63,12 +63,12 @@ impl Budget {
         })
     }
 
-    pub fn cap(&self) -> usize {
+    pub(crate) fn cap(&self) -> usize {
         self.cap
     }
 
     /// Places held now.
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.lock().held.len()
     }
 
@@ -79,7 +79,7 @@ impl Budget {
 
     /// A place, idle since `now`; when the budget is full, the holder idle the longest is
     /// evicted to make it.
-    pub fn admit(self: &Arc<Self>, now: Instant) -> Result<(Slot, Room), Full> {
+    pub(crate) fn admit(self: &Arc<Self>, now: Instant) -> Result<(Slot, Room), Full> {
         let mut inner = self.lock();
         let mut room = Room::Free;
         if inner.held.len() >= self.cap {
@@ -117,12 +117,12 @@ impl Budget {
 
 impl Slot {
     /// Resolves once this place was given to another holder.
-    pub async fn evicted(&self) {
+    pub(crate) async fn evicted(&self) {
         self.evict.notified().await;
     }
 
     /// Marks the holder busy (mid-request: not evicted); false if it was evicted already.
-    pub fn begin(&self) -> bool {
+    pub(crate) fn begin(&self) -> bool {
         let mut inner = self.budget.lock();
         match inner.held.iter_mut().find(|h| h.id == self.id) {
             Some(h) => {
@@ -134,7 +134,7 @@ impl Slot {
     }
 
     /// Idle again from `now`.
-    pub fn end(&self, now: Instant) {
+    pub(crate) fn end(&self, now: Instant) {
         let mut inner = self.budget.lock();
         if let Some(h) = inner.held.iter_mut().find(|h| h.id == self.id) {
             h.busy = false;

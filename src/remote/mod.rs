@@ -3,8 +3,8 @@
 //! client of that protocol is a policy backend (`policy::openpi`).
 
 pub mod admission;
-pub mod refusal;
-pub mod request;
+pub(crate) mod refusal;
+pub(crate) mod request;
 pub mod serve;
 mod worker;
 

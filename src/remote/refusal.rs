@@ -5,7 +5,7 @@ use crate::policy::openpi::msgpack_numpy::WireError;
 use crate::policy::pi0::pipeline::PipelineError;
 
 #[derive(Debug, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     #[error("the server is stopping")]
     Stopping,
     #[error(transparent)]
@@ -34,7 +34,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The text sent to the client: this error and its causes.
-    pub fn shown(&self) -> String {
+    pub(crate) fn shown(&self) -> String {
         crate::errors::Chain(self).to_string()
     }
 }

@@ -10,31 +10,31 @@ use crate::policy::openpi::msgpack_numpy::{Dtype, Item, NdArray, WireError};
 use crate::time::MonoTime;
 
 /// Largest image side taken (a 4K frame is 3840).
-pub const MAX_SIDE: usize = 4096;
+pub(crate) const MAX_SIDE: usize = 4096;
 
 /// The keys a server takes and the sizes behind them.
 #[derive(Clone, Debug)]
 pub struct Layout {
     /// Per model camera, its key.
-    pub image_keys: Vec<String>,
+    pub(crate) image_keys: Vec<String>,
     /// Per model camera, whether a request may leave it out (fed masked, as lerobot does).
-    pub optional: Vec<bool>,
-    pub state_key: String,
-    pub state_dim: usize,
-    pub prompt_key: String,
+    pub(crate) optional: Vec<bool>,
+    pub(crate) state_key: String,
+    pub(crate) state_dim: usize,
+    pub(crate) prompt_key: String,
     /// Keys accepted and dropped.
-    pub ignored: Vec<String>,
+    pub(crate) ignored: Vec<String>,
     /// Values in a `noise` array: chunk x the model's padded action width.
-    pub noise_shape: [usize; 2],
+    pub(crate) noise_shape: [usize; 2],
     /// The chunk's steps and the robot's action width (a `prev_actions` leftover's bounds).
-    pub actions_shape: [usize; 2],
+    pub(crate) actions_shape: [usize; 2],
 }
 
-pub const NOISE_KEY: &str = "noise";
-pub use crate::policy::openpi::{EXECUTION_HORIZON_KEY, INFERENCE_DELAY_KEY, PREV_ACTIONS_KEY};
+pub(crate) const NOISE_KEY: &str = "noise";
+pub(crate) use crate::policy::openpi::{EXECUTION_HORIZON_KEY, INFERENCE_DELAY_KEY, PREV_ACTIONS_KEY};
 const DEFAULT_EXECUTION_HORIZON: usize = 10;
 /// The optional keys every layout takes.
-pub const OPTIONAL_KEYS: [&str; 4] = [
+pub(crate) const OPTIONAL_KEYS: [&str; 4] = [
     NOISE_KEY,
     PREV_ACTIONS_KEY,
     INFERENCE_DELAY_KEY,
@@ -43,14 +43,14 @@ pub const OPTIONAL_KEYS: [&str; 4] = [
 
 /// One observation, ready for the pipeline.
 #[derive(Debug)]
-pub struct Request {
+pub(crate) struct Request {
     /// Per model camera (`None`: left out, fed masked).
-    pub frames: Vec<Option<CameraFrame>>,
-    pub state: Vec<f32>,
-    pub prompt: String,
-    pub noise: Option<Vec<f32>>,
+    pub(crate) frames: Vec<Option<CameraFrame>>,
+    pub(crate) state: Vec<f32>,
+    pub(crate) prompt: String,
+    pub(crate) noise: Option<Vec<f32>>,
     /// Real-time chunking's leftover, when the request brings one.
-    pub rtc: Option<ChunkPrefix>,
+    pub(crate) rtc: Option<ChunkPrefix>,
 }
 
 fn wrong(key: &str, message: impl Into<String>) -> WireError {
@@ -79,7 +79,7 @@ impl Layout {
         k
     }
 
-    pub fn parse(&self, items: Vec<(String, Item)>) -> Result<Request, WireError> {
+    pub(crate) fn parse(&self, items: Vec<(String, Item)>) -> Result<Request, WireError> {
         let mut frames: Vec<Option<CameraFrame>> = vec![None; self.image_keys.len()];
         let (mut state, mut prompt, mut noise) = (None, None, None);
         let (mut prev, mut delay, mut horizon) = (None, None, None);

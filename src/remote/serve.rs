@@ -39,7 +39,7 @@ use crate::policy::pi0::pipeline::Pi0Pipeline;
 
 /// Requests decoded at once, each on the blocking pool: a request that is slow to decode holds
 /// one of them, never the I/O thread.
-pub const DECODERS: usize = 4;
+pub(crate) const DECODERS: usize = 4;
 /// Largest HTTP request head read to tell a health check from an upgrade.
 const MAX_HEAD: usize = 8192;
 /// How often the accept loop looks at the signals.
@@ -115,7 +115,7 @@ struct Shared {
 }
 
 /// The metadata frame: what the model takes and returns, for clients to check.
-pub fn metadata(p: &Pi0Pipeline, layout: &Layout) -> Out {
+pub(crate) fn metadata(p: &Pi0Pipeline, layout: &Layout) -> Out {
     let text = |s: &str| Out::Text(s.to_string());
     let list = |v: &[String]| Out::List(v.iter().map(|s| Out::Text(s.clone())).collect());
     Out::Map(vec![

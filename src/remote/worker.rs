@@ -15,17 +15,17 @@ use crate::policy::pi0::pipeline::Pi0Pipeline;
 
 /// What the inference thread answers.
 pub(super) struct Inferred {
-    pub actions: Vec<Vec<f32>>,
-    pub infer_ms: f64,
-    pub prefix_ms: f64,
-    pub steps_ms: f64,
+    pub(crate) actions: Vec<Vec<f32>>,
+    pub(crate) infer_ms: f64,
+    pub(crate) prefix_ms: f64,
+    pub(crate) steps_ms: f64,
     /// Requests run together with this one (itself included).
-    pub batch: usize,
+    pub(crate) batch: usize,
 }
 
 pub(super) struct Job {
-    pub obs: Observation,
-    pub reply: oneshot::Sender<Result<Inferred, Refusal>>,
+    pub(crate) obs: Observation,
+    pub(crate) reply: oneshot::Sender<Result<Inferred, Refusal>>,
 }
 
 /// The model's thread: requests in arrival order; those waiting when the model is free (and,

@@ -30,7 +30,7 @@ pub struct KinematicChain {
 
 impl KinematicChain {
     /// Builds the chain by walking parent links from `tool_link` up to `base_link`.
-    pub fn from_urdf(
+    pub(crate) fn from_urdf(
         model: &UrdfModel,
         base_link: &str,
         tool_link: &str,
@@ -96,7 +96,7 @@ impl KinematicChain {
     }
 
     /// Position of the tool link's origin in the base frame for the command vector `q`.
-    pub fn tool_position(&self, q: &[f64]) -> Point3<f64> {
+    pub(crate) fn tool_position(&self, q: &[f64]) -> Point3<f64> {
         let mut pose = Isometry3::identity();
         for link in &self.links {
             pose *= link.origin;

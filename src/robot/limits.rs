@@ -14,12 +14,12 @@ pub enum JointKind {
 /// `-k_position * (p - soft_bound)`, as ros2_control's soft limiter does.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SoftLimit {
-    pub lower: f64,
-    pub upper: f64,
-    pub k_position: f64,
+    pub(crate) lower: f64,
+    pub(crate) upper: f64,
+    pub(crate) k_position: f64,
     /// Not used by pi0d's governor (it commands positions); kept so a reload can tell a
     /// looser one from the running one.
-    pub k_velocity: f64,
+    pub(crate) k_velocity: f64,
 }
 
 /// Limits of one joint, in its SI units (rad or m, per second, per second², per second³).
@@ -43,7 +43,7 @@ pub struct JointLimits {
 }
 
 impl JointLimits {
-    pub fn contains(&self, position: f64) -> bool {
+    pub(crate) fn contains(&self, position: f64) -> bool {
         position >= self.lower && position <= self.upper
     }
 }
@@ -52,12 +52,12 @@ impl JointLimits {
 #[derive(Clone, Debug)]
 pub struct RobotLimits {
     pub joints: Vec<JointLimits>,
-    pub lower: JointVector,
-    pub upper: JointVector,
-    pub velocity: JointVector,
-    pub acceleration: JointVector,
-    pub jerk: JointVector,
-    pub max_step: JointVector,
+    pub(crate) lower: JointVector,
+    pub(crate) upper: JointVector,
+    pub(crate) velocity: JointVector,
+    pub(crate) acceleration: JointVector,
+    pub(crate) jerk: JointVector,
+    pub(crate) max_step: JointVector,
     /// The factor every velocity, acceleration and jerk limit was scaled by (`limits.scale`,
     /// for a first run; 1 at full speed).
     pub scale: f64,
@@ -65,7 +65,7 @@ pub struct RobotLimits {
 
 impl RobotLimits {
     /// The same joints with every velocity, acceleration and jerk limit times `scale`.
-    pub fn scaled(self, scale: f64) -> RobotLimits {
+    pub(crate) fn scaled(self, scale: f64) -> RobotLimits {
         let joints = self
             .joints
             .into_iter()
@@ -98,11 +98,11 @@ impl RobotLimits {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.joints.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.joints.is_empty()
     }
 
@@ -111,7 +111,7 @@ impl RobotLimits {
     }
 
     /// The first joint whose `position` is outside its command range, if any.
-    pub fn first_outside(&self, position: &JointVector) -> Option<(&JointLimits, f64)> {
+    pub(crate) fn first_outside(&self, position: &JointVector) -> Option<(&JointLimits, f64)> {
         self.joints
             .iter()
             .zip(position.iter())
@@ -122,7 +122,7 @@ impl RobotLimits {
 
 /// One revolute joint `j` in `[lower, upper]` (1 rad/s, 5 rad/s², 100 rad/s³), for unit tests.
 #[cfg(test)]
-pub fn one_test_joint(lower: f64, upper: f64) -> RobotLimits {
+pub(crate) fn one_test_joint(lower: f64, upper: f64) -> RobotLimits {
     RobotLimits::new(vec![JointLimits {
         name: "j".into(),
         kind: JointKind::Revolute,

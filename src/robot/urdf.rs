@@ -34,7 +34,7 @@ pub enum UrdfError {
 
 /// A URDF joint type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UrdfJointType {
+pub(crate) enum UrdfJointType {
     Revolute,
     Continuous,
     Prismatic,
@@ -58,7 +58,7 @@ impl UrdfJointType {
         })
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             UrdfJointType::Revolute => "revolute",
             UrdfJointType::Continuous => "continuous",
@@ -71,7 +71,7 @@ impl UrdfJointType {
     }
 
     /// One scalar position pi0d can command.
-    pub fn is_commandable(self) -> bool {
+    pub(crate) fn is_commandable(self) -> bool {
         matches!(
             self,
             UrdfJointType::Revolute | UrdfJointType::Continuous | UrdfJointType::Prismatic
@@ -81,27 +81,27 @@ impl UrdfJointType {
 
 /// `<limit>` as written; every value finite where present.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct UrdfLimit {
-    pub lower: Option<f64>,
-    pub upper: Option<f64>,
-    pub velocity: Option<f64>,
-    pub effort: Option<f64>,
+pub(crate) struct UrdfLimit {
+    pub(crate) lower: Option<f64>,
+    pub(crate) upper: Option<f64>,
+    pub(crate) velocity: Option<f64>,
+    pub(crate) effort: Option<f64>,
 }
 
 /// A joint's limits as the URDF states them.
 #[derive(Clone, Debug)]
-pub struct UrdfJoint {
-    pub kind: UrdfJointType,
-    pub limit: Option<UrdfLimit>,
-    pub soft: Option<SoftLimit>,
+pub(crate) struct UrdfJoint {
+    pub(crate) kind: UrdfJointType,
+    pub(crate) limit: Option<UrdfLimit>,
+    pub(crate) soft: Option<SoftLimit>,
     /// Line of the `<joint>` element, for messages.
-    pub line: u32,
+    pub(crate) line: u32,
 }
 
 impl UrdfJoint {
     /// The position range the URDF gives (revolute and prismatic joints; the URDF default
     /// for an absent bound is 0).
-    pub fn range(&self) -> Option<(f64, f64)> {
+    pub(crate) fn range(&self) -> Option<(f64, f64)> {
         match self.kind {
             UrdfJointType::Revolute | UrdfJointType::Prismatic => {
                 let l = self.limit.unwrap_or_default();
@@ -112,17 +112,17 @@ impl UrdfJoint {
     }
 }
 
-pub struct UrdfModel {
-    pub file: PathBuf,
-    pub robot: urdf_rs::Robot,
-    pub joints: HashMap<String, UrdfJoint>,
+pub(crate) struct UrdfModel {
+    pub(crate) file: PathBuf,
+    pub(crate) robot: urdf_rs::Robot,
+    pub(crate) joints: HashMap<String, UrdfJoint>,
     /// Joint names in file order (for messages listing them).
-    pub joint_order: Vec<String>,
+    pub(crate) joint_order: Vec<String>,
 }
 
 impl UrdfModel {
     /// `" (line N)"` for a joint, for messages.
-    pub fn at(&self, joint: &str) -> String {
+    pub(crate) fn at(&self, joint: &str) -> String {
         self.joints
             .get(joint)
             .map(|j| format!(" (line {})", j.line))
@@ -133,7 +133,7 @@ impl UrdfModel {
 /// The largest URDF read (a whole robot's is well under a megabyte; meshes are separate files).
 const MAX_BYTES: u64 = 32 << 20;
 
-pub fn load(file: &Path) -> Result<UrdfModel, UrdfError> {
+pub(crate) fn load(file: &Path) -> Result<UrdfModel, UrdfError> {
     if file.is_dir() {
         return Err(UrdfError::Parse {
             file: file.to_path_buf(),
@@ -531,7 +531,7 @@ fn validate(
     Ok((joints, order))
 }
 
-pub fn parse(file: &Path, text: &str) -> Result<UrdfModel, UrdfError> {
+pub(crate) fn parse(file: &Path, text: &str) -> Result<UrdfModel, UrdfError> {
     let (joints, joint_order) = validate(file, text)?;
     let robot = urdf_rs::read_from_string(text).map_err(|e| UrdfError::Parse {
         file: file.to_path_buf(),

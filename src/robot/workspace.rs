@@ -11,7 +11,7 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    pub fn contains(&self, q: &[f64]) -> bool {
+    pub(crate) fn contains(&self, q: &[f64]) -> bool {
         let p = self.chain.tool_position(q);
         (0..3).all(|i| p[i] >= self.min[i] && p[i] <= self.max[i])
     }

@@ -27,7 +27,7 @@ const REST_ACCELERATION: f64 = 1e-2;
 
 /// What the governor is asked to do this tick.
 #[derive(Clone, Copy, Debug)]
-pub enum Target<'a> {
+pub(crate) enum Target<'a> {
     /// Follow these positions (command order, finite).
     Track(&'a JointVector),
     /// Decelerate to rest within the limits and hold there.
@@ -36,22 +36,22 @@ pub enum Target<'a> {
 
 /// Small per-tick verdict; counters are kept by the caller.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GovernorReport {
+pub(crate) struct GovernorReport {
     /// A target was outside the position range (margins and soft limits) and was clamped.
-    pub position_clamped: bool,
+    pub(crate) position_clamped: bool,
     /// A target was further than `max_step` from the measured position and was clamped.
-    pub max_step_clamped: bool,
+    pub(crate) max_step_clamped: bool,
     /// The jerk limit gave way to a hard limit.
-    pub jerk_override: bool,
+    pub(crate) jerk_override: bool,
     /// The target would have carried a joint into its position limit faster than it can stop:
     /// all joints braked together instead.
-    pub limit_brake: bool,
+    pub(crate) limit_brake: bool,
     /// All joints are at rest.
-    pub at_rest: bool,
+    pub(crate) at_rest: bool,
 }
 
 #[derive(Clone)]
-pub struct Governor {
+pub(crate) struct Governor {
     dt: f64,
     limits: RobotLimits,
     soft: Vec<Option<SoftLimit>>,
@@ -68,7 +68,7 @@ pub struct Governor {
 
 impl Governor {
     /// Starts at rest at `start` (the measured position, already checked to be inside limits).
-    pub fn new(limits: RobotLimits, dt: f64, start: JointVector) -> Governor {
+    pub(crate) fn new(limits: RobotLimits, dt: f64, start: JointVector) -> Governor {
         let n = limits.len();
         let soft = limits.joints.iter().map(|j| j.soft).collect();
         Governor {
@@ -85,13 +85,13 @@ impl Governor {
     }
 
     /// New limits (a reload; the arm at rest).
-    pub fn set_limits(&mut self, limits: RobotLimits) {
+    pub(crate) fn set_limits(&mut self, limits: RobotLimits) {
         self.soft = limits.joints.iter().map(|j| j.soft).collect();
         self.limits = limits;
     }
 
     /// Restarts at rest at `position` (after an e-stop reset), keeping the limits.
-    pub fn reset_at(&mut self, position: &JointVector) {
+    pub(crate) fn reset_at(&mut self, position: &JointVector) {
         self.state = MotionState::at_rest(*position);
         self.prev_target = *position;
         self.prev_goal = *position;
@@ -100,17 +100,17 @@ impl Governor {
         self.tracking = false;
     }
 
-    pub fn state(&self) -> &MotionState {
+    pub(crate) fn state(&self) -> &MotionState {
         &self.state
     }
 
     /// Back to a state it commanded before (the monitor refused the one after it).
-    pub fn restore(&mut self, state: MotionState) {
+    pub(crate) fn restore(&mut self, state: MotionState) {
         self.state = state;
     }
 
     /// A fault drill: the command jumps by `offset` on the first joint, as a bug would make it.
-    pub fn corrupt(&mut self, offset: f64) {
+    pub(crate) fn corrupt(&mut self, offset: f64) {
         if !self.state.position.is_empty() {
             self.state.position[0] += offset;
         }
@@ -119,7 +119,7 @@ impl Governor {
     /// Where the command comes to rest if it brakes from now on, within `horizon_s` (`None`
     /// past it). Simulated on a copy, so it is the stop this governor really makes; allocates
     /// (a reload's decision, not the hot path).
-    pub fn stopping_point(&self, measured: &JointVector, horizon_s: f64) -> Option<JointVector> {
+    pub(crate) fn stopping_point(&self, measured: &JointVector, horizon_s: f64) -> Option<JointVector> {
         let mut g = self.clone();
         let steps = (horizon_s / self.dt).ceil().clamp(1.0, 1e6) as usize;
         (0..steps)
@@ -154,7 +154,7 @@ impl Governor {
 
     /// One control period: moves the commanded state toward `target`. `measured` is the latest
     /// measured position (for `max_step`).
-    pub fn step(&mut self, target: Target<'_>, measured: &JointVector) -> GovernorReport {
+    pub(crate) fn step(&mut self, target: Target<'_>, measured: &JointVector) -> GovernorReport {
         let mut report = GovernorReport::default();
         let dt = self.dt;
         let n = self.limits.len();

@@ -6,16 +6,16 @@
 
 /// One joint's hard limits (position range after margins and soft limits; SI units).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct JointBounds {
-    pub lower: f64,
-    pub upper: f64,
-    pub velocity: f64,
-    pub acceleration: f64,
+pub(crate) struct JointBounds {
+    pub(crate) lower: f64,
+    pub(crate) upper: f64,
+    pub(crate) velocity: f64,
+    pub(crate) acceleration: f64,
 }
 
 /// Largest velocity toward a bound `distance` away from which a constant deceleration `decel`
 /// still stops in time, in discrete steps of `dt` (`v*dt + v²/2a <= distance`).
-pub fn braking_velocity(distance: f64, decel: f64, dt: f64) -> f64 {
+pub(crate) fn braking_velocity(distance: f64, decel: f64, dt: f64) -> f64 {
     if distance.is_infinite() {
         return f64::INFINITY;
     }
@@ -32,13 +32,13 @@ pub fn braking_velocity(distance: f64, decel: f64, dt: f64) -> f64 {
 
 /// `braking_velocity` with the sign of `x`: how much of a quantity may be built up toward a
 /// bound `x` away (negative: how much must be removed when already past it).
-pub fn signed_braking(x: f64, rate: f64, dt: f64) -> f64 {
+pub(crate) fn signed_braking(x: f64, rate: f64, dt: f64) -> f64 {
     braking_velocity(x.abs(), rate, dt).copysign(x)
 }
 
 /// The acceleration a joint at position `p` with velocity `v` may take for the next period
 /// `dt`, as close to `desired` as the hard limits allow.
-pub fn enforce(b: &JointBounds, p: f64, v: f64, desired: f64, dt: f64) -> f64 {
+pub(crate) fn enforce(b: &JointBounds, p: f64, v: f64, desired: f64, dt: f64) -> f64 {
     let amax = b.acceleration;
     let vhi = b.velocity.min(braking_velocity(b.upper - p, amax, dt));
     let vlo = (-b.velocity).max(-braking_velocity(p - b.lower, amax, dt));

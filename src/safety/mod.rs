@@ -3,15 +3,15 @@
 //! ends with (`limiter`), whole-chunk validation, and an independent monitor that counts any
 //! limit the commands still break.
 
-pub mod governor;
-pub mod limiter;
-pub mod monitor;
+pub(crate) mod governor;
+pub(crate) mod limiter;
+pub(crate) mod monitor;
 pub mod reconfigure;
-pub mod state;
+pub(crate) mod state;
 pub mod supervisor;
-pub mod validate;
+pub(crate) mod validate;
 
-pub use governor::{Governor, GovernorReport, Target};
-pub use monitor::LimitMonitor;
+pub(crate) use governor::{Governor, GovernorReport, Target};
+pub(crate) use monitor::LimitMonitor;
 pub use state::{HoldReason, Mode, ModeKind, SafetyEvent, Waiting};
-pub use supervisor::{Supervisor, Verdict};
+pub(crate) use supervisor::{Supervisor, Verdict};

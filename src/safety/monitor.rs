@@ -16,9 +16,9 @@ pub struct LimitMonitor {
     prev_velocity: Option<JointVector>,
     prev_acceleration: Option<JointVector>,
     pub violations: u64,
-    pub max_abs_jerk: JointVector,
-    pub max_abs_velocity: JointVector,
-    pub max_abs_acceleration: JointVector,
+    pub(crate) max_abs_jerk: JointVector,
+    pub(crate) max_abs_velocity: JointVector,
+    pub(crate) max_abs_acceleration: JointVector,
 }
 
 fn exceeds(x: f64, bound: f64) -> bool {
@@ -26,7 +26,7 @@ fn exceeds(x: f64, bound: f64) -> bool {
 }
 
 impl LimitMonitor {
-    pub fn new(limits: RobotLimits, dt: f64) -> LimitMonitor {
+    pub(crate) fn new(limits: RobotLimits, dt: f64) -> LimitMonitor {
         let n = limits.len();
         LimitMonitor {
             dt,
@@ -42,12 +42,12 @@ impl LimitMonitor {
     }
 
     /// New limits (a reload, applied with the command at rest inside them).
-    pub fn set_limits(&mut self, limits: RobotLimits) {
+    pub(crate) fn set_limits(&mut self, limits: RobotLimits) {
         self.limits = limits;
     }
 
     /// Starts a fresh history (after the arm stood still, e.g. at start-up) at rest.
-    pub fn reset_at(&mut self, position: &JointVector) {
+    pub(crate) fn reset_at(&mut self, position: &JointVector) {
         let n = position.len();
         self.prev = Some(*position);
         self.prev_velocity = Some(JointVector::zeros(n));
@@ -56,7 +56,7 @@ impl LimitMonitor {
 
     /// How many joints of `command` would break a limit, were it commanded next; records
     /// nothing (the controller then decides what is commanded instead).
-    pub fn judge(&self, command: &JointVector) -> u32 {
+    pub(crate) fn judge(&self, command: &JointVector) -> u32 {
         let mut broken = 0;
         for j in 0..self.limits.len() {
             let p = command[j];
@@ -78,7 +78,7 @@ impl LimitMonitor {
     }
 
     /// Records one command as commanded, with `broken`, what `judge` said of it.
-    pub fn record(&mut self, command: &JointVector, broken: u32) {
+    pub(crate) fn record(&mut self, command: &JointVector, broken: u32) {
         self.violations += u64::from(broken);
         let n = self.limits.len();
         let mut v = JointVector::zeros(n);

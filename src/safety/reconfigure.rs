@@ -17,7 +17,7 @@ pub struct OutsideRange {
     /// Index in command order.
     pub joint: usize,
     pub position: f64,
-    pub lower: f64,
+    pub(crate) lower: f64,
     pub upper: f64,
 }
 
@@ -35,14 +35,14 @@ pub enum Reconfigure {
 
 /// What to do with pending limits this tick.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Not yet at rest: keep braking (a running arm holds first).
     Wait,
     Decided(Reconfigure),
 }
 
 /// The first joint of `position` outside the position range of `limits`.
-pub fn outside(limits: &RobotLimits, position: &JointVector) -> Option<OutsideRange> {
+pub(crate) fn outside(limits: &RobotLimits, position: &JointVector) -> Option<OutsideRange> {
     (0..limits.len().min(position.len())).find_map(|j| {
         let (p, lower, upper) = (position[j], limits.lower[j], limits.upper[j]);
         (!(p >= lower && p <= upper)).then_some(OutsideRange {
@@ -56,7 +56,7 @@ pub fn outside(limits: &RobotLimits, position: &JointVector) -> Option<OutsideRa
 
 /// On arrival: refuse at once limits whose range excludes where the command would come to rest
 /// braking now (`stopping_point`; `None` when no rest is foreseen, then judged at rest).
-pub fn on_arrival(new: &RobotLimits, stopping_point: Option<&JointVector>) -> Option<Reconfigure> {
+pub(crate) fn on_arrival(new: &RobotLimits, stopping_point: Option<&JointVector>) -> Option<Reconfigure> {
     stopping_point
         .and_then(|p| outside(new, p))
         .map(Reconfigure::Refused)
@@ -64,7 +64,7 @@ pub fn on_arrival(new: &RobotLimits, stopping_point: Option<&JointVector>) -> Op
 
 /// Each tick while limits are pending: applied only at rest and inside them; abandoned when
 /// stopping (the stop keeps the limits it began under).
-pub fn step(new: &RobotLimits, stopping: bool, at_rest: bool, command: &JointVector) -> Step {
+pub(crate) fn step(new: &RobotLimits, stopping: bool, at_rest: bool, command: &JointVector) -> Step {
     if stopping {
         Step::Decided(Reconfigure::Abandoned)
     } else if !at_rest {

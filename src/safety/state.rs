@@ -39,7 +39,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub fn kind(&self) -> ModeKind {
+    pub(crate) fn kind(&self) -> ModeKind {
         match self {
             Mode::Starting => ModeKind::Starting,
             Mode::Running => ModeKind::Running,
@@ -49,7 +49,7 @@ impl Mode {
         }
     }
 
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         self.kind().name()
     }
 }
@@ -64,7 +64,7 @@ impl fmt::Display for Mode {
 }
 
 impl HoldReason {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             HoldReason::ChunkStarved => "chunk_starved",
             HoldReason::StaleJointState => "stale_joint_state",
@@ -89,10 +89,10 @@ macro_rules! named_enum {
         $vis enum $name { $($variant,)+ }
 
         impl $name {
-            pub const ALL: [$name; [$($name::$variant),+].len()] = [$($name::$variant),+];
-            pub const COUNT: usize = Self::ALL.len();
+            pub(crate) const ALL: [$name; [$($name::$variant),+].len()] = [$($name::$variant),+];
+            pub(crate) const COUNT: usize = Self::ALL.len();
 
-            pub fn name(self) -> &'static str {
+            pub(crate) fn name(self) -> &'static str {
                 match self { $($name::$variant => $text,)+ }
             }
         }
@@ -132,17 +132,17 @@ named_enum! {
 
 impl ModeKind {
     /// The index in `ALL`, for a lock-free counter.
-    pub fn code(self) -> u64 {
+    pub(crate) fn code(self) -> u64 {
         self as u64
     }
 
-    pub fn from_code(code: u64) -> Option<ModeKind> {
+    pub(crate) fn from_code(code: u64) -> Option<ModeKind> {
         ModeKind::ALL.get(code as usize).copied()
     }
 }
 
 impl SafetyEvent {
-    pub fn for_hold(reason: HoldReason) -> Option<SafetyEvent> {
+    pub(crate) fn for_hold(reason: HoldReason) -> Option<SafetyEvent> {
         Some(match reason {
             HoldReason::ChunkStarved => SafetyEvent::ChunkStarved,
             HoldReason::StaleJointState => SafetyEvent::StaleJointState,
@@ -174,7 +174,7 @@ pub enum Waiting {
 }
 
 impl Waiting {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Waiting::Nothing => "nothing",
             Waiting::JointState => "fresh_joint_state",
@@ -185,7 +185,7 @@ impl Waiting {
     }
 
     /// A code for a lock-free counter (`LiveStats::waiting`).
-    pub fn code(self) -> u64 {
+    pub(crate) fn code(self) -> u64 {
         match self {
             Waiting::Nothing => 0,
             Waiting::JointState => 1,
@@ -195,7 +195,7 @@ impl Waiting {
         }
     }
 
-    pub fn from_code(code: u64) -> Waiting {
+    pub(crate) fn from_code(code: u64) -> Waiting {
         match code {
             1 => Waiting::JointState,
             2 => Waiting::Chunk,

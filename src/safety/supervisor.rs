@@ -30,15 +30,15 @@ pub struct SafetyInputs<'a> {
 }
 
 #[derive(Clone, Copy, Debug)]
-pub struct SupervisorSettings {
-    pub joint_state_timeout_s: f64,
-    pub camera_timeout_s: f64,
-    pub overrun_streak: u32,
+pub(crate) struct SupervisorSettings {
+    pub(crate) joint_state_timeout_s: f64,
+    pub(crate) camera_timeout_s: f64,
+    pub(crate) overrun_streak: u32,
 }
 
 /// The verdict on a target: run it, or hold (the e-stop is decided on the inputs, before).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Ok,
     Hold(HoldReason),
 }
@@ -55,7 +55,7 @@ pub enum LateRejection {
 }
 
 impl LateRejection {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             LateRejection::Stale => "stale",
             LateRejection::OutOfOrder => "out_of_order",
@@ -67,45 +67,45 @@ impl LateRejection {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Transition {
-    pub at: MonoTime,
-    pub from: Mode,
+    pub(crate) at: MonoTime,
+    pub(crate) from: Mode,
     pub to: Mode,
 }
 
 impl Transition {
     /// An e-stop reset was granted (what lifts a fault latch).
-    pub fn is_reset(&self) -> bool {
+    pub(crate) fn is_reset(&self) -> bool {
         self.from == Mode::EStopped && self.to == Mode::Holding(HoldReason::AfterReset)
     }
 }
 
 /// Mode changes of one tick (at most two are kept: the first and the last).
-pub type Transitions = [Option<Transition>; 2];
+pub(crate) type Transitions = [Option<Transition>; 2];
 
 /// What the inputs decided this tick.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Gate {
+pub(crate) struct Gate {
     /// The first watchdog that fires (stale joint state or camera), if any.
-    pub stale: Option<HoldReason>,
+    pub(crate) stale: Option<HoldReason>,
     /// The executing chunk must be dropped (e-stop, stop request, hold).
-    pub drop_chunk: bool,
+    pub(crate) drop_chunk: bool,
     /// A reset was granted: restart the command at rest at this measured position.
-    pub reset_at: Option<JointVector>,
+    pub(crate) reset_at: Option<JointVector>,
     /// A reset was refused (still moving, or outside the limits).
-    pub reset_refused: bool,
+    pub(crate) reset_refused: bool,
 }
 
 /// Starting is refused when the arm stands outside its limits.
 #[derive(Debug, thiserror::Error)]
 #[error("measured position of joint `{joint}` is {position:.4}, outside its limits [{lower:.4}, {upper:.4}]: refusing to start")]
 pub struct StartRefused {
-    pub joint: String,
-    pub position: f64,
-    pub lower: f64,
-    pub upper: f64,
+    pub(crate) joint: String,
+    pub(crate) position: f64,
+    pub(crate) lower: f64,
+    pub(crate) upper: f64,
 }
 
-pub fn check_start(limits: &RobotLimits, position: &JointVector) -> Result<(), StartRefused> {
+pub(crate) fn check_start(limits: &RobotLimits, position: &JointVector) -> Result<(), StartRefused> {
     match limits.first_outside(position) {
         None => Ok(()),
         Some((l, p)) => Err(StartRefused {
@@ -117,7 +117,7 @@ pub fn check_start(limits: &RobotLimits, position: &JointVector) -> Result<(), S
     }
 }
 
-pub struct Supervisor {
+pub(crate) struct Supervisor {
     settings: SupervisorSettings,
     limits: RobotLimits,
     workspace: Option<Workspace>,
@@ -135,7 +135,7 @@ pub struct Supervisor {
 
 impl Supervisor {
     /// Starts in `Starting` at the start-gate measurement, refused outside the limits.
-    pub fn new(
+    pub(crate) fn new(
         settings: SupervisorSettings,
         limits: RobotLimits,
         workspace: Option<Workspace>,
@@ -159,20 +159,20 @@ impl Supervisor {
         })
     }
 
-    pub fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> Mode {
         self.mode
     }
 
     /// New limits (a reload; the arm at rest).
-    pub fn set_limits(&mut self, limits: RobotLimits) {
+    pub(crate) fn set_limits(&mut self, limits: RobotLimits) {
         self.limits = limits;
     }
 
-    pub fn event_counts(&self) -> &[u64; SafetyEvent::COUNT] {
+    pub(crate) fn event_counts(&self) -> &[u64; SafetyEvent::COUNT] {
         &self.events
     }
 
-    pub fn count(&mut self, e: SafetyEvent) {
+    pub(crate) fn count(&mut self, e: SafetyEvent) {
         self.events[e as usize] += 1;
     }
 
@@ -194,7 +194,7 @@ impl Supervisor {
 
     /// Enters a hold; returns whether it is new (the caller then drops the running chunk,
     /// which is never replayed). Only chunks from later observations are taken afterwards.
-    pub fn hold(&mut self, reason: HoldReason, now: MonoTime, t: &mut Transitions) -> bool {
+    pub(crate) fn hold(&mut self, reason: HoldReason, now: MonoTime, t: &mut Transitions) -> bool {
         // A latched violation is left only for the stop (or an e-stop), never for another hold.
         if self.mode == Mode::Holding(reason)
             || (self.violation_latched && reason != HoldReason::LimitViolation)
@@ -217,7 +217,7 @@ impl Supervisor {
 
     /// The first watchdog that fires on stale inputs (capture stamps older than their
     /// timeouts), if any.
-    pub fn stale_input(&self, i: &SafetyInputs) -> Option<HoldReason> {
+    pub(crate) fn stale_input(&self, i: &SafetyInputs) -> Option<HoldReason> {
         if i.now.seconds_since(i.measured.stamp) > self.settings.joint_state_timeout_s {
             return Some(HoldReason::StaleJointState);
         }
@@ -230,7 +230,7 @@ impl Supervisor {
     /// The operator's inputs and the watchdogs, first in every tick: the latched e-stop, a
     /// reset (granted only at rest and inside the limits), the stop request, stale inputs and
     /// overrun streaks.
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         i: &SafetyInputs,
         commanded: &MotionState,
@@ -283,7 +283,7 @@ impl Supervisor {
     }
 
     /// Whether a chunk observed at `obs_stamp` may be executed now.
-    pub fn admit(&self, obs_stamp: MonoTime, gate: &Gate) -> Result<(), LateRejection> {
+    pub(crate) fn admit(&self, obs_stamp: MonoTime, gate: &Gate) -> Result<(), LateRejection> {
         let active = matches!(self.mode, Mode::Running | Mode::Starting | Mode::Holding(_));
         if !active || gate.stale.is_some() || self.violation_latched {
             Err(LateRejection::NotRunnable)
@@ -295,18 +295,18 @@ impl Supervisor {
     }
 
     /// A chunk was accepted: the arm runs.
-    pub fn run(&mut self, now: MonoTime, t: &mut Transitions) {
+    pub(crate) fn run(&mut self, now: MonoTime, t: &mut Transitions) {
         self.set_mode(Mode::Running, now, t);
     }
 
     /// Whether the monitor's verdict latched the arm (the daemon then stops).
-    pub fn violation_latched(&self) -> bool {
+    pub(crate) fn violation_latched(&self) -> bool {
         self.violation_latched
     }
 
     /// The last check before the governor: there must be a target (the running chunk has not
     /// run out), finite, keeping the tool point inside the workspace.
-    pub fn check(&self, target: Option<&JointVector>) -> Verdict {
+    pub(crate) fn check(&self, target: Option<&JointVector>) -> Verdict {
         let Some(target) = target else {
             return Verdict::Hold(HoldReason::ChunkStarved);
         };
@@ -327,7 +327,7 @@ impl Supervisor {
     /// What the governor and the independent monitor said of this period's command: a
     /// coordinated brake before a position limit holds the arm; a command the monitor found
     /// outside the limits latches a stop (the governor that made it cannot be trusted).
-    pub fn judge_command(&self, limit_brake: bool, violations: u32) -> Verdict {
+    pub(crate) fn judge_command(&self, limit_brake: bool, violations: u32) -> Verdict {
         if violations > 0 {
             Verdict::Hold(HoldReason::LimitViolation)
         } else if limit_brake {
@@ -338,7 +338,7 @@ impl Supervisor {
     }
 
     /// What the arm waits for, for the status line and diagnostics.
-    pub fn waiting(&self, stale: Option<HoldReason>) -> Waiting {
+    pub(crate) fn waiting(&self, stale: Option<HoldReason>) -> Waiting {
         match (self.mode, stale) {
             (Mode::EStopped, _) => Waiting::Reset,
             (Mode::Starting | Mode::Holding(_), Some(HoldReason::StaleCamera(k))) => {

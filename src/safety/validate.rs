@@ -7,7 +7,7 @@ use crate::chunk::JointChunk;
 use crate::robot::RobotLimits;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ChunkFaultKind {
+pub(crate) enum ChunkFaultKind {
     NonFinite,
     OutOfRange,
     Jump,
@@ -15,7 +15,7 @@ pub enum ChunkFaultKind {
 }
 
 impl ChunkFaultKind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ChunkFaultKind::NonFinite => "non_finite",
             ChunkFaultKind::OutOfRange => "out_of_range",
@@ -26,12 +26,12 @@ impl ChunkFaultKind {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct ChunkFault {
-    pub kind: ChunkFaultKind,
-    pub step: usize,
-    pub joint: String,
-    pub value: f64,
-    pub bound: f64,
+pub(crate) struct ChunkFault {
+    pub(crate) kind: ChunkFaultKind,
+    pub(crate) step: usize,
+    pub(crate) joint: String,
+    pub(crate) value: f64,
+    pub(crate) bound: f64,
 }
 
 impl fmt::Display for ChunkFault {
@@ -46,7 +46,7 @@ impl fmt::Display for ChunkFault {
 }
 
 /// Checks a joint-space chunk against the limits.
-pub fn check_chunk(
+pub(crate) fn check_chunk(
     chunk: &JointChunk,
     limits: &RobotLimits,
     position_tolerance: f64,

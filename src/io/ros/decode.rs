@@ -110,7 +110,7 @@ const SHOWN_CHARS: usize = 64;
 
 /// A sender's string for a log line: quoted, escaped (no control characters reach the log) and
 /// cut short.
-pub fn shown(s: &str) -> String {
+pub(crate) fn shown(s: &str) -> String {
     let mut out = String::from("`");
     out.extend(s.chars().take(SHOWN_CHARS).flat_map(char::escape_debug));
     if s.chars().nth(SHOWN_CHARS).is_some() {
@@ -177,7 +177,7 @@ impl JointStateDecoder {
     /// Once, after joint states have arrived for a while without naming every commanded joint:
     /// the joints never heard of (a robot whose joint names differ from `robot.joints` would
     /// otherwise only look like "no joint state").
-    pub fn missing_report(&mut self, now: MonoTime) -> Option<String> {
+    pub(crate) fn missing_report(&mut self, now: MonoTime) -> Option<String> {
         let since = self.partial_since?;
         if self.missing_reported || now.seconds_since(since) < MISSING_REPORT_S {
             return None;

@@ -139,7 +139,7 @@ const GOAL_RESEND_S: f64 = 1.0;
 /// gripper_command goals for one joint: sent when its target moves (at most at the output's
 /// rate; a still target sends nothing, so a holding arm does not churn the controller's goal
 /// handles), again when unanswered, with the server's replies counted and refusals reported.
-pub struct GripperGoals {
+pub(crate) struct GripperGoals {
     client: Box<dyn SendGoal<msgs::GripperCommandGoal>>,
     max_effort: f64,
     answers_expected: bool,
@@ -147,12 +147,12 @@ pub struct GripperGoals {
     last: Option<(f64, MonoTime)>,
     /// When the oldest goal sent since the last acceptance went out.
     unanswered_since: Option<MonoTime>,
-    pub accepted: u64,
-    pub refused: u64,
+    pub(crate) accepted: u64,
+    pub(crate) refused: u64,
 }
 
 impl GripperGoals {
-    pub fn new(
+    pub(crate) fn new(
         client: Box<dyn SendGoal<msgs::GripperCommandGoal>>,
         max_effort: f64,
         answers_expected: bool,
@@ -170,7 +170,7 @@ impl GripperGoals {
 
     /// Takes the replies so far and sends `position` if it is due; an error says what the
     /// server did wrong (refused goals, or none accepted for a while).
-    pub fn step(&mut self, position: f64, now: MonoTime) -> Result<(), CommandError> {
+    pub(crate) fn step(&mut self, position: f64, now: MonoTime) -> Result<(), CommandError> {
         let (accepted, refused) = self.client.replies().map_err(CommandError::Failed)?;
         self.accepted += accepted;
         self.refused += refused;
@@ -228,7 +228,7 @@ fn select(cmd: &MotionState, indices: &[usize]) -> MotionState {
 /// points with strictly increasing times, the last one at rest. (The tick's own stamp, with
 /// the controller following pi0d's timeline, measured no smoother at the controller model:
 /// its update quantization matters less than how the command's future is extrapolated.)
-pub fn trajectory(names: &[String], plan: &[TimedState]) -> msgs::JointTrajectory {
+pub(crate) fn trajectory(names: &[String], plan: &[TimedState]) -> msgs::JointTrajectory {
     msgs::JointTrajectory {
         header: msgs::Header::default(),
         joint_names: names.to_vec(),
@@ -245,14 +245,14 @@ pub fn trajectory(names: &[String], plan: &[TimedState]) -> msgs::JointTrajector
     }
 }
 
-pub fn multi_array(cmd: &MotionState) -> msgs::Float64MultiArray {
+pub(crate) fn multi_array(cmd: &MotionState) -> msgs::Float64MultiArray {
     msgs::Float64MultiArray {
         layout: msgs::MultiArrayLayout::default(),
         data: cmd.position.as_slice().to_vec(),
     }
 }
 
-pub fn joint_command(
+pub(crate) fn joint_command(
     header: msgs::Header,
     names: &[String],
     cmd: &MotionState,
@@ -267,23 +267,23 @@ pub fn joint_command(
 }
 
 /// How the inputs look from the ROS thread, for the diagnostics.
-pub struct InputHealth<'a> {
-    pub joint_state_age_s: f64,
-    pub camera_ages_s: &'a [f64],
+pub(crate) struct InputHealth<'a> {
+    pub(crate) joint_state_age_s: f64,
+    pub(crate) camera_ages_s: &'a [f64],
     /// Per camera: capture-to-decoded latency `(p50, p99, max)` in ms, once frames arrived.
-    pub camera_latency_ms: &'a [Option<(f64, f64, f64)>],
-    pub joint_state_clock_offset_s: Option<f64>,
+    pub(crate) camera_latency_ms: &'a [Option<(f64, f64, f64)>],
+    pub(crate) joint_state_clock_offset_s: Option<f64>,
     /// Per camera: its sender's clock offset estimate, as for the joint states.
-    pub camera_clock_offsets_s: &'a [Option<f64>],
+    pub(crate) camera_clock_offsets_s: &'a [Option<f64>],
     /// Samples refused since start (malformed, inconsistent, or their decoder faulted).
-    pub inputs_rejected: u64,
+    pub(crate) inputs_rejected: u64,
     /// Of those, the ones whose decoder panicked.
-    pub decoder_faults: u64,
+    pub(crate) decoder_faults: u64,
 }
 
 /// The daemon's health as one DiagnosticStatus: OK while running, WARN while holding or
 /// starting, ERROR while e-stopped; values carry rates, timing and input ages.
-pub fn diagnostics(
+pub(crate) fn diagnostics(
     stamp: msgs::Time,
     node: &str,
     live: &crate::telemetry::LiveStats,

@@ -26,17 +26,17 @@ const POLL: Duration = Duration::from_millis(1);
 #[derive(Clone, Debug, Default)]
 pub(super) struct FrameStats {
     /// Per camera: capture-to-decoded latency `(p50, p99, max)` in ms, once frames arrived.
-    pub latency_ms: Vec<Option<(f64, f64, f64)>>,
+    pub(crate) latency_ms: Vec<Option<(f64, f64, f64)>>,
     /// Per camera: its sender's clock offset estimate.
-    pub clock_offsets_s: Vec<Option<f64>>,
+    pub(crate) clock_offsets_s: Vec<Option<f64>>,
     /// Frames refused, and of those the ones whose decoder (or deserializer) panicked.
-    pub rejected: u64,
-    pub faults: u64,
+    pub(crate) rejected: u64,
+    pub(crate) faults: u64,
 }
 
 impl FrameStats {
     /// Nothing measured yet for `cameras` cameras.
-    pub fn new(cameras: usize) -> FrameStats {
+    pub(crate) fn new(cameras: usize) -> FrameStats {
         FrameStats {
             latency_ms: vec![None; cameras],
             clock_offsets_s: vec![None; cameras],
@@ -66,7 +66,7 @@ pub(super) struct Cameras<'a> {
 
 impl<'a> Cameras<'a> {
     /// `subs` in the order of `names` (their topics).
-    pub fn new(
+    pub(crate) fn new(
         subs: Vec<CameraSub>,
         names: &[String],
         board: &'a Blackboard,
@@ -93,7 +93,7 @@ impl<'a> Cameras<'a> {
     }
 
     /// Takes and decodes frames until `stop`.
-    pub fn run(mut self, stop: &AtomicBool) {
+    pub(crate) fn run(mut self, stop: &AtomicBool) {
         let mut next_summary = Instant::now();
         while !stop.load(Ordering::Relaxed) {
             self.poll();
@@ -108,7 +108,7 @@ impl<'a> Cameras<'a> {
     }
 
     /// Each camera's newest frame, decoded into the blackboard.
-    pub fn poll(&mut self) {
+    pub(crate) fn poll(&mut self) {
         let now = MonoTime::now();
         let mut any = false;
         for k in 0..self.subs.len() {

@@ -14,13 +14,13 @@ pub(super) const MAX_TAKES_PER_POLL: usize = 256;
 
 /// The log of refusals and their counts.
 pub(super) struct Report {
-    pub log: RateLimitedLog,
-    pub rejected: u64,
-    pub faults: u64,
+    pub(crate) log: RateLimitedLog,
+    pub(crate) rejected: u64,
+    pub(crate) faults: u64,
 }
 
 impl Report {
-    pub fn new(log: RateLimitedLog) -> Report {
+    pub(crate) fn new(log: RateLimitedLog) -> Report {
         Report {
             log,
             rejected: 0,
@@ -28,18 +28,18 @@ impl Report {
         }
     }
 
-    pub fn refuse(&mut self, topic: TopicId, e: &InputError) {
+    pub(crate) fn refuse(&mut self, topic: TopicId, e: &InputError) {
         self.rejected += 1;
         self.log.warn(topic, WarnKind::Input(e.kind()), e);
     }
 
-    pub fn fault(&mut self, topic: TopicId, f: &Fault) {
+    pub(crate) fn fault(&mut self, topic: TopicId, f: &Fault) {
         self.rejected += 1;
         self.faults += 1;
         self.log.warn(topic, WarnKind::DecoderFault, f);
     }
 
-    pub fn warn(&mut self, topic: TopicId, kind: WarnKind, message: &dyn Display) {
+    pub(crate) fn warn(&mut self, topic: TopicId, kind: WarnKind, message: &dyn Display) {
         self.log.warn(topic, kind, message);
     }
 }

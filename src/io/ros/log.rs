@@ -12,7 +12,7 @@ use super::decode::InputErrorKind;
 
 /// What a warning is about; with its topic, the key it is rate-limited by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WarnKind {
+pub(crate) enum WarnKind {
     /// A sample decoded but was refused.
     Input(InputErrorKind),
     /// A sample that does not deserialize (malformed CDR).
@@ -30,11 +30,11 @@ pub enum WarnKind {
 
 /// A topic (or service) the log knows, by its index among those registered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TopicId(usize);
+pub(crate) struct TopicId(usize);
 
 /// What became of one warning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Printed, with the count of the same warning suppressed since the last print.
     Printed {
         suppressed: u64,
@@ -57,14 +57,14 @@ const MAX_TEXT: usize = 512;
 const MAX_ENTRIES: usize = 256;
 
 /// One warning per topic and kind per interval, with the count of those suppressed.
-pub struct RateLimitedLog {
+pub(crate) struct RateLimitedLog {
     every: Duration,
     topics: Vec<String>,
     entries: HashMap<(TopicId, WarnKind), Entry>,
 }
 
 impl RateLimitedLog {
-    pub fn new(every: Duration) -> RateLimitedLog {
+    pub(crate) fn new(every: Duration) -> RateLimitedLog {
         RateLimitedLog {
             every,
             topics: Vec::new(),
@@ -73,7 +73,7 @@ impl RateLimitedLog {
     }
 
     /// The id of `name`, registered on first use.
-    pub fn topic(&mut self, name: &str) -> TopicId {
+    pub(crate) fn topic(&mut self, name: &str) -> TopicId {
         match self.topics.iter().position(|t| t == name) {
             Some(i) => TopicId(i),
             None => {
@@ -83,11 +83,11 @@ impl RateLimitedLog {
         }
     }
 
-    pub fn topic_name(&self, topic: TopicId) -> &str {
+    pub(crate) fn topic_name(&self, topic: TopicId) -> &str {
         self.topics.get(topic.0).map_or("?", |t| t.as_str())
     }
 
-    pub fn warn(&mut self, topic: TopicId, kind: WarnKind, message: &dyn Display) -> Verdict {
+    pub(crate) fn warn(&mut self, topic: TopicId, kind: WarnKind, message: &dyn Display) -> Verdict {
         let verdict = self.warn_at(Instant::now(), topic, kind, message);
         if let Verdict::Printed { suppressed } = verdict {
             self.print(topic, kind, suppressed);
@@ -96,7 +96,7 @@ impl RateLimitedLog {
     }
 
     /// Records a warning at `now`; says whether it is to be printed (and does not print it).
-    pub fn warn_at(
+    pub(crate) fn warn_at(
         &mut self,
         now: Instant,
         topic: TopicId,
@@ -158,7 +158,7 @@ impl RateLimitedLog {
 
     /// Prints the warnings suppressed over a whole interval that no newer one has reported
     /// (a burst followed by silence is still counted). Returns how many lines it printed.
-    pub fn flush(&mut self) -> usize {
+    pub(crate) fn flush(&mut self) -> usize {
         let now = Instant::now();
         let every = self.every;
         let due: Vec<(TopicId, WarnKind, u64)> = self
@@ -181,11 +181,11 @@ impl RateLimitedLog {
     }
 
     /// Warnings kept (one per topic and kind seen).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
@@ -218,7 +218,7 @@ impl RateLimitedLog {
 
 /// A decoder that panicked, with its panic message.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Fault(pub String);
+pub(crate) struct Fault(pub(crate) String);
 
 impl Display for Fault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -228,7 +228,7 @@ impl Display for Fault {
 
 /// Runs one sample's decoding; a panic in it becomes a `Fault` instead of ending the thread.
 /// Decoders mutate only their own state, and what a faulted one leaves is not used as a sample.
-pub fn guarded<T>(decode: impl FnOnce() -> T) -> Result<T, Fault> {
+pub(crate) fn guarded<T>(decode: impl FnOnce() -> T) -> Result<T, Fault> {
     // `caught` keeps the process's panic hook quiet: the fault is reported here, rate-limited.
     crate::panics::caught(decode).map_err(|p| Fault(super::decode::shown(&p.message)))
 }

@@ -16,9 +16,9 @@ use crate::robot::RobotLimits;
 
 /// One point of the look-ahead: a state `t_s` seconds after the message's start.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TimedState {
-    pub t_s: f64,
-    pub state: MotionState,
+pub(crate) struct TimedState {
+    pub(crate) t_s: f64,
+    pub(crate) state: MotionState,
 }
 
 /// One point where the coast ends (the first one the controller heads for), three while
@@ -26,10 +26,10 @@ pub struct TimedState {
 const COAST_POINTS: usize = 1;
 const BRAKE_POINTS: usize = 3;
 /// Points in a whole look-ahead.
-pub const POINTS: usize = COAST_POINTS + BRAKE_POINTS;
+pub(crate) const POINTS: usize = COAST_POINTS + BRAKE_POINTS;
 /// The first point is never sooner than this after the message's start (s): a controller
 /// installs a message at its next update, and a point already past by then is skipped.
-pub const MIN_FIRST_S: f64 = 0.001;
+pub(crate) const MIN_FIRST_S: f64 = 0.001;
 
 #[derive(Clone, Debug)]
 pub struct Lookahead {
@@ -53,7 +53,7 @@ impl Lookahead {
     }
 
     /// The same for the joints `indices` only (in that order).
-    pub fn select(&self, indices: &[usize]) -> Lookahead {
+    pub(crate) fn select(&self, indices: &[usize]) -> Lookahead {
         Lookahead {
             coast_s: self.coast_s,
             lower: self.lower.select(indices),
@@ -69,7 +69,7 @@ impl Lookahead {
     /// points stay on the command's timeline as long as the first one is still ahead, at least
     /// `MIN_FIRST_S` after the start; a command older than that has the whole plan pushed to
     /// start there, rather than a longer coast extrapolating a stale command further.
-    pub fn plan(&self, cmd: &MotionState, due_s: f64, out: &mut Vec<TimedState>) {
+    pub(crate) fn plan(&self, cmd: &MotionState, due_s: f64, out: &mut Vec<TimedState>) {
         out.clear();
         let n = cmd.position.len();
         // The longest stop sets the braking points' times; each joint follows its own profile.

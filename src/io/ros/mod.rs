@@ -8,11 +8,11 @@ pub mod decode;
 pub mod encode;
 mod frames;
 mod intake;
-pub mod log;
+pub(crate) mod log;
 pub mod lookahead;
 pub mod msgs;
-pub mod teardown;
-pub mod timing;
+pub(crate) mod teardown;
+pub(crate) mod timing;
 pub mod transport;
 pub mod type_hash;
 mod worker;
@@ -34,7 +34,7 @@ use crate::telemetry::LiveStats;
 use encode::CommandPublisher;
 
 /// A middleware error, kept as the source (ros2-client's and Zenoh's errors differ in type).
-pub type MiddlewareError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub(crate) type MiddlewareError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RosError {
@@ -235,7 +235,7 @@ fn zenoh_config(cfg: &RosConfig) -> Result<Option<zenoh::Config>, RosError> {
 }
 
 /// A connected node: its endpoints, and the middleware that must live as long as they do.
-pub struct RosNode {
+pub(crate) struct RosNode {
     _teardown: teardown::Guard,
     io: RosIo,
     ep: Endpoints,
@@ -246,7 +246,7 @@ impl RosNode {
     /// Drains the inputs into the blackboard and publishes commands and status until `stop`;
     /// `beat` is called on every pass (the supervisor's liveness check); `on_camera_thread`
     /// first thing on the camera (decoding) thread (the daemon lowers its priority there).
-    pub fn run(
+    pub(crate) fn run(
         self,
         board: &Blackboard,
         live: &LiveStats,
@@ -270,7 +270,7 @@ impl RosNode {
 }
 
 /// The ROS 2 side of the daemon, running on its own thread.
-pub struct RosIo {
+pub(crate) struct RosIo {
     cfg: RosConfig,
     /// The commanded joints (their names, and the limits a trajectory's braking tail keeps).
     limits: RobotLimits,
@@ -278,7 +278,7 @@ pub struct RosIo {
 }
 
 impl RosIo {
-    pub fn new(cfg: RosConfig, limits: RobotLimits, control_period: Duration) -> RosIo {
+    pub(crate) fn new(cfg: RosConfig, limits: RobotLimits, control_period: Duration) -> RosIo {
         RosIo {
             cfg,
             limits,
@@ -294,7 +294,7 @@ impl RosIo {
 
     /// Creates the node and its endpoints (so errors surface at start-up); `RosNode::run` then
     /// serves them on the daemon's ROS thread.
-    pub fn connect(self) -> Result<RosNode, RosError> {
+    pub(crate) fn connect(self) -> Result<RosNode, RosError> {
         let node_name = NodeName::new(&self.cfg.namespace, &self.cfg.node)
             .map_err(|e| create_err("node name", e))?;
         let options = NodeOptions::new().enable_rosout(false);

@@ -6,14 +6,14 @@ use serde::{Deserialize, Serialize};
 /// builtin_interfaces/Time
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Time {
-    pub sec: i32,
-    pub nanosec: u32,
+    pub(crate) sec: i32,
+    pub(crate) nanosec: u32,
 }
 
 impl Time {
     /// Seconds to a stamp, saturating at the ends of the `i32` seconds range (NaN: zero), so
     /// the stamp is always well formed (`nanosec` below 1e9).
-    pub fn from_seconds(s: f64) -> Time {
+    pub(crate) fn from_seconds(s: f64) -> Time {
         if s.is_nan() {
             return Time::default();
         }
@@ -36,7 +36,7 @@ impl Time {
         }
     }
 
-    pub fn as_seconds(&self) -> f64 {
+    pub(crate) fn as_seconds(&self) -> f64 {
         self.sec as f64 + self.nanosec as f64 * 1e-9
     }
 }
@@ -50,7 +50,7 @@ pub struct Duration {
 
 impl Duration {
     /// `s` (>= 0, finite) rounded to the nanosecond.
-    pub fn from_seconds(s: f64) -> Duration {
+    pub(crate) fn from_seconds(s: f64) -> Duration {
         let ns = (s.max(0.0) * 1e9).round() as u64;
         Duration {
             sec: (ns / 1_000_000_000) as i32,
@@ -63,7 +63,7 @@ impl Duration {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Header {
     pub stamp: Time,
-    pub frame_id: String,
+    pub(crate) frame_id: String,
 }
 
 /// sensor_msgs/JointState
@@ -72,8 +72,8 @@ pub struct JointState {
     pub header: Header,
     pub name: Vec<String>,
     pub position: Vec<f64>,
-    pub velocity: Vec<f64>,
-    pub effort: Vec<f64>,
+    pub(crate) velocity: Vec<f64>,
+    pub(crate) effort: Vec<f64>,
 }
 
 /// trajectory_msgs/JointTrajectoryPoint
@@ -82,7 +82,7 @@ pub struct JointTrajectoryPoint {
     pub positions: Vec<f64>,
     pub velocities: Vec<f64>,
     pub accelerations: Vec<f64>,
-    pub effort: Vec<f64>,
+    pub(crate) effort: Vec<f64>,
     pub time_from_start: Duration,
 }
 
@@ -97,22 +97,22 @@ pub struct JointTrajectory {
 /// std_msgs/MultiArrayDimension
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MultiArrayDimension {
-    pub label: String,
-    pub size: u32,
-    pub stride: u32,
+    pub(crate) label: String,
+    pub(crate) size: u32,
+    pub(crate) stride: u32,
 }
 
 /// std_msgs/MultiArrayLayout
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MultiArrayLayout {
-    pub dim: Vec<MultiArrayDimension>,
-    pub data_offset: u32,
+    pub(crate) dim: Vec<MultiArrayDimension>,
+    pub(crate) data_offset: u32,
 }
 
 /// std_msgs/Float64MultiArray
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Float64MultiArray {
-    pub layout: MultiArrayLayout,
+    pub(crate) layout: MultiArrayLayout,
     pub data: Vec<f64>,
 }
 
@@ -123,7 +123,7 @@ pub struct Image {
     pub height: u32,
     pub width: u32,
     pub encoding: String,
-    pub is_bigendian: u8,
+    pub(crate) is_bigendian: u8,
     pub step: u32,
     pub data: Vec<u8>,
 }
@@ -131,9 +131,9 @@ pub struct Image {
 /// sensor_msgs/CompressedImage (`format`: "jpeg", "png", or "rgb8; jpeg compressed bgr8"...)
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CompressedImage {
-    pub header: Header,
-    pub format: String,
-    pub data: Vec<u8>,
+    pub(crate) header: Header,
+    pub(crate) format: String,
+    pub(crate) data: Vec<u8>,
 }
 
 /// std_msgs/String
@@ -145,37 +145,37 @@ pub struct StringMsg {
 /// std_msgs/Bool
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BoolMsg {
-    pub data: bool,
+    pub(crate) data: bool,
 }
 
 /// diagnostic_msgs/KeyValue
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct KeyValue {
-    pub key: String,
-    pub value: String,
+    pub(crate) key: String,
+    pub(crate) value: String,
 }
 
 /// diagnostic_msgs/DiagnosticStatus (`level`: 0 OK, 1 WARN, 2 ERROR, 3 STALE)
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DiagnosticStatus {
-    pub level: u8,
-    pub name: String,
-    pub message: String,
-    pub hardware_id: String,
-    pub values: Vec<KeyValue>,
+    pub(crate) level: u8,
+    pub(crate) name: String,
+    pub(crate) message: String,
+    pub(crate) hardware_id: String,
+    pub(crate) values: Vec<KeyValue>,
 }
 
 /// diagnostic_msgs/DiagnosticArray
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DiagnosticArray {
-    pub header: Header,
-    pub status: Vec<DiagnosticStatus>,
+    pub(crate) header: Header,
+    pub(crate) status: Vec<DiagnosticStatus>,
 }
 
 /// std_srvs/Trigger request (an empty message carries rosidl's placeholder byte).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TriggerRequest {
-    pub structure_needs_at_least_one_member: u8,
+    pub(crate) structure_needs_at_least_one_member: u8,
 }
 
 impl ros2_client::Message for TriggerRequest {}
@@ -183,34 +183,34 @@ impl ros2_client::Message for TriggerRequest {}
 /// std_srvs/Trigger response
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TriggerResponse {
-    pub success: bool,
-    pub message: String,
+    pub(crate) success: bool,
+    pub(crate) message: String,
 }
 
 impl ros2_client::Message for TriggerResponse {}
 
 /// control_msgs/msg/GripperCommand
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct GripperCommand {
-    pub position: f64,
-    pub max_effort: f64,
+pub(crate) struct GripperCommand {
+    pub(crate) position: f64,
+    pub(crate) max_effort: f64,
 }
 
 /// control_msgs/action/GripperCommand's goal.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct GripperCommandGoal {
-    pub command: GripperCommand,
+pub(crate) struct GripperCommandGoal {
+    pub(crate) command: GripperCommand,
 }
 
 impl ros2_client::Message for GripperCommandGoal {}
 
 /// control_msgs/action/GripperCommand's result (and, with the same fields, its feedback).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct GripperCommandResult {
-    pub position: f64,
-    pub effort: f64,
-    pub stalled: bool,
-    pub reached_goal: bool,
+pub(crate) struct GripperCommandResult {
+    pub(crate) position: f64,
+    pub(crate) effort: f64,
+    pub(crate) stalled: bool,
+    pub(crate) reached_goal: bool,
 }
 
 impl ros2_client::Message for GripperCommandResult {}

@@ -8,17 +8,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 static TEARING_DOWN: AtomicBool = AtomicBool::new(false);
 
 /// The ROS side is done: what its crates say from now on is teardown.
-pub fn begin() {
+pub(crate) fn begin() {
     TEARING_DOWN.store(true, Ordering::Relaxed);
 }
 
-pub fn tearing_down() -> bool {
+pub(crate) fn tearing_down() -> bool {
     TEARING_DOWN.load(Ordering::Relaxed)
 }
 
 /// Marks the teardown when dropped: the first field of what owns the middleware, so that it
 /// is dropped before the endpoints and the middleware are.
-pub struct Guard;
+pub(crate) struct Guard;
 
 impl Drop for Guard {
     fn drop(&mut self) {

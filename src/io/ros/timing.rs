@@ -79,7 +79,7 @@ impl Default for LatencyWindow {
 }
 
 impl LatencyWindow {
-    pub fn record(&mut self, seconds: f64) {
+    pub(crate) fn record(&mut self, seconds: f64) {
         if !seconds.is_finite() {
             return;
         }
@@ -90,7 +90,7 @@ impl LatencyWindow {
     }
 
     /// `(p50, p99, max)` in milliseconds, once there is a sample.
-    pub fn summary_ms(&mut self) -> Option<(f64, f64, f64)> {
+    pub(crate) fn summary_ms(&mut self) -> Option<(f64, f64, f64)> {
         if self.samples.is_empty() {
             return None;
         }
@@ -111,15 +111,15 @@ pub struct SkewEstimator {
     seen: usize,
     current_min: f64,
     /// The last completed window's minimum, seconds.
-    pub offset_s: Option<f64>,
+    pub(crate) offset_s: Option<f64>,
 }
 
 /// Offsets beyond these are reported as clock skew (seconds; negative: sender ahead).
-pub const SKEW_WARN_BEHIND_S: f64 = 0.1;
-pub const SKEW_WARN_AHEAD_S: f64 = -0.02;
+pub(crate) const SKEW_WARN_BEHIND_S: f64 = 0.1;
+pub(crate) const SKEW_WARN_AHEAD_S: f64 = -0.02;
 
 impl SkewEstimator {
-    pub fn new(window: usize) -> SkewEstimator {
+    pub(crate) fn new(window: usize) -> SkewEstimator {
         SkewEstimator {
             window: window.max(1),
             seen: 0,
@@ -129,7 +129,7 @@ impl SkewEstimator {
     }
 
     /// Records one sample; returns the new estimate when a window completes.
-    pub fn observe(&mut self, arrival: MonoTime, stamp: MonoTime) -> Option<f64> {
+    pub(crate) fn observe(&mut self, arrival: MonoTime, stamp: MonoTime) -> Option<f64> {
         self.current_min = self.current_min.min(arrival.seconds_since(stamp));
         self.seen += 1;
         if self.seen < self.window {
@@ -141,7 +141,7 @@ impl SkewEstimator {
         self.offset_s
     }
 
-    pub fn skewed(offset_s: f64) -> bool {
+    pub(crate) fn skewed(offset_s: f64) -> bool {
         !(SKEW_WARN_AHEAD_S..=SKEW_WARN_BEHIND_S).contains(&offset_s)
     }
 }

@@ -24,7 +24,7 @@ pub enum Op {
 }
 
 impl Op {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Op::Take => "take a sample",
             Op::Publish => "publish",
@@ -41,9 +41,9 @@ impl Op {
 #[derive(Debug, thiserror::Error)]
 #[error("cannot {}", op.name())]
 pub struct TransportError {
-    pub op: Op,
+    pub(crate) op: Op,
     #[source]
-    pub source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    pub(crate) source: Box<dyn std::error::Error + Send + Sync + 'static>,
 }
 
 impl TransportError {
@@ -58,7 +58,7 @@ impl TransportError {
     }
 
     /// For `map_err`: the middleware error `e` of `op`.
-    pub fn of<E: std::error::Error + Send + Sync + 'static>(op: Op) -> impl FnOnce(E) -> Self {
+    pub(crate) fn of<E: std::error::Error + Send + Sync + 'static>(op: Op) -> impl FnOnce(E) -> Self {
         move |e| TransportError::new(op, e)
     }
 }
@@ -131,7 +131,7 @@ pub trait Middleware {
     ) -> Result<Box<dyn SendGoal<G>>, RosError>;
 }
 
-pub mod dds {
+pub(crate) mod dds {
     use super::*;
     use ros2_client::action::ActionClientQosPolicies;
     use ros2_client::dds::{ActionClient, Node, Publisher, Server, ServiceMapping, Subscription};
@@ -151,9 +151,9 @@ pub mod dds {
     }
 
     /// A DDS node and how its services lay requests on the wire.
-    pub struct Dds {
-        pub node: Node,
-        pub mapping: ServiceMapping,
+    pub(crate) struct Dds {
+        pub(crate) node: Node,
+        pub(crate) mapping: ServiceMapping,
     }
 
     impl Middleware for Dds {
@@ -298,7 +298,7 @@ pub mod dds {
 }
 
 #[cfg(feature = "zenoh")]
-pub mod zenoh {
+pub(crate) mod zenoh {
     use super::*;
     use ros2_client::zenoh::{Node, Publisher, Server, Subscription};
 
@@ -329,12 +329,12 @@ pub mod zenoh {
         }
     }
 
-    pub struct Zenoh {
-        pub node: Node,
-        pub context: ros2_client::zenoh::Context,
-        pub node_name: ros2_client::NodeName,
+    pub(crate) struct Zenoh {
+        pub(crate) node: Node,
+        pub(crate) context: ros2_client::zenoh::Context,
+        pub(crate) node_name: ros2_client::NodeName,
         /// Entity ids for pi0d's own publishers, far above the node's own counter.
-        pub next_entity: u64,
+        pub(crate) next_entity: u64,
     }
 
     /// CDR little-endian encapsulation header, as rmw_zenoh prefixes every payload.
@@ -379,7 +379,7 @@ pub mod zenoh {
     /// rmw_zenoh's compact QoS string of a volatile keep-last publisher without deadline,
     /// lifespan or liveliness settings (the profiles pi0d uses): reliability (empty when
     /// reliable, the default; `2` for best effort), then the history depth.
-    pub fn qos_code(q: &QosProfile) -> String {
+    pub(crate) fn qos_code(q: &QosProfile) -> String {
         use ros2_client::qos::{History, Reliability};
         let rel = match q.reliability {
             Reliability::Reliable { .. } => "",
@@ -393,7 +393,7 @@ pub mod zenoh {
     }
 
     /// `/a/b` -> `%a%b`, empty -> `%` (rmw_zenoh's name mangling in liveliness tokens).
-    pub fn mangle(name: &str) -> String {
+    pub(crate) fn mangle(name: &str) -> String {
         if name.is_empty() {
             "%".into()
         } else {

@@ -10,33 +10,33 @@ use super::proto::{
 use super::ExportError;
 
 /// Produces a weight's values (row-major f32) when the graph is written.
-pub type F32Source<'a> = Box<dyn Fn() -> Result<Vec<f32>, ExportError> + 'a>;
+pub(crate) type F32Source<'a> = Box<dyn Fn() -> Result<Vec<f32>, ExportError> + 'a>;
 
-pub enum InitData<'a> {
+pub(crate) enum InitData<'a> {
     /// Already encoded in the initializer's data type (small constants).
     Bytes(Vec<u8>),
     /// f32 values converted to the initializer's data type at write time.
     F32(F32Source<'a>),
 }
 
-pub struct Initializer<'a> {
-    pub name: String,
-    pub dims: Vec<usize>,
-    pub data_type: i32,
-    pub data: InitData<'a>,
+pub(crate) struct Initializer<'a> {
+    pub(crate) name: String,
+    pub(crate) dims: Vec<usize>,
+    pub(crate) data_type: i32,
+    pub(crate) data: InitData<'a>,
 }
 
 impl Initializer<'_> {
-    pub fn numel(&self) -> usize {
+    pub(crate) fn numel(&self) -> usize {
         self.dims.iter().product()
     }
 
-    pub fn byte_len(&self) -> usize {
+    pub(crate) fn byte_len(&self) -> usize {
         self.numel() * element_size(self.data_type)
     }
 }
 
-pub fn element_size(t: i32) -> usize {
+pub(crate) fn element_size(t: i32) -> usize {
     match t {
         data_type::FLOAT | data_type::INT32 => 4,
         data_type::INT64 => 8,
@@ -45,19 +45,19 @@ pub fn element_size(t: i32) -> usize {
     }
 }
 
-pub struct GraphBuilder<'a> {
-    pub name: String,
-    pub nodes: Vec<NodeProto>,
-    pub inputs: Vec<ValueInfoProto>,
-    pub outputs: Vec<ValueInfoProto>,
-    pub initializers: Vec<Initializer<'a>>,
+pub(crate) struct GraphBuilder<'a> {
+    pub(crate) name: String,
+    pub(crate) nodes: Vec<NodeProto>,
+    pub(crate) inputs: Vec<ValueInfoProto>,
+    pub(crate) outputs: Vec<ValueInfoProto>,
+    pub(crate) initializers: Vec<Initializer<'a>>,
     constants: HashMap<String, String>,
     /// Casts of initializers, made once however often a weight is used (unrolled steps).
     casts: HashMap<(String, i32), String>,
     next: usize,
 }
 
-pub fn attr_int(name: &str, i: i64) -> AttributeProto {
+pub(crate) fn attr_int(name: &str, i: i64) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         r#type: attribute_type::INT,
@@ -66,7 +66,7 @@ pub fn attr_int(name: &str, i: i64) -> AttributeProto {
     }
 }
 
-pub fn attr_ints(name: &str, ints: &[i64]) -> AttributeProto {
+pub(crate) fn attr_ints(name: &str, ints: &[i64]) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         r#type: attribute_type::INTS,
@@ -75,7 +75,7 @@ pub fn attr_ints(name: &str, ints: &[i64]) -> AttributeProto {
     }
 }
 
-pub fn attr_float(name: &str, f: f32) -> AttributeProto {
+pub(crate) fn attr_float(name: &str, f: f32) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         r#type: attribute_type::FLOAT,
@@ -85,7 +85,7 @@ pub fn attr_float(name: &str, f: f32) -> AttributeProto {
 }
 
 impl<'a> GraphBuilder<'a> {
-    pub fn new(name: &str) -> GraphBuilder<'a> {
+    pub(crate) fn new(name: &str) -> GraphBuilder<'a> {
         GraphBuilder {
             name: name.into(),
             nodes: Vec::new(),
@@ -98,14 +98,14 @@ impl<'a> GraphBuilder<'a> {
         }
     }
 
-    pub fn input(&mut self, name: &str, elem_type: i32, shape: &[usize]) -> String {
+    pub(crate) fn input(&mut self, name: &str, elem_type: i32, shape: &[usize]) -> String {
         self.inputs
             .push(ValueInfoProto::tensor(name, elem_type, shape));
         name.into()
     }
 
     /// Declares `value` a graph output named `name` (through an Identity when names differ).
-    pub fn output(&mut self, value: &str, name: &str, elem_type: i32, shape: &[usize]) {
+    pub(crate) fn output(&mut self, value: &str, name: &str, elem_type: i32, shape: &[usize]) {
         if value != name {
             self.node("Identity", &[value], &[name], vec![]);
         }
@@ -131,14 +131,14 @@ impl<'a> GraphBuilder<'a> {
     }
 
     /// A single-output node; returns the output's name.
-    pub fn op(&mut self, op: &str, inputs: &[&str], attrs: Vec<AttributeProto>) -> String {
+    pub(crate) fn op(&mut self, op: &str, inputs: &[&str], attrs: Vec<AttributeProto>) -> String {
         let out = self.fresh(op);
         self.node(op, inputs, &[&out], attrs);
         out
     }
 
     /// A node with `n` outputs.
-    pub fn op_n(
+    pub(crate) fn op_n(
         &mut self,
         op: &str,
         inputs: &[&str],
@@ -153,7 +153,7 @@ impl<'a> GraphBuilder<'a> {
 
     /// A weight initializer; a name already registered is shared (the same checkpoint tensor
     /// used again, e.g. by every unrolled step), not written twice.
-    pub fn weight(
+    pub(crate) fn weight(
         &mut self,
         name: &str,
         dims: &[usize],
@@ -173,7 +173,7 @@ impl<'a> GraphBuilder<'a> {
     }
 
     /// `Cast(initializer, to)`, shared by every use of the initializer.
-    pub fn cast_initializer(&mut self, name: &str, to: i32) -> String {
+    pub(crate) fn cast_initializer(&mut self, name: &str, to: i32) -> String {
         let key = (name.to_string(), to);
         if let Some(out) = self.casts.get(&key) {
             return out.clone();
@@ -199,7 +199,7 @@ impl<'a> GraphBuilder<'a> {
     }
 
     /// A 1-D int64 constant (shapes, axes, split sizes).
-    pub fn i64s(&mut self, values: &[i64]) -> String {
+    pub(crate) fn i64s(&mut self, values: &[i64]) -> String {
         let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.constant(
             format!("i64{values:?}"),
@@ -210,7 +210,7 @@ impl<'a> GraphBuilder<'a> {
     }
 
     /// A scalar int64 constant (Gather indices that drop the axis).
-    pub fn i64_scalar(&mut self, value: i64) -> String {
+    pub(crate) fn i64_scalar(&mut self, value: i64) -> String {
         self.constant(
             format!("i64s{value}"),
             &[],
@@ -220,7 +220,7 @@ impl<'a> GraphBuilder<'a> {
     }
 
     /// A scalar float constant of type `elem_type` (float32 or float16).
-    pub fn scalar(&mut self, value: f32, elem_type: i32) -> String {
+    pub(crate) fn scalar(&mut self, value: f32, elem_type: i32) -> String {
         let bytes = encode_f32(&[value], elem_type);
         self.constant(
             format!("f{elem_type}:{:08x}", value.to_bits()),
@@ -231,7 +231,7 @@ impl<'a> GraphBuilder<'a> {
     }
 
     /// A small float constant tensor (tables computed at export time).
-    pub fn f32_const(
+    pub(crate) fn f32_const(
         &mut self,
         key: &str,
         dims: &[usize],
@@ -248,7 +248,7 @@ impl<'a> GraphBuilder<'a> {
 }
 
 /// f32 values encoded as `elem_type` (float32, float16 or bfloat16), little-endian.
-pub fn encode_f32(values: &[f32], elem_type: i32) -> Vec<u8> {
+pub(crate) fn encode_f32(values: &[f32], elem_type: i32) -> Vec<u8> {
     match elem_type {
         data_type::FLOAT16 => values
             .iter()
@@ -264,7 +264,7 @@ pub fn encode_f32(values: &[f32], elem_type: i32) -> Vec<u8> {
 
 impl Initializer<'_> {
     /// The proto for this initializer with its data inline.
-    pub fn inline_proto(&self, raw_data: Vec<u8>) -> TensorProto {
+    pub(crate) fn inline_proto(&self, raw_data: Vec<u8>) -> TensorProto {
         TensorProto {
             dims: self.dims.iter().map(|&d| d as i64).collect(),
             data_type: self.data_type,

@@ -49,7 +49,7 @@ pub fn real_pi0() -> Arch {
 }
 
 /// Vision tower + projector for one image.
-pub fn vision_cost(a: &Arch, bytes_per_weight: f64) -> GraphCost {
+pub(crate) fn vision_cost(a: &Arch, bytes_per_weight: f64) -> GraphCost {
     let n = a.tokens_per_image() as f64;
     let (w, m) = (a.vision_width as f64, a.vision_mlp as f64);
     let patch = (3 * a.patch * a.patch) as f64;
@@ -67,7 +67,7 @@ pub fn vision_cost(a: &Arch, bytes_per_weight: f64) -> GraphCost {
 }
 
 /// FLOPs and parameters of one full language-model layer over `seq` tokens.
-pub fn language_layer(a: &Arch, seq: usize) -> (f64, f64) {
+pub(crate) fn language_layer(a: &Arch, seq: usize) -> (f64, f64) {
     let (n, w, m) = (seq as f64, a.width as f64, a.mlp as f64);
     let q = (a.heads * a.head_dim) as f64;
     let kv = (a.kv_heads * a.head_dim) as f64;
@@ -76,7 +76,7 @@ pub fn language_layer(a: &Arch, seq: usize) -> (f64, f64) {
 }
 
 /// Language-model part of the prefix for `seq` tokens (all but the last layer in full).
-pub fn language_cost(a: &Arch, seq: usize, bytes_per_weight: f64) -> GraphCost {
+pub(crate) fn language_cost(a: &Arch, seq: usize, bytes_per_weight: f64) -> GraphCost {
     let (n, w) = (seq as f64, a.width as f64);
     let kv = (a.kv_heads * a.head_dim) as f64;
     let (full_flops, full_params) = language_layer(a, seq);
@@ -206,7 +206,7 @@ pub const COMPUTE_EFFICIENCY: f64 = 0.5;
 pub const BANDWIDTH_EFFICIENCY: f64 = 0.7;
 
 /// Roofline latency of one run in milliseconds: the slower of compute and memory traffic.
-pub fn predict_ms(c: &GraphCost, chip: &Chip) -> f64 {
+pub(crate) fn predict_ms(c: &GraphCost, chip: &Chip) -> f64 {
     let compute = c.flops / (chip.fp16_tflops * 1e12 * COMPUTE_EFFICIENCY);
     let memory = c.bytes() / (chip.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY);
     compute.max(memory) * 1e3

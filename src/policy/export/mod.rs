@@ -3,11 +3,11 @@
 //! is involved; ONNX Runtime, TensorRT and Ascend's ATC take the result.
 
 pub mod atc;
-pub mod builder;
+pub(crate) mod builder;
 pub mod cost;
 pub mod pi0;
-pub mod proto;
-pub mod write;
+pub(crate) mod proto;
+pub(crate) mod write;
 
 use std::path::{Path, PathBuf};
 

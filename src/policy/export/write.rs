@@ -15,12 +15,12 @@ use super::ExportError;
 use crate::policy::graph::manifest::{GraphEntry, IoSpec};
 
 /// The opset every exported graph uses (ATC and ONNX Runtime both take it).
-pub const OPSET: i64 = 13;
+pub(crate) const OPSET: i64 = 13;
 /// ONNX IR version written (opset 13 needs >= 7).
-pub const IR_VERSION: i64 = 8;
+pub(crate) const IR_VERSION: i64 = 8;
 /// Above this many weight bytes a graph's weights go to an external file (protobuf messages
 /// are limited to 2 GiB; the rest of the graph needs some room).
-pub const INLINE_LIMIT: u64 = 1_900_000_000;
+pub(crate) const INLINE_LIMIT: u64 = 1_900_000_000;
 /// External tensors start at multiples of this (lets runtimes map them directly).
 const ALIGN: u64 = 64;
 
@@ -91,19 +91,19 @@ fn spec(v: &super::proto::ValueInfoProto) -> IoSpec {
 }
 
 /// Writes graphs into one directory with shared settings, collecting f16 clamp reports.
-pub struct GraphWriter<'p> {
-    pub dir: &'p Path,
-    pub external: ExternalData,
-    pub clamp_f16: bool,
-    pub metadata: Vec<(&'static str, String)>,
+pub(crate) struct GraphWriter<'p> {
+    pub(crate) dir: &'p Path,
+    pub(crate) external: ExternalData,
+    pub(crate) clamp_f16: bool,
+    pub(crate) metadata: Vec<(&'static str, String)>,
     /// Advances by the bytes of each weight written.
-    pub progress: &'p indicatif::ProgressBar,
-    pub clamped: Vec<ClampReport>,
+    pub(crate) progress: &'p indicatif::ProgressBar,
+    pub(crate) clamped: Vec<ClampReport>,
 }
 
 impl GraphWriter<'_> {
     /// Writes `g` as `dir/file` (and `dir/file.data` when external).
-    pub fn write(&mut self, g: GraphBuilder<'_>, file: &str) -> Result<GraphEntry, ExportError> {
+    pub(crate) fn write(&mut self, g: GraphBuilder<'_>, file: &str) -> Result<GraphEntry, ExportError> {
         let (dir, external, clamp_f16) = (self.dir, self.external, self.clamp_f16);
         let (progress, clamped) = (self.progress, &mut self.clamped);
         let total_bytes: u64 = g.initializers.iter().map(|i| i.byte_len() as u64).sum();

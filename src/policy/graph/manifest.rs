@@ -7,16 +7,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::export::pi0::ExportDtype;
 
-pub const FORMAT: &str = "pi0d-graphs/1";
-pub const FILE: &str = "manifest.json";
+pub(crate) const FORMAT: &str = "pi0d-graphs/1";
+pub(crate) const FILE: &str = "manifest.json";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct IoSpec {
-    pub name: String,
+pub(crate) struct IoSpec {
+    pub(crate) name: String,
     /// ONNX's type name: float32, float16, bfloat16, int64.
-    pub dtype: String,
-    pub shape: Vec<usize>,
+    pub(crate) dtype: String,
+    pub(crate) shape: Vec<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -27,8 +27,8 @@ pub struct GraphEntry {
     /// Its external weight file, when the weights do not fit the 2 GB protobuf limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_data: Option<String>,
-    pub inputs: Vec<IoSpec>,
-    pub outputs: Vec<IoSpec>,
+    pub(crate) inputs: Vec<IoSpec>,
+    pub(crate) outputs: Vec<IoSpec>,
     /// Bytes of weights in the graph.
     pub weight_bytes: u64,
     /// Nodes in the graph.
@@ -44,49 +44,49 @@ pub struct Graphs {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CheckpointInfo {
-    pub path: String,
+pub(crate) struct CheckpointInfo {
+    pub(crate) path: String,
     /// SHA-256 over the weight files' bytes, in load order.
-    pub sha256: String,
+    pub(crate) sha256: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
-    pub format: String,
-    pub producer: String,
+    pub(crate) format: String,
+    pub(crate) producer: String,
     /// "pi0" or "pi05".
     pub variant: String,
     pub dtype: ExportDtype,
-    pub opset: i64,
+    pub(crate) opset: i64,
     pub batch: usize,
     pub cameras: usize,
     pub prompt_len: usize,
     pub image_size: usize,
-    pub tokens_per_image: usize,
-    pub prefix_len: usize,
-    pub suffix_len: usize,
+    pub(crate) tokens_per_image: usize,
+    pub(crate) prefix_len: usize,
+    pub(crate) suffix_len: usize,
     pub chunk: usize,
     pub action_dim: usize,
     pub state_dim: usize,
-    pub steps: usize,
-    pub dt: f32,
-    pub layers: usize,
-    pub head_dim: usize,
-    pub kv_dim: usize,
-    pub expert_width: usize,
-    pub vocab: usize,
+    pub(crate) steps: usize,
+    pub(crate) dt: f32,
+    pub(crate) layers: usize,
+    pub(crate) head_dim: usize,
+    pub(crate) kv_dim: usize,
+    pub(crate) expert_width: usize,
+    pub(crate) vocab: usize,
     /// Additive attention-mask value the bias tables carry.
     pub mask_value: f32,
-    pub min_period: f64,
-    pub max_period: f64,
+    pub(crate) min_period: f64,
+    pub(crate) max_period: f64,
     /// The denoise graph runs all steps (`noise` -> `actions`) instead of one.
     pub unrolled: bool,
     /// The unrolled graph takes real-time chunking's guidance as inputs (`pi0d export --rtc`).
     #[serde(default)]
     pub rtc: bool,
     pub graphs: Graphs,
-    pub checkpoint: CheckpointInfo,
+    pub(crate) checkpoint: CheckpointInfo,
 }
 
 /// A manifest that cannot drive the graphs; each names the file (and the field).
@@ -126,7 +126,7 @@ fn is_plain_relative(file: &str) -> bool {
 }
 
 impl Manifest {
-    pub fn is_pi05(&self) -> bool {
+    pub(crate) fn is_pi05(&self) -> bool {
         self.variant == "pi05"
     }
 
@@ -148,7 +148,7 @@ impl Manifest {
     /// Checks every value a runtime sizes or computes from, and that the graph files are
     /// regular files inside `dir` (a manifest must not point a runtime elsewhere). Each problem
     /// is reported for its own field, with what was expected and what was found.
-    pub fn validate(&self, dir: &Path) -> Result<(), ManifestError> {
+    pub(crate) fn validate(&self, dir: &Path) -> Result<(), ManifestError> {
         let path = dir.join(FILE);
         let bad = |field: &str, expected: String, found: String| ManifestError::Field {
             path: path.clone(),

@@ -3,12 +3,12 @@
 //! denoise graph once per step (or once, unrolled); a runtime only moves tensors in and out of
 //! its device and keeps the KV cache there between the two graphs.
 
-pub mod acl;
+pub(crate) mod acl;
 pub mod manifest;
 #[cfg(feature = "onnx")]
-pub mod onnx;
+pub(crate) mod onnx;
 pub mod provider;
-pub mod tables;
+pub(crate) mod tables;
 
 use std::time::Instant;
 
@@ -76,7 +76,7 @@ pub trait GraphRuntime: Send {
 }
 
 /// Called between looped denoising runs: `(run, x before, x after)`.
-pub type StepHook<'a> = dyn FnMut(usize, &[f32], &mut [f32]) + 'a;
+pub(crate) type StepHook<'a> = dyn FnMut(usize, &[f32], &mut [f32]) + 'a;
 
 impl GraphRuntime for Box<dyn GraphRuntime> {
     fn run_prefix(
@@ -133,18 +133,18 @@ pub fn load_acl(
 /// One batch of model inputs (preprocessed, as `pi0d infer` reads them).
 pub struct GraphInputs<'a> {
     /// Per camera: `[B, 3, S, S]` in [-1, 1].
-    pub images: Vec<&'a [f32]>,
+    pub(crate) images: Vec<&'a [f32]>,
     /// Per camera: `[B]`.
-    pub image_masks: Vec<Vec<bool>>,
+    pub(crate) image_masks: Vec<Vec<bool>>,
     /// `[B, prompt_len]`.
-    pub tokens: &'a [i64],
-    pub token_masks: &'a [bool],
+    pub(crate) tokens: &'a [i64],
+    pub(crate) token_masks: &'a [bool],
     /// `[B, state_dim]`, normalized and padded.
-    pub state: &'a [f32],
+    pub(crate) state: &'a [f32],
     /// `[B, chunk, action_dim]`.
-    pub noise: &'a [f32],
+    pub(crate) noise: &'a [f32],
     /// Real-time chunking, one per batch element, or none.
-    pub guidance: &'a [Guidance],
+    pub(crate) guidance: &'a [Guidance],
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -155,13 +155,13 @@ pub struct GraphTiming {
 
 /// The host half of graph inference.
 pub struct GraphModel<R: GraphRuntime> {
-    pub manifest: Manifest,
+    pub(crate) manifest: Manifest,
     runtime: R,
     time: Vec<f32>,
 }
 
 impl<R: GraphRuntime> GraphModel<R> {
-    pub fn new(manifest: Manifest, runtime: R) -> Self {
+    pub(crate) fn new(manifest: Manifest, runtime: R) -> Self {
         GraphModel {
             time: tables::time_embeddings(&manifest),
             manifest,

@@ -185,7 +185,7 @@ impl<T: ort::tensor::PrimitiveTensorElementType + Copy + std::fmt::Debug + 'stat
     }
 }
 
-pub struct OnnxRuntime {
+pub(crate) struct OnnxRuntime {
     prefix: Session,
     denoise: Session,
     prefix_binding: IoBinding,
@@ -213,7 +213,7 @@ pub struct OnnxRuntime {
 }
 
 impl OnnxRuntime {
-    pub fn load(dir: &Path, m: &Manifest, opts: &OnnxOptions) -> Result<OnnxRuntime, GraphError> {
+    pub(crate) fn load(dir: &Path, m: &Manifest, opts: &OnnxOptions) -> Result<OnnxRuntime, GraphError> {
         let lib = load_library(opts)?;
         ort::init_from(lib.display().to_string())
             .with_name("pi0d")

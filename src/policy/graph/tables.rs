@@ -11,34 +11,34 @@ use crate::policy::rtc::{guidance_weight, Guidance};
 /// `[B, P, head_dim]`, and the pad mask `[B, P]` the suffix tables need.
 #[derive(Clone, Debug, Default)]
 pub struct PrefixTables {
-    pub pad: Vec<bool>,
-    pub bias: Vec<f32>,
-    pub cos: Vec<f32>,
-    pub sin: Vec<f32>,
+    pub(crate) pad: Vec<bool>,
+    pub(crate) bias: Vec<f32>,
+    pub(crate) cos: Vec<f32>,
+    pub(crate) sin: Vec<f32>,
 }
 
 /// Tables of the denoise graph: `bias` `[B, 1, 1, n, P + n]`, `cos`/`sin` `[B, n, head_dim]`.
 #[derive(Clone, Debug, Default)]
 pub struct SuffixTables {
-    pub bias: Vec<f32>,
-    pub cos: Vec<f32>,
-    pub sin: Vec<f32>,
+    pub(crate) bias: Vec<f32>,
+    pub(crate) cos: Vec<f32>,
+    pub(crate) sin: Vec<f32>,
     /// For graphs exported with `--rtc`.
-    pub rtc: Option<RtcTables>,
+    pub(crate) rtc: Option<RtcTables>,
 }
 
 /// The `--rtc` unrolled graph's guidance inputs: `rtc_target` `[B, chunk, action_dim]`,
 /// `rtc_weights` `[B, chunk, 1]`, `rtc_guidance` `[steps]`. All zero without guidance: the
 /// plain steps.
 #[derive(Clone, Debug, Default)]
-pub struct RtcTables {
-    pub target: Vec<f32>,
-    pub weights: Vec<f32>,
-    pub guidance: Vec<f32>,
+pub(crate) struct RtcTables {
+    pub(crate) target: Vec<f32>,
+    pub(crate) weights: Vec<f32>,
+    pub(crate) guidance: Vec<f32>,
 }
 
 /// `RtcTables` for a batch: one guidance per element, or none.
-pub fn rtc_tables(m: &Manifest, guidance: &[Guidance]) -> RtcTables {
+pub(crate) fn rtc_tables(m: &Manifest, guidance: &[Guidance]) -> RtcTables {
     let per = m.chunk * m.action_dim;
     let mut t = RtcTables {
         target: vec![0.0; m.batch * per],
@@ -74,7 +74,7 @@ fn rope_rows(rope: &Rope, positions: &[i64], hd: usize, cos: &mut Vec<f32>, sin:
 }
 
 /// `image_masks[camera][b]`, `token_masks` `[B, prompt_len]`.
-pub fn prefix_tables(
+pub(crate) fn prefix_tables(
     m: &Manifest,
     image_masks: &[Vec<bool>],
     token_masks: &[bool],
@@ -111,7 +111,7 @@ pub fn prefix_tables(
 
 /// The suffix's tables from the prefix pad mask: the state token (pi0) sees the valid prefix
 /// and itself; action tokens see the valid prefix, the state token and each other.
-pub fn suffix_tables(m: &Manifest, pad: &[bool]) -> SuffixTables {
+pub(crate) fn suffix_tables(m: &Manifest, pad: &[bool]) -> SuffixTables {
     let (b, p, n) = (m.batch, m.prefix_len, m.suffix_len);
     let first_action = n - m.chunk;
     let rope = Rope::new(m.head_dim);
@@ -133,7 +133,7 @@ pub fn suffix_tables(m: &Manifest, pad: &[bool]) -> SuffixTables {
 
 /// Each step's time embedding for the whole batch: `[steps, B, expert_width]`, with
 /// `t = 1 + k * dt` as lerobot steps it.
-pub fn time_embeddings(m: &Manifest) -> Vec<f32> {
+pub(crate) fn time_embeddings(m: &Manifest) -> Vec<f32> {
     let ew = m.expert_width;
     let dt = -1.0 / m.steps as f64;
     let mut out = vec![0.0f32; m.steps * m.batch * ew];

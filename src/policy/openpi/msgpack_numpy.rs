@@ -14,15 +14,15 @@ use rmpv::Value;
 
 /// How deep containers may nest (openpi's observations are three levels deep: the keys, an
 /// array's map, its shape list).
-pub const MAX_DEPTH: usize = 16;
+pub(crate) const MAX_DEPTH: usize = 16;
 /// Most dimensions an array may have.
-pub const MAX_DIMS: usize = 4;
+pub(crate) const MAX_DIMS: usize = 4;
 /// Most keys in one map: openpi's observations, replies and metadata have tens.
-pub const MAX_KEYS: usize = 1024;
+pub(crate) const MAX_KEYS: usize = 1024;
 /// Most msgpack values in one frame (each scalar, string, list or map counts one; an array's
 /// bytes are one). An openpi observation or reply has a few hundred. Decoded, a value takes
 /// ~40 bytes besides its bytes: a frame costs at most its size plus ~2.6 MB.
-pub const MAX_VALUES: usize = 65_536;
+pub(crate) const MAX_VALUES: usize = 65_536;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
@@ -62,7 +62,7 @@ pub enum Dtype {
 }
 
 impl Dtype {
-    pub fn parse(s: &str) -> Option<Dtype> {
+    pub(crate) fn parse(s: &str) -> Option<Dtype> {
         Some(match s {
             "|u1" | "u1" | "uint8" => Dtype::U8,
             "<f4" | "float32" => Dtype::F32,
@@ -73,7 +73,7 @@ impl Dtype {
         })
     }
 
-    pub fn size(self) -> usize {
+    pub(crate) fn size(self) -> usize {
         match self {
             Dtype::U8 => 1,
             Dtype::F32 | Dtype::I32 => 4,
@@ -81,7 +81,7 @@ impl Dtype {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Dtype::U8 => "|u1",
             Dtype::F32 => "<f4",
@@ -166,7 +166,7 @@ fn length(bytes: &[u8], at: usize, n: usize) -> Option<u64> {
 /// hostile nesting to blow): exactly one value, no container deeper than `MAX_DEPTH`, no map
 /// of more than `MAX_KEYS` keys, at most `MAX_VALUES` values, and no length that claims more
 /// than the bytes left. Its work is linear in the frame's size.
-pub fn scan(bytes: &[u8]) -> Result<(), WireError> {
+pub(crate) fn scan(bytes: &[u8]) -> Result<(), WireError> {
     let short = |at: usize| {
         WireError::Structure(format!(
             "the frame ends inside a value (at byte {at} of {})",

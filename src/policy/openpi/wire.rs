@@ -16,9 +16,9 @@ use std::time::Instant;
 /// What a read past the deadline fails with (`ErrorKind::TimedOut`).
 #[derive(Debug, thiserror::Error)]
 #[error("the deadline passed")]
-pub struct DeadlinePassed;
+pub(crate) struct DeadlinePassed;
 
-pub struct DeadlineTcp {
+pub(crate) struct DeadlineTcp {
     tcp: TcpStream,
     deadline: Instant,
     /// Probing for data that waits: reads return `WouldBlock` at once.
@@ -26,7 +26,7 @@ pub struct DeadlineTcp {
 }
 
 impl DeadlineTcp {
-    pub fn new(tcp: TcpStream, deadline: Instant) -> DeadlineTcp {
+    pub(crate) fn new(tcp: TcpStream, deadline: Instant) -> DeadlineTcp {
         DeadlineTcp {
             tcp,
             deadline,
@@ -34,11 +34,11 @@ impl DeadlineTcp {
         }
     }
 
-    pub fn set_deadline(&mut self, deadline: Instant) {
+    pub(crate) fn set_deadline(&mut self, deadline: Instant) {
         self.deadline = deadline;
     }
 
-    pub fn set_nonblocking(&mut self, on: bool) -> io::Result<()> {
+    pub(crate) fn set_nonblocking(&mut self, on: bool) -> io::Result<()> {
         self.tcp.set_nonblocking(on)?;
         self.nonblocking = on;
         Ok(())
@@ -90,14 +90,14 @@ impl Write for DeadlineTcp {
 }
 
 /// The socket as is (ws://) or inside TLS (wss://).
-pub enum Transport {
+pub(crate) enum Transport {
     Plain(DeadlineTcp),
     #[cfg(feature = "tls")]
     Tls(Box<rustls::StreamOwned<rustls::ClientConnection, DeadlineTcp>>),
 }
 
 impl Transport {
-    pub fn tcp(&mut self) -> &mut DeadlineTcp {
+    pub(crate) fn tcp(&mut self) -> &mut DeadlineTcp {
         match self {
             Transport::Plain(s) => s,
             #[cfg(feature = "tls")]
@@ -139,7 +139,7 @@ const READ_AHEAD: usize = 8192;
 /// The end of an HTTP response's head.
 const HEAD_END: &[u8; 4] = b"\r\n\r\n";
 
-pub struct Framed<S> {
+pub(crate) struct Framed<S> {
     inner: S,
     buf: Box<[u8; READ_AHEAD]>,
     start: usize,
@@ -159,7 +159,7 @@ pub struct Framed<S> {
 }
 
 impl<S: Read> Framed<S> {
-    pub fn new(inner: S) -> Framed<S> {
+    pub(crate) fn new(inner: S) -> Framed<S> {
         Framed {
             inner,
             buf: Box::new([0; READ_AHEAD]),
@@ -175,14 +175,14 @@ impl<S: Read> Framed<S> {
         }
     }
 
-    pub fn get_mut(&mut self) -> &mut S {
+    pub(crate) fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
     /// Bytes read and not yet handed to tungstenite, or a frame or a fragmented message
     /// begun and not ended. Between requests, anything here came unasked; during a request,
     /// the reply is incomplete.
-    pub fn holds_partial(&self) -> bool {
+    pub(crate) fn holds_partial(&self) -> bool {
         self.end > self.start || self.mid_message()
     }
 

@@ -15,25 +15,25 @@ pub enum Variant {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Arch {
     pub variant: Variant,
-    pub image_size: usize,
-    pub patch: usize,
-    pub vision_width: usize,
-    pub vision_layers: usize,
-    pub vision_mlp: usize,
-    pub vision_heads: usize,
-    pub width: usize,
-    pub vocab: usize,
-    pub layers: usize,
-    pub mlp: usize,
-    pub expert_width: usize,
-    pub expert_mlp: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
+    pub(crate) image_size: usize,
+    pub(crate) patch: usize,
+    pub(crate) vision_width: usize,
+    pub(crate) vision_layers: usize,
+    pub(crate) vision_mlp: usize,
+    pub(crate) vision_heads: usize,
+    pub(crate) width: usize,
+    pub(crate) vocab: usize,
+    pub(crate) layers: usize,
+    pub(crate) mlp: usize,
+    pub(crate) expert_width: usize,
+    pub(crate) expert_mlp: usize,
+    pub(crate) heads: usize,
+    pub(crate) kv_heads: usize,
+    pub(crate) head_dim: usize,
     pub action_dim: usize,
-    pub state_dim: usize,
+    pub(crate) state_dim: usize,
     pub chunk: usize,
-    pub steps: usize,
+    pub(crate) steps: usize,
 }
 
 impl Arch {
@@ -148,7 +148,7 @@ impl Arch {
     /// Reads sizes from tensor shapes (each from every tensor that has it: see `consensus`);
     /// head counts come from `overrides` (an arch file) or default to the real pi0 values when
     /// those fit the shapes.
-    pub fn from_checkpoint(
+    pub(crate) fn from_checkpoint(
         ck: &Checkpoint,
         overrides: Option<ArchOverrides>,
     ) -> Result<Arch, CheckpointError> {

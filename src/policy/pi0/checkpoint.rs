@@ -169,7 +169,7 @@ pub(crate) fn parse_safetensors<'a>(
 
 /// Storage type of a tensor in the checkpoint (compute is f32 either way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WeightDtype {
+pub(crate) enum WeightDtype {
     F32,
     Bf16,
     F16,
@@ -177,7 +177,7 @@ pub enum WeightDtype {
 
 impl WeightDtype {
     /// Rounds `x` to this storage type and back, as PyTorch does when it computes in it.
-    pub fn round(self, x: f32) -> f32 {
+    pub(crate) fn round(self, x: f32) -> f32 {
         match self {
             WeightDtype::F32 => x,
             WeightDtype::Bf16 => bf16::from_f32(x).to_f32(),
@@ -186,7 +186,7 @@ impl WeightDtype {
     }
 
     /// Bytes a value takes in the file.
-    pub fn size(self) -> usize {
+    pub(crate) fn size(self) -> usize {
         match self {
             WeightDtype::F32 => 4,
             WeightDtype::Bf16 | WeightDtype::F16 => 2,
@@ -207,7 +207,7 @@ fn release_pages(map: &memmap2::Mmap, offset: usize, bytes: usize) {
 /// f32 tensor data: a view into the memory-mapped checkpoint when it is stored as aligned
 /// little-endian f32 (no copy in RAM), or decoded from bf16/f16.
 #[derive(Clone)]
-pub enum Weights {
+pub(crate) enum Weights {
     Owned(Vec<f32>),
     Mapped {
         map: Arc<memmap2::Mmap>,
@@ -234,7 +234,7 @@ impl std::ops::Deref for Weights {
 impl Weights {
     /// Hands the checkpoint pages of a mapped tensor back once a copy (decoded or packed) has
     /// replaced them (`release_pages`).
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         if let Weights::Mapped { map, offset, len } = self {
             release_pages(map, *offset, len * 4);
         }
@@ -254,10 +254,10 @@ impl std::fmt::Debug for Weights {
 
 /// A tensor ready for compute: row-major f32 values and the type it was stored in.
 #[derive(Clone, Debug)]
-pub struct Tensor {
-    pub shape: Vec<usize>,
-    pub data: Weights,
-    pub dtype: WeightDtype,
+pub(crate) struct Tensor {
+    pub(crate) shape: Vec<usize>,
+    pub(crate) data: Weights,
+    pub(crate) dtype: WeightDtype,
 }
 
 /// Little-endian `dtype` values in `bytes`, as f32.
@@ -272,18 +272,18 @@ fn decode(bytes: &[u8], dtype: WeightDtype) -> impl Iterator<Item = f32> + '_ {
 /// A row-major table in a mapped checkpoint file, decoded a row at a time
 /// (`Checkpoint::take_rows`).
 #[derive(Clone)]
-pub struct MappedRows {
+pub(crate) struct MappedRows {
     map: Arc<memmap2::Mmap>,
     offset: usize,
-    pub rows: usize,
-    pub width: usize,
+    pub(crate) rows: usize,
+    pub(crate) width: usize,
     /// The type the table is stored in.
-    pub dtype: WeightDtype,
+    pub(crate) dtype: WeightDtype,
 }
 
 impl MappedRows {
     /// Row `i` as f32 into `out` (`width` values). Panics if `i >= rows`.
-    pub fn row(&self, i: usize, out: &mut [f32]) {
+    pub(crate) fn row(&self, i: usize, out: &mut [f32]) {
         assert!(i < self.rows, "row {i} of a {}-row table", self.rows);
         let size = self.dtype.size();
         let start = self.offset + i * self.width * size;
@@ -306,11 +306,11 @@ impl std::fmt::Debug for MappedRows {
 
 /// Where a tensor lies in a mapped file; decoded only when the model takes it.
 #[derive(Clone, Debug)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Its canonical name (without a leading `model.`).
-    pub name: String,
-    pub shape: Vec<usize>,
-    pub dtype: Dtype,
+    pub(crate) name: String,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) dtype: Dtype,
     file: usize,
     offset: usize,
     bytes: usize,
@@ -318,10 +318,10 @@ pub struct Entry {
 
 pub struct Checkpoint {
     /// The directory (or file) it was loaded from, for messages.
-    pub path: PathBuf,
-    pub config: PolicyConfigJson,
+    pub(crate) path: PathBuf,
+    pub(crate) config: PolicyConfigJson,
     /// `arch.json` beside the weights, if any.
-    pub arch_file: Option<ArchOverrides>,
+    pub(crate) arch_file: Option<ArchOverrides>,
     maps: Vec<(PathBuf, Arc<memmap2::Mmap>)>,
     tensors: HashMap<String, Entry>,
 }
@@ -471,13 +471,13 @@ impl Checkpoint {
         })
     }
 
-    pub fn contains(&self, name: &str) -> bool {
+    pub(crate) fn contains(&self, name: &str) -> bool {
         self.tensors.contains_key(name)
     }
 
     /// The first of `names` present (canonical names, without a leading `model.`); its entry
     /// carries the name it was found under.
-    pub fn find(&self, names: &[&str]) -> Result<&Entry, CheckpointError> {
+    pub(crate) fn find(&self, names: &[&str]) -> Result<&Entry, CheckpointError> {
         names
             .iter()
             .find_map(|n| self.tensors.get(*n))
@@ -489,7 +489,7 @@ impl Checkpoint {
     }
 
     /// The file an entry lies in.
-    pub fn file_of(&self, e: &Entry) -> &Path {
+    pub(crate) fn file_of(&self, e: &Entry) -> &Path {
         &self.maps[e.file].0
     }
 
@@ -527,7 +527,7 @@ impl Checkpoint {
 
     /// A tensor that must have `shape`, checked to hold only finite values. Aligned f32 data is
     /// a view into the map; bf16 and f16 are decoded to f32.
-    pub fn take(&self, names: &[&str], shape: &[usize]) -> Result<Tensor, CheckpointError> {
+    pub(crate) fn take(&self, names: &[&str], shape: &[usize]) -> Result<Tensor, CheckpointError> {
         let (e, dtype, file, map) = self.checked(names, shape)?;
         let bytes = &map[e.offset..e.offset + e.bytes];
         let data = if dtype == WeightDtype::F32
@@ -559,7 +559,7 @@ impl Checkpoint {
     /// A `[rows, width]` table read a row at a time straight from the map, never decoded whole
     /// (the text embedding: 257152 rows, of which a prompt reads a few dozen). Checked like
     /// `take`; the pages the check read are handed back afterwards.
-    pub fn take_rows(
+    pub(crate) fn take_rows(
         &self,
         names: &[&str],
         rows: usize,
@@ -585,12 +585,12 @@ impl Checkpoint {
     }
 
     /// The mapped weight files and their bytes (for hashing a checkpoint).
-    pub fn files(&self) -> impl Iterator<Item = (&Path, &[u8])> {
+    pub(crate) fn files(&self) -> impl Iterator<Item = (&Path, &[u8])> {
         self.maps.iter().map(|(p, m)| (p.as_path(), &m[..]))
     }
 
     /// Number of `prefix.N.` layers present.
-    pub fn count_layers(&self, prefix: &str) -> usize {
+    pub(crate) fn count_layers(&self, prefix: &str) -> usize {
         (0..)
             .take_while(|i| {
                 let p = format!("{prefix}.{i}.");

@@ -14,30 +14,30 @@ use super::checkpoint::CheckpointError;
 /// lerobot's `config.json` fields pi0d uses (the rest is ignored).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyConfigJson {
-    pub kind: String,
-    pub chunk_size: usize,
-    pub max_state_dim: usize,
-    pub max_action_dim: usize,
-    pub num_inference_steps: usize,
-    pub min_period: f64,
-    pub max_period: f64,
-    pub tokenizer_max_length: Option<usize>,
-    pub image_resolution: [usize; 2],
-    pub input_features: HashMap<String, FeatureJson>,
-    pub output_features: HashMap<String, FeatureJson>,
+    pub(crate) kind: String,
+    pub(crate) chunk_size: usize,
+    pub(crate) max_state_dim: usize,
+    pub(crate) max_action_dim: usize,
+    pub(crate) num_inference_steps: usize,
+    pub(crate) min_period: f64,
+    pub(crate) max_period: f64,
+    pub(crate) tokenizer_max_length: Option<usize>,
+    pub(crate) image_resolution: [usize; 2],
+    pub(crate) input_features: HashMap<String, FeatureJson>,
+    pub(crate) output_features: HashMap<String, FeatureJson>,
     /// The model's cameras (`observation.images.<name>`, VISUAL) in the file's order, which is
     /// the order lerobot feeds them to the model in.
-    pub camera_names: Vec<String>,
+    pub(crate) camera_names: Vec<String>,
     /// Whether these came from a `config.json` (a bare `.safetensors` has none: the robot's
     /// state and action widths are then unknown).
-    pub from_file: bool,
+    pub(crate) from_file: bool,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct FeatureJson {
     #[serde(rename = "type")]
-    pub kind: String,
-    pub shape: Vec<usize>,
+    pub(crate) kind: String,
+    pub(crate) shape: Vec<usize>,
 }
 
 impl Default for PolicyConfigJson {
@@ -150,7 +150,7 @@ fn at_least_1(path: &Path, name: &str, v: usize) -> Result<usize, CheckpointErro
 impl PolicyConfigJson {
     /// Reads `config.json`'s text: malformed JSON, a field of the wrong type and a value no
     /// model can have are each refused naming the file and the field.
-    pub fn parse(path: &Path, text: &str) -> Result<PolicyConfigJson, CheckpointError> {
+    pub(crate) fn parse(path: &Path, text: &str) -> Result<PolicyConfigJson, CheckpointError> {
         let obj = parse_object(path, text)?;
         let d = PolicyConfigJson::default();
         let c = PolicyConfigJson {
@@ -209,7 +209,7 @@ impl PolicyConfigJson {
     }
 
     /// The robot's width of feature `key` (`observation.state`, `action`) in `features`.
-    pub fn feature_width(features: &HashMap<String, FeatureJson>, key: &str) -> Option<usize> {
+    pub(crate) fn feature_width(features: &HashMap<String, FeatureJson>, key: &str) -> Option<usize> {
         features.get(key).and_then(|f| f.shape.first().copied())
     }
 }
@@ -217,17 +217,17 @@ impl PolicyConfigJson {
 /// Head counts that tensor shapes cannot tell (`--arch FILE`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArchOverrides {
-    pub vision_heads: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
+    pub(crate) vision_heads: usize,
+    pub(crate) heads: usize,
+    pub(crate) kv_heads: usize,
+    pub(crate) head_dim: usize,
 }
 
 const ARCH_FIELDS: [&str; 4] = ["vision_heads", "heads", "kv_heads", "head_dim"];
 
 impl ArchOverrides {
     /// The real pi0 / pi0.5 values.
-    pub const PI0: ArchOverrides = ArchOverrides {
+    pub(crate) const PI0: ArchOverrides = ArchOverrides {
         vision_heads: 16,
         heads: 8,
         kv_heads: 1,
@@ -240,7 +240,7 @@ impl ArchOverrides {
     }
 
     /// `{"vision_heads", "heads", "kv_heads", "head_dim"}`, each at least 1, nothing else.
-    pub fn parse(path: &Path, text: &str) -> Result<ArchOverrides, CheckpointError> {
+    pub(crate) fn parse(path: &Path, text: &str) -> Result<ArchOverrides, CheckpointError> {
         let obj = parse_object(path, text)?;
         if let Some(unknown) = obj.keys().find(|k| !ARCH_FIELDS.contains(&k.as_str())) {
             return Err(value_err(

@@ -102,7 +102,7 @@ fn usizes(v: &Value) -> Option<Vec<usize>> {
 
 /// Checks the header of the safetensors file `bytes`: every entry well formed, its offsets
 /// inside the data and sized for its dtype and shape, no two overlapping, no byte left over.
-pub fn check(bytes: &[u8]) -> Result<(), HeaderError> {
+pub(crate) fn check(bytes: &[u8]) -> Result<(), HeaderError> {
     let len = bytes.len();
     let Some(head) = bytes.get(..LEN_BYTES) else {
         return Err(HeaderError::TooShort { len });

@@ -16,13 +16,13 @@ use super::tensorfile::{write_f32, TensorFile, TensorFileError};
 )]
 pub struct NonFiniteActions {
     pub batch: usize,
-    pub step: usize,
-    pub dim: usize,
-    pub value: f32,
+    pub(crate) step: usize,
+    pub(crate) dim: usize,
+    pub(crate) value: f32,
 }
 
 /// Refuses `actions` (`[batch, chunk, action_dim]`) holding a NaN or an infinity.
-pub fn check_actions(
+pub(crate) fn check_actions(
     actions: &[f32],
     chunk: usize,
     action_dim: usize,
@@ -46,9 +46,9 @@ pub fn check_actions(
 #[derive(Debug, thiserror::Error)]
 #[error("real-time chunking, batch element {batch}")]
 pub struct RtcBatchError {
-    pub batch: usize,
+    pub(crate) batch: usize,
     #[source]
-    pub source: crate::policy::rtc::RtcError,
+    pub(crate) source: crate::policy::rtc::RtcError,
 }
 
 /// What `pi0d infer`'s library half can fail with beyond reading its files.
@@ -131,7 +131,7 @@ fn ms_since(t: std::time::Instant) -> f64 {
 /// The inputs file decoded for a model: per batch element, borrowed slices.
 pub struct Batch {
     pub batch: usize,
-    pub cameras: usize,
+    pub(crate) cameras: usize,
     images: Vec<Vec<f32>>,
     image_masks: Vec<Vec<bool>>,
     tokens: Vec<i64>,
@@ -280,7 +280,7 @@ impl Batch {
     }
 
     /// Per batch element, its RTC inputs (empty without them).
-    pub fn rtc_prefixes(&self) -> &[RtcPrefix] {
+    pub(crate) fn rtc_prefixes(&self) -> &[RtcPrefix] {
         &self.rtc
     }
 

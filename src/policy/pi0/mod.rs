@@ -1,13 +1,13 @@
 //! pi0 / pi0.5 on the CPU, numerically matching lerobot (see `tests/it/pi0_golden.rs`).
 
-pub mod arch;
-pub mod checkpoint;
-pub mod config_json;
-pub mod header;
+pub(crate) mod arch;
+pub(crate) mod checkpoint;
+pub(crate) mod config_json;
+pub(crate) mod header;
 pub mod infer;
-pub mod model;
-pub mod normalize;
-pub mod ops;
+pub(crate) mod model;
+pub(crate) mod normalize;
+pub(crate) mod ops;
 pub mod pipeline;
 pub mod preprocess;
 pub mod tensorfile;

@@ -70,35 +70,35 @@ pub struct Pi0Model {
     max_period: f64,
     threads: usize,
     /// The longest prompt the model takes (`prompt_len`).
-    pub max_tokens: usize,
+    pub(crate) max_tokens: usize,
 }
 
 /// The prefix's per-layer keys and values (post-RoPE) and its pad mask.
 pub struct KvCache {
-    pub k: Vec<Vec<f32>>,
-    pub v: Vec<Vec<f32>>,
-    pub pad: Vec<bool>,
+    pub(crate) k: Vec<Vec<f32>>,
+    pub(crate) v: Vec<Vec<f32>>,
+    pub(crate) pad: Vec<bool>,
 }
 
 /// One batch element's model inputs (already preprocessed).
 pub struct Pi0Input<'a> {
     /// Per camera: `[3, H, W]` in [-1, 1].
-    pub images: Vec<&'a [f32]>,
-    pub image_masks: Vec<bool>,
-    pub tokens: &'a [i64],
-    pub token_masks: &'a [bool],
+    pub(crate) images: Vec<&'a [f32]>,
+    pub(crate) image_masks: Vec<bool>,
+    pub(crate) tokens: &'a [i64],
+    pub(crate) token_masks: &'a [bool],
     /// Normalized state padded to `state_dim` (unused by pi0.5, whose state is in the prompt).
     pub state: &'a [f32],
     /// `[chunk, action_dim]` initial noise.
     pub noise: &'a [f32],
     /// Real-time chunking: pull the chunk's first steps towards the running chunk's leftover.
-    pub guidance: Option<&'a Guidance>,
+    pub(crate) guidance: Option<&'a Guidance>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Timing {
-    pub prefix_ms: f64,
-    pub steps_ms: f64,
+    pub(crate) prefix_ms: f64,
+    pub(crate) steps_ms: f64,
 }
 
 fn load_gemma(
@@ -243,7 +243,7 @@ impl Pi0Model {
     /// One batch element's prompt (`[seq]` ids): at most `max_tokens`, every id in the
     /// vocabulary. `prefix` does not check (it clamps, so it cannot index past the table):
     /// whoever takes tokens from outside checks them here first.
-    pub fn check_tokens(&self, tokens: &[i64]) -> Result<(), TokenError> {
+    pub(crate) fn check_tokens(&self, tokens: &[i64]) -> Result<(), TokenError> {
         if tokens.len() > self.max_tokens {
             return Err(TokenError::TooMany {
                 found: tokens.len(),
@@ -525,7 +525,7 @@ impl Pi0Model {
 
     /// As `prepare_steps` for `batch` observations whose prefixes lie side by side in `cache`
     /// (equal lengths); their suffixes follow them in the same order.
-    pub fn prepare_batch_steps(&self, cache: &KvCache, batch: usize, ws: &mut Workspace) {
+    pub(crate) fn prepare_batch_steps(&self, cache: &KvCache, batch: usize, ws: &mut Workspace) {
         let a = &self.arch;
         let kvd = a.kv_heads * a.head_dim;
         let n = self.suffix_len();
@@ -575,7 +575,7 @@ impl Pi0Model {
     /// observation, `x_t` and `velocity` `[batch, chunk, action_dim]`. Every row of every
     /// layer's products is one observation's; attention keeps each to its own prefix and
     /// suffix, so each element gets what it gets alone.
-    pub fn denoise_batch_step(
+    pub(crate) fn denoise_batch_step(
         &self,
         cache: &KvCache,
         states: &[&[f32]],
@@ -687,13 +687,13 @@ impl Pi0Model {
     }
 
     /// Full inference for one batch element: `[chunk, action_dim]` actions (normalized space).
-    pub fn sample_actions(&self, input: &Pi0Input) -> (Vec<f32>, Timing) {
+    pub(crate) fn sample_actions(&self, input: &Pi0Input) -> (Vec<f32>, Timing) {
         let mut ws = Workspace::default();
         self.sample_actions_with(input, &mut ws)
     }
 
     /// As `sample_actions`, reusing `ws`: the denoising loop allocates nothing.
-    pub fn sample_actions_with(&self, input: &Pi0Input, ws: &mut Workspace) -> (Vec<f32>, Timing) {
+    pub(crate) fn sample_actions_with(&self, input: &Pi0Input, ws: &mut Workspace) -> (Vec<f32>, Timing) {
         let started = std::time::Instant::now();
         let cache = self.prefix(input);
         self.prepare_steps(&cache, ws);
@@ -744,7 +744,7 @@ struct Segments {
 
 /// Scratch of one decoder layer, grown to the largest size seen and then reused.
 #[derive(Default)]
-pub struct LayerScratch {
+pub(crate) struct LayerScratch {
     normed: Vec<f32>,
     q: Vec<f32>,
     k: Vec<f32>,

@@ -12,7 +12,7 @@ use super::checkpoint::{parse_safetensors, read_text, regular_file, CheckpointEr
 use super::config_json::parse_object;
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum Normalization {
+pub(crate) enum Normalization {
     Identity,
     /// `(x - mean) / (std + eps)`, inverse `x * (std + inverse_eps) + mean` (lerobot: no eps in
     /// the inverse; openpi: 1e-6 on both sides).
@@ -50,7 +50,7 @@ fn pairs<'a>(
 }
 
 impl Normalization {
-    pub fn normalize(&self, x: &mut [f32]) {
+    pub(crate) fn normalize(&self, x: &mut [f32]) {
         match self {
             Normalization::Identity => {}
             Normalization::MeanStd { mean, std, eps, .. } => {
@@ -86,7 +86,7 @@ impl Normalization {
         }
     }
 
-    pub fn unnormalize(&self, x: &mut [f32]) {
+    pub(crate) fn unnormalize(&self, x: &mut [f32]) {
         match self {
             Normalization::Identity => {}
             Normalization::MeanStd {
@@ -187,18 +187,18 @@ impl Normalization {
 
 /// How the checkpoint normalizes its state input and unnormalizes its action output.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Normalizer {
-    pub state: Normalization,
-    pub action: Normalization,
+pub(crate) struct Normalizer {
+    pub(crate) state: Normalization,
+    pub(crate) action: Normalization,
 }
 
 /// The robot's state and action widths the stats must cover, and where they come from (for
 /// messages: "the state width, from config.json").
 #[derive(Clone, Debug, PartialEq)]
-pub struct Widths {
-    pub state: usize,
-    pub action: usize,
-    pub source: String,
+pub(crate) struct Widths {
+    pub(crate) state: usize,
+    pub(crate) action: usize,
+    pub(crate) source: String,
 }
 
 fn err(path: &Path, message: impl std::fmt::Display) -> CheckpointError {
@@ -427,7 +427,7 @@ impl Normalizer {
     /// `norm_stats.json`. `default_mode` is used with openpi stats ("MEAN_STD" for pi0,
     /// "QUANTILES" for pi0.5). Every stat is checked to cover `widths` (state stats the state
     /// width, action stats the action width): a shorter one would leave joints unnormalized.
-    pub fn load(
+    pub(crate) fn load(
         dir: &Path,
         default_mode: &str,
         widths: &Widths,

@@ -6,20 +6,20 @@ use super::packed::{PackedMatrix, Storage};
 use super::vecmath::softmax_in_place;
 
 /// The additive attention mask value openpi and lerobot use for masked positions.
-pub const MASK_VALUE: f32 = -2.381_976_3e38;
+pub(crate) const MASK_VALUE: f32 = -2.381_976_3e38;
 
 /// `y = x W^T + b`, with PyTorch's `[out, in]` weight layout, the weight packed for the CPU's
 /// matmul kernel when loaded.
-pub struct Linear {
-    pub w: PackedMatrix,
-    pub b: Option<Vec<f32>>,
-    pub out_dim: usize,
-    pub in_dim: usize,
-    pub dtype: WeightDtype,
+pub(crate) struct Linear {
+    pub(crate) w: PackedMatrix,
+    pub(crate) b: Option<Vec<f32>>,
+    pub(crate) out_dim: usize,
+    pub(crate) in_dim: usize,
+    pub(crate) dtype: WeightDtype,
 }
 
 impl Linear {
-    pub fn load(
+    pub(crate) fn load(
         ck: &Checkpoint,
         names: &[&str],
         out_dim: usize,
@@ -41,7 +41,7 @@ impl Linear {
 
     /// From a weight tensor (`[out_dim, in_dim]` values, any shape) and an optional bias. The
     /// checkpoint's pages of the weight are released once packed: the packed copy replaces them.
-    pub fn new(w: Tensor, b: Option<Vec<f32>>, out_dim: usize, in_dim: usize) -> Linear {
+    pub(crate) fn new(w: Tensor, b: Option<Vec<f32>>, out_dim: usize, in_dim: usize) -> Linear {
         // Kept in the checkpoint's own width: bf16/f16 weights take half the memory of f32.
         let storage = match w.dtype {
             WeightDtype::F32 => Storage::F32,
@@ -60,7 +60,7 @@ impl Linear {
     }
 
     /// `out[rows, out_dim] = x[rows, in_dim] W^T (+ b)`, on up to `threads` threads.
-    pub fn forward(&self, x: &[f32], rows: usize, out: &mut [f32], threads: usize) {
+    pub(crate) fn forward(&self, x: &[f32], rows: usize, out: &mut [f32], threads: usize) {
         debug_assert!(x.len() >= rows * self.in_dim && out.len() >= rows * self.out_dim);
         self.w.matmul(x, rows, out, threads);
         if let Some(b) = &self.b {
@@ -72,7 +72,7 @@ impl Linear {
         }
     }
 
-    pub fn apply(&self, x: &[f32], rows: usize, threads: usize) -> Vec<f32> {
+    pub(crate) fn apply(&self, x: &[f32], rows: usize, threads: usize) -> Vec<f32> {
         let mut out = vec![0.0; rows * self.out_dim];
         self.forward(x, rows, &mut out, threads);
         out
@@ -80,14 +80,14 @@ impl Linear {
 }
 
 /// SigLIP LayerNorm (biased variance, affine).
-pub struct LayerNorm {
-    pub w: Vec<f32>,
-    pub b: Vec<f32>,
-    pub eps: f32,
+pub(crate) struct LayerNorm {
+    pub(crate) w: Vec<f32>,
+    pub(crate) b: Vec<f32>,
+    pub(crate) eps: f32,
 }
 
 impl LayerNorm {
-    pub fn load(ck: &Checkpoint, name: &str, dim: usize) -> Result<LayerNorm, CheckpointError> {
+    pub(crate) fn load(ck: &Checkpoint, name: &str, dim: usize) -> Result<LayerNorm, CheckpointError> {
         Ok(LayerNorm {
             w: ck.take(&[&format!("{name}.weight")], &[dim])?.data.to_vec(),
             b: ck.take(&[&format!("{name}.bias")], &[dim])?.data.to_vec(),
@@ -95,7 +95,7 @@ impl LayerNorm {
         })
     }
 
-    pub fn forward(&self, x: &[f32], out: &mut [f32]) {
+    pub(crate) fn forward(&self, x: &[f32], out: &mut [f32]) {
         let d = self.w.len();
         for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
             let mean = xr.iter().sum::<f32>() / d as f32;
@@ -110,17 +110,17 @@ impl LayerNorm {
 
 /// Gemma RMSNorm `x * rsqrt(mean(x²) + eps) * (1 + w)`, or pi0.5's adaptive form where a dense
 /// layer of the condition gives scale, shift and a residual gate.
-pub enum Norm {
+pub(crate) enum Norm {
     Rms(Vec<f32>),
     Adaptive(Linear),
 }
 
-pub const RMS_EPS: f32 = 1e-6;
+pub(crate) const RMS_EPS: f32 = 1e-6;
 
 impl Norm {
     /// Normalizes rows of `x` into `out`; for the adaptive form `modulation` is `dense(cond)`
     /// (`[scale | shift | gate]`, 3 x dim).
-    pub fn forward(&self, x: &[f32], out: &mut [f32], modulation: Option<&[f32]>) {
+    pub(crate) fn forward(&self, x: &[f32], out: &mut [f32], modulation: Option<&[f32]>) {
         let dim = match self {
             Norm::Rms(w) => w.len(),
             Norm::Adaptive(l) => l.out_dim / 3,
@@ -145,7 +145,7 @@ impl Norm {
         }
     }
 
-    pub fn dense(&self) -> Option<&Linear> {
+    pub(crate) fn dense(&self) -> Option<&Linear> {
         match self {
             Norm::Adaptive(l) => Some(l),
             Norm::Rms(_) => None,
@@ -155,7 +155,7 @@ impl Norm {
 
 /// Sine-cosine embedding of the flow time `t` into `out` (`[sin | cos]`, its length the
 /// expert width), computed in f64 from the f32 time and cast to f32, as lerobot does.
-pub fn time_embedding(t: f32, min_period: f64, max_period: f64, out: &mut [f32]) {
+pub(crate) fn time_embedding(t: f32, min_period: f64, max_period: f64, out: &mut [f32]) {
     let half = out.len() / 2;
     for j in 0..half {
         let fraction = if half > 1 {
@@ -172,12 +172,12 @@ pub fn time_embedding(t: f32, min_period: f64, max_period: f64, out: &mut [f32])
 
 /// Rotary embedding tables (`rotate_half` convention, base 10000), as transformers computes
 /// them in f32 for integer positions.
-pub struct Rope {
+pub(crate) struct Rope {
     inv_freq: Vec<f32>,
 }
 
 impl Rope {
-    pub fn new(head_dim: usize) -> Rope {
+    pub(crate) fn new(head_dim: usize) -> Rope {
         let inv_freq = (0..head_dim / 2)
             .map(|i| 1.0 / 10000f32.powf((2 * i) as f32 / head_dim as f32))
             .collect();
@@ -185,13 +185,13 @@ impl Rope {
     }
 
     /// `(cos, sin)` of the rotation angle for frequency `i` at `pos` (each used for both halves).
-    pub fn cos_sin(&self, pos: i64, i: usize) -> (f32, f32) {
+    pub(crate) fn cos_sin(&self, pos: i64, i: usize) -> (f32, f32) {
         let (sin, cos) = (pos as f32 * self.inv_freq[i]).sin_cos();
         (cos, sin)
     }
 
     /// Rotates each `head_dim` slice of `x` (rows of `heads * head_dim`) by its row's position.
-    pub fn apply(&self, x: &mut [f32], positions: &[i64], heads: usize) {
+    pub(crate) fn apply(&self, x: &mut [f32], positions: &[i64], heads: usize) {
         let half = self.inv_freq.len();
         let hd = 2 * half;
         for (row, &pos) in x.chunks_exact_mut(heads * hd).zip(positions) {
@@ -214,7 +214,7 @@ const SCORES_CAP: usize = 1 << 20;
 
 /// Scratch of `attention`, grown on first use and then reused.
 #[derive(Default)]
-pub struct AttentionScratch {
+pub(crate) struct AttentionScratch {
     scores: Vec<f32>,
     mask: Vec<f32>,
     keys: PackedMatrix,
@@ -225,7 +225,7 @@ pub struct AttentionScratch {
 /// `[t, kv_heads*hd]`; `allowed(i, j)` says whether query `i` may see key `j` (others get the
 /// additive mask value, as lerobot does). Softmax in f32. Writes `[s, heads*hd]`.
 #[allow(clippy::too_many_arguments)]
-pub fn attention(
+pub(crate) fn attention(
     q: &[f32],
     k: &[f32],
     v: &[f32],
@@ -288,7 +288,7 @@ pub fn attention(
 }
 
 /// `v[..len]`, growing `v` first if it is shorter (the only allocation, on first use).
-pub fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+pub(crate) fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
     if v.len() < len {
         v.resize(len, 0.0);
     }

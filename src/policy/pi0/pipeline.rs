@@ -73,7 +73,7 @@ impl PipelineError {
 }
 
 /// `e` and its sources, as `{:#}` shows them (for callers that keep only a string).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut next = e.source();
     while let Some(c) = next {
@@ -93,10 +93,10 @@ pub struct PipelineOptions {
     pub backend: BackendOptions,
 }
 
-pub use crate::config::BackendOptions;
+pub use crate::config::policy::BackendOptions;
 
 /// The model stage of the pipeline.
-pub enum Backend {
+pub(crate) enum Backend {
     Cpu {
         model: Box<Pi0Model>,
         workspace: Box<Workspace>,
@@ -106,7 +106,7 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Backend::Cpu { .. } => "cpu",
             Backend::Graph(name, _) => name,
@@ -116,8 +116,8 @@ impl Backend {
 
 pub struct Pi0Pipeline {
     /// The model's sizes (read from the checkpoint whatever the backend).
-    pub arch: Arch,
-    pub backend: Backend,
+    pub(crate) arch: Arch,
+    pub(crate) backend: Backend,
     normalizer: Normalizer,
     tokenizer: Tokenizer,
     max_tokens: usize,
@@ -133,13 +133,13 @@ pub struct Pi0Pipeline {
     camera_slots: Vec<Option<usize>>,
     /// Where `state_dim` and `action_dim` come from ("from DIR/config.json", or the model's
     /// padded width for a bare safetensors file), for messages about them.
-    pub width_source: String,
+    pub(crate) width_source: String,
     /// The latest `run`'s stages.
-    pub last_stages: StageTiming,
+    pub(crate) last_stages: StageTiming,
 }
 
 /// pi0.5's state discretization: 256 bins over [-1, 1] (numpy `digitize(x, linspace(-1,1,257)[:-1]) - 1`).
-pub fn discretize(x: f32) -> i32 {
+pub(crate) fn discretize(x: f32) -> i32 {
     let x = x as f64;
     let below = (0..256)
         .filter(|i| -1.0 + 2.0 * *i as f64 / 256.0 <= x)
@@ -148,7 +148,7 @@ pub fn discretize(x: f32) -> i32 {
 }
 
 /// pi0.5's prompt with the discretized, normalized state.
-pub fn pi05_prompt(task: &str, normalized_state: &[f32]) -> String {
+pub(crate) fn pi05_prompt(task: &str, normalized_state: &[f32]) -> String {
     let cleaned = task.trim().replace(['_', '\n'], " ");
     let state: Vec<String> = normalized_state
         .iter()
@@ -410,7 +410,7 @@ impl Pi0Pipeline {
 
     /// Real-time chunking's guidance for `prefix` (robot units, the checkpoint's action
     /// order): normalized as the model's actions are, padded to its width.
-    pub fn guidance(
+    pub(crate) fn guidance(
         &self,
         settings: RtcSettings,
         prefix: &ChunkPrefix,
@@ -452,7 +452,7 @@ impl Pi0Pipeline {
     }
 
     /// `run`, with real-time chunking's guidance when given (`guidance`).
-    pub fn run_guided(
+    pub(crate) fn run_guided(
         &mut self,
         frames: &[Option<&CameraFrame>],
         state: &[f32],
@@ -720,16 +720,16 @@ fn sample_graphs(
 }
 
 /// One observation's actions `[chunk][action_dim]` and the model's timing, or why not.
-pub type Outcome = Result<(Vec<Vec<f32>>, Timing), PipelineError>;
+pub(crate) type Outcome = Result<(Vec<Vec<f32>>, Timing), PipelineError>;
 
 /// One observation of a batch (`Pi0Pipeline::run_batch`).
 pub struct BatchItem<'a> {
-    pub frames: &'a [Option<&'a CameraFrame>],
-    pub state: &'a [f32],
-    pub task: &'a str,
-    pub noise: &'a [f32],
+    pub(crate) frames: &'a [Option<&'a CameraFrame>],
+    pub(crate) state: &'a [f32],
+    pub(crate) task: &'a str,
+    pub(crate) noise: &'a [f32],
     /// Real-time chunking, when the request carries a leftover.
-    pub guidance: Option<&'a Guidance>,
+    pub(crate) guidance: Option<&'a Guidance>,
 }
 
 /// One observation's model inputs, owned.
@@ -757,7 +757,7 @@ impl Prepared {
 }
 
 /// pi0 as the daemon's policy: samples fresh noise for every chunk.
-pub struct Pi0Policy {
+pub(crate) struct Pi0Policy {
     pipeline: Pi0Pipeline,
     rng: rand::rngs::StdRng,
     step_period_s: f64,
@@ -766,7 +766,7 @@ pub struct Pi0Policy {
 }
 
 impl Pi0Policy {
-    pub fn new(pipeline: Pi0Pipeline, step_period_s: f64, seed: u64) -> Pi0Policy {
+    pub(crate) fn new(pipeline: Pi0Pipeline, step_period_s: f64, seed: u64) -> Pi0Policy {
         Pi0Policy {
             pipeline,
             rng: rand::rngs::StdRng::seed_from_u64(seed),
@@ -775,7 +775,7 @@ impl Pi0Policy {
         }
     }
 
-    pub fn with_rtc(mut self, rtc: Option<RtcSettings>) -> Pi0Policy {
+    pub(crate) fn with_rtc(mut self, rtc: Option<RtcSettings>) -> Pi0Policy {
         self.rtc = rtc;
         self
     }

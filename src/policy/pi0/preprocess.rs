@@ -7,11 +7,11 @@ use crate::observation::{CameraFrame, PixelFormat};
 
 #[derive(Debug, thiserror::Error)]
 #[error("camera frame: {0}")]
-pub struct FrameError(pub String);
+pub struct FrameError(pub(crate) String);
 
 /// The largest frame side taken: far above any camera's (8K is 7680 wide), small enough that
 /// the float copies of a frame cannot overflow a size or exhaust memory.
-pub const MAX_FRAME_SIDE: u32 = 16384;
+pub(crate) const MAX_FRAME_SIDE: u32 = 16384;
 
 fn channels(format: PixelFormat) -> usize {
     match format {
@@ -34,7 +34,7 @@ fn check_size(w: u32, h: u32) -> Result<(), FrameError> {
 }
 
 /// `[3, h, w]` floats in [0,1] from an 8-bit frame.
-pub fn frame_to_chw(frame: &CameraFrame) -> Result<Vec<f32>, FrameError> {
+pub(crate) fn frame_to_chw(frame: &CameraFrame) -> Result<Vec<f32>, FrameError> {
     check_size(frame.width, frame.height)?;
     let (w, h) = (frame.width as usize, frame.height as usize);
     let channels = channels(frame.format);

@@ -42,7 +42,7 @@ pub enum TensorFileError {
 
 impl TensorFileError {
     /// The file's fault (exit 1), not the machine's: everything but a failed write.
-    pub fn is_input_error(&self) -> bool {
+    pub(crate) fn is_input_error(&self) -> bool {
         !matches!(self, TensorFileError::Write { .. })
     }
 }
@@ -62,7 +62,7 @@ pub struct NamedTensor {
 }
 
 pub struct TensorFile {
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     pub tensors: HashMap<String, NamedTensor>,
 }
 
@@ -195,7 +195,7 @@ impl TensorFile {
         }
     }
 
-    pub fn mask(&self, name: &str, shape: &[Option<usize>]) -> Result<Vec<bool>, TensorFileError> {
+    pub(crate) fn mask(&self, name: &str, shape: &[Option<usize>]) -> Result<Vec<bool>, TensorFileError> {
         let t = self.get(name)?;
         self.check_shape(name, t, shape)?;
         match &t.values {
@@ -207,7 +207,7 @@ impl TensorFile {
 }
 
 /// Writes f32 tensors to a safetensors file.
-pub fn write_f32(
+pub(crate) fn write_f32(
     path: &Path,
     tensors: &[(&str, Vec<usize>, &[f32])],
 ) -> Result<(), TensorFileError> {

@@ -8,7 +8,7 @@ use super::*;
 impl<'a> Pi0GraphBuilder<'a> {
     /// The denoise graph: one Euler step, or all of them with `unroll` (and with `rtc`, each
     /// step guided by the inputs `rtc_*`; zero weights give the plain steps).
-    pub fn denoise_graph(&self, unroll: bool, rtc: bool) -> GraphBuilder<'a> {
+    pub(crate) fn denoise_graph(&self, unroll: bool, rtc: bool) -> GraphBuilder<'a> {
         let a = &self.arch;
         let b = self.sizes.batch;
         let ct = self.ct();

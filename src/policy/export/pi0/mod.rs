@@ -31,7 +31,7 @@ pub enum ExportDtype {
 }
 
 impl ExportDtype {
-    pub fn parse(s: &str) -> Option<ExportDtype> {
+    pub(crate) fn parse(s: &str) -> Option<ExportDtype> {
         match s {
             "f32" | "float32" => Some(ExportDtype::F32),
             "f16" | "float16" => Some(ExportDtype::F16),
@@ -40,7 +40,7 @@ impl ExportDtype {
         }
     }
 
-    pub fn storage(self) -> i32 {
+    pub(crate) fn storage(self) -> i32 {
         match self {
             ExportDtype::F32 => data_type::FLOAT,
             ExportDtype::F16 => data_type::FLOAT16,
@@ -48,7 +48,7 @@ impl ExportDtype {
         }
     }
 
-    pub fn compute(self) -> i32 {
+    pub(crate) fn compute(self) -> i32 {
         match self {
             ExportDtype::F16 => data_type::FLOAT16,
             _ => data_type::FLOAT,
@@ -58,7 +58,7 @@ impl ExportDtype {
     /// The additive attention-mask value fed in the bias tables: lerobot's for f32 compute, and
     /// for f16 one that stays finite in f16 even with a score added (a `-inf` row would turn a
     /// fully masked softmax into NaN on runtimes that compute it in f16).
-    pub fn mask_value(self) -> f32 {
+    pub(crate) fn mask_value(self) -> f32 {
         match self {
             ExportDtype::F16 => -30000.0,
             _ => crate::policy::pi0::ops::MASK_VALUE,
@@ -68,55 +68,55 @@ impl ExportDtype {
 
 /// Static sizes the graphs are built for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GraphSizes {
-    pub batch: usize,
-    pub cameras: usize,
-    pub prompt_len: usize,
+pub(crate) struct GraphSizes {
+    pub(crate) batch: usize,
+    pub(crate) cameras: usize,
+    pub(crate) prompt_len: usize,
 }
 
 impl GraphSizes {
-    pub fn prefix_len(&self, a: &Arch) -> usize {
+    pub(crate) fn prefix_len(&self, a: &Arch) -> usize {
         self.cameras * a.tokens_per_image() + self.prompt_len
     }
 }
 
-pub fn suffix_len(a: &Arch) -> usize {
+pub(crate) fn suffix_len(a: &Arch) -> usize {
     a.chunk + usize::from(a.variant == Variant::Pi0)
 }
 
 /// Graph input and output names (shared with the runtimes through the manifest).
-pub mod names {
-    pub const LANG_TOKENS: &str = "lang_tokens";
-    pub const PREFIX_BIAS: &str = "prefix_bias";
-    pub const PREFIX_COS: &str = "prefix_cos";
-    pub const PREFIX_SIN: &str = "prefix_sin";
-    pub const KV_CACHE: &str = "kv_cache";
-    pub const STATE: &str = "state";
-    pub const X_T: &str = "x_t";
-    pub const TIME_EMB: &str = "time_emb";
-    pub const SUFFIX_BIAS: &str = "suffix_bias";
-    pub const SUFFIX_COS: &str = "suffix_cos";
-    pub const SUFFIX_SIN: &str = "suffix_sin";
-    pub const X_NEXT: &str = "x_next";
-    pub const NOISE: &str = "noise";
-    pub const ACTIONS: &str = "actions";
+pub(crate) mod names {
+    pub(crate) const LANG_TOKENS: &str = "lang_tokens";
+    pub(crate) const PREFIX_BIAS: &str = "prefix_bias";
+    pub(crate) const PREFIX_COS: &str = "prefix_cos";
+    pub(crate) const PREFIX_SIN: &str = "prefix_sin";
+    pub(crate) const KV_CACHE: &str = "kv_cache";
+    pub(crate) const STATE: &str = "state";
+    pub(crate) const X_T: &str = "x_t";
+    pub(crate) const TIME_EMB: &str = "time_emb";
+    pub(crate) const SUFFIX_BIAS: &str = "suffix_bias";
+    pub(crate) const SUFFIX_COS: &str = "suffix_cos";
+    pub(crate) const SUFFIX_SIN: &str = "suffix_sin";
+    pub(crate) const X_NEXT: &str = "x_next";
+    pub(crate) const NOISE: &str = "noise";
+    pub(crate) const ACTIONS: &str = "actions";
     /// Real-time chunking (`--rtc`): the leftover `[B, chunk, action_dim]`, its per-step
     /// weights `[B, chunk, 1]` and each Euler step's guidance weight `[steps]`.
-    pub const RTC_TARGET: &str = "rtc_target";
-    pub const RTC_WEIGHTS: &str = "rtc_weights";
-    pub const RTC_GUIDANCE: &str = "rtc_guidance";
+    pub(crate) const RTC_TARGET: &str = "rtc_target";
+    pub(crate) const RTC_WEIGHTS: &str = "rtc_weights";
+    pub(crate) const RTC_GUIDANCE: &str = "rtc_guidance";
 
-    pub fn image(i: usize) -> String {
+    pub(crate) fn image(i: usize) -> String {
         format!("image{i}")
     }
 }
 
 /// Builds the graphs of one checkpoint.
-pub struct Pi0GraphBuilder<'a> {
+pub(crate) struct Pi0GraphBuilder<'a> {
     ck: &'a Checkpoint,
-    pub arch: Arch,
-    pub dtype: ExportDtype,
-    pub sizes: GraphSizes,
+    pub(crate) arch: Arch,
+    pub(crate) dtype: ExportDtype,
+    pub(crate) sizes: GraphSizes,
 }
 
 /// The unrolled graph's real-time-chunking inputs (`names::RTC_*`).
@@ -141,7 +141,7 @@ enum NormKind {
 }
 
 impl<'a> Pi0GraphBuilder<'a> {
-    pub fn new(ck: &'a Checkpoint, arch: Arch, dtype: ExportDtype, sizes: GraphSizes) -> Self {
+    pub(crate) fn new(ck: &'a Checkpoint, arch: Arch, dtype: ExportDtype, sizes: GraphSizes) -> Self {
         Pi0GraphBuilder {
             ck,
             arch,

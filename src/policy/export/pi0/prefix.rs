@@ -6,7 +6,7 @@ use super::*;
 
 impl<'a> Pi0GraphBuilder<'a> {
     /// The prefix graph: images, tokens and tables -> KV cache.
-    pub fn prefix_graph(&self) -> GraphBuilder<'a> {
+    pub(crate) fn prefix_graph(&self) -> GraphBuilder<'a> {
         let a = &self.arch;
         let GraphSizes {
             batch: b,

@@ -43,7 +43,7 @@ const KNOWN: &[(i32, &str, &str)] = &[
 ];
 
 /// The name and a hint for `code`.
-pub fn describe(code: i32) -> (&'static str, &'static str) {
+pub(crate) fn describe(code: i32) -> (&'static str, &'static str) {
     if let Some((_, name, hint)) = KNOWN.iter().find(|(c, ..)| *c == code) {
         return (name, hint);
     }
@@ -62,7 +62,7 @@ pub fn describe(code: i32) -> (&'static str, &'static str) {
 
 /// `call` failed with `code`: a message with the code's name, its hint and, when AscendCL has
 /// one, its own last message.
-pub fn message(call: &str, code: i32, recent: Option<&str>) -> String {
+pub(crate) fn message(call: &str, code: i32, recent: Option<&str>) -> String {
     let (name, hint) = describe(code);
     let mut m = format!("{call} failed: {code} {name}: {hint}");
     if let Some(r) = recent.filter(|r| !r.trim().is_empty()) {

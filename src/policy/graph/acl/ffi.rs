@@ -10,24 +10,24 @@ use std::ffi::{c_char, c_void};
 use std::path::{Path, PathBuf};
 
 /// `aclError`.
-pub type AclError = i32;
+pub(crate) type AclError = i32;
 /// `aclrtContext`, `aclrtStream`: opaque handles.
-pub type Handle = *mut c_void;
+pub(crate) type Handle = *mut c_void;
 
 /// `aclrtMemMallocPolicy::ACL_MEM_MALLOC_HUGE_FIRST`.
-pub const ACL_MEM_MALLOC_HUGE_FIRST: i32 = 0;
+pub(crate) const ACL_MEM_MALLOC_HUGE_FIRST: i32 = 0;
 /// `aclrtMemcpyKind` values.
-pub const ACL_MEMCPY_HOST_TO_DEVICE: i32 = 1;
-pub const ACL_MEMCPY_DEVICE_TO_HOST: i32 = 2;
-pub const ACL_MEMCPY_DEVICE_TO_DEVICE: i32 = 3;
+pub(crate) const ACL_MEMCPY_HOST_TO_DEVICE: i32 = 1;
+pub(crate) const ACL_MEMCPY_DEVICE_TO_HOST: i32 = 2;
+pub(crate) const ACL_MEMCPY_DEVICE_TO_DEVICE: i32 = 3;
 
 macro_rules! acl_api {
     ($( $name:ident ( $($ty:ty),* ) -> $ret:ty; )*) => {
         /// AscendCL's entry points, resolved from the loaded library.
         #[allow(non_snake_case)]
-        pub struct AclApi {
-            $( pub $name: unsafe extern "C" fn($($ty),*) -> $ret, )*
-            pub path: PathBuf,
+        pub(crate) struct AclApi {
+            $( pub(crate) $name: unsafe extern "C" fn($($ty),*) -> $ret, )*
+            pub(crate) path: PathBuf,
             // Last: the library outlives every pointer taken from it.
             _lib: libloading::Library,
         }
@@ -35,7 +35,7 @@ macro_rules! acl_api {
         impl AclApi {
             /// Loads the library and resolves every entry point (all or nothing).
             #[allow(non_snake_case)]
-            pub fn load(path: &Path) -> Result<AclApi, LoadError> {
+            pub(crate) fn load(path: &Path) -> Result<AclApi, LoadError> {
                 // SAFETY: loading runs the library's initializers (CANN's runtime has no
                 // preconditions for that); each symbol is cast to the prototype CANN documents
                 // for it, which `DOCUMENTED_PROTOTYPES` and its test pin down.
@@ -61,7 +61,7 @@ macro_rules! acl_api {
         }
 
         /// `(name, Rust signature)` of every entry point, as declared above.
-        pub const RUST_SIGNATURES: &[(&str, &str)] = &[
+        pub(crate) const RUST_SIGNATURES: &[(&str, &str)] = &[
             $( (stringify!($name), stringify!(fn($($ty),*) -> $ret)), )*
         ];
     };
@@ -102,7 +102,7 @@ acl_api! {
 }
 
 /// The C prototypes, as CANN's AscendCL reference documents them.
-pub const DOCUMENTED_PROTOTYPES: &str = "
+pub(crate) const DOCUMENTED_PROTOTYPES: &str = "
 aclError aclInit(const char *configPath);
 aclError aclrtSetDevice(int32_t deviceId);
 aclError aclrtResetDevice(int32_t deviceId);
@@ -138,17 +138,17 @@ const char *aclGetRecentErrMsg();
 
 /// Where CANN installs the library, searched after `ASCEND_HOME_PATH` / `ASCEND_TOOLKIT_HOME`
 /// and the loader's own path.
-pub const DEFAULT_DIRS: &[&str] = &[
+pub(crate) const DEFAULT_DIRS: &[&str] = &[
     "/usr/local/Ascend/ascend-toolkit/latest/lib64",
     "/usr/local/Ascend/ascend-toolkit/latest/runtime/lib64",
     "/usr/local/Ascend/nnrt/latest/lib64",
     "/usr/local/Ascend/nnae/latest/lib64",
 ];
 
-pub const LIBRARY: &str = "libascendcl.so";
+pub(crate) const LIBRARY: &str = "libascendcl.so";
 
 /// Candidate paths for `libascendcl.so`, most specific first.
-pub fn candidates(explicit: Option<&Path>) -> Vec<PathBuf> {
+pub(crate) fn candidates(explicit: Option<&Path>) -> Vec<PathBuf> {
     if let Some(p) = explicit {
         return vec![p.to_path_buf()];
     }
@@ -187,7 +187,7 @@ pub enum LoadError {
 }
 
 /// Loads the first candidate that loads; the error lists every place looked at.
-pub fn load(explicit: Option<&Path>) -> Result<AclApi, LoadError> {
+pub(crate) fn load(explicit: Option<&Path>) -> Result<AclApi, LoadError> {
     let mut tried = Vec::new();
     for path in candidates(explicit) {
         match AclApi::load(&path) {
@@ -201,7 +201,7 @@ pub fn load(explicit: Option<&Path>) -> Result<AclApi, LoadError> {
 }
 
 /// Maps a C prototype's types onto the Rust types of the table (for the signature check).
-pub fn c_type_to_rust(c: &str) -> Option<&'static str> {
+pub(crate) fn c_type_to_rust(c: &str) -> Option<&'static str> {
     let c: String = c.split_whitespace().collect::<Vec<_>>().join(" ");
     Some(match c.as_str() {
         "aclError" => "AclError",
@@ -224,7 +224,7 @@ pub fn c_type_to_rust(c: &str) -> Option<&'static str> {
 
 /// `(name, Rust signature)` from a documented C prototype such as
 /// `aclError aclrtFree(void *devPtr);`.
-pub fn rust_signature_of(prototype: &str) -> Option<(String, String)> {
+pub(crate) fn rust_signature_of(prototype: &str) -> Option<(String, String)> {
     let p = prototype.trim().trim_end_matches(';');
     let open = p.find('(')?;
     let (head, args) = (&p[..open], p[open + 1..].trim_end_matches(')'));

@@ -7,9 +7,9 @@
 //! are queued on the stream back to back (the KV cache and `x` never leave the device), and one
 //! synchronization later the actions are read back.
 
-pub mod error;
-pub mod ffi;
-pub mod plan;
+pub(crate) mod error;
+pub(crate) mod ffi;
+pub(crate) mod plan;
 
 use std::ffi::{c_void, CStr, CString};
 use std::path::Path;
@@ -22,10 +22,10 @@ use super::{GraphError, GraphRuntime};
 use ffi::{AclApi, Handle};
 use plan::{BufferPlan, Execution, HostSource, ModelIo};
 
-pub use crate::config::AclOptions;
+pub(crate) use crate::config::AclOptions;
 
 /// The offline model ATC writes for an exported graph (`prefix.onnx` -> `prefix.om`).
-pub fn om_file(onnx_file: &str) -> String {
+pub(crate) fn om_file(onnx_file: &str) -> String {
     format!("{}.om", onnx_file.trim_end_matches(".onnx"))
 }
 
@@ -86,7 +86,7 @@ enum Request {
 
 type Reply = Result<Vec<f32>, GraphError>;
 
-pub struct AclRuntime {
+pub(crate) struct AclRuntime {
     requests: Option<mpsc::Sender<(Request, mpsc::Sender<Reply>)>>,
     thread: Option<JoinHandle<()>>,
     /// Denoise-graph runs per chunk (the steps when looped).
@@ -95,7 +95,7 @@ pub struct AclRuntime {
 
 impl AclRuntime {
     /// Starts the AscendCL thread and loads `prefix.om` and the denoise `.om` from `dir`.
-    pub fn load(dir: &Path, m: &Manifest, opts: &AclOptions) -> Result<AclRuntime, GraphError> {
+    pub(crate) fn load(dir: &Path, m: &Manifest, opts: &AclOptions) -> Result<AclRuntime, GraphError> {
         let plan = plan::plan(m)?;
         let runs = plan.denoise.len();
         let (tx, rx) = mpsc::channel::<(Request, mpsc::Sender<Reply>)>();

@@ -9,29 +9,29 @@ use crate::policy::graph::manifest::{IoSpec, Manifest};
 
 /// A device allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Buffer {
-    pub name: String,
-    pub bytes: usize,
+pub(crate) struct Buffer {
+    pub(crate) name: String,
+    pub(crate) bytes: usize,
 }
 
 /// A region of a buffer bound to a model input or output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Slot {
-    pub buffer: usize,
-    pub offset: usize,
-    pub bytes: usize,
+pub(crate) struct Slot {
+    pub(crate) buffer: usize,
+    pub(crate) offset: usize,
+    pub(crate) bytes: usize,
 }
 
 /// One model execution: its input and output slots in the model's order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Execution {
-    pub inputs: Vec<Slot>,
-    pub outputs: Vec<Slot>,
+pub(crate) struct Execution {
+    pub(crate) inputs: Vec<Slot>,
+    pub(crate) outputs: Vec<Slot>,
 }
 
 /// What the host writes into a buffer before a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HostSource {
+pub(crate) enum HostSource {
     Image(usize),
     Tokens,
     PrefixBias,
@@ -49,17 +49,17 @@ pub enum HostSource {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BufferPlan {
-    pub buffers: Vec<Buffer>,
-    pub prefix: Execution,
+pub(crate) struct BufferPlan {
+    pub(crate) buffers: Vec<Buffer>,
+    pub(crate) prefix: Execution,
     /// One per denoise-graph run: every step when looped, one when unrolled.
-    pub denoise: Vec<Execution>,
+    pub(crate) denoise: Vec<Execution>,
     /// Host data uploaded per observation, and where to.
-    pub uploads: Vec<(HostSource, usize)>,
+    pub(crate) uploads: Vec<(HostSource, usize)>,
     /// Where the actions are after the last run.
-    pub result: Slot,
+    pub(crate) result: Slot,
     /// Which of a denoise run's inputs is `x` (where a host-guided step writes its `x`).
-    pub x_input: usize,
+    pub(crate) x_input: usize,
 }
 
 /// Why the manifest's graphs (or a model compiled from them) cannot be bound.
@@ -113,7 +113,7 @@ pub enum PlanError {
 }
 
 /// Bytes of a tensor from its manifest entry.
-pub fn spec_bytes(s: &IoSpec) -> Result<usize, PlanError> {
+pub(crate) fn spec_bytes(s: &IoSpec) -> Result<usize, PlanError> {
     let size = match s.dtype.as_str() {
         "float32" | "int32" => 4,
         "float16" | "bfloat16" => 2,
@@ -181,7 +181,7 @@ impl Planner {
     }
 }
 
-pub fn plan(m: &Manifest) -> Result<BufferPlan, PlanError> {
+pub(crate) fn plan(m: &Manifest) -> Result<BufferPlan, PlanError> {
     let mut p = Planner {
         buffers: Vec::new(),
         uploads: Vec::new(),
@@ -298,15 +298,15 @@ pub fn plan(m: &Manifest) -> Result<BufferPlan, PlanError> {
 
 /// What a loaded offline model reports about its inputs and outputs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ModelIo {
+pub(crate) struct ModelIo {
     /// `(name if reported, bytes)`.
-    pub inputs: Vec<(Option<String>, usize)>,
-    pub outputs: Vec<(Option<String>, usize)>,
+    pub(crate) inputs: Vec<(Option<String>, usize)>,
+    pub(crate) outputs: Vec<(Option<String>, usize)>,
 }
 
 /// Checks a loaded model against the plan (a .om compiled from other graphs is refused before
 /// anything runs). ATC keeps input names; outputs are matched by size only.
-pub fn check_model(
+pub(crate) fn check_model(
     graph: &str,
     io: &ModelIo,
     exec: &Execution,

@@ -8,7 +8,7 @@ use crate::policy::rtc::Guidance;
 impl Pi0Model {
     /// `denoise` for observations side by side (`prepare_batch_steps`), each with its own
     /// real-time-chunking guidance or none.
-    pub fn denoise_batch(
+    pub(crate) fn denoise_batch(
         &self,
         cache: &KvCache,
         states: &[&[f32]],
@@ -40,7 +40,7 @@ impl Pi0Model {
     /// the weights are read once for all. Actions `[batch, chunk, action_dim]`, each as
     /// `sample_actions` gives it alone (to rounding). Prefixes of different lengths run one
     /// after another.
-    pub fn sample_actions_batch(
+    pub(crate) fn sample_actions_batch(
         &self,
         inputs: &[Pi0Input],
         ws: &mut Workspace,
