@@ -6,7 +6,7 @@
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())
@@ -27,7 +27,7 @@ pub struct Panic {
 
 /// Runs `f`, turning a panic into `Err(Panic)`; the panic hook stays quiet for it (the caller
 /// reports it, rate-limited).
-pub fn caught<R>(f: impl FnOnce() -> R) -> Result<R, Panic> {
+pub(crate) fn caught<R>(f: impl FnOnce() -> R) -> Result<R, Panic> {
     let was = HANDLED.with(|h| h.replace(true));
     let r = catch_unwind(AssertUnwindSafe(f)).map_err(|p| Panic {
         message: panic_message(p.as_ref()),

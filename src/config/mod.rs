@@ -29,13 +29,17 @@ use std::path::{Path, PathBuf};
 
 pub(crate) use check::{ConfigWarning, Origin, Origins};
 pub use commands::CommandGroup;
-pub use control::{ControlConfig, Interpolation, MergeMode};
-pub use openpi::{ExtraValue, OpenpiOptions};
+pub use control::{Interpolation, MergeMode};
+pub(crate) use control::{ControlConfig};
+pub use openpi::{OpenpiOptions};
+pub(crate) use openpi::{ExtraValue};
 pub use policy::{AclOptions, BackendOptions, ExecutionProvider, OnnxOptions, PolicySource};
 pub(crate) use policy::{FaultConfig, FaultKind, PolicyConfig};
-pub use realtime::RealtimeConfig;
-pub use ros::{CommandType, Middleware, RosConfig, RosQos, ServiceMappingKind, TopicQos};
-pub use rtc::{RtcConfig, RtcSettings, Schedule};
+pub(crate) use realtime::RealtimeConfig;
+pub use ros::{CommandType, Middleware};
+pub(crate) use ros::{RosConfig, RosQos, ServiceMappingKind, TopicQos};
+pub use rtc::{RtcSettings, Schedule};
+pub(crate) use rtc::{RtcConfig};
 pub(crate) use safety::SafetyConfig;
 pub(crate) use sim::{CameraConfig, SimConfig, SimEvent, SimEventKind};
 

@@ -55,7 +55,7 @@ pub enum ExecutionProvider {
     },
 }
 
-pub const CANN_PRECISION_MODES: &[&str] = &[
+pub(crate) const CANN_PRECISION_MODES: &[&str] = &[
     "force_fp32",
     "force_fp16",
     "allow_fp32_to_fp16",

@@ -12,14 +12,14 @@ use super::ConfigError;
 
 /// Reliability and keep-last depth of a topic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TopicQos {
+pub(crate) struct TopicQos {
     pub(crate) reliable: bool,
     pub(crate) depth: usize,
 }
 
 /// QoS per kind of topic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RosQos {
+pub(crate) struct RosQos {
     /// Joint states in (default best effort, keep last 1, as drivers publish them).
     pub(crate) joint_states: TopicQos,
     /// Camera frames in (default best effort, keep last 1).
@@ -45,7 +45,7 @@ pub enum Middleware {
 /// How requests and replies are laid on DDS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ServiceMappingKind {
+pub(crate) enum ServiceMappingKind {
     Basic,
     /// Fast DDS (the ROS 2 default RMW).
     Enhanced,

@@ -151,7 +151,7 @@ impl CommandOut {
 
 /// A drill for the control thread (`[[drill]]`), taken once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ControlDrill {
+pub(crate) enum ControlDrill {
     /// `crash_control`: the control thread panics.
     Crash,
     /// `stall_control`: it stops ticking this long.

@@ -7,5 +7,6 @@ pub(crate) mod latest;
 pub mod ros;
 pub(crate) mod sim;
 
-pub use board::{Blackboard, CommandOut, ControlDrill, RobotInputs, SupervisorFlags};
+pub use board::{Blackboard};
+pub(crate) use board::{CommandOut, ControlDrill, RobotInputs, SupervisorFlags};
 pub(crate) use latest::Latest;

@@ -15,7 +15,8 @@ pub mod msgpack_numpy;
 mod websocket;
 mod wire;
 
-pub use websocket::{LinkError, Websocket, MAX_CA_FILE_BYTES};
+pub use websocket::{Websocket};
+pub(crate) use websocket::{LinkError, MAX_CA_FILE_BYTES};
 
 /// Why an openpi policy cannot be built from its options.
 #[derive(Debug, thiserror::Error)]

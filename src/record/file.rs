@@ -53,7 +53,7 @@ struct Channels {
     cameras: Vec<u16>,
 }
 
-pub struct McapFile {
+pub(crate) struct McapFile {
     w: mcap::Writer<BufWriter<File>>,
     /// The same file, for its size.
     file: File,

@@ -32,7 +32,8 @@ use crate::safety::SafetyEvent;
 use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
 
-pub use file::{McapFile, Topics};
+pub use file::{Topics};
+pub(crate) use file::{McapFile};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {

@@ -13,5 +13,6 @@ pub(crate) mod validate;
 
 pub(crate) use governor::{Governor, GovernorReport, Target};
 pub(crate) use monitor::LimitMonitor;
-pub use state::{HoldReason, Mode, ModeKind, SafetyEvent, Waiting};
+pub use state::{HoldReason, Mode, SafetyEvent};
+pub(crate) use state::{ModeKind, Waiting};
 pub(crate) use supervisor::{Supervisor, Verdict};

@@ -121,7 +121,7 @@ named_enum! {
 named_enum! {
     /// A mode without its hold reason: the one name table for logs, the status line, the
     /// metrics and the live counter (`LiveStats::mode` holds its index in `ALL`).
-    pub enum ModeKind {
+    pub(crate) enum ModeKind {
         Starting => "starting",
         Running => "running",
         Holding => "holding",
@@ -160,7 +160,7 @@ impl SafetyEvent {
 /// What keeps the arm from running while it is starting or holding, for the status line, the
 /// diagnostics and the start timeout's message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Waiting {
+pub(crate) enum Waiting {
     /// Running (or stopping): nothing.
     Nothing,
     /// The joint state is older than its timeout (or never came).

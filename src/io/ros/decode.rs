@@ -9,7 +9,8 @@ use crate::joints::{JointMeasurement, JointVector};
 use crate::observation::{CameraFrame, PixelFormat};
 use crate::time::MonoTime;
 
-pub use super::timing::{ClockMap, LatencyWindow, SkewEstimator};
+pub use super::timing::{ClockMap};
+pub(crate) use super::timing::{LatencyWindow, SkewEstimator};
 
 /// Why an input was refused. Strings from the sender are kept short and escaped (see `shown`),
 /// so a reason is safe to log.

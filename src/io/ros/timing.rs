@@ -61,7 +61,7 @@ impl ClockMap {
 
 /// The last latencies of one input (seconds), summarized once a second for the diagnostics.
 /// Its buffer is sized once; recording allocates nothing.
-pub struct LatencyWindow {
+pub(crate) struct LatencyWindow {
     samples: std::collections::VecDeque<f64>,
     sorted: Vec<f64>,
 }
@@ -106,7 +106,7 @@ impl LatencyWindow {
 /// of samples is the offset plus the shortest transport delay. Far from zero, the sender's clock
 /// (or its stamping) is off, and the watchdogs, which trust capture stamps, will see its data as
 /// stale or from the future.
-pub struct SkewEstimator {
+pub(crate) struct SkewEstimator {
     window: usize,
     seen: usize,
     current_min: f64,

@@ -52,7 +52,7 @@ pub enum TokenError {
 }
 
 /// The first id of `tokens` outside `0..vocab`.
-pub fn check_vocabulary(tokens: &[i64], vocab: usize) -> Result<(), TokenError> {
+pub(crate) fn check_vocabulary(tokens: &[i64], vocab: usize) -> Result<(), TokenError> {
     match tokens
         .iter()
         .position(|&t| usize::try_from(t).map_or(true, |t| t >= vocab))

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 
-pub use super::config_json::{ArchOverrides, FeatureJson, PolicyConfigJson};
+pub use super::config_json::{ArchOverrides};
+pub(crate) use super::config_json::{FeatureJson, PolicyConfigJson};
 use super::header::HeaderError;
 
 /// Every way a checkpoint file can be wrong; each names the file (and the tensor, field or stat).

@@ -13,7 +13,7 @@ use super::checkpoint::CheckpointError;
 
 /// lerobot's `config.json` fields pi0d uses (the rest is ignored).
 #[derive(Clone, Debug, PartialEq)]
-pub struct PolicyConfigJson {
+pub(crate) struct PolicyConfigJson {
     pub(crate) kind: String,
     pub(crate) chunk_size: usize,
     pub(crate) max_state_dim: usize,
@@ -34,7 +34,7 @@ pub struct PolicyConfigJson {
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-pub struct FeatureJson {
+pub(crate) struct FeatureJson {
     #[serde(rename = "type")]
     pub(crate) kind: String,
     pub(crate) shape: Vec<usize>,

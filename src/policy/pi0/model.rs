@@ -2,7 +2,8 @@
 //! with the Gemma action expert attending to that cache layer by layer. Layer and tensor names
 //! follow the checkpoint; the math follows lerobot's `PI0Pytorch` / `PI05Pytorch`.
 
-pub use super::arch::{check_vocabulary, prompt_len, Arch, TokenError, Variant};
+pub use super::arch::{prompt_len, Variant};
+pub(crate) use super::arch::{check_vocabulary, Arch, TokenError};
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, MappedRows};
 use super::ops::{
     attention, grow, time_embedding, AttentionScratch, LayerNorm, Linear, Norm, Rope,
