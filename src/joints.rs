@@ -34,17 +34,11 @@ impl JointVector {
         v
     }
 
-    pub(crate) fn filled(len: usize, value: f64) -> JointVector {
-        let mut v = JointVector::zeros(len);
-        v.as_mut_slice().fill(value);
-        v
-    }
-
     pub fn len(&self) -> usize {
         self.len
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
@@ -104,7 +98,7 @@ impl Default for JointVector {
 pub struct MotionState {
     pub position: JointVector,
     pub velocity: JointVector,
-    pub(crate) acceleration: JointVector,
+    pub acceleration: JointVector,
 }
 
 impl MotionState {
@@ -145,12 +139,6 @@ impl ActionMap {
             joints[j] = action[k];
         }
     }
-
-    /// Gathers the policy's state vector (action order) from a joint vector.
-    pub(crate) fn gather(&self, joints: &JointVector, out: &mut Vec<f64>) {
-        out.clear();
-        out.extend(self.joint_of_action.iter().map(|&j| joints[j]));
-    }
 }
 
 /// Where one entry of the policy's state vector comes from.
@@ -175,10 +163,6 @@ pub(crate) struct StateLayout {
 impl StateLayout {
     pub(crate) fn len(&self) -> usize {
         self.sources.len()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.sources.is_empty()
     }
 
     /// The state vector from the measured joint positions.

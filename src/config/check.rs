@@ -101,7 +101,11 @@ impl<'a> Check<'a> {
         }
     }
 
-    pub(crate) fn fail<T>(&self, field: &str, message: impl Into<String>) -> Result<T, ConfigError> {
+    pub(crate) fn fail<T>(
+        &self,
+        field: &str,
+        message: impl Into<String>,
+    ) -> Result<T, ConfigError> {
         Err(self.error(field, message))
     }
 

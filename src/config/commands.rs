@@ -17,7 +17,7 @@ pub struct CommandGroup {
     /// Its joints, in the order the message lists them.
     pub joints: Vec<String>,
     /// Where each is in `robot.joints` (the governed command's order).
-    pub(crate) indices: Vec<usize>,
+    pub indices: Vec<usize>,
     /// The topic, or the action's name for gripper_command.
     pub topic: String,
     pub kind: CommandType,

@@ -29,19 +29,19 @@ use std::path::{Path, PathBuf};
 
 pub(crate) use check::{ConfigWarning, Origin, Origins};
 pub use commands::CommandGroup;
+pub(crate) use control::ControlConfig;
 pub use control::{Interpolation, MergeMode};
-pub(crate) use control::{ControlConfig};
-pub use openpi::{OpenpiOptions};
-pub(crate) use openpi::{ExtraValue};
+pub(crate) use openpi::ExtraValue;
+pub use openpi::OpenpiOptions;
 pub use policy::{AclOptions, BackendOptions, ExecutionProvider, OnnxOptions, PolicySource};
 pub(crate) use policy::{FaultConfig, FaultKind, PolicyConfig};
 pub(crate) use realtime::RealtimeConfig;
 pub use ros::{CommandType, Middleware};
-pub(crate) use ros::{RosConfig, RosQos, ServiceMappingKind, TopicQos};
+pub(crate) use ros::{RosConfig, ServiceMappingKind, TopicQos};
+pub(crate) use rtc::RtcConfig;
 pub use rtc::{RtcSettings, Schedule};
-pub(crate) use rtc::{RtcConfig};
 pub(crate) use safety::SafetyConfig;
-pub(crate) use sim::{CameraConfig, SimConfig, SimEvent, SimEventKind};
+pub(crate) use sim::{SimConfig, SimEventKind};
 
 use crate::robot::urdf::{self, UrdfError};
 use crate::robot::{RobotLimits, Workspace};
@@ -85,9 +85,9 @@ pub enum Io {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CameraSource {
     /// The model camera it feeds, by name; `None` when matched by position.
-    pub(crate) model_name: Option<String>,
+    pub model_name: Option<String>,
     /// How the configuration names it (`ros.cameras.front = "/cam"`).
-    pub(crate) shown: String,
+    pub shown: String,
 }
 
 #[derive(Clone, Debug)]

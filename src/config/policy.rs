@@ -55,6 +55,8 @@ pub enum ExecutionProvider {
     },
 }
 
+/// The CANN execution provider's `precision_mode` values (read by the `onnx` backend).
+#[cfg(feature = "onnx")]
 pub(crate) const CANN_PRECISION_MODES: &[&str] = &[
     "force_fp32",
     "force_fp16",
@@ -244,7 +246,11 @@ impl PolicyConfig {
 /// Longest task prompt accepted (the model truncates its tokens far earlier).
 pub const MAX_PROMPT_BYTES: usize = 1024;
 
-pub(crate) fn validate(c: &Check, raw: &RawPolicy, names: &[String]) -> Result<PolicyConfig, ConfigError> {
+pub(crate) fn validate(
+    c: &Check,
+    raw: &RawPolicy,
+    names: &[String],
+) -> Result<PolicyConfig, ConfigError> {
     if raw.action_joints.is_empty() {
         return c.fail("policy.action_joints", "expected at least one joint name");
     }

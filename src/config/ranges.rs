@@ -334,6 +334,7 @@ fn dotted(path: &[Step]) -> String {
 
 /// A number for messages: plain where that is short, else in exponent form (1e19, 5e-324).
 /// The range table as Markdown rows (`docs/config-ranges.md` holds exactly these).
+#[cfg(test)]
 pub(crate) fn markdown_rows() -> String {
     RANGES
         .iter()

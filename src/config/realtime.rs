@@ -23,7 +23,11 @@ pub struct RealtimeConfig {
 /// The ROS thread's default priority: this much below the control thread's.
 const IO_BELOW_CONTROL: i32 = 10;
 
-pub(crate) fn validate(c: &Check, r: &RawRealtime, rate_hz: f64) -> Result<RealtimeConfig, ConfigError> {
+pub(crate) fn validate(
+    c: &Check,
+    r: &RawRealtime,
+    rate_hz: f64,
+) -> Result<RealtimeConfig, ConfigError> {
     // Priorities, CPUs and spin_us are within their ranges (`ranges::RANGES`).
     let io_priority = r
         .io_priority

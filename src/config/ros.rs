@@ -112,10 +112,14 @@ pub struct RosConfig {
     pub(crate) diagnostics_topic: String,
     pub(crate) max_image_bytes: usize,
     pub middleware: Middleware,
+    // The zenoh_* fields are read by the Zenoh transport alone, built with the `zenoh` feature.
     /// Zenoh session configuration (JSON5), as rmw_zenoh's ZENOH_SESSION_CONFIG_URI.
+    #[cfg_attr(not(feature = "zenoh"), allow(dead_code))]
     pub(crate) zenoh_config: Option<PathBuf>,
     /// Zenoh endpoints to connect to (e.g. the router `tcp/localhost:7447`) and listen on.
+    #[cfg_attr(not(feature = "zenoh"), allow(dead_code))]
     pub(crate) zenoh_connect: Vec<String>,
+    #[cfg_attr(not(feature = "zenoh"), allow(dead_code))]
     pub(crate) zenoh_listen: Vec<String>,
     pub(crate) qos: RosQos,
 }

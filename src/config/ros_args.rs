@@ -179,7 +179,11 @@ fn too_deep(text: &str) -> Option<usize> {
 /// Parameters for this node from a ROS parameter file: entries under `/**`, the node's name,
 /// or its fully qualified name. Only a regular file is read (a FIFO would block start-up),
 /// of at most `file::MAX_TEXT_BYTES`, nested at most `MAX_PARAMS_DEPTH` deep.
-pub(crate) fn params_file(path: &Path, node: &str, namespace: &str) -> Result<Vec<Param>, ConfigError> {
+pub(crate) fn params_file(
+    path: &Path,
+    node: &str,
+    namespace: &str,
+) -> Result<Vec<Param>, ConfigError> {
     let file_err = |m: String| ConfigError::Parse {
         origin: Origin::File(path.to_path_buf()),
         message: m,

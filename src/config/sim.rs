@@ -50,7 +50,11 @@ pub struct SimConfig {
     pub(crate) events: Vec<SimEvent>,
 }
 
-pub(crate) fn validate(c: &Check, raw: &RawSim, limits: &RobotLimits) -> Result<SimConfig, ConfigError> {
+pub(crate) fn validate(
+    c: &Check,
+    raw: &RawSim,
+    limits: &RobotLimits,
+) -> Result<SimConfig, ConfigError> {
     let mut initial = JointVector::zeros(limits.len());
     for (name, value) in &raw.initial_position {
         let field = format!("sim.initial_position.{name}");

@@ -190,10 +190,6 @@ impl Controller {
         self.safety.event_counts()
     }
 
-    pub(crate) fn dt(&self) -> f64 {
-        self.dt
-    }
-
     fn drop_chunk(&mut self, recycle: &mut impl FnMut(Box<JointChunk>)) {
         if let Some(c) = self.executor.clear() {
             recycle(c);

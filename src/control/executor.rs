@@ -103,10 +103,6 @@ impl Executor {
         w
     }
 
-    pub(crate) fn has_chunk(&self) -> bool {
-        self.active.is_some()
-    }
-
     /// The largest joint distance the blend of the latest accepted chunk bridges.
     pub(crate) fn last_correction(&self) -> f64 {
         self.last_correction
@@ -114,10 +110,6 @@ impl Executor {
 
     pub(crate) fn active_seq(&self) -> Option<u64> {
         self.active.as_ref().map(|c| c.seq)
-    }
-
-    pub(crate) fn active_obs_stamp(&self) -> Option<MonoTime> {
-        self.active.as_ref().map(|c| c.obs_stamp)
     }
 
     /// Seconds of chunk left after `now` (0 when none).

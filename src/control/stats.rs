@@ -33,6 +33,7 @@ impl Histogram {
         self.max_ns = self.max_ns.max(ns);
     }
 
+    #[cfg(test)]
     pub(crate) fn count(&self) -> u64 {
         self.count
     }
@@ -55,13 +56,6 @@ impl Histogram {
             }
         }
         self.max_ns
-    }
-
-    pub(crate) fn clear(&mut self) {
-        self.counts.iter_mut().for_each(|c| *c = 0);
-        self.overflow = 0;
-        self.count = 0;
-        self.max_ns = 0;
     }
 }
 

@@ -36,10 +36,6 @@ impl Ticker {
         self
     }
 
-    pub(crate) fn period_ns(&self) -> u64 {
-        self.period_ns
-    }
-
     /// Sleeps until the next deadline and returns it. If the caller is already past one or more
     /// deadlines, the latest passed one is used and the others are counted as missed.
     pub(crate) fn wait(&mut self) -> Tick {

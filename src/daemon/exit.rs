@@ -38,6 +38,7 @@ pub enum ExitReason {
 }
 
 impl ExitReason {
+    #[cfg(test)]
     pub(crate) const ALL: [ExitReason; 12] = [
         ExitReason::Clean,
         ExitReason::InvalidInput,

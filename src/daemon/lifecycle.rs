@@ -207,6 +207,7 @@ impl Lifecycle {
         self.pending_limits = Some(limits);
     }
 
+    #[cfg(test)]
     pub(crate) fn stopping(&self) -> bool {
         self.stopping
     }

@@ -30,11 +30,6 @@ pub(crate) fn lost_lines() -> u64 {
     LOST_LINES.load(Ordering::Relaxed)
 }
 
-/// Whether stderr failed and is no longer written to.
-pub(crate) fn stderr_broken() -> bool {
-    STDERR_BROKEN.load(Ordering::Relaxed)
-}
-
 /// Writes `bytes` to stderr unless it failed before; never panics.
 pub(crate) fn write_stderr(bytes: &[u8]) {
     if STDERR_BROKEN.load(Ordering::Relaxed) {

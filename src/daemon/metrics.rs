@@ -167,7 +167,11 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new(live: Arc<LiveStats>, worker: Arc<WorkerStats>, board: Arc<Blackboard>) -> Metrics {
+    pub(crate) fn new(
+        live: Arc<LiveStats>,
+        worker: Arc<WorkerStats>,
+        board: Arc<Blackboard>,
+    ) -> Metrics {
         let mut registry = Registry::default();
         // 5 ms to about 10 s.
         let chunk_latency = Histogram::new(exponential_buckets(0.005, 2.0, 12));

@@ -457,7 +457,11 @@ fn limits_change(
 /// A reload's result (the files were read on the reload thread): applies what may change
 /// while the arm runs; every change and every refusal is logged naming its field. Returns the
 /// limits handed to the control thread (in force once it says so).
-pub(crate) fn apply(running: &mut Config, loaded: Loaded, board: &Blackboard) -> Option<RobotLimits> {
+pub(crate) fn apply(
+    running: &mut Config,
+    loaded: Loaded,
+    board: &Blackboard,
+) -> Option<RobotLimits> {
     let new = match loaded {
         Ok(c) => c,
         Err(e) => {

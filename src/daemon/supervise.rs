@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-pub use crate::panics::{install_panic_hook};
+pub use crate::panics::install_panic_hook;
 pub(crate) use crate::panics::{caught, panic_message};
 use crate::time::MonoTime;
 

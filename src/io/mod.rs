@@ -7,6 +7,6 @@ pub(crate) mod latest;
 pub mod ros;
 pub(crate) mod sim;
 
-pub use board::{Blackboard};
-pub(crate) use board::{CommandOut, ControlDrill, RobotInputs, SupervisorFlags};
+pub use board::Blackboard;
+pub(crate) use board::ControlDrill;
 pub(crate) use latest::Latest;

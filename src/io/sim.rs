@@ -32,10 +32,6 @@ impl SimArm {
         }
     }
 
-    pub(crate) fn position(&self) -> &JointVector {
-        &self.position
-    }
-
     /// Advances the arm by `dt` toward the commanded positions.
     pub(crate) fn step(&mut self, command: &JointVector, dt: f64) {
         for j in 0..self.position.len() {
@@ -47,7 +43,13 @@ impl SimArm {
 
     /// Runs the simulation until `stop` is set (on a thread the daemon supervises); `beat` is
     /// called on every step.
-    pub(crate) fn run(&mut self, board: &Blackboard, stop: &AtomicBool, start: MonoTime, beat: &dyn Fn()) {
+    pub(crate) fn run(
+        &mut self,
+        board: &Blackboard,
+        stop: &AtomicBool,
+        start: MonoTime,
+        beat: &dyn Fn(),
+    ) {
         let dt = 1.0 / self.cfg.rate_hz;
         let period = Duration::from_secs_f64(dt);
         let delay = self.cfg.measurement_delay_s;

@@ -8,10 +8,10 @@ use crate::config::CameraSource;
 
 /// What the model's cameras are: their names (in the model's order), or only their count.
 pub struct ModelCameras<'a> {
-    pub(crate) names: &'a [String],
-    pub(crate) count: usize,
+    pub names: &'a [String],
+    pub count: usize,
     /// Where the names come from, for messages (`DIR/config.json`).
-    pub(crate) source: &'a str,
+    pub source: &'a str,
 }
 
 impl ModelCameras<'_> {

@@ -15,8 +15,8 @@ pub mod msgpack_numpy;
 mod websocket;
 mod wire;
 
-pub use websocket::{Websocket};
-pub(crate) use websocket::{LinkError, MAX_CA_FILE_BYTES};
+pub(crate) use websocket::LinkError;
+pub use websocket::Websocket;
 
 /// Why an openpi policy cannot be built from its options.
 #[derive(Debug, thiserror::Error)]

@@ -26,7 +26,11 @@ pub(crate) struct ReplayPolicy {
 }
 
 impl ReplayPolicy {
-    pub(crate) fn load(file: &Path, dim: usize, latency_s: f64) -> Result<ReplayPolicy, PolicyBuildError> {
+    pub(crate) fn load(
+        file: &Path,
+        dim: usize,
+        latency_s: f64,
+    ) -> Result<ReplayPolicy, PolicyBuildError> {
         let err = |message: String| PolicyBuildError::Replay {
             file: file.display().to_string(),
             message,

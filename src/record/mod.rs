@@ -32,8 +32,8 @@ use crate::safety::SafetyEvent;
 use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
 
-pub use file::{Topics};
-pub(crate) use file::{McapFile};
+pub(crate) use file::McapFile;
+pub use file::Topics;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -357,10 +357,6 @@ impl Recorder {
             "recording closed"
         );
         s
-    }
-
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
     }
 }
 

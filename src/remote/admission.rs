@@ -63,10 +63,6 @@ impl Budget {
         })
     }
 
-    pub(crate) fn cap(&self) -> usize {
-        self.cap
-    }
-
     /// Places held now.
     pub(crate) fn held(&self) -> usize {
         self.lock().held.len()

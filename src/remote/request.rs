@@ -31,7 +31,9 @@ pub struct Layout {
 }
 
 pub(crate) const NOISE_KEY: &str = "noise";
-pub(crate) use crate::policy::openpi::{EXECUTION_HORIZON_KEY, INFERENCE_DELAY_KEY, PREV_ACTIONS_KEY};
+pub(crate) use crate::policy::openpi::{
+    EXECUTION_HORIZON_KEY, INFERENCE_DELAY_KEY, PREV_ACTIONS_KEY,
+};
 const DEFAULT_EXECUTION_HORIZON: usize = 10;
 /// The optional keys every layout takes.
 pub(crate) const OPTIONAL_KEYS: [&str; 4] = [

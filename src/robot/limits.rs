@@ -102,10 +102,6 @@ impl RobotLimits {
         self.joints.len()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.joints.is_empty()
-    }
-
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.joints.iter().map(|j| j.name.as_str())
     }

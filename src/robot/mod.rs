@@ -7,6 +7,6 @@ pub(crate) mod urdf;
 pub(crate) mod workspace;
 
 pub(crate) use kinematics::KinematicChain;
+pub(crate) use limits::SoftLimit;
 pub use limits::{JointKind, JointLimits, RobotLimits};
-pub(crate) use limits::{SoftLimit};
 pub(crate) use workspace::Workspace;

@@ -119,7 +119,11 @@ impl Governor {
     /// Where the command comes to rest if it brakes from now on, within `horizon_s` (`None`
     /// past it). Simulated on a copy, so it is the stop this governor really makes; allocates
     /// (a reload's decision, not the hot path).
-    pub(crate) fn stopping_point(&self, measured: &JointVector, horizon_s: f64) -> Option<JointVector> {
+    pub(crate) fn stopping_point(
+        &self,
+        measured: &JointVector,
+        horizon_s: f64,
+    ) -> Option<JointVector> {
         let mut g = self.clone();
         let steps = (horizon_s / self.dt).ceil().clamp(1.0, 1e6) as usize;
         (0..steps)

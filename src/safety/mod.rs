@@ -15,4 +15,4 @@ pub(crate) use governor::{Governor, GovernorReport, Target};
 pub(crate) use monitor::LimitMonitor;
 pub use state::{HoldReason, Mode, SafetyEvent};
 pub(crate) use state::{ModeKind, Waiting};
-pub(crate) use supervisor::{Supervisor, Verdict};
+pub(crate) use supervisor::Verdict;

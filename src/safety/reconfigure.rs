@@ -56,7 +56,10 @@ pub(crate) fn outside(limits: &RobotLimits, position: &JointVector) -> Option<Ou
 
 /// On arrival: refuse at once limits whose range excludes where the command would come to rest
 /// braking now (`stopping_point`; `None` when no rest is foreseen, then judged at rest).
-pub(crate) fn on_arrival(new: &RobotLimits, stopping_point: Option<&JointVector>) -> Option<Reconfigure> {
+pub(crate) fn on_arrival(
+    new: &RobotLimits,
+    stopping_point: Option<&JointVector>,
+) -> Option<Reconfigure> {
     stopping_point
         .and_then(|p| outside(new, p))
         .map(Reconfigure::Refused)
@@ -64,7 +67,12 @@ pub(crate) fn on_arrival(new: &RobotLimits, stopping_point: Option<&JointVector>
 
 /// Each tick while limits are pending: applied only at rest and inside them; abandoned when
 /// stopping (the stop keeps the limits it began under).
-pub(crate) fn step(new: &RobotLimits, stopping: bool, at_rest: bool, command: &JointVector) -> Step {
+pub(crate) fn step(
+    new: &RobotLimits,
+    stopping: bool,
+    at_rest: bool,
+    command: &JointVector,
+) -> Step {
     if stopping {
         Step::Decided(Reconfigure::Abandoned)
     } else if !at_rest {

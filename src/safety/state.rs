@@ -90,7 +90,6 @@ macro_rules! named_enum {
 
         impl $name {
             pub(crate) const ALL: [$name; [$($name::$variant),+].len()] = [$($name::$variant),+];
-            pub(crate) const COUNT: usize = Self::ALL.len();
 
             pub(crate) fn name(self) -> &'static str {
                 match self { $($name::$variant => $text,)+ }
@@ -116,6 +115,11 @@ named_enum! {
         JerkOverride => "jerk_override",
         LimitViolation => "limit_violation",
     }
+}
+
+impl SafetyEvent {
+    /// The length of a per-event counter array.
+    pub(crate) const COUNT: usize = Self::ALL.len();
 }
 
 named_enum! {

@@ -105,7 +105,10 @@ pub struct StartRefused {
     pub(crate) upper: f64,
 }
 
-pub(crate) fn check_start(limits: &RobotLimits, position: &JointVector) -> Result<(), StartRefused> {
+pub(crate) fn check_start(
+    limits: &RobotLimits,
+    position: &JointVector,
+) -> Result<(), StartRefused> {
     match limits.first_outside(position) {
         None => Ok(()),
         Some((l, p)) => Err(StartRefused {
@@ -300,6 +303,7 @@ impl Supervisor {
     }
 
     /// Whether the monitor's verdict latched the arm (the daemon then stops).
+    #[cfg(test)]
     pub(crate) fn violation_latched(&self) -> bool {
         self.violation_latched
     }

@@ -9,7 +9,7 @@ use crate::joints::{JointMeasurement, JointVector};
 use crate::observation::{CameraFrame, PixelFormat};
 use crate::time::MonoTime;
 
-pub use super::timing::{ClockMap};
+pub use super::timing::ClockMap;
 pub(crate) use super::timing::{LatencyWindow, SkewEstimator};
 
 /// Why an input was refused. Strings from the sender are kept short and escaped (see `shown`),

@@ -87,7 +87,12 @@ impl RateLimitedLog {
         self.topics.get(topic.0).map_or("?", |t| t.as_str())
     }
 
-    pub(crate) fn warn(&mut self, topic: TopicId, kind: WarnKind, message: &dyn Display) -> Verdict {
+    pub(crate) fn warn(
+        &mut self,
+        topic: TopicId,
+        kind: WarnKind,
+        message: &dyn Display,
+    ) -> Verdict {
         let verdict = self.warn_at(Instant::now(), topic, kind, message);
         if let Verdict::Printed { suppressed } = verdict {
             self.print(topic, kind, suppressed);
@@ -181,12 +186,9 @@ impl RateLimitedLog {
     }
 
     /// Warnings kept (one per topic and kind seen).
-    pub(crate) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 
     fn print(&self, topic: TopicId, kind: WarnKind, suppressed: u64) {

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 /// builtin_interfaces/Time
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Time {
-    pub(crate) sec: i32,
-    pub(crate) nanosec: u32,
+    pub sec: i32,
+    pub nanosec: u32,
 }
 
 impl Time {
@@ -63,7 +63,7 @@ impl Duration {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Header {
     pub stamp: Time,
-    pub(crate) frame_id: String,
+    pub frame_id: String,
 }
 
 /// sensor_msgs/JointState
@@ -72,8 +72,8 @@ pub struct JointState {
     pub header: Header,
     pub name: Vec<String>,
     pub position: Vec<f64>,
-    pub(crate) velocity: Vec<f64>,
-    pub(crate) effort: Vec<f64>,
+    pub velocity: Vec<f64>,
+    pub effort: Vec<f64>,
 }
 
 /// trajectory_msgs/JointTrajectoryPoint
@@ -82,7 +82,7 @@ pub struct JointTrajectoryPoint {
     pub positions: Vec<f64>,
     pub velocities: Vec<f64>,
     pub accelerations: Vec<f64>,
-    pub(crate) effort: Vec<f64>,
+    pub effort: Vec<f64>,
     pub time_from_start: Duration,
 }
 
@@ -97,22 +97,22 @@ pub struct JointTrajectory {
 /// std_msgs/MultiArrayDimension
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MultiArrayDimension {
-    pub(crate) label: String,
-    pub(crate) size: u32,
-    pub(crate) stride: u32,
+    pub label: String,
+    pub size: u32,
+    pub stride: u32,
 }
 
 /// std_msgs/MultiArrayLayout
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MultiArrayLayout {
-    pub(crate) dim: Vec<MultiArrayDimension>,
-    pub(crate) data_offset: u32,
+    pub dim: Vec<MultiArrayDimension>,
+    pub data_offset: u32,
 }
 
 /// std_msgs/Float64MultiArray
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Float64MultiArray {
-    pub(crate) layout: MultiArrayLayout,
+    pub layout: MultiArrayLayout,
     pub data: Vec<f64>,
 }
 
@@ -123,7 +123,7 @@ pub struct Image {
     pub height: u32,
     pub width: u32,
     pub encoding: String,
-    pub(crate) is_bigendian: u8,
+    pub is_bigendian: u8,
     pub step: u32,
     pub data: Vec<u8>,
 }
@@ -131,9 +131,9 @@ pub struct Image {
 /// sensor_msgs/CompressedImage (`format`: "jpeg", "png", or "rgb8; jpeg compressed bgr8"...)
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CompressedImage {
-    pub(crate) header: Header,
-    pub(crate) format: String,
-    pub(crate) data: Vec<u8>,
+    pub header: Header,
+    pub format: String,
+    pub data: Vec<u8>,
 }
 
 /// std_msgs/String
@@ -145,37 +145,37 @@ pub struct StringMsg {
 /// std_msgs/Bool
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BoolMsg {
-    pub(crate) data: bool,
+    pub data: bool,
 }
 
 /// diagnostic_msgs/KeyValue
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct KeyValue {
-    pub(crate) key: String,
-    pub(crate) value: String,
+    pub key: String,
+    pub value: String,
 }
 
 /// diagnostic_msgs/DiagnosticStatus (`level`: 0 OK, 1 WARN, 2 ERROR, 3 STALE)
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DiagnosticStatus {
-    pub(crate) level: u8,
-    pub(crate) name: String,
-    pub(crate) message: String,
-    pub(crate) hardware_id: String,
-    pub(crate) values: Vec<KeyValue>,
+    pub level: u8,
+    pub name: String,
+    pub message: String,
+    pub hardware_id: String,
+    pub values: Vec<KeyValue>,
 }
 
 /// diagnostic_msgs/DiagnosticArray
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DiagnosticArray {
-    pub(crate) header: Header,
-    pub(crate) status: Vec<DiagnosticStatus>,
+    pub header: Header,
+    pub status: Vec<DiagnosticStatus>,
 }
 
 /// std_srvs/Trigger request (an empty message carries rosidl's placeholder byte).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TriggerRequest {
-    pub(crate) structure_needs_at_least_one_member: u8,
+    pub structure_needs_at_least_one_member: u8,
 }
 
 impl ros2_client::Message for TriggerRequest {}
@@ -183,8 +183,8 @@ impl ros2_client::Message for TriggerRequest {}
 /// std_srvs/Trigger response
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TriggerResponse {
-    pub(crate) success: bool,
-    pub(crate) message: String,
+    pub success: bool,
+    pub message: String,
 }
 
 impl ros2_client::Message for TriggerResponse {}

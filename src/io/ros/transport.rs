@@ -58,7 +58,9 @@ impl TransportError {
     }
 
     /// For `map_err`: the middleware error `e` of `op`.
-    pub(crate) fn of<E: std::error::Error + Send + Sync + 'static>(op: Op) -> impl FnOnce(E) -> Self {
+    pub(crate) fn of<E: std::error::Error + Send + Sync + 'static>(
+        op: Op,
+    ) -> impl FnOnce(E) -> Self {
         move |e| TransportError::new(op, e)
     }
 }

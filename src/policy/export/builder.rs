@@ -75,15 +75,6 @@ pub(crate) fn attr_ints(name: &str, ints: &[i64]) -> AttributeProto {
     }
 }
 
-pub(crate) fn attr_float(name: &str, f: f32) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: attribute_type::FLOAT,
-        f,
-        ..Default::default()
-    }
-}
-
 impl<'a> GraphBuilder<'a> {
     pub(crate) fn new(name: &str) -> GraphBuilder<'a> {
         GraphBuilder {
@@ -227,22 +218,6 @@ impl<'a> GraphBuilder<'a> {
             &[],
             elem_type,
             bytes,
-        )
-    }
-
-    /// A small float constant tensor (tables computed at export time).
-    pub(crate) fn f32_const(
-        &mut self,
-        key: &str,
-        dims: &[usize],
-        values: &[f32],
-        elem_type: i32,
-    ) -> String {
-        self.constant(
-            format!("t{elem_type}:{key}"),
-            dims,
-            elem_type,
-            encode_f32(values, elem_type),
         )
     }
 }

@@ -17,8 +17,8 @@ use crate::policy::graph::manifest::{self, CheckpointInfo, Graphs, Manifest};
 use crate::policy::pi0::checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
 use crate::policy::pi0::model::{Arch, Variant};
 use pi0::{ExportDtype, GraphSizes, Pi0GraphBuilder};
-pub use write::{ExternalData};
-pub(crate) use write::{ClampReport};
+pub(crate) use write::ClampReport;
+pub use write::ExternalData;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {

@@ -33,9 +33,7 @@ pub(crate) mod data_type {
 
 /// `AttributeProto.AttributeType` values.
 pub(crate) mod attribute_type {
-    pub(crate) const FLOAT: i32 = 1;
     pub(crate) const INT: i32 = 2;
-    pub(crate) const TENSOR: i32 = 4;
     pub(crate) const INTS: i32 = 7;
 }
 

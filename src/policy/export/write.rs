@@ -103,7 +103,11 @@ pub(crate) struct GraphWriter<'p> {
 
 impl GraphWriter<'_> {
     /// Writes `g` as `dir/file` (and `dir/file.data` when external).
-    pub(crate) fn write(&mut self, g: GraphBuilder<'_>, file: &str) -> Result<GraphEntry, ExportError> {
+    pub(crate) fn write(
+        &mut self,
+        g: GraphBuilder<'_>,
+        file: &str,
+    ) -> Result<GraphEntry, ExportError> {
         let (dir, external, clamp_f16) = (self.dir, self.external, self.clamp_f16);
         let (progress, clamped) = (self.progress, &mut self.clamped);
         let total_bytes: u64 = g.initializers.iter().map(|i| i.byte_len() as u64).sum();

@@ -213,7 +213,11 @@ pub(crate) struct OnnxRuntime {
 }
 
 impl OnnxRuntime {
-    pub(crate) fn load(dir: &Path, m: &Manifest, opts: &OnnxOptions) -> Result<OnnxRuntime, GraphError> {
+    pub(crate) fn load(
+        dir: &Path,
+        m: &Manifest,
+        opts: &OnnxOptions,
+    ) -> Result<OnnxRuntime, GraphError> {
         let lib = load_library(opts)?;
         ort::init_from(lib.display().to_string())
             .with_name("pi0d")

@@ -21,6 +21,7 @@ use crate::policy::{PolicyError, RemoteFault};
 /// The longest a close frame may take to go out when a connection is dropped.
 const CLOSE_GRACE: Duration = Duration::from_millis(100);
 /// Most bytes read from `policy.openpi.ca_file` (Mozilla's whole root bundle is ~220 KB).
+#[cfg(feature = "tls")]
 pub(crate) const MAX_CA_FILE_BYTES: u64 = 1024 * 1024;
 
 type Wire = Framed<Transport>;

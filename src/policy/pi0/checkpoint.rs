@@ -10,8 +10,8 @@ use std::sync::Arc;
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 
-pub use super::config_json::{ArchOverrides};
-pub(crate) use super::config_json::{FeatureJson, PolicyConfigJson};
+pub use super::config_json::ArchOverrides;
+pub(crate) use super::config_json::PolicyConfigJson;
 use super::header::HeaderError;
 
 /// Every way a checkpoint file can be wrong; each names the file (and the tensor, field or stat).
@@ -253,10 +253,10 @@ impl std::fmt::Debug for Weights {
     }
 }
 
-/// A tensor ready for compute: row-major f32 values and the type it was stored in.
+/// A tensor ready for compute: row-major f32 values and the type it was stored in (the shape
+/// was checked against the model's when it was read).
 #[derive(Clone, Debug)]
 pub(crate) struct Tensor {
-    pub(crate) shape: Vec<usize>,
     pub(crate) data: Weights,
     pub(crate) dtype: WeightDtype,
 }
@@ -550,11 +550,7 @@ impl Checkpoint {
                 index,
             });
         }
-        Ok(Tensor {
-            shape: e.shape.clone(),
-            data,
-            dtype,
-        })
+        Ok(Tensor { data, dtype })
     }
 
     /// A `[rows, width]` table read a row at a time straight from the map, never decoded whole

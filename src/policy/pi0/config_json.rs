@@ -209,7 +209,10 @@ impl PolicyConfigJson {
     }
 
     /// The robot's width of feature `key` (`observation.state`, `action`) in `features`.
-    pub(crate) fn feature_width(features: &HashMap<String, FeatureJson>, key: &str) -> Option<usize> {
+    pub(crate) fn feature_width(
+        features: &HashMap<String, FeatureJson>,
+        key: &str,
+    ) -> Option<usize> {
         features.get(key).and_then(|f| f.shape.first().copied())
     }
 }

@@ -131,7 +131,6 @@ fn ms_since(t: std::time::Instant) -> f64 {
 /// The inputs file decoded for a model: per batch element, borrowed slices.
 pub struct Batch {
     pub batch: usize,
-    pub(crate) cameras: usize,
     images: Vec<Vec<f32>>,
     image_masks: Vec<Vec<bool>>,
     tokens: Vec<i64>,
@@ -230,7 +229,6 @@ impl Batch {
         let rtc = read_rtc(&f, batch, a)?;
         let mut out = Batch {
             batch,
-            cameras,
             images,
             image_masks,
             tokens: tokens.to_vec(),
@@ -277,11 +275,6 @@ impl Batch {
             })
             .collect::<Result<_, _>>()?;
         Ok(())
-    }
-
-    /// Per batch element, its RTC inputs (empty without them).
-    pub(crate) fn rtc_prefixes(&self) -> &[RtcPrefix] {
-        &self.rtc
     }
 
     pub fn element(&self, b: usize) -> Pi0Input<'_> {

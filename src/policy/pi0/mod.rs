@@ -12,10 +12,8 @@ pub mod pipeline;
 pub mod preprocess;
 pub mod tensorfile;
 
-pub use pi0d_kernels::{packed};
-pub(crate) use pi0d_kernels::{vecmath};
+pub use pi0d_kernels::packed;
+pub(crate) use pi0d_kernels::vecmath;
 
 pub use checkpoint::{ArchOverrides, Checkpoint};
-pub(crate) use checkpoint::{CheckpointError};
 pub use model::{Pi0Model, Variant, Workspace};
-pub(crate) use model::{Arch, Pi0Input, Timing};

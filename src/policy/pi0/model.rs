@@ -2,8 +2,8 @@
 //! with the Gemma action expert attending to that cache layer by layer. Layer and tensor names
 //! follow the checkpoint; the math follows lerobot's `PI0Pytorch` / `PI05Pytorch`.
 
-pub use super::arch::{prompt_len, Variant};
 pub(crate) use super::arch::{check_vocabulary, Arch, TokenError};
+pub use super::arch::{prompt_len, Variant};
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, MappedRows};
 use super::ops::{
     attention, grow, time_embedding, AttentionScratch, LayerNorm, Linear, Norm, Rope,
@@ -687,14 +687,12 @@ impl Pi0Model {
         }
     }
 
-    /// Full inference for one batch element: `[chunk, action_dim]` actions (normalized space).
-    pub(crate) fn sample_actions(&self, input: &Pi0Input) -> (Vec<f32>, Timing) {
-        let mut ws = Workspace::default();
-        self.sample_actions_with(input, &mut ws)
-    }
-
     /// As `sample_actions`, reusing `ws`: the denoising loop allocates nothing.
-    pub(crate) fn sample_actions_with(&self, input: &Pi0Input, ws: &mut Workspace) -> (Vec<f32>, Timing) {
+    pub(crate) fn sample_actions_with(
+        &self,
+        input: &Pi0Input,
+        ws: &mut Workspace,
+    ) -> (Vec<f32>, Timing) {
         let started = std::time::Instant::now();
         let cache = self.prefix(input);
         self.prepare_steps(&cache, ws);

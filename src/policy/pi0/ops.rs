@@ -15,7 +15,6 @@ pub(crate) struct Linear {
     pub(crate) b: Option<Vec<f32>>,
     pub(crate) out_dim: usize,
     pub(crate) in_dim: usize,
-    pub(crate) dtype: WeightDtype,
 }
 
 impl Linear {
@@ -51,7 +50,6 @@ impl Linear {
         let packed = PackedMatrix::pack_as(storage, &w.data, out_dim, in_dim);
         w.data.release();
         Linear {
-            dtype: w.dtype,
             w: packed,
             b,
             out_dim,
@@ -87,7 +85,11 @@ pub(crate) struct LayerNorm {
 }
 
 impl LayerNorm {
-    pub(crate) fn load(ck: &Checkpoint, name: &str, dim: usize) -> Result<LayerNorm, CheckpointError> {
+    pub(crate) fn load(
+        ck: &Checkpoint,
+        name: &str,
+        dim: usize,
+    ) -> Result<LayerNorm, CheckpointError> {
         Ok(LayerNorm {
             w: ck.take(&[&format!("{name}.weight")], &[dim])?.data.to_vec(),
             b: ck.take(&[&format!("{name}.bias")], &[dim])?.data.to_vec(),

@@ -195,7 +195,11 @@ impl TensorFile {
         }
     }
 
-    pub(crate) fn mask(&self, name: &str, shape: &[Option<usize>]) -> Result<Vec<bool>, TensorFileError> {
+    pub(crate) fn mask(
+        &self,
+        name: &str,
+        shape: &[Option<usize>],
+    ) -> Result<Vec<bool>, TensorFileError> {
         let t = self.get(name)?;
         self.check_shape(name, t, shape)?;
         match &t.values {

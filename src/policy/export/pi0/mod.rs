@@ -31,15 +31,6 @@ pub enum ExportDtype {
 }
 
 impl ExportDtype {
-    pub(crate) fn parse(s: &str) -> Option<ExportDtype> {
-        match s {
-            "f32" | "float32" => Some(ExportDtype::F32),
-            "f16" | "float16" => Some(ExportDtype::F16),
-            "bf16" | "bfloat16" => Some(ExportDtype::Bf16),
-            _ => None,
-        }
-    }
-
     pub(crate) fn storage(self) -> i32 {
         match self {
             ExportDtype::F32 => data_type::FLOAT,
@@ -141,7 +132,12 @@ enum NormKind {
 }
 
 impl<'a> Pi0GraphBuilder<'a> {
-    pub(crate) fn new(ck: &'a Checkpoint, arch: Arch, dtype: ExportDtype, sizes: GraphSizes) -> Self {
+    pub(crate) fn new(
+        ck: &'a Checkpoint,
+        arch: Arch,
+        dtype: ExportDtype,
+        sizes: GraphSizes,
+    ) -> Self {
         Pi0GraphBuilder {
             ck,
             arch,

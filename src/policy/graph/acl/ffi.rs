@@ -19,7 +19,6 @@ pub(crate) const ACL_MEM_MALLOC_HUGE_FIRST: i32 = 0;
 /// `aclrtMemcpyKind` values.
 pub(crate) const ACL_MEMCPY_HOST_TO_DEVICE: i32 = 1;
 pub(crate) const ACL_MEMCPY_DEVICE_TO_HOST: i32 = 2;
-pub(crate) const ACL_MEMCPY_DEVICE_TO_DEVICE: i32 = 3;
 
 macro_rules! acl_api {
     ($( $name:ident ( $($ty:ty),* ) -> $ret:ty; )*) => {
@@ -61,6 +60,7 @@ macro_rules! acl_api {
         }
 
         /// `(name, Rust signature)` of every entry point, as declared above.
+        #[cfg(test)]
         pub(crate) const RUST_SIGNATURES: &[(&str, &str)] = &[
             $( (stringify!($name), stringify!(fn($($ty),*) -> $ret)), )*
         ];
@@ -80,7 +80,6 @@ acl_api! {
     aclrtMalloc(*mut *mut c_void, usize, i32) -> AclError;
     aclrtFree(*mut c_void) -> AclError;
     aclrtMemcpy(*mut c_void, usize, *const c_void, usize, i32) -> AclError;
-    aclrtMemcpyAsync(*mut c_void, usize, *const c_void, usize, i32, Handle) -> AclError;
     aclmdlLoadFromFile(*const c_char, *mut u32) -> AclError;
     aclmdlUnload(u32) -> AclError;
     aclmdlCreateDesc() -> *mut c_void;
@@ -102,6 +101,7 @@ acl_api! {
 }
 
 /// The C prototypes, as CANN's AscendCL reference documents them.
+#[cfg(test)]
 pub(crate) const DOCUMENTED_PROTOTYPES: &str = "
 aclError aclInit(const char *configPath);
 aclError aclrtSetDevice(int32_t deviceId);
@@ -115,7 +115,6 @@ aclError aclrtSynchronizeStream(aclrtStream stream);
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
 aclError aclrtFree(void *devPtr);
 aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind);
-aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind, aclrtStream stream);
 aclError aclmdlLoadFromFile(const char *modelPath, uint32_t *modelId);
 aclError aclmdlUnload(uint32_t modelId);
 aclmdlDesc *aclmdlCreateDesc();
@@ -201,6 +200,7 @@ pub(crate) fn load(explicit: Option<&Path>) -> Result<AclApi, LoadError> {
 }
 
 /// Maps a C prototype's types onto the Rust types of the table (for the signature check).
+#[cfg(test)]
 pub(crate) fn c_type_to_rust(c: &str) -> Option<&'static str> {
     let c: String = c.split_whitespace().collect::<Vec<_>>().join(" ");
     Some(match c.as_str() {
@@ -224,6 +224,7 @@ pub(crate) fn c_type_to_rust(c: &str) -> Option<&'static str> {
 
 /// `(name, Rust signature)` from a documented C prototype such as
 /// `aclError aclrtFree(void *devPtr);`.
+#[cfg(test)]
 pub(crate) fn rust_signature_of(prototype: &str) -> Option<(String, String)> {
     let p = prototype.trim().trim_end_matches(';');
     let open = p.find('(')?;

@@ -95,7 +95,11 @@ pub(crate) struct AclRuntime {
 
 impl AclRuntime {
     /// Starts the AscendCL thread and loads `prefix.om` and the denoise `.om` from `dir`.
-    pub(crate) fn load(dir: &Path, m: &Manifest, opts: &AclOptions) -> Result<AclRuntime, GraphError> {
+    pub(crate) fn load(
+        dir: &Path,
+        m: &Manifest,
+        opts: &AclOptions,
+    ) -> Result<AclRuntime, GraphError> {
         let plan = plan::plan(m)?;
         let runs = plan.denoise.len();
         let (tx, rx) = mpsc::channel::<(Request, mpsc::Sender<Reply>)>();
