@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use pi0d::chunk::JointChunk;
 use pi0d::config::{Config, Interpolation, MergeMode};
-use pi0d::control::controller::ControllerSettings;
-use pi0d::control::{Controller, Executor, TickInputs};
+use pi0d::control::{Controller, ControllerSettings, Executor, TickInputs};
 use pi0d::daemon::{self, RunOptions};
 use pi0d::joints::JointMeasurement;
 use pi0d::joints::JointVector;

@@ -4,6 +4,30 @@
 //! Data flow: `io` (robot inputs) -> `daemon::worker` (inference off the control thread) ->
 //! `control` (time-aligned chunk execution, blending) -> `safety` (governor, watchdogs) -> `io`
 //! (commands). `daemon` owns the threads and the lifecycle.
+//!
+//! # The public API
+//!
+//! The library serves the `pi0d` binary, its benches and its tests; everything else is
+//! crate-private. The public modules:
+//!
+//! - [`config`]: load and check a configuration ([`config::Config::load`]), the `--ros-args`
+//!   overrides ([`config::ros_args`]), the numeric ranges ([`config::ranges`]) and the
+//!   `pi0d serve` options ([`config::serve`]).
+//! - [`daemon`]: the daemon itself ([`daemon::run`] with [`daemon::RunOptions`]), its exit
+//!   reasons ([`daemon::exit::ExitReason`]), logging, signals, reload and real-time set-up, as the
+//!   binary's `run` wires them.
+//! - [`policy`]: the policies a user embeds: [`policy::from_config`] builds the configured one
+//!   (local pi0 on the CPU, an ONNX/ACL graph, or a remote openpi server); [`policy::pi0`],
+//!   [`policy::graph`] and [`policy::export`] back `pi0d infer` and `pi0d export`;
+//!   [`policy::rtc`] holds real-time chunking.
+//! - [`remote`]: `pi0d serve`, an openpi-protocol policy server.
+//! - [`record`]: MCAP recordings and the `pi0d plot` reader/plotter.
+//! - The vocabulary types those signatures use: [`time`], [`joints`], [`chunk`],
+//!   [`observation`], [`robot`], [`safety`], [`control`], [`telemetry`], [`errors`].
+//!
+//! [`testing`] re-exports internals the integration tests and benches drive directly (the
+//! control loop's step, the inference worker, the blackboard, the ROS codecs); it is for this
+//! crate's own test suite, not a stable API.
 
 // Validation writes `!(a < b)` on purpose: the check then also fails when a value is NaN.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
@@ -16,7 +40,7 @@ pub mod control;
 pub mod daemon;
 pub mod errors;
 pub(crate) mod files;
-pub mod io;
+mod io;
 pub mod joints;
 pub mod observation;
 pub(crate) mod panics;
@@ -27,3 +51,34 @@ pub mod robot;
 pub mod safety;
 pub mod telemetry;
 pub mod time;
+
+/// Internals the integration tests and benches reach directly, gathered here so their modules
+/// stay private. Not a stable API: for pi0d's own test suite.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::daemon::control::{ControlEvent, ControlLoop, StepOutcome};
+    pub use crate::io::board::Blackboard;
+
+    /// The inference worker the control loop feeds (spawned by the tests that run the loop
+    /// without the daemon around it).
+    pub mod worker {
+        pub use crate::daemon::worker::{spawn, WorkerSetup, WorkerStats};
+    }
+
+    /// The ROS 2 layer's codecs and transport, for the fuzz and interoperability tests.
+    pub mod ros {
+        pub use crate::config::policy::MAX_PROMPT_BYTES;
+        pub use crate::io::ros::decode::{
+            compressed_image, image, prompt, InputErrorKind, JointStateDecoder, MAX_IMAGE_SIDE,
+        };
+        pub use crate::io::ros::encode::CommandPublisher;
+        pub use crate::io::ros::lookahead::Lookahead;
+        pub use crate::io::ros::msgs;
+        pub use crate::io::ros::timing::ClockMap;
+        pub use crate::io::ros::transport::{
+            Middleware, Msg, Op, Put, SendGoal, Serve, SrvMsg, Take, TransportError,
+        };
+        pub use crate::io::ros::type_hash::{type_hash, TYPE_HASHES};
+        pub use crate::io::ros::RosError;
+    }
+}

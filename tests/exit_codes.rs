@@ -353,8 +353,8 @@ fn when_crash_event_has_duration_or_camera_expect_check_warns_them_ignored() {
 /// then a released e-stop and a reset as the sim or ROS would deliver them.
 #[test]
 fn when_reset_arrives_after_a_latched_thread_fault_expect_control_loop_stays_estopped() {
-    use pi0d::daemon::control::{ControlEvent, ControlLoop, StepOutcome};
-    use pi0d::daemon::worker::{self, WorkerSetup, WorkerStats};
+    use pi0d::testing::worker::{self, WorkerSetup, WorkerStats};
+    use pi0d::testing::{ControlEvent, ControlLoop, StepOutcome};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let mut cfg = pi0d::config::Config::load(&root().join("config/sim.toml")).unwrap();
@@ -362,7 +362,10 @@ fn when_reset_arrives_after_a_latched_thread_fault_expect_control_loop_stays_est
         amplitude: 0.3,
         frequency_hz: 0.2,
     };
-    let board = Arc::new(pi0d::io::Blackboard::new(cfg.sim.cameras.len(), "test"));
+    let board = Arc::new(pi0d::testing::Blackboard::new(
+        cfg.sim.cameras.len(),
+        "test",
+    ));
     let start = pi0d::time::MonoTime::now();
     // A perfect arm: it stands where it was last commanded.
     let fresh = |now: pi0d::time::MonoTime| {

@@ -13,12 +13,11 @@ use std::time::Duration;
 use pi0d::config::record::{RecordConfig, RecordTarget};
 use pi0d::config::Config;
 use pi0d::control::Controller;
-use pi0d::daemon::control::{ControlEvent, ControlLoop, StepOutcome};
-use pi0d::daemon::worker::{self, WorkerSetup, WorkerStats};
-use pi0d::io::Blackboard;
 use pi0d::joints::JointMeasurement;
 use pi0d::record::{RecordSetup, Recorder, Topics};
 use pi0d::telemetry::LiveStats;
+use pi0d::testing::worker::{self, WorkerSetup, WorkerStats};
+use pi0d::testing::{Blackboard, ControlEvent, ControlLoop, StepOutcome};
 use pi0d::time::MonoTime;
 
 #[global_allocator]

@@ -120,7 +120,7 @@ fn when_zenoh_robot_publishes_expect_commands_back_in_rmw_zenoh_format() {
     assert!(moved > 0.01, "commands did not move the arm: {r}");
     // rmw_zenoh's wire format: the key carries domain, topic, DDS type and a RIHS01 hash; every
     // sample an attachment of sequence number, timestamp and GID, numbered upwards.
-    let hash = |t: &str| pi0d::io::ros::type_hash::type_hash(t).unwrap();
+    let hash = |t: &str| pi0d::testing::ros::type_hash(t).unwrap();
     let key = r["keys"][0].as_str().unwrap();
     assert_eq!(
         key,
@@ -133,7 +133,7 @@ fn when_zenoh_robot_publishes_expect_commands_back_in_rmw_zenoh_format() {
     assert_eq!(r["attachment_lengths"], serde_json::json!([33]), "{r}");
     // Type hashes: the peer sent its inputs with the real REP-2016 hashes (rmw_zenoh's keys),
     // the same as pi0d's table; pi0d's String publications carry the real hash too.
-    for (ty, hash) in pi0d::io::ros::type_hash::TYPE_HASHES {
+    for (ty, hash) in pi0d::testing::ros::TYPE_HASHES {
         if let Some(sent) = r["sent_hashes"].get(*ty) {
             assert_eq!(sent, *hash, "{ty}");
         }
@@ -144,7 +144,7 @@ fn when_zenoh_robot_publishes_expect_commands_back_in_rmw_zenoh_format() {
         status_key,
         format!(
             "{domain}/pi0d/status/std_msgs::msg::dds_::String_/{}",
-            pi0d::io::ros::type_hash::type_hash("std_msgs/msg/String").unwrap()
+            pi0d::testing::ros::type_hash("std_msgs/msg/String").unwrap()
         )
     );
     assert_eq!(r["seq_increasing"], true);

@@ -1,11 +1,11 @@
 //! Chunk execution: time alignment, interpolation, chunk switching, and the fixed-rate loop.
 
-pub mod controller;
+pub(crate) mod controller;
 pub(crate) mod executor;
 pub(crate) mod interpolate;
 pub(crate) mod rtc;
 pub(crate) mod stats;
 pub(crate) mod ticker;
 
-pub use controller::{Controller, TickInputs, TickReport};
+pub use controller::{ChunkOutcome, Controller, ControllerSettings, TickInputs, TickReport};
 pub use executor::Executor;

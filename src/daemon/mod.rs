@@ -7,7 +7,7 @@
 //! run ends with `ExitReason::ThreadFault`; the control thread dying or stalling ends it at once
 //! with `ExitReason::ControlFault` (nothing else can command the arm).
 
-pub mod control;
+pub(crate) mod control;
 mod diff;
 mod drill;
 pub mod exit;
@@ -22,7 +22,7 @@ pub mod rt;
 pub mod signals;
 pub(crate) mod summary;
 pub mod supervise;
-pub mod worker;
+pub(crate) mod worker;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

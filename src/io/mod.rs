@@ -4,9 +4,9 @@
 
 pub(crate) mod board;
 pub(crate) mod latest;
-pub mod ros;
+pub(crate) mod ros;
 pub(crate) mod sim;
 
-pub use board::Blackboard;
+pub(crate) use board::Blackboard;
 pub(crate) use board::ControlDrill;
 pub(crate) use latest::Latest;

@@ -11,15 +11,11 @@ use std::sync::{Arc, Mutex};
 
 use byteorder::LittleEndian;
 use pi0d::config::{CommandGroup, CommandType};
-use pi0d::io::ros::encode::CommandPublisher;
-use pi0d::io::ros::lookahead::Lookahead;
-use pi0d::io::ros::msgs::*;
-use pi0d::io::ros::transport::{
-    Middleware, Msg, Op, Put, SendGoal, Serve, SrvMsg, Take, TransportError,
-};
-use pi0d::io::ros::RosError;
 use pi0d::joints::{JointVector, MotionState};
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};
+use pi0d::testing::ros::msgs::*;
+use pi0d::testing::ros::{CommandPublisher, Lookahead, RosError};
+use pi0d::testing::ros::{Middleware, Msg, Op, Put, SendGoal, Serve, SrvMsg, Take, TransportError};
 use pi0d::time::MonoTime;
 use ros2_client::{ActionTypeName, MessageTypeName, Name, QosProfile, ServiceTypeName};
 use serde::de::DeserializeOwned;

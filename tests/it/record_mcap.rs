@@ -341,7 +341,7 @@ fn crafted_commands(
     position: impl Fn(u64, usize) -> f64,
 ) -> u64 {
     use byteorder::LittleEndian;
-    use pi0d::io::ros::msgs;
+    use pi0d::testing::ros::msgs;
     let out = std::io::BufWriter::new(std::fs::File::create(file).unwrap());
     let mut w = mcap::WriteOptions::new()
         .compression(Some(mcap::Compression::Zstd))

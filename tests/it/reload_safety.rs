@@ -7,8 +7,7 @@ use proptest::prelude::*;
 
 use pi0d::chunk::JointChunk;
 use pi0d::config::{Interpolation, MergeMode};
-use pi0d::control::controller::{ControllerSettings, TickReport};
-use pi0d::control::{Controller, Executor, TickInputs};
+use pi0d::control::{Controller, ControllerSettings, Executor, TickInputs, TickReport};
 use pi0d::joints::{JointMeasurement, JointVector};
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};
 use pi0d::safety::reconfigure::Reconfigure;

@@ -7,11 +7,11 @@
 use std::sync::OnceLock;
 
 use byteorder::LittleEndian;
-use pi0d::io::ros::decode::{
+use pi0d::testing::ros::msgs::*;
+use pi0d::testing::ros::{
     compressed_image, image, prompt, ClockMap, InputErrorKind, JointStateDecoder, MAX_IMAGE_SIDE,
     MAX_PROMPT_BYTES,
 };
-use pi0d::io::ros::msgs::*;
 use pi0d::time::MonoTime;
 use proptest::prelude::*;
 use serde::de::DeserializeOwned;

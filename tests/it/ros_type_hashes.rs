@@ -7,7 +7,7 @@ use crate::common;
 use std::process::Command;
 
 use common::root;
-use pi0d::io::ros::type_hash::TYPE_HASHES;
+use pi0d::testing::ros::TYPE_HASHES;
 
 #[test]
 fn when_hashes_recomputed_from_definitions_expect_the_table() {

@@ -12,8 +12,7 @@ use proptest::strategy::ValueTree;
 
 use pi0d::chunk::JointChunk;
 use pi0d::config::{Interpolation, MergeMode};
-use pi0d::control::controller::ControllerSettings;
-use pi0d::control::{Controller, Executor, TickInputs};
+use pi0d::control::{Controller, ControllerSettings, Executor, TickInputs};
 use pi0d::joints::JointMeasurement;
 use pi0d::joints::JointVector;
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};
@@ -331,7 +330,7 @@ fn simulate(case: &Case) -> Outcome {
         );
         if matches!(
             report.chunk,
-            Some(pi0d::control::controller::ChunkOutcome::Accepted { .. })
+            Some(pi0d::control::ChunkOutcome::Accepted { .. })
         ) {
             accepted += 1;
         }

@@ -3,8 +3,9 @@
 
 use pi0d::chunk::JointChunk;
 use pi0d::config::{Interpolation, MergeMode};
-use pi0d::control::controller::{ChunkOutcome, ControllerSettings};
-use pi0d::control::{Controller, Executor, TickInputs, TickReport};
+use pi0d::control::{
+    ChunkOutcome, Controller, ControllerSettings, Executor, TickInputs, TickReport,
+};
 use pi0d::joints::JointMeasurement;
 use pi0d::joints::JointVector;
 use pi0d::robot::{JointKind, JointLimits, RobotLimits};

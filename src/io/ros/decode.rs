@@ -9,8 +9,7 @@ use crate::joints::{JointMeasurement, JointVector};
 use crate::observation::{CameraFrame, PixelFormat};
 use crate::time::MonoTime;
 
-pub use super::timing::ClockMap;
-pub(crate) use super::timing::{LatencyWindow, SkewEstimator};
+pub(crate) use super::timing::{ClockMap, LatencyWindow, SkewEstimator};
 
 /// Why an input was refused. Strings from the sender are kept short and escaped (see `shown`),
 /// so a reason is safe to log.
@@ -400,7 +399,7 @@ pub fn compressed_image(
 
 /// Bytes a task prompt may have: the configuration's (and the pipeline's) bound, so a longer one
 /// is refused here, with its topic, rather than further in.
-pub use crate::config::policy::MAX_PROMPT_BYTES;
+pub(crate) use crate::config::policy::MAX_PROMPT_BYTES;
 
 /// A task prompt from std_msgs/String: refused when longer than `MAX_PROMPT_BYTES` or holding
 /// control characters other than newline and tab (terminal escapes, NULs: never a task).

@@ -4,17 +4,17 @@
 //! blackboard and publishes the newest command at the control rate, so the control loop never
 //! waits on the middleware.
 
-pub mod decode;
-pub mod encode;
+pub(crate) mod decode;
+pub(crate) mod encode;
 mod frames;
 mod intake;
 pub(crate) mod log;
-pub mod lookahead;
+pub(crate) mod lookahead;
 pub mod msgs;
 pub(crate) mod teardown;
 pub(crate) mod timing;
-pub mod transport;
-pub mod type_hash;
+pub(crate) mod transport;
+pub(crate) mod type_hash;
 mod worker;
 
 use std::sync::atomic::AtomicBool;
