@@ -6,12 +6,12 @@
 //! vector-Jacobian product through `x1 = x - t v` with `v` held fixed, so the correction equals
 //! the weighted error and no backward pass through the expert is needed. Every backend that
 //! exposes the per-step velocity (the CPU model, the looped graphs' host driver) applies it the
-//! same way, through [`Guidance::apply`].
+//! same way, through `Guidance::apply`.
 //!
 //! Later lerobot versions add a "trained" mode (a model trained with a sampled delay: the
 //! prefix is overwritten with the leftover and its per-token flow time set to 0 at every step).
 //! It needs the expert to take per-token times, so it would be a second kind of guidance beside
-//! this one, chosen per checkpoint; [`RtcPrefix`] already carries what it needs.
+//! this one, chosen per checkpoint; `RtcPrefix` already carries what it needs.
 
 pub use crate::config::rtc::{RtcSettings, Schedule};
 

@@ -1,4 +1,4 @@
-//! Camera frames to model input, as lerobot / openpi do it: bytes to [0,1], bilinear
+//! Camera frames to model input, as lerobot / openpi do it: bytes to `[0, 1]`, bilinear
 //! resize-with-pad to the model's square size keeping the aspect ratio (align_corners=False,
 //! no antialias, padding centered with zeros), then `x*2-1` so values are in [-1,1] and the
 //! padding is -1.
@@ -73,7 +73,7 @@ fn source_index(dst: usize, scale: f32, size: usize) -> (usize, usize, f32) {
     (i0, i1, src - i0 as f32)
 }
 
-/// Resizes `[3, h, w]` in [0,1] to fit `size x size` keeping the aspect ratio, pads centered
+/// Resizes `[3, h, w]` in `[0, 1]` to fit `size x size` keeping the aspect ratio, pads centered
 /// with zeros, and maps to [-1,1]. Empty sizes and a `chw` of the wrong length are refused.
 pub fn resize_with_pad(
     chw: &[f32],
