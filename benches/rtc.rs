@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use pi0d::config::{RtcSettings, Schedule};
 use pi0d::policy::pi0::infer::{run_batch, Batch, BatchDims};
 use pi0d::policy::pi0::{Checkpoint, Pi0Model};
-use pi0d::policy::rtc::{RtcSettings, Schedule};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
@@ -83,9 +83,9 @@ fn cpu_cost(runs: usize) {
 
 #[cfg(feature = "onnx")]
 fn onnx_cost(runs: usize) {
+    use pi0d::config::OnnxOptions;
     use pi0d::policy::export::{export, ExportOptions};
     use pi0d::policy::graph::manifest::Manifest;
-    use pi0d::policy::graph::provider::OnnxOptions;
     let Some(lib) = ort_library() else {
         println!("  (ONNX Runtime not found: set ORT_DYLIB_PATH)");
         return;

@@ -13,11 +13,11 @@ use common::{
     assert_safe, edited_checkpoint, ort_library, root, run_daemon, scratch_dir, sim_model_config,
     with_backend,
 };
+use pi0d::config::OnnxOptions;
 use pi0d::policy::export::atc::{unsupported_ops, ATC_OPS};
 use pi0d::policy::export::pi0::ExportDtype;
 use pi0d::policy::export::{export, read_model, ExportError, ExportOptions, ExternalData};
 use pi0d::policy::graph::manifest::Manifest;
-use pi0d::policy::graph::provider::OnnxOptions;
 use pi0d::policy::graph::{load_onnx, GraphError};
 use pi0d::policy::pi0::infer::{Batch, BatchDims};
 use pi0d::policy::pi0::tensorfile::TensorFile;
@@ -631,8 +631,9 @@ fn when_unrolled_graphs_exported_with_rtc_expect_lerobot_guided_and_plain_action
 /// and a padded single, each with the CPU model's actions for it alone.
 #[test]
 fn when_graphs_are_exported_for_batch_2_expect_batches_in_pairs_each_its_own_actions() {
+    use pi0d::config::BackendOptions;
     use pi0d::observation::{CameraFrame, PixelFormat};
-    use pi0d::policy::pi0::pipeline::{BackendOptions, BatchItem, Pi0Pipeline, PipelineOptions};
+    use pi0d::policy::pi0::pipeline::{BatchItem, Pi0Pipeline, PipelineOptions};
     let ck = root().join("models/tiny-pi0");
     let dir = scratch_dir("onnx-batch2-serve");
     let mut o = ExportOptions::new(ck.clone(), dir.clone(), 1);

@@ -73,8 +73,8 @@ pub(crate) struct InferArgs {
 
 impl InferArgs {
     /// The RTC settings the flags ask for; `None` when neither is given.
-    fn rtc(&self) -> Option<pi0d::policy::rtc::RtcSettings> {
-        use pi0d::policy::rtc::{RtcSettings, Schedule};
+    fn rtc(&self) -> Option<pi0d::config::RtcSettings> {
+        use pi0d::config::{RtcSettings, Schedule};
         if self.rtc_schedule.is_none() && self.rtc_max_guidance.is_none() {
             return None;
         }
@@ -94,7 +94,7 @@ impl InferArgs {
 /// settings do not hold.
 pub(crate) fn with_rtc(
     batch: &mut pi0d::policy::pi0::infer::Batch,
-    rtc: Option<pi0d::policy::rtc::RtcSettings>,
+    rtc: Option<pi0d::config::RtcSettings>,
     inputs: &Path,
 ) -> Result<(), Failure> {
     let Some(settings) = rtc else { return Ok(()) };
@@ -166,7 +166,7 @@ pub(crate) fn infer_cpu(
     output: &Path,
     repeat: usize,
     threads: usize,
-    rtc: Option<pi0d::policy::rtc::RtcSettings>,
+    rtc: Option<pi0d::config::RtcSettings>,
 ) -> Result<(), Failure> {
     use pi0d::policy::pi0::{infer, ArchOverrides, Checkpoint, Pi0Model};
     let overrides = classified(arch.map(ArchOverrides::load).transpose())?;
@@ -202,7 +202,7 @@ pub(crate) fn infer_graphs(
     output: &Path,
     repeat: usize,
     backend: &GraphBackend,
-    rtc: Option<pi0d::policy::rtc::RtcSettings>,
+    rtc: Option<pi0d::config::RtcSettings>,
 ) -> Result<(), Failure> {
     use pi0d::policy::graph::manifest::Manifest;
     use pi0d::policy::pi0::infer::{self, BatchDims};

@@ -112,7 +112,8 @@ pub(crate) fn camera_key(s: &str) -> Result<(String, String), String> {
 
 pub(crate) fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
     use pi0d::config::serve::ServeConfig;
-    use pi0d::policy::pi0::pipeline::{BackendOptions, Pi0Pipeline, PipelineOptions};
+    use pi0d::config::BackendOptions;
+    use pi0d::policy::pi0::pipeline::{Pi0Pipeline, PipelineOptions};
     // First: no signal may end it without a controlled stop while the model loads either.
     let signals = Signals::install();
     let (options, optional, seed, mut sc, rtc) = match &a.config {

@@ -13,7 +13,7 @@
 //! It needs the expert to take per-token times, so it would be a second kind of guidance beside
 //! this one, chosen per checkpoint; `RtcPrefix` already carries what it needs.
 
-pub use crate::config::rtc::{RtcSettings, Schedule};
+pub(crate) use crate::config::rtc::{RtcSettings, Schedule};
 
 /// What is still to be executed of the running chunk, as one request's guidance target, in the
 /// model's normalized action space: `steps` rows of `width` values (`steps` up to the chunk,

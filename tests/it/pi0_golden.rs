@@ -256,7 +256,7 @@ fn when_check_loads_a_checkpoint_of_another_width_expect_exit_1_naming_both() {
 /// Runs one real-time-chunking case (lerobot's `RTCProcessor` through `sample_actions`); returns
 /// the largest difference from lerobot's guided actions and from its unguided ones.
 fn rtc_error(case: &str) -> (f32, f32) {
-    use pi0d::policy::rtc::{RtcSettings, Schedule};
+    use pi0d::config::{RtcSettings, Schedule};
     let dir = fixtures().join("cases").join(case);
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();

@@ -4,10 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
+use pi0d::config::BackendOptions;
 use pi0d::config::CameraSource;
 use pi0d::observation::{CameraFrame, PixelFormat};
 use pi0d::policy::cameras::{bind, ModelCameras};
-use pi0d::policy::pi0::pipeline::{BackendOptions, Pi0Pipeline, PipelineOptions};
+use pi0d::policy::pi0::pipeline::{Pi0Pipeline, PipelineOptions};
 use pi0d::policy::pi0::preprocess::{frame_to_model_input, resize_with_pad};
 use pi0d::policy::pi0::tensorfile::{TensorFile, Values};
 use pi0d::time::MonoTime;
@@ -235,8 +236,8 @@ fn when_raw_observation_expect_pi05_actions_as_lerobot_pipeline() {
 #[cfg(feature = "onnx")]
 #[test]
 fn when_raw_observation_through_onnx_graphs_expect_lerobot_pipeline_actions() {
+    use pi0d::config::OnnxOptions;
     use pi0d::policy::export::{export, ExportOptions};
-    use pi0d::policy::graph::provider::OnnxOptions;
     for kind in ["pi0", "pi05"] {
         let out = common::scratch_dir(&format!("pipeline-onnx-{kind}"));
         end_to_end_on(kind, |checkpoint| {

@@ -11,15 +11,14 @@ use common::TempDir;
 use safetensors::Dtype;
 use serde_json::Value;
 
+use pi0d::config::BackendOptions;
 use pi0d::observation::{CameraFrame, PixelFormat};
 use pi0d::policy::export::pi0::ExportDtype;
 use pi0d::policy::export::{export, ExportError, ExportOptions};
 use pi0d::policy::graph::manifest::Manifest;
 use pi0d::policy::graph::GraphError;
 use pi0d::policy::pi0::infer::{self, Batch, InferError};
-use pi0d::policy::pi0::pipeline::{
-    BackendOptions, Pi0Pipeline, PipelineError, PipelineOptions, MAX_PROMPT_BYTES,
-};
+use pi0d::policy::pi0::pipeline::{Pi0Pipeline, PipelineError, PipelineOptions, MAX_PROMPT_BYTES};
 use pi0d::policy::pi0::tensorfile::TensorFile;
 use pi0d::policy::pi0::{Checkpoint, Pi0Model};
 use pi0d::time::MonoTime;

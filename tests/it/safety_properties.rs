@@ -224,7 +224,8 @@ fn build_chunk(spec: &ChunkSpec, from: &JointVector, obs: MonoTime, seq: u64) ->
 /// `chunk` as real-time chunking makes it: step `i` pulled towards the running chunk's plan at
 /// the same instant, with RTC's linear prefix weights (faults stay where they were).
 fn guide(chunk: &mut JointChunk, running: &JointChunk, (delay, horizon): (usize, usize)) {
-    use pi0d::policy::rtc::{prefix_weights, Schedule};
+    use pi0d::config::Schedule;
+    use pi0d::policy::rtc::prefix_weights;
     let offset = (chunk.obs_stamp.seconds_since(running.obs_stamp) / PERIOD).round();
     let w = prefix_weights(Schedule::Linear, delay, horizon, chunk.steps());
     for (i, p) in chunk.positions.iter_mut().enumerate() {

@@ -7,7 +7,7 @@ pub(crate) mod acl;
 pub mod manifest;
 #[cfg(feature = "onnx")]
 pub(crate) mod onnx;
-pub mod provider;
+pub(crate) mod provider;
 pub(crate) mod tables;
 
 use std::time::Instant;

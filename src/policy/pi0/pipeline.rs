@@ -93,7 +93,7 @@ pub struct PipelineOptions {
     pub backend: BackendOptions,
 }
 
-pub use crate::config::policy::BackendOptions;
+pub(crate) use crate::config::policy::BackendOptions;
 
 /// The model stage of the pipeline.
 pub(crate) enum Backend {
