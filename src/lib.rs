@@ -21,4 +21,6 @@ pub mod record;
 pub mod remote;
 pub mod robot;
 pub mod safety;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod time;

@@ -457,9 +457,7 @@ mod tests {
     fn when_the_ca_file_is_a_device_or_a_fifo_expect_a_refusal_without_blocking() {
         let e = read_regular_file(Path::new("/dev/zero"), MAX_CA_FILE_BYTES).unwrap_err();
         assert!(e.contains("expected a regular file, found a device"), "{e}");
-        let dir = std::env::temp_dir().join(format!("pi0d-ca-fifo-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::testing::TempDir::new("ca-fifo");
         let fifo = dir.join("ca.pem");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: mkfifo(3) on a NUL-terminated path we own.
@@ -471,7 +469,6 @@ mod tests {
         let e = read_regular_file(&big, 1024).unwrap_err();
         assert!(e.contains("2048 bytes, at most 1024"), "{e}");
         assert_eq!(read_regular_file(&big, 4096).unwrap().len(), 2048);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// wss:// with `ca_file = /dev/zero`: start-up is refused at once, naming the field.
