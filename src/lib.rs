@@ -26,4 +26,6 @@ pub mod remote;
 pub mod robot;
 pub mod safety;
 pub mod telemetry;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod time;
