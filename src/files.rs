@@ -75,11 +75,8 @@ pub(crate) fn read_open(file: File, cap: u64) -> io::Result<String> {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("pi0d-files-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    fn scratch(name: &str) -> crate::testing::TempDir {
+        crate::testing::TempDir::new(&format!("files-{name}"))
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub mod remote;
 pub mod robot;
 pub mod safety;
 pub mod telemetry;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod time;
 
 /// Internals the integration tests and benches reach directly, gathered here so their modules

@@ -99,7 +99,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Exports `case` as given and returns the max error against lerobot's actions.
-fn export_and_compare(case: &str, dtype: ExportDtype, unroll: bool) -> (f32, PathBuf) {
+fn export_and_compare(case: &str, dtype: ExportDtype, unroll: bool) -> (f32, common::TempDir) {
     let tag = format!("{case}-{dtype:?}-{unroll}");
     let dir = scratch_dir(&format!("onnx-{tag}"));
     let report = export(&options_for(case, &dir, dtype, unroll)).unwrap();
@@ -297,7 +297,7 @@ fn when_f16_weight_overflows_expect_refusal_naming_it_or_clamp_report() {
     });
     let dir = scratch_dir("onnx-f16-overflow");
     let mut opts = options_for("pi0_f32_1cam_short", &dir, ExportDtype::F16, false);
-    opts.checkpoint = ck.clone();
+    opts.checkpoint = ck.to_path_buf();
     let err = match export(&opts) {
         Err(e) => e,
         Ok(_) => panic!("an f16 export of a 1e6 weight must be refused"),
@@ -497,7 +497,7 @@ fn when_daemon_runs_the_sim_on_onnx_graphs_expect_chunks_and_safe_motion() {
     let graphs = scratch_dir("onnx-daemon-graphs");
     export(&ExportOptions::new(
         root().join("models/tiny-pi0"),
-        graphs.clone(),
+        graphs.to_path_buf(),
         1,
     ))
     .unwrap();
@@ -636,7 +636,7 @@ fn when_graphs_are_exported_for_batch_2_expect_batches_in_pairs_each_its_own_act
     use pi0d::policy::pi0::pipeline::{BatchItem, Pi0Pipeline, PipelineOptions};
     let ck = root().join("models/tiny-pi0");
     let dir = scratch_dir("onnx-batch2-serve");
-    let mut o = ExportOptions::new(ck.clone(), dir.clone(), 1);
+    let mut o = ExportOptions::new(ck.clone(), dir.to_path_buf(), 1);
     o.batch = 2;
     export(&o).unwrap();
     let load = |backend| {
@@ -650,7 +650,7 @@ fn when_graphs_are_exported_for_batch_2_expect_batches_in_pairs_each_its_own_act
         .unwrap()
     };
     let mut graphs = load(BackendOptions::Onnx {
-        model_dir: dir,
+        model_dir: dir.to_path_buf(),
         options: OnnxOptions {
             library: Some(ort_library()),
             threads: 1,

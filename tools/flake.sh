@@ -27,10 +27,12 @@ shift $((OPTIND - 1))
 [[ "$runs" =~ ^[1-9][0-9]*$ ]] || { echo "flake.sh: -n wants a count >= 1, got '$runs'" >&2; exit 2; }
 [[ "$busy" =~ ^[0-9]+$ ]] || { echo "flake.sh: -k wants a count >= 0, got '$busy'" >&2; exit 2; }
 
-# The binaries whose tests judge a running daemon (watchdogs, control rate, reactions).
-timing=(hil hil_task scenarios watchdogs exit_codes edges ros_interop zenoh_interop zenoh_policy
-        reload reload_safety systemd_notify ur5e record_mcap no_alloc fault_latch config_fuzz
-        openpi_client openpi_hostile serve_openpi serve_hostile journald)
+# The binaries whose tests judge a running daemon (watchdogs, control rate, reactions). `it`
+# holds tests/it/ (watchdogs, reload, reload_safety, record_mcap, fault_latch and the other
+# in-process and short-run files): pass a TEST_FILTER (e.g. `watchdogs::`) to run part of it.
+timing=(hil hil_task scenarios exit_codes edges ros_interop zenoh_interop zenoh_policy it
+        systemd_notify ur5e no_alloc config_fuzz openpi_client openpi_hostile serve_openpi
+        serve_hostile journald)
 selected=()
 for b in "${timing[@]}"; do
   if [[ -z "$only" || "$b" =~ $only ]]; then selected+=("$b"); fi

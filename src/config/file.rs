@@ -19,11 +19,8 @@ pub(crate) fn read_text(path: &Path, max_bytes: u64) -> io::Result<String> {
 mod tests {
     use super::*;
 
-    fn dir(name: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("pi0d-file-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    fn dir(name: &str) -> crate::testing::TempDir {
+        crate::testing::TempDir::new(&format!("file-{name}"))
     }
 
     #[test]

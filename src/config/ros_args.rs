@@ -503,8 +503,7 @@ mod tests {
     }
 
     fn params_file_with(name: &str, text: &str) -> Result<Vec<Param>, ConfigError> {
-        let dir = std::env::temp_dir().join(format!("pi0d-params-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::testing::TempDir::new(&format!("params-{name}"));
         let f = dir.join("params.yaml");
         std::fs::write(&f, text).unwrap();
         params_file(&f, "pi0d", "/")

@@ -291,10 +291,8 @@ enum Ownership {
 mod tests {
     use super::*;
 
-    fn dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("pi0d-latch-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    fn dir(name: &str) -> crate::testing::TempDir {
+        crate::testing::TempDir::new(&format!("latch-{name}"))
     }
 
     fn enospc(_: &mut File, _: &[u8]) -> io::Result<()> {

@@ -157,14 +157,12 @@ mod tests {
 
     #[test]
     fn when_latency_requested_expect_the_binary_value_written_and_held_open() {
-        let dir = std::env::temp_dir().join(format!("pi0d-pmqos-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::testing::TempDir::new("pmqos");
         let path = dir.join("cpu_dma_latency");
         std::fs::write(&path, b"").unwrap();
         let held = CpuLatency::request_at(&path, 7).expect("writable");
         assert_eq!(std::fs::read(&path).unwrap(), 7i32.to_ne_bytes());
         drop(held);
         assert!(CpuLatency::request_at(&dir.join("missing/none"), 0).is_none());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -102,16 +102,17 @@ mod tests {
     use super::*;
     use crate::time::MonoTime;
 
-    fn write(name: &str, text: &str) -> std::path::PathBuf {
-        let p =
-            std::env::temp_dir().join(format!("pi0d-replay-{}-{name}.json", std::process::id()));
+    /// `text` as `<dir>/<name>.json` in a directory removed when the guard is dropped.
+    fn write(name: &str, text: &str) -> (crate::testing::TempDir, std::path::PathBuf) {
+        let dir = crate::testing::TempDir::new(&format!("replay-{name}"));
+        let p = dir.join(format!("{name}.json"));
         std::fs::write(&p, text).unwrap();
-        p
+        (dir, p)
     }
 
     #[test]
     fn when_replaying_expect_chunks_in_order_stamped_with_the_observation() {
-        let f = write(
+        let (_dir, f) = write(
             "ok",
             r#"{"step_period_s": 0.02, "chunks": [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]}"#,
         );
@@ -132,7 +133,7 @@ mod tests {
 
     #[test]
     fn when_replay_step_has_wrong_width_expect_error_naming_file_and_place() {
-        let f = write(
+        let (_dir, f) = write(
             "bad",
             r#"{"step_period_s": 0.02, "chunks": [[[1, 2], [3]]]}"#,
         );

@@ -2,11 +2,8 @@
 
 use super::*;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pi0d-file-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> crate::testing::TempDir {
+    crate::testing::TempDir::new(&format!("record-file-{name}"))
 }
 
 fn topics() -> Topics {

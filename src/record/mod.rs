@@ -518,11 +518,9 @@ mod tests {
 
     #[test]
     fn when_runs_start_in_the_same_second_in_one_directory_expect_a_file_each() {
-        let dir =
-            std::env::temp_dir().join(format!("pi0d-record-{}-same-second", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = crate::testing::TempDir::new("record-same-second");
         let cfg = RecordConfig {
-            target: RecordTarget::Directory(dir.clone()),
+            target: RecordTarget::Directory(dir.to_path_buf()),
             max_bytes: 1_000_000,
             max_duration_s: None,
             camera_hz: 0.0,
@@ -554,7 +552,7 @@ mod tests {
                 "pi0d-20261201T000000Z-3.mcap"
             ]
         );
-        assert!(files.iter().all(|f| f.parent() == Some(dir.as_path())));
+        assert!(files.iter().all(|f| f.parent() == Some(dir.path())));
         // A named file is never replaced: the error names it.
         let named = RecordConfig {
             target: RecordTarget::File(files[0].clone()),

@@ -3,11 +3,8 @@
 use super::*;
 use crate::record::plot;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pi0d-read-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> crate::testing::TempDir {
+    crate::testing::TempDir::new(&format!("read-{name}"))
 }
 
 /// A JointState as pi0d records it (CDR with its encapsulation header).

@@ -199,3 +199,95 @@ pub fn assert_robot_sane(r: &serde_json::Value) {
         r["command_gap_at_worst_jerk_ms"]
     );
 }
+
+// Reactions judged on pi0d's own stamps against bounds from the configuration.
+
+/// The longest stop the governor may take from what pi0d commanded: per joint, from its largest
+/// commanded speed (pi0d's summary) under its configured acceleration `a` and jerk `j`, the
+/// jerk-limited bound v/a + 2a/j (ramping out an opposing acceleration, braking, ramping in).
+pub fn braking_bound_s(cfg: &toml::Table, summary: &serde_json::Value) -> f64 {
+    let limits = &cfg["limits"];
+    let of = |joint: &str, key: &str| {
+        limits
+            .get("joints")
+            .and_then(|j| j.get(joint))
+            .and_then(|j| j.get(key))
+            .or_else(|| limits.get(key))
+            .and_then(|v| v.as_float())
+            .unwrap_or_else(|| panic!("limits.{key} for {joint}"))
+    };
+    summary["max_abs_velocity"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(joint, v)| {
+            let (a, j) = (of(joint, "acceleration"), of(joint, "jerk"));
+            v.as_f64().unwrap() / a + 2.0 * a / j
+        })
+        .fold(0.0, f64::max)
+}
+
+/// `control.rate_hz`'s period (s).
+pub fn control_period_s(cfg: &toml::Table) -> f64 {
+    1.0 / cfg["control"]["rate_hz"]
+        .as_float()
+        .or_else(|| cfg["control"]["rate_hz"].as_integer().map(|r| r as f64))
+        .expect("control.rate_hz")
+}
+
+/// pi0d's own stamp of its first arm command at rest after `after` (wall s): the first
+/// trajectory it wrote from which every one it wrote for `span_s` after stays within 1e-4 rad
+/// of it (the DDS source timestamps the robot received, so the robot's loop does not shift it).
+pub fn rest_written_at(report: &serde_json::Value, after: f64, span_s: f64) -> Option<f64> {
+    let writes: Vec<(f64, Vec<f64>)> = report["arm_writes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            let q = w[1].as_array().unwrap();
+            (
+                w[0].as_f64().unwrap(),
+                q.iter().map(|x| x.as_f64().unwrap()).collect(),
+            )
+        })
+        .filter(|(t, _)| *t >= after)
+        .collect();
+    (0..writes.len()).find_map(|i| {
+        let (t0, q0) = &writes[i];
+        let window: Vec<_> = writes[i..]
+            .iter()
+            .take_while(|(t, _)| *t < t0 + span_s)
+            .collect();
+        let still = window
+            .iter()
+            .all(|(_, q)| q.iter().zip(q0).all(|(a, b)| (a - b).abs() < 1e-4));
+        // The window must reach its end (pi0d wrote past it), or rest is unproven.
+        let covered = writes[i..].iter().any(|(t, _)| *t >= t0 + span_s);
+        (still && covered).then_some(*t0)
+    })
+}
+
+/// The allowance, beyond what the configuration sets, for an event to travel between the two
+/// processes over loopback DDS and be scheduled: the robot driver's own watchdog (a command
+/// path slower than that trips the driver anyway).
+pub fn transit_allowance_s(report: &serde_json::Value) -> f64 {
+    report["watchdog_s"].as_f64().unwrap()
+}
+
+/// The robot's watchdog hold number `index` (of `watchdog_holds`) was its watchdog's doing: on
+/// the robot loop's own step clock it came the configured watchdog after the last command
+/// arrived (one physics step of resolution, and one of rounding). Returns pi0d's write stamp of
+/// that last command.
+pub fn assert_held_by_the_watchdog(report: &serde_json::Value, index: usize) -> f64 {
+    let cause = &report["watchdog_hold_causes"][index];
+    let after = cause["after_last_command_s"].as_f64().unwrap();
+    let wd = report["watchdog_s"].as_f64().unwrap();
+    let dt = report["physics_dt_s"].as_f64().unwrap();
+    assert!(
+        after > wd && after <= wd + 2.0 * dt,
+        "the robot held {after:.4} s after the last command; its watchdog is {wd} s: {cause}"
+    );
+    cause["last_write"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no arm command before the hold: {cause}"))
+}

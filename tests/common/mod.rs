@@ -418,7 +418,7 @@ pub fn run_beside_peer_with(
         .args(args)
         .output()
         .unwrap();
-    let peer_ok = peer.wait().unwrap().success();
+    let peer_ok = end_peer(&mut peer).success();
     let stderr = String::from_utf8_lossy(&run.stderr).to_string();
     assert!(run.status.success(), "pi0d failed:\n{stderr}");
     assert!(peer_ok, "peer failed");
@@ -428,6 +428,16 @@ pub fn run_beside_peer_with(
         report: read(&dir.join("peer.json")),
         stderr,
     }
+}
+
+/// Ends a peer once pi0d has exited: SIGTERM (the peers take what arrived, write their report
+/// and exit 0; their `--duration` only bounds a run whose test died), then its exit status.
+pub fn end_peer(peer: &mut std::process::Child) -> std::process::ExitStatus {
+    if let Ok(None) = peer.try_wait() {
+        // SAFETY: a signal to a child this test started and has not reaped.
+        unsafe { libc::kill(peer.id() as libc::pid_t, libc::SIGTERM) };
+    }
+    peer.wait().expect("the peer can be waited for")
 }
 
 /// The observation latency pi0d reports in a diagnostic's values and the command latency the
@@ -614,7 +624,7 @@ pub fn run_until_it_stops(
         .arg(&cfg_path)
         .output()
         .unwrap();
-    let _ = peer.wait();
+    end_peer(&mut peer);
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).to_string(),

@@ -368,6 +368,8 @@ def main():
     last_command = first_command = None
     holding_since = None
     holds = []  # watchdog holds: wall time
+    hold_causes = []  # per hold: since the last command (step clock), pi0d's last write stamp
+    estop_written = None  # wall time the e-stop press was written
     commands = grip_commands = 0
     nonfinite = 0
     setpoints = []  # the last four setpoints, for jerk
@@ -417,6 +419,9 @@ def main():
         if args.estop_at is not None and estop_at is None and since_first >= args.estop_at:
             estop_w.write(Bool(data=True))
             estop_at = now
+            # The press as published (the DDS source stamp is this write's wall time): what
+            # pi0d's own stamps are judged against.
+            estop_written = time.time()
         if args.reset_at is not None and reset_at is None and estop_at is not None:
             # The operator releases the button, then (a moment later: the two topics are not
             # ordered with each other) asks for a reset.
@@ -466,6 +471,10 @@ def main():
             if holding_since is None:
                 holding_since = now
                 holds.append(now)
+                # Why it held, on this loop's own step clock (the watchdog's) and on pi0d's:
+                # how long after the last command's arrival, and pi0d's write stamp of it.
+                hold_causes.append({"after_last_command_s": now - last_command,
+                                    "last_write": written[-1][0] if written else None})
                 # One entry per hold (None before any arm command was tracked), so the two
                 # lists stay index for index.
                 tails.append(max(abs(a - b) for a, b in zip(target, at_last_command))
@@ -599,6 +608,13 @@ def main():
         "reset_at": reset_at,
         "stalled_at": stalled_at,
         "watchdog_holds": holds,
+        "watchdog_hold_causes": hold_causes,
+        "estop_written": estop_written,
+        "watchdog_s": args.watchdog_ms * 1e-3,
+        "physics_dt_s": PHYSICS_DT,
+        # Every arm trajectory taken: pi0d's write stamp (DDS source timestamp, wall s) and its
+        # first point's positions, for judging pi0d's reactions on pi0d's own stamps.
+        "arm_writes": [(w, list(msg.points[0].positions)) for w, _, msg in written],
         # Per hold: how far the setpoint travelled from the last command to the hold (rad or m).
         "travel_after_last_command": tails,
         "max_setpoint_jerk": max_set_jerk,

@@ -239,23 +239,22 @@ fn when_raw_observation_through_onnx_graphs_expect_lerobot_pipeline_actions() {
     use pi0d::config::OnnxOptions;
     use pi0d::policy::export::{export, ExportOptions};
     for kind in ["pi0", "pi05"] {
-        let out = common::scratch_dir(&format!("pipeline-onnx-{kind}"));
+        let out = crate::common::scratch_dir(&format!("pipeline-onnx-{kind}"));
         end_to_end_on(kind, |checkpoint| {
             export(&ExportOptions::new(
                 checkpoint.to_path_buf(),
-                out.clone(),
+                out.to_path_buf(),
                 2,
             ))
             .unwrap();
             BackendOptions::Onnx {
-                model_dir: out.clone(),
+                model_dir: out.to_path_buf(),
                 options: OnnxOptions {
-                    library: Some(common::ort_library()),
+                    library: Some(crate::common::ort_library()),
                     ..Default::default()
                 },
             }
         });
-        let _ = std::fs::remove_dir_all(&out);
     }
 }
 

@@ -17,6 +17,7 @@ import argparse
 import io
 import json
 import math
+import signal
 import sys
 import time
 from pathlib import Path
@@ -93,6 +94,10 @@ def timeline_error(written_at):
     return out
 
 
+# SIGTERM received (the test's end of the run).
+STOP = []
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--domain", type=int, required=True)
@@ -122,6 +127,7 @@ def main():
     ap.add_argument("--bad-frames-at", type=float, default=None,
                     help="send malformed images and prompts for a second from then on")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: STOP.append(True))
     global CLOCK_OFFSET
     CLOCK_OFFSET = args.clock_offset
 
@@ -172,7 +178,11 @@ def main():
     commands_after_bad, at_bad_end = 0, None
     t0 = time.time()
     next_js, next_img, prompt_sent, estop_sent = t0, t0, False, False
+    # The test ends this peer with SIGTERM once pi0d has exited (--duration only bounds it): the
+    # loop then runs one whole pass begun after the signal, taking what arrived before it, and
+    # the report is written as after --duration.
     while time.time() - t0 < args.duration:
+        stopping = bool(STOP)
         now = time.time()
         for msg in cmd_r.take(N=100):
             if not isinstance(msg, JointTrajectory):
@@ -270,6 +280,8 @@ def main():
         for rep in rep_r.take(N=10):
             if isinstance(rep, TriggerResponse) and list(rep.guid) == my_guid and rep.seq_low == 1:
                 reset_reply = {"success": bool(rep.success), "message": rep.message, "at": now - t0}
+        if stopping:
+            break
         time.sleep(0.002)
     report = {"commands": commands, "shadow_commands": shadow, "joint_names": names_seen, "first": first, "last": last,
               "nonfinite": nonfinite, "statuses": statuses, "diagnostics": diagnostics,

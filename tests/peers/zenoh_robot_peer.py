@@ -17,6 +17,7 @@ import argparse
 import io
 import json
 import math
+import signal
 import os
 import struct
 import threading
@@ -90,6 +91,10 @@ def percentiles(seconds):
             "max": s[-1] * 1e3, "n": len(s)}
 
 
+# SIGTERM received (the test's end of the run).
+STOP = []
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--listen", required=True)
@@ -103,6 +108,7 @@ def main():
     ap.add_argument("--fps", type=float, default=10.0, help="camera rate")
     ap.add_argument("--liveliness-at", type=float, default=3.0, help="when to list liveliness tokens (s)")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: STOP.append(True))
 
     conf = zenoh.Config()
     conf.insert_json5("mode", '"peer"')
@@ -177,7 +183,11 @@ def main():
     prompt_sent = estop_sent = reset_sent = False
     reset_reply = None
     tokens = None
+    # The test ends this peer with SIGTERM once pi0d has exited (--duration only bounds it): the
+    # loop then runs one whole pass begun after the signal, taking what arrived before it, and
+    # the report is written as after --duration.
     while time.time() - t0 < args.duration:
+        stopping = bool(STOP)
         now = time.time()
         if tokens is None and now - t0 > args.liveliness_at:
             # Discovery as rmw_zenoh sees it: liveliness tokens of pi0d's node and entities.
@@ -220,6 +230,8 @@ def main():
                     resp = TS.deserialize_cdr(reply.ok.payload.to_bytes(), "std_srvs/msg/Trigger_Response")
                     reset_reply = {"success": bool(resp.success), "message": resp.message, "at": time.time() - t0}
             reset_sent = True
+        if stopping:
+            break
         time.sleep(0.002)
 
     for s in subs:

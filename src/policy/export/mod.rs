@@ -368,11 +368,8 @@ pub fn read_model(path: &Path) -> Result<proto::ModelProto, ExportError> {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("pi0d-staging-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn scratch(name: &str) -> crate::testing::TempDir {
+        crate::testing::TempDir::new(&format!("staging-{name}"))
     }
 
     /// Names in `dir`, sorted.
@@ -393,7 +390,6 @@ mod tests {
         std::fs::write(s.tmp.join("prefix.onnx"), b"half").unwrap();
         drop(s);
         assert!(names(&dir).is_empty(), "{:?}", names(&dir));
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
@@ -412,7 +408,6 @@ mod tests {
         assert_eq!(names(&dir), ["graphs"]);
         assert_eq!(names(&out), ["denoise_unrolled.onnx", "manifest.json"]);
         assert_eq!(std::fs::read(out.join(manifest::FILE)).unwrap(), b"new");
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
@@ -437,6 +432,5 @@ mod tests {
         std::fs::create_dir(&empty).unwrap();
         Staging::new(&empty).unwrap().commit().unwrap();
         assert!(empty.is_dir());
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -368,10 +368,8 @@ mod tests {
     type Edit = fn(&mut Manifest);
 
     /// A directory holding a sound manifest (as export writes it) and its graph files.
-    fn export_dir(name: &str) -> (PathBuf, Manifest) {
-        let dir = std::env::temp_dir().join(format!("pi0d-manifest-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+    fn export_dir(name: &str) -> (crate::testing::TempDir, Manifest) {
+        let dir = crate::testing::TempDir::new(&format!("manifest-{name}"));
         let m = crate::policy::graph::acl::plan::tests::manifest(1, false, "float32");
         for f in [&m.graphs.prefix.file, &m.graphs.denoise.file] {
             std::fs::write(dir.join(f), b"onnx").unwrap();
@@ -393,7 +391,6 @@ mod tests {
         let (dir, m) = export_dir("sound");
         std::fs::write(dir.join(FILE), serde_json::to_string(&m).unwrap()).unwrap();
         assert_eq!(Manifest::load(&dir).unwrap(), m);
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
@@ -418,7 +415,6 @@ mod tests {
             let e = refused(&dir, &m);
             assert!(e.contains("expected at least 1, found 0"), "{e}");
         }
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
@@ -443,7 +439,6 @@ mod tests {
         let mut m = good.clone();
         m.batch = 1 << 40;
         assert!(refused(&dir, &m).contains("`prefix_bias` table holds at most"));
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
@@ -496,13 +491,13 @@ mod tests {
         m.mask_value = -30000.0;
         std::fs::write(dir.join(FILE), serde_json::to_string(&m).unwrap()).unwrap();
         Manifest::load(&dir).unwrap();
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn when_graph_paths_leave_the_directory_expect_refused_naming_the_field() {
         let (dir, good) = export_dir("paths");
-        let outside = dir.with_extension("outside.onnx");
+        let beside = crate::testing::TempDir::new("manifest-outside");
+        let outside = beside.join("outside.onnx");
         std::fs::write(&outside, b"onnx").unwrap();
         let cases = [
             ("/etc/passwd".to_string(), "graphs.prefix.file"),
@@ -543,7 +538,5 @@ mod tests {
         m.graphs.prefix.file = "./inside.onnx".into();
         std::fs::write(dir.join(FILE), serde_json::to_string(&m).unwrap()).unwrap();
         Manifest::load(&dir).unwrap();
-        let _ = std::fs::remove_dir_all(dir);
-        let _ = std::fs::remove_file(outside);
     }
 }
