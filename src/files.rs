@@ -75,8 +75,8 @@ pub(crate) fn read_open(file: File, cap: u64) -> io::Result<String> {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> crate::testing::TempDir {
-        crate::testing::TempDir::new(&format!("files-{name}"))
+    fn scratch(name: &str) -> crate::test_dirs::TempDir {
+        crate::test_dirs::TempDir::new(&format!("files-{name}"))
     }
 
     #[test]

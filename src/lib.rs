@@ -51,7 +51,7 @@ pub mod robot;
 pub mod safety;
 pub mod telemetry;
 #[cfg(test)]
-pub(crate) mod testing;
+pub(crate) mod test_dirs;
 pub mod time;
 
 /// Internals the integration tests and benches reach directly, gathered here so their modules

@@ -19,8 +19,8 @@ pub(crate) fn read_text(path: &Path, max_bytes: u64) -> io::Result<String> {
 mod tests {
     use super::*;
 
-    fn dir(name: &str) -> crate::testing::TempDir {
-        crate::testing::TempDir::new(&format!("file-{name}"))
+    fn dir(name: &str) -> crate::test_dirs::TempDir {
+        crate::test_dirs::TempDir::new(&format!("file-{name}"))
     }
 
     #[test]

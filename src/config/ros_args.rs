@@ -503,7 +503,7 @@ mod tests {
     }
 
     fn params_file_with(name: &str, text: &str) -> Result<Vec<Param>, ConfigError> {
-        let dir = crate::testing::TempDir::new(&format!("params-{name}"));
+        let dir = crate::test_dirs::TempDir::new(&format!("params-{name}"));
         let f = dir.join("params.yaml");
         std::fs::write(&f, text).unwrap();
         params_file(&f, "pi0d", "/")

@@ -291,8 +291,8 @@ enum Ownership {
 mod tests {
     use super::*;
 
-    fn dir(name: &str) -> crate::testing::TempDir {
-        crate::testing::TempDir::new(&format!("latch-{name}"))
+    fn dir(name: &str) -> crate::test_dirs::TempDir {
+        crate::test_dirs::TempDir::new(&format!("latch-{name}"))
     }
 
     fn enospc(_: &mut File, _: &[u8]) -> io::Result<()> {

@@ -611,7 +611,7 @@ mod tests {
 
     #[test]
     fn when_urdf_soft_limit_gains_are_raised_expect_refused_and_lowered_expect_applied() {
-        let dir = crate::testing::TempDir::new("reload-gains");
+        let dir = crate::test_dirs::TempDir::new("reload-gains");
         let at = |k_position: &str, k_velocity: &str| {
             let urdf = urdf_with_gains(&dir, k_position, k_velocity);
             sim(|t| t["robot"]["urdf"] = urdf.display().to_string().into())
@@ -680,7 +680,7 @@ mod tests {
 
     #[test]
     fn when_the_config_or_its_urdf_is_not_a_regular_file_expect_a_load_error_naming_it() {
-        let dir = crate::testing::TempDir::new("reload-fifo");
+        let dir = crate::test_dirs::TempDir::new("reload-fifo");
         let mkfifo = |p: &Path| {
             let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
             // SAFETY: mkfifo on a NUL-terminated path this test owns.

@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn when_latency_requested_expect_the_binary_value_written_and_held_open() {
-        let dir = crate::testing::TempDir::new("pmqos");
+        let dir = crate::test_dirs::TempDir::new("pmqos");
         let path = dir.join("cpu_dma_latency");
         std::fs::write(&path, b"").unwrap();
         let held = CpuLatency::request_at(&path, 7).expect("writable");

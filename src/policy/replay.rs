@@ -103,8 +103,8 @@ mod tests {
     use crate::time::MonoTime;
 
     /// `text` as `<dir>/<name>.json` in a directory removed when the guard is dropped.
-    fn write(name: &str, text: &str) -> (crate::testing::TempDir, std::path::PathBuf) {
-        let dir = crate::testing::TempDir::new(&format!("replay-{name}"));
+    fn write(name: &str, text: &str) -> (crate::test_dirs::TempDir, std::path::PathBuf) {
+        let dir = crate::test_dirs::TempDir::new(&format!("replay-{name}"));
         let p = dir.join(format!("{name}.json"));
         std::fs::write(&p, text).unwrap();
         (dir, p)

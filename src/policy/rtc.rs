@@ -54,7 +54,7 @@ pub(crate) enum RtcError {
 
 /// The per-request guidance: target `[chunk, action_dim]` and weights per step.
 #[derive(Clone, Debug)]
-pub(crate) struct Guidance {
+pub struct Guidance {
     target: Vec<f32>,
     weights: Vec<f32>,
     action_dim: usize,

@@ -2,8 +2,8 @@
 
 use super::*;
 
-fn scratch(name: &str) -> crate::testing::TempDir {
-    crate::testing::TempDir::new(&format!("record-file-{name}"))
+fn scratch(name: &str) -> crate::test_dirs::TempDir {
+    crate::test_dirs::TempDir::new(&format!("record-file-{name}"))
 }
 
 fn topics() -> Topics {

@@ -518,7 +518,7 @@ mod tests {
 
     #[test]
     fn when_runs_start_in_the_same_second_in_one_directory_expect_a_file_each() {
-        let dir = crate::testing::TempDir::new("record-same-second");
+        let dir = crate::test_dirs::TempDir::new("record-same-second");
         let cfg = RecordConfig {
             target: RecordTarget::Directory(dir.to_path_buf()),
             max_bytes: 1_000_000,

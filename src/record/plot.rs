@@ -445,7 +445,7 @@ mod tests {
     #[test]
     fn when_a_trace_has_more_joints_than_a_plot_holds_expect_an_error_naming_the_recording() {
         let t = trace(MAX_JOINTS + 1);
-        let dir = crate::testing::TempDir::new("plot-many");
+        let dir = crate::test_dirs::TempDir::new("plot-many");
         let out = dir.join("many.png");
         let e = plot(&t, &out).unwrap_err();
         assert!(matches!(e, PlotError::TooManyJoints { joints, .. } if joints == MAX_JOINTS + 1));
@@ -455,7 +455,7 @@ mod tests {
 
     #[test]
     fn when_the_trace_has_no_joints_expect_the_error_to_name_the_recording() {
-        let dir = crate::testing::TempDir::new("plot-none");
+        let dir = crate::test_dirs::TempDir::new("plot-none");
         let out = dir.join("none.png");
         let e = plot(&trace(0), &out).unwrap_err();
         assert!(matches!(e, PlotError::Empty { .. }), "{e:?}");

@@ -3,8 +3,8 @@
 use super::*;
 use crate::record::plot;
 
-fn scratch(name: &str) -> crate::testing::TempDir {
-    crate::testing::TempDir::new(&format!("read-{name}"))
+fn scratch(name: &str) -> crate::test_dirs::TempDir {
+    crate::test_dirs::TempDir::new(&format!("read-{name}"))
 }
 
 /// A JointState as pi0d records it (CDR with its encapsulation header).

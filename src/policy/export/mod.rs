@@ -368,8 +368,8 @@ pub fn read_model(path: &Path) -> Result<proto::ModelProto, ExportError> {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> crate::testing::TempDir {
-        crate::testing::TempDir::new(&format!("staging-{name}"))
+    fn scratch(name: &str) -> crate::test_dirs::TempDir {
+        crate::test_dirs::TempDir::new(&format!("staging-{name}"))
     }
 
     /// Names in `dir`, sorted.

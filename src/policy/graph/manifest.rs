@@ -368,8 +368,8 @@ mod tests {
     type Edit = fn(&mut Manifest);
 
     /// A directory holding a sound manifest (as export writes it) and its graph files.
-    fn export_dir(name: &str) -> (crate::testing::TempDir, Manifest) {
-        let dir = crate::testing::TempDir::new(&format!("manifest-{name}"));
+    fn export_dir(name: &str) -> (crate::test_dirs::TempDir, Manifest) {
+        let dir = crate::test_dirs::TempDir::new(&format!("manifest-{name}"));
         let m = crate::policy::graph::acl::plan::tests::manifest(1, false, "float32");
         for f in [&m.graphs.prefix.file, &m.graphs.denoise.file] {
             std::fs::write(dir.join(f), b"onnx").unwrap();
@@ -496,7 +496,7 @@ mod tests {
     #[test]
     fn when_graph_paths_leave_the_directory_expect_refused_naming_the_field() {
         let (dir, good) = export_dir("paths");
-        let beside = crate::testing::TempDir::new("manifest-outside");
+        let beside = crate::test_dirs::TempDir::new("manifest-outside");
         let outside = beside.join("outside.onnx");
         std::fs::write(&outside, b"onnx").unwrap();
         let cases = [

@@ -724,12 +724,12 @@ pub(crate) type Outcome = Result<(Vec<Vec<f32>>, Timing), PipelineError>;
 
 /// One observation of a batch (`Pi0Pipeline::run_batch`).
 pub struct BatchItem<'a> {
-    pub(crate) frames: &'a [Option<&'a CameraFrame>],
-    pub(crate) state: &'a [f32],
-    pub(crate) task: &'a str,
-    pub(crate) noise: &'a [f32],
+    pub frames: &'a [Option<&'a CameraFrame>],
+    pub state: &'a [f32],
+    pub task: &'a str,
+    pub noise: &'a [f32],
     /// Real-time chunking, when the request carries a leftover.
-    pub(crate) guidance: Option<&'a Guidance>,
+    pub guidance: Option<&'a Guidance>,
 }
 
 /// One observation's model inputs, owned.
