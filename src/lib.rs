@@ -50,8 +50,7 @@ pub mod remote;
 pub mod robot;
 pub mod safety;
 pub mod telemetry;
-#[cfg(test)]
-pub(crate) mod test_dirs;
+mod test_dirs;
 pub mod time;
 
 /// Internals the integration tests and benches reach directly, gathered here so their modules
@@ -60,6 +59,7 @@ pub mod time;
 pub mod testing {
     pub use crate::daemon::control::{ControlEvent, ControlLoop, StepOutcome};
     pub use crate::io::board::Blackboard;
+    pub use crate::test_dirs::TempDir;
 
     /// The inference worker the control loop feeds (spawned by the tests that run the loop
     /// without the daemon around it).

@@ -1,14 +1,16 @@
-//! Helpers for the library's own unit tests (compiled only under `cfg(test)`).
+//! Scratch directories for tests: the library's unit tests and, through `pi0d::testing`, the
+//! integration tests use the same guard.
 
 use std::path::{Path, PathBuf};
 
 /// A fresh directory under the system's temp dir, `pi0d-<name>-<pid>`, removed with everything
 /// in it when dropped: also when the test panics, so a failed assertion leaves nothing behind.
-pub(crate) struct TempDir(PathBuf);
+/// `PI0D_KEEP_TEST_DIRS=1` keeps them for a post-mortem.
+pub struct TempDir(PathBuf);
 
 impl TempDir {
     /// Creates it empty (whatever an earlier run of this process id left there is removed).
-    pub(crate) fn new(name: &str) -> TempDir {
+    pub fn new(name: &str) -> TempDir {
         let dir = std::env::temp_dir().join(format!("pi0d-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)
@@ -16,7 +18,7 @@ impl TempDir {
         TempDir(dir)
     }
 
-    pub(crate) fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -34,9 +36,17 @@ impl AsRef<Path> for TempDir {
     }
 }
 
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if std::env::var_os("PI0D_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 

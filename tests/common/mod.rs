@@ -62,57 +62,12 @@ pub fn add_drill(cfg: &mut toml::Table, event: &str, at_s: f64, duration_s: Opti
     cfg.insert("drill".into(), toml::Value::Array(vec![table(&d)]));
 }
 
-/// A directory under the temp dir that is removed when dropped, so that a test leaves nothing
-/// behind even when it panics (Drop runs while unwinding). `PI0D_KEEP_TEST_DIRS=1` keeps them
-/// for a post-mortem.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    /// `<temp>/pi0d-<kind>-<pid>-<name>`, emptied first (a name is reused within a process only
-    /// after the guard that held it dropped).
-    pub fn new(kind: &str, name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("pi0d-{kind}-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)
-            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-        TempDir(dir)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<Path> for TempDir {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<std::ffi::OsStr> for TempDir {
-    fn as_ref(&self) -> &std::ffi::OsStr {
-        self.0.as_os_str()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if std::env::var_os("PI0D_KEEP_TEST_DIRS").is_none() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
+/// The library's scratch-directory guard: removed when dropped, also when a test panics.
+pub use pi0d::testing::TempDir;
 
 /// A fresh scratch directory for test `name`, removed when the guard drops.
 pub fn scratch_dir(name: &str) -> TempDir {
-    TempDir::new("test", name)
+    TempDir::new(&format!("test-{name}"))
 }
 
 pub struct Run {
@@ -286,7 +241,7 @@ pub fn edited_checkpoint(
     edit: impl Fn(&mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>),
 ) -> TempDir {
     let src = root().join("tests/fixtures/pi0_float32");
-    let dir = TempDir::new("bad-ck", name);
+    let dir = TempDir::new(&format!("bad-ck-{name}"));
     std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
     std::fs::copy(src.join("arch.json"), dir.join("arch.json")).unwrap();
     let bytes = std::fs::read(src.join("model.safetensors")).unwrap();

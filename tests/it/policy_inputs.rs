@@ -33,7 +33,7 @@ fn fixture(name: &str) -> PathBuf {
 
 /// A scratch directory, removed when the guard drops (even when the test panics).
 fn scratch(name: &str) -> TempDir {
-    TempDir::new("inputs", name)
+    TempDir::new(&format!("inputs-{name}"))
 }
 
 fn read_tensors(path: &Path) -> Tensors {
