@@ -123,8 +123,6 @@ pub(crate) struct Step {
     pub(crate) suspended_s: Option<f64>,
     /// A fault found now (log it, keep it for the summary).
     pub(crate) fault: Option<Fault>,
-    /// Latch the e-stop (a thread fault: no reset lifts it).
-    pub(crate) latch_estop: bool,
     /// Ask the control thread to decelerate to rest.
     pub(crate) stop: Option<StopCause>,
     /// The control loop is stuck: leave now, no controlled stop is possible.
@@ -139,6 +137,13 @@ pub(crate) struct Step {
     pub(crate) limits_in_force: Option<RobotLimits>,
     pub(crate) feed_watchdog: bool,
     pub(crate) show_status: bool,
+}
+
+impl Step {
+    /// Latch the e-stop: a thread fault (no reset lifts it).
+    pub fn latch_estop(&self) -> bool {
+        matches!(self.fault, Some(Fault::Thread(..)))
+    }
 }
 
 /// How the control thread ended, for the exit reason.
@@ -266,7 +271,6 @@ impl Lifecycle {
         if self.exit != ExitReason::ThreadFault {
             if let Some(fault) = self.thread_fault(o) {
                 step.fault = Some(fault);
-                step.latch_estop = true;
                 self.stop(&mut step, StopCause::ThreadFault);
                 self.exit = ExitReason::ThreadFault;
             }

@@ -122,7 +122,7 @@ fn when_the_arm_never_starts_expect_the_start_timeout_exactly_at_start_timeout_s
     assert!(no_stop(&w.poll(5.0 - MS)));
     let s = w.poll(5.0);
     assert_eq!(s.stop, Some(StopCause::StartTimeout));
-    assert!(!s.latch_estop);
+    assert!(!s.latch_estop());
     assert_eq!(w.lc.start_waiting(), Some(Waiting::Chunk));
     // Asked once; the arm then comes to rest and the run ends with exit 8.
     assert_eq!(w.poll(5.02).stop, None);
@@ -225,7 +225,7 @@ fn when_the_io_thread_goes_silent_expect_a_thread_fault_one_poll_after_io_stall_
         s.fault,
         Some(Fault::Thread(Role::Ros, Health::Stalled(_)))
     ));
-    assert!(s.latch_estop);
+    assert!(s.latch_estop());
     assert_eq!(s.stop, Some(StopCause::ThreadFault));
     // Reported once.
     assert_eq!(
@@ -281,10 +281,10 @@ fn when_the_inference_thread_returns_expect_a_fault_unless_stopping() {
     w.o.inference = Beat::Panicked("boom".into());
     let s = w.poll(0.04);
     assert_eq!(
-        s.fault.map(|f| f.to_string()).as_deref(),
+        s.fault.as_ref().map(|f| f.to_string()).as_deref(),
         Some("inference thread panicked: boom")
     );
-    assert!(s.latch_estop);
+    assert!(s.latch_estop());
     // Already stopping: the stop is not asked again.
     assert_eq!(s.stop, None);
 }
@@ -297,11 +297,11 @@ fn when_the_monitor_refuses_a_command_expect_stop_and_exit_10_unless_a_thread_fa
     let s = w.poll(0.02);
     assert_eq!(s.fault, Some(Fault::LimitViolation));
     assert_eq!(s.stop, Some(StopCause::LimitViolation));
-    assert!(!s.latch_estop);
+    assert!(!s.latch_estop());
     assert_eq!(w.poll(0.04).fault, None, "reported once");
     // A thread fault after it decides the exit (the e-stop latches).
     w.o.inference = Beat::Panicked("x".into());
-    assert!(w.poll(0.06).latch_estop);
+    assert!(w.poll(0.06).latch_estop());
     assert_eq!(
         w.lc.finish(ControlEnd::Returned { reached_rest: true }),
         ExitReason::ThreadFault
@@ -524,7 +524,7 @@ proptest! {
             }
             stops += usize::from(s.stop.is_some());
             prop_assert!(stops <= 1);
-            if s.latch_estop {
+            if s.latch_estop() {
                 prop_assert!(matches!(s.fault, Some(Fault::Thread(..))));
                 thread_fault = true;
             }

@@ -737,7 +737,7 @@ fn carry_out(
         }
         faults.push(fault.to_string());
     }
-    if step.latch_estop {
+    if step.latch_estop() {
         board.supervisor.latch_fault();
     }
     if let Some(t) = step.start_warning {
