@@ -226,7 +226,10 @@ fn run_latched(
                 tracing::warn!("dry run: the simulated arm ignores the commands");
             }
             let (board, stop) = (board.clone(), io_stop.clone());
+            let rt_cfg = cfg.realtime.clone();
             supervise::spawn(Role::Sim, move |h| {
+                // A real arm's hardware keeps its rate whatever the host runs: so does this one.
+                rt::apply_to_io_thread(&rt_cfg, "simulator");
                 sim.run(&board, &stop, start, &|| h.beat())
             })
             .map_err(spawn_err("simulator"))?
@@ -251,7 +254,7 @@ fn run_latched(
             let (board, live, stop) = (board.clone(), live.clone(), io_stop.clone());
             let rt_cfg = cfg.realtime.clone();
             supervise::spawn(Role::Ros, move |h| {
-                rt::apply_to_io_thread(&rt_cfg);
+                rt::apply_to_io_thread(&rt_cfg, "ROS");
                 // Decoding runs below the ROS thread, with inference.
                 let decoding = || rt::lower_current_thread(rt::INFERENCE_NICE);
                 node.run(&board, &live, &stop, &|| h.beat(), &decoding)

@@ -55,11 +55,13 @@ fn set_fifo(priority: i32, thread: &str) {
     }
 }
 
-/// The ROS thread's scheduling: SCHED_FIFO below the control thread (`realtime.io_priority`),
-/// so that inference and decoding never delay a command on its way out or an e-stop coming in.
-pub(crate) fn apply_to_io_thread(cfg: &RealtimeConfig) {
+/// The I/O thread's scheduling (the ROS node, or the simulated arm standing for the robot's
+/// hardware): SCHED_FIFO below the control thread (`realtime.io_priority`), so that inference,
+/// decoding and every other process never delay a command on its way out, a joint state or an
+/// e-stop coming in. `thread` names it in the log.
+pub(crate) fn apply_to_io_thread(cfg: &RealtimeConfig, thread: &str) {
     if cfg.io_priority > 0 {
-        set_fifo(cfg.io_priority, "ROS");
+        set_fifo(cfg.io_priority, thread);
     }
 }
 
