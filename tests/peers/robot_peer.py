@@ -133,6 +133,10 @@ def main():
 
     dp = DomainParticipant(args.domain)
     reliable = Qos(Policy.Reliability.Reliable(duration(milliseconds=100)), Policy.History.KeepLast(10))
+    # What the report judges, every message pi0d wrote: a reader that keeps them all until this
+    # peer takes them. With KeepLast(10) a peer the host did not schedule for 50 ms (10 commands
+    # at 200 Hz) lost the older ones, and its stream showed gaps pi0d never left.
+    lossless = Qos(Policy.Reliability.Reliable(duration(milliseconds=100)), Policy.History.KeepAll)
     best_effort = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(1))
     js_w = DataWriter(dp, Topic(dp, "rt" + args.joint_states_topic, JointState), qos=best_effort)
     img_w = DataWriter(dp, Topic(dp, "rt" + args.raw_topic, Image), qos=best_effort) if args.raw_topic else None
@@ -142,23 +146,23 @@ def main():
     index = {n: i for i, n in enumerate(joints)}
     gripper_joints = [g for g in args.gripper_joints.split(",") if g]
     arm_joints = [n for n in joints if n not in gripper_joints]
-    grip_r = (DataReader(dp, Topic(dp, "rt" + args.gripper_topic, Float64MultiArray), qos=reliable)
+    grip_r = (DataReader(dp, Topic(dp, "rt" + args.gripper_topic, Float64MultiArray), qos=lossless)
               if args.gripper_topic else None)
     gripper_commands, gripper_last = 0, None
     goal_r = goal_w = None
     if args.gripper_action:
         base = args.gripper_action + "/_action/send_goal"
-        goal_r = DataReader(dp, Topic(dp, "rq" + base + "Request", GripperSendGoalRequest), qos=reliable)
+        goal_r = DataReader(dp, Topic(dp, "rq" + base + "Request", GripperSendGoalRequest), qos=lossless)
         goal_w = DataWriter(dp, Topic(dp, "rr" + base + "Reply", GripperSendGoalResponse), qos=reliable)
     goals = []  # (arrival, position, max_effort, accepted)
     goal_ids = set()
     duplicate_goal_ids = 0
     prompt_w = DataWriter(dp, Topic(dp, "rt/pi0d/prompt", String), qos=reliable)
     estop_w = DataWriter(dp, Topic(dp, "rt/pi0d/estop", Bool), qos=reliable)
-    cmd_r = DataReader(dp, Topic(dp, "rt" + args.command_topic, JointTrajectory), qos=reliable)
-    shadow_r = DataReader(dp, Topic(dp, "rt" + args.shadow_topic, JointTrajectory), qos=reliable)
-    status_r = DataReader(dp, Topic(dp, "rt/pi0d/status", String), qos=reliable)
-    diag_r = DataReader(dp, Topic(dp, "rt/diagnostics", DiagnosticArray), qos=reliable)
+    cmd_r = DataReader(dp, Topic(dp, "rt" + args.command_topic, JointTrajectory), qos=lossless)
+    shadow_r = DataReader(dp, Topic(dp, "rt" + args.shadow_topic, JointTrajectory), qos=lossless)
+    status_r = DataReader(dp, Topic(dp, "rt/pi0d/status", String), qos=lossless)
+    diag_r = DataReader(dp, Topic(dp, "rt/diagnostics", DiagnosticArray), qos=lossless)
     req_w = DataWriter(dp, Topic(dp, "rq/pi0d/resetRequest", TriggerRequest), qos=reliable)
     rep_r = DataReader(dp, Topic(dp, "rr/pi0d/resetReply", TriggerResponse), qos=reliable)
     my_guid = [1, 2, 3, 4, 5, 6, 7, 8]
