@@ -106,9 +106,9 @@ stage "cargo fmt --check" cargo fmt --all -- --check || failed=1
 # Clippy with every feature lints while the tests are built: clippy's driver compiles the
 # workspace's crates (as `cargo clippy` runs it, through RUSTC_WORKSPACE_WRAPPER), so the
 # dependencies are built once instead of checked for clippy and built again for the tests
-# (that check cost a third of the run). The same environment for the test run, or cargo would
-# rebuild. With default features only the code that differs is linted again, with `cargo
-# clippy`: the library (also in test mode), binaries, benches and examples.
+# (that check and a second one with default features cost a third of the run). The same
+# environment for the test run, or cargo would rebuild. `tools/lint.sh` also lints the code
+# as the default features build it; run it before committing.
 clippy_driver="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver || true)"
 if [ -z "$clippy_driver" ]; then
   echo "clippy-driver not found: install clippy (rustup component add clippy)" >&2
@@ -118,10 +118,6 @@ with_clippy() {
   RUSTC_WORKSPACE_WRAPPER="$clippy_driver" \
     CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" "$@"
 }
-stage "clippy (default features, lib/bins/benches/examples)" \
-  cargo clippy --workspace --lib --bins --benches --examples --locked -- -D warnings || failed=1
-stage "clippy (default features, lib in test mode)" \
-  cargo clippy --workspace --lib --profile test --locked -- -D warnings || failed=1
 # The compute kernels for the aarch64 board (NEON), under qemu-user (own target dir subtree:
 # only the kernels and their few dependencies are cross-built).
 stage "aarch64 kernels (cross, qemu-user)" ./tools/test_aarch64.sh || failed=1
