@@ -246,11 +246,20 @@ fn run_latched(
                     );
                 }
             }
+            let dds = ros.middleware == crate::config::Middleware::Dds;
             let node = RosIo::new(ros, cfg.limits.clone(), cfg.control.period);
             // The middleware's own threads are created here; a library that panics when it
-            // cannot create them becomes a start-up error.
-            let node = supervise::caught(move || node.connect())
-                .map_err(DaemonError::MiddlewarePanic)??;
+            // cannot create them becomes a start-up error. RustDDS's threads share locks with
+            // the ROS thread's writes: they run at its priority (Zenoh's runtime keeps the
+            // normal scheduler).
+            let connect = move || supervise::caught(move || node.connect());
+            let node = if dds {
+                rt::start_at_io_priority(&cfg.realtime, "DDS middleware", connect)
+                    .map_err(spawn_err("DDS middleware"))?
+            } else {
+                connect()
+            }
+            .map_err(DaemonError::MiddlewarePanic)??;
             let (board, live, stop) = (board.clone(), live.clone(), io_stop.clone());
             let rt_cfg = cfg.realtime.clone();
             supervise::spawn(Role::Ros, move |h| {

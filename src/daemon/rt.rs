@@ -65,6 +65,34 @@ pub(crate) fn apply_to_io_thread(cfg: &RealtimeConfig, thread: &str) {
     }
 }
 
+/// Runs `f` on a short-lived thread at the I/O priority, so that the threads `f` starts inherit
+/// SCHED_FIFO (Linux threads inherit their creator's policy) and `what` names them in the log.
+/// For a middleware whose own threads (RustDDS's event loop and discovery) share the writers'
+/// locks with the ROS thread: at the normal priority, a loaded host held one of them off the CPU
+/// while it held such a lock, and the ROS thread's writes waited behind it for 90 ms. Without an
+/// I/O priority `f` runs here.
+pub(crate) fn start_at_io_priority<T: Send>(
+    cfg: &RealtimeConfig,
+    what: &str,
+    f: impl FnOnce() -> T + Send,
+) -> std::io::Result<T> {
+    if cfg.io_priority <= 0 {
+        return Ok(f());
+    }
+    std::thread::scope(|s| {
+        let started = std::thread::Builder::new()
+            .name("pi0d-io-start".into())
+            .spawn_scoped(s, || {
+                set_fifo(cfg.io_priority, what);
+                f()
+            })?;
+        // `f` catches its own panics; one that escapes goes on here.
+        Ok(started
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    })
+}
+
 /// Locks current and future memory so page faults cannot stall the control loop.
 pub(crate) fn lock_memory() {
     // SAFETY: plain syscall with constant flags.
