@@ -316,19 +316,9 @@ pub fn ort_library() -> PathBuf {
     })
 }
 
-/// The peers' Python (the venv `tools/test.sh` makes), or `PI0D_PEER_PYTHON`.
-pub fn peer_python() -> PathBuf {
-    if let Ok(p) = std::env::var("PI0D_PEER_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let p = root().join(".venv/bin/python");
-    assert!(
-        p.exists(),
-        "{} missing: run ./tools/test.sh, which creates the peers' venv",
-        p.display()
-    );
-    p
-}
+/// The peers' Python (the venv `tools/test.sh` makes), or `PI0D_PEER_PYTHON`: the library's,
+/// which its unit tests use too.
+pub use pi0d::testing::peer_python;
 
 /// What one run of pi0d beside an interop peer left behind.
 pub struct Exchange {

@@ -11,7 +11,6 @@
 mod common;
 
 mod acl_backend;
-mod cdr_rosbags;
 mod config_files;
 mod config_validation;
 mod fault_latch;
@@ -23,7 +22,5 @@ mod policy_inputs;
 mod record_mcap;
 mod reload;
 mod reload_safety;
-mod ros_fuzz;
-mod ros_type_hashes;
 mod safety_properties;
 mod watchdogs;
