@@ -28,7 +28,7 @@ pub(crate) mod workspace;
 use std::path::{Path, PathBuf};
 
 pub(crate) use check::{ConfigWarning, Origin, Origins};
-pub use commands::CommandGroup;
+pub(crate) use commands::CommandGroup;
 pub(crate) use control::ControlConfig;
 pub use control::{Interpolation, MergeMode};
 pub(crate) use openpi::ExtraValue;

@@ -10,7 +10,7 @@ pub mod openpi;
 pub(crate) mod openpi_zenoh;
 pub mod pi0;
 pub(crate) mod replay;
-pub mod rtc;
+pub(crate) mod rtc;
 pub(crate) mod scripted;
 
 use crate::chunk::ActionChunk;

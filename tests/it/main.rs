@@ -21,6 +21,3 @@ mod pi0_pipeline;
 mod policy_inputs;
 mod record_mcap;
 mod reload;
-mod reload_safety;
-mod safety_properties;
-mod watchdogs;
