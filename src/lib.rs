@@ -26,8 +26,13 @@
 //!   [`observation`], [`robot`], [`safety`], [`control`], [`telemetry`], [`errors`].
 //!
 //! [`testing`] re-exports internals the integration tests and benches drive directly (the
-//! control loop's step, the inference worker, the blackboard, the ROS codecs); it is for this
-//! crate's own test suite, not a stable API.
+//! control loop's step, the inference worker, the blackboard, the ROS type hashes) and the test
+//! helpers they share with the unit tests (scratch directories, the peers' Python and ONNX
+//! Runtime); it is for this crate's own test suite, not a stable API. Tests that need only the
+//! library's internals (the ROS codecs against rosbags, the fuzzers, the control tick's
+//! properties and watchdogs, the pi0 pipeline against lerobot) are unit tests next to the code
+//! they test, so those internals stay crate-private: `unreachable_pub` keeps items of private
+//! modules from being `pub`.
 
 // Validation writes `!(a < b)` on purpose: the check then also fails when a value is NaN.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
@@ -60,7 +65,7 @@ pub mod time;
 pub mod testing {
     pub use crate::daemon::control::{ControlEvent, ControlLoop, StepOutcome};
     pub use crate::io::board::Blackboard;
-    pub use crate::test_dirs::{peer_python, TempDir};
+    pub use crate::test_dirs::{ort_library, peer_python, TempDir};
 
     /// The inference worker the control loop feeds (spawned by the tests that run the loop
     /// without the daemon around it).

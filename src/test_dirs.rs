@@ -70,6 +70,30 @@ pub fn peer_python() -> PathBuf {
     p
 }
 
+/// The ONNX Runtime library of the peers' venv (the pinned onnxruntime wheel `tools/test.sh`
+/// installs), or `ORT_DYLIB_PATH`.
+pub fn ort_library() -> PathBuf {
+    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
+        return p.into();
+    }
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/lib");
+    let found = std::fs::read_dir(&lib).ok().and_then(|dirs| {
+        dirs.flatten().find_map(|py| {
+            let capi = py.path().join("site-packages/onnxruntime/capi");
+            std::fs::read_dir(capi).ok()?.flatten().find_map(|f| {
+                let name = f.file_name().to_string_lossy().into_owned();
+                name.starts_with("libonnxruntime.so.").then(|| f.path())
+            })
+        })
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "no libonnxruntime.so.* under {}: run ./tools/test.sh (it installs the pinned onnxruntime wheel)",
+            lib.display()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

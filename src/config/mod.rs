@@ -83,7 +83,7 @@ pub enum Io {
 
 /// One camera slot of the inputs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CameraSource {
+pub(crate) struct CameraSource {
     /// The model camera it feeds, by name; `None` when matched by position.
     pub model_name: Option<String>,
     /// How the configuration names it (`ros.cameras.front = "/cam"`).

@@ -1,7 +1,7 @@
 //! Policies produce action chunks from observations. Inference always runs on the worker thread
 //! (`worker`), never on the control thread.
 
-pub mod cameras;
+pub(crate) mod cameras;
 pub mod export;
 pub(crate) mod faulty;
 pub mod graph;

@@ -17,7 +17,6 @@ mod fault_latch;
 mod first_run;
 mod layouts;
 mod pi0_golden;
-mod pi0_pipeline;
 mod policy_inputs;
 mod record_mcap;
 mod reload;
