@@ -5,7 +5,7 @@
 //! environment changes (openpi_client), ROS domains or ports picked per process, long
 //! timing-sensitive daemon runs.
 //!
-//! Tests are named `<file>::<test>`: `cargo test --test it reload_safety::` runs one file.
+//! Tests are named `<file>::<test>`: `cargo test --test it config_validation::` runs one file.
 
 #[path = "../common/mod.rs"]
 mod common;

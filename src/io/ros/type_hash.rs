@@ -1,7 +1,7 @@
 //! REP-2016 type hashes (`RIHS01_…`) of the ROS 2 types pi0d sends and receives, as ROS 2
 //! Jazzy computes them. Made once by `tools/ros_type_hashes.py` from the message definitions
-//! (it first reproduces published Jazzy hashes of other types); `tests/it/ros_type_hashes.rs`
-//! checks this table against the tool's output.
+//! (it first reproduces published Jazzy hashes of other types); a unit test below checks this
+//! table against the tool's output.
 
 /// `(ROS type name, RIHS01 hash)`.
 pub const TYPE_HASHES: &[(&str, &str)] = &[
