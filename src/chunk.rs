@@ -71,7 +71,7 @@ impl JointChunk {
         }
     }
 
-    pub fn steps(&self) -> usize {
+    pub(crate) fn steps(&self) -> usize {
         self.positions.len()
     }
 

@@ -34,11 +34,11 @@ impl JointVector {
         v
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
@@ -46,11 +46,11 @@ impl JointVector {
         &self.values[..self.len]
     }
 
-    pub fn as_mut_slice(&mut self) -> &mut [f64] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [f64] {
         &mut self.values[..self.len]
     }
 
-    pub fn iter(&self) -> std::slice::Iter<'_, f64> {
+    pub(crate) fn iter(&self) -> std::slice::Iter<'_, f64> {
         self.as_slice().iter()
     }
 
@@ -103,7 +103,7 @@ pub struct MotionState {
 
 impl MotionState {
     /// At rest at `position`.
-    pub fn at_rest(position: JointVector) -> MotionState {
+    pub(crate) fn at_rest(position: JointVector) -> MotionState {
         let n = position.len();
         MotionState {
             position,

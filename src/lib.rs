@@ -26,11 +26,17 @@
 //!   [`observation`], [`robot`], [`safety`], [`control`], [`telemetry`], [`errors`].
 //!
 //! [`testing`] re-exports internals the integration tests and benches drive directly (the
-//! control loop's step, the inference worker, the blackboard, the ROS codecs); it is for this
-//! crate's own test suite, not a stable API.
+//! control loop's step, the inference worker, the blackboard, the ROS type hashes) and the test
+//! helpers they share with the unit tests (scratch directories, the peers' Python and ONNX
+//! Runtime); it is for this crate's own test suite, not a stable API. Tests that need only the
+//! library's internals (the ROS codecs against rosbags, the fuzzers, the control tick's
+//! properties and watchdogs, the pi0 pipeline against lerobot) are unit tests next to the code
+//! they test, so those internals stay crate-private: `unreachable_pub` keeps items of private
+//! modules from being `pub`.
 
 // Validation writes `!(a < b)` on purpose: the check then also fails when a value is NaN.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
+#![warn(unreachable_pub)]
 // Outside tests, a value from outside is never unwrapped: a bad one is a clear error, not a panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -59,7 +65,7 @@ pub mod time;
 pub mod testing {
     pub use crate::daemon::control::{ControlEvent, ControlLoop, StepOutcome};
     pub use crate::io::board::Blackboard;
-    pub use crate::test_dirs::TempDir;
+    pub use crate::test_dirs::{ort_library, peer_python, TempDir};
 
     /// The inference worker the control loop feeds (spawned by the tests that run the loop
     /// without the daemon around it).
@@ -67,20 +73,9 @@ pub mod testing {
         pub use crate::daemon::worker::{spawn, WorkerSetup, WorkerStats};
     }
 
-    /// The ROS 2 layer's codecs and transport, for the fuzz and interoperability tests.
+    /// The ROS 2 type hashes, which the Zenoh interoperability test puts in its key
+    /// expressions as rmw_zenoh does.
     pub mod ros {
-        pub use crate::config::policy::MAX_PROMPT_BYTES;
-        pub use crate::io::ros::decode::{
-            compressed_image, image, prompt, InputErrorKind, JointStateDecoder, MAX_IMAGE_SIDE,
-        };
-        pub use crate::io::ros::encode::CommandPublisher;
-        pub use crate::io::ros::lookahead::Lookahead;
-        pub use crate::io::ros::msgs;
-        pub use crate::io::ros::timing::ClockMap;
-        pub use crate::io::ros::transport::{
-            Middleware, Msg, Op, Put, SendGoal, Serve, SrvMsg, Take, TransportError,
-        };
         pub use crate::io::ros::type_hash::{type_hash, TYPE_HASHES};
-        pub use crate::io::ros::RosError;
     }
 }

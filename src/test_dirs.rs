@@ -1,5 +1,5 @@
-//! Scratch directories for tests: the library's unit tests and, through `pi0d::testing`, the
-//! integration tests use the same guard.
+//! Scratch directories and repository paths for tests: the library's unit tests and, through
+//! `pi0d::testing`, the integration tests use the same helpers.
 
 use std::path::{Path, PathBuf};
 
@@ -48,6 +48,50 @@ impl Drop for TempDir {
             let _ = std::fs::remove_dir_all(&self.0);
         }
     }
+}
+
+/// A path inside this repository (a peer script, a fixture), for the unit tests.
+#[cfg(test)]
+pub(crate) fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// The interoperability peers' Python (the venv `tools/test.sh` makes), or `PI0D_PEER_PYTHON`.
+pub fn peer_python() -> PathBuf {
+    if let Some(p) = std::env::var_os("PI0D_PEER_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} missing: run ./tools/test.sh, which creates the peers' venv",
+        p.display()
+    );
+    p
+}
+
+/// The ONNX Runtime library of the peers' venv (the pinned onnxruntime wheel `tools/test.sh`
+/// installs), or `ORT_DYLIB_PATH`.
+pub fn ort_library() -> PathBuf {
+    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
+        return p.into();
+    }
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/lib");
+    let found = std::fs::read_dir(&lib).ok().and_then(|dirs| {
+        dirs.flatten().find_map(|py| {
+            let capi = py.path().join("site-packages/onnxruntime/capi");
+            std::fs::read_dir(capi).ok()?.flatten().find_map(|f| {
+                let name = f.file_name().to_string_lossy().into_owned();
+                name.starts_with("libonnxruntime.so.").then(|| f.path())
+            })
+        })
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "no libonnxruntime.so.* under {}: run ./tools/test.sh (it installs the pinned onnxruntime wheel)",
+            lib.display()
+        )
+    })
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ impl MonoTime {
     }
 
     /// Signed difference `self - earlier` in seconds.
-    pub fn seconds_since(self, earlier: MonoTime) -> f64 {
+    pub(crate) fn seconds_since(self, earlier: MonoTime) -> f64 {
         (self.0 as i128 - earlier.0 as i128) as f64 * 1e-9
     }
 

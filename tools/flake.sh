@@ -28,8 +28,9 @@ shift $((OPTIND - 1))
 [[ "$busy" =~ ^[0-9]+$ ]] || { echo "flake.sh: -k wants a count >= 0, got '$busy'" >&2; exit 2; }
 
 # The binaries whose tests judge a running daemon (watchdogs, control rate, reactions). `it`
-# holds tests/it/ (watchdogs, reload, reload_safety, record_mcap, fault_latch and the other
-# in-process and short-run files): pass a TEST_FILTER (e.g. `watchdogs::`) to run part of it.
+# holds tests/it/ (reload, record_mcap, fault_latch and the other in-process and short-run
+# files; the tick-by-tick watchdog and reload-safety tests, in synthetic time, are unit tests):
+# pass a TEST_FILTER (e.g. `fault_latch::`) to run part of it.
 timing=(hil hil_task scenarios exit_codes edges ros_interop zenoh_interop zenoh_policy it
         systemd_notify ur5e no_alloc config_fuzz openpi_client openpi_hostile serve_openpi
         serve_hostile journald)

@@ -28,7 +28,7 @@ pub(crate) mod workspace;
 use std::path::{Path, PathBuf};
 
 pub(crate) use check::{ConfigWarning, Origin, Origins};
-pub use commands::CommandGroup;
+pub(crate) use commands::CommandGroup;
 pub(crate) use control::ControlConfig;
 pub use control::{Interpolation, MergeMode};
 pub(crate) use openpi::ExtraValue;
@@ -83,7 +83,7 @@ pub enum Io {
 
 /// One camera slot of the inputs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CameraSource {
+pub(crate) struct CameraSource {
     /// The model camera it feeds, by name; `None` when matched by position.
     pub model_name: Option<String>,
     /// How the configuration names it (`ros.cameras.front = "/cam"`).

@@ -174,11 +174,13 @@ impl Controller {
         })
     }
 
-    pub fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> Mode {
         self.safety.mode()
     }
 
-    pub fn commanded(&self) -> &MotionState {
+    /// What the governor last commanded, for the watchdog tests.
+    #[cfg(test)]
+    pub(crate) fn commanded(&self) -> &MotionState {
         self.governor.state()
     }
 
@@ -186,7 +188,7 @@ impl Controller {
         &self.monitor
     }
 
-    pub fn event_counts(&self) -> &[u64; SafetyEvent::COUNT] {
+    pub(crate) fn event_counts(&self) -> &[u64; SafetyEvent::COUNT] {
         self.safety.event_counts()
     }
 
@@ -212,7 +214,7 @@ impl Controller {
     /// to rest outside their range if it braked now; otherwise a running arm holds, and they
     /// apply at rest inside them (judged again there), the arm resuming with a fresh chunk.
     /// The outcome is in a later tick's report.
-    pub fn request_limits(&mut self, limits: Box<RobotLimits>) {
+    pub(crate) fn request_limits(&mut self, limits: Box<RobotLimits>) {
         let command = self.governor.state().position;
         let rest = self.governor.stopping_point(&command, STOP_HORIZON_S);
         if let Some(refused) = reconfigure::on_arrival(&limits, rest.as_ref()) {
@@ -225,7 +227,7 @@ impl Controller {
 
     /// A fault drill: the governor's next command is `offset` off on the first joint, as a
     /// governor bug would make it; the independent monitor must catch it.
-    pub fn inject_governor_fault(&mut self, offset: f64) {
+    pub(crate) fn inject_governor_fault(&mut self, offset: f64) {
         self.governor_fault = Some(offset);
     }
 

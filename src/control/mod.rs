@@ -9,3 +9,8 @@ pub(crate) mod ticker;
 
 pub use controller::{ChunkOutcome, Controller, ControllerSettings, TickInputs, TickReport};
 pub use executor::Executor;
+
+#[cfg(test)]
+mod reload_safety_tests;
+#[cfg(test)]
+mod watchdog_tests;

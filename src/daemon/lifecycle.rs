@@ -141,7 +141,7 @@ pub(crate) struct Step {
 
 impl Step {
     /// Latch the e-stop: a thread fault (no reset lifts it).
-    pub fn latch_estop(&self) -> bool {
+    pub(crate) fn latch_estop(&self) -> bool {
         matches!(self.fault, Some(Fault::Thread(..)))
     }
 }

@@ -19,6 +19,8 @@ pub(crate) mod notify;
 pub mod reload;
 pub(crate) mod report;
 pub mod rt;
+#[cfg(test)]
+mod safety_properties_tests;
 pub mod signals;
 pub(crate) mod summary;
 pub mod supervise;

@@ -7,7 +7,7 @@
 use crate::config::CameraSource;
 
 /// What the model's cameras are: their names (in the model's order), or only their count.
-pub struct ModelCameras<'a> {
+pub(crate) struct ModelCameras<'a> {
     pub names: &'a [String],
     pub count: usize,
     /// Where the names come from, for messages (`DIR/config.json`).
@@ -38,7 +38,7 @@ impl ModelCameras<'_> {
 
 /// Per model camera, the slot of `sources` that feeds it (`None`: an optional camera with no
 /// source). `optional` names model cameras that may go without one.
-pub fn bind(
+pub(crate) fn bind(
     model: &ModelCameras,
     sources: &[CameraSource],
     optional: &[String],

@@ -1,7 +1,7 @@
 //! Policies produce action chunks from observations. Inference always runs on the worker thread
 //! (`worker`), never on the control thread.
 
-pub mod cameras;
+pub(crate) mod cameras;
 pub mod export;
 pub(crate) mod faulty;
 pub mod graph;
@@ -10,7 +10,7 @@ pub mod openpi;
 pub(crate) mod openpi_zenoh;
 pub mod pi0;
 pub(crate) mod replay;
-pub mod rtc;
+pub(crate) mod rtc;
 pub(crate) mod scripted;
 
 use crate::chunk::ActionChunk;

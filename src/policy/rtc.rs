@@ -176,7 +176,12 @@ pub(crate) fn guidance_weight(time: f64, max_guidance_weight: f32) -> f32 {
 
 /// Per-step prefix weights over `total` steps (lerobot's `get_prefix_weights(start, end,
 /// total)`); `start` is cut to `end`.
-pub fn prefix_weights(schedule: Schedule, start: usize, end: usize, total: usize) -> Vec<f32> {
+pub(crate) fn prefix_weights(
+    schedule: Schedule,
+    start: usize,
+    end: usize,
+    total: usize,
+) -> Vec<f32> {
     let start = start.min(end);
     let mut w = vec![0.0f32; total];
     match schedule {

@@ -6,13 +6,13 @@
 pub(crate) mod governor;
 pub(crate) mod limiter;
 pub(crate) mod monitor;
-pub mod reconfigure;
+pub(crate) mod reconfigure;
 pub(crate) mod state;
 pub mod supervisor;
 pub(crate) mod validate;
 
 pub(crate) use governor::{Governor, GovernorReport, Target};
 pub(crate) use monitor::LimitMonitor;
-pub use state::{HoldReason, Mode, SafetyEvent};
+pub(crate) use state::{HoldReason, Mode, SafetyEvent};
 pub(crate) use state::{ModeKind, Waiting};
 pub(crate) use supervisor::Verdict;

@@ -100,7 +100,7 @@ macro_rules! named_enum {
 
 named_enum! {
     /// Counted safety events. The numeric value indexes a fixed counter array.
-    pub enum SafetyEvent {
+    pub(crate) enum SafetyEvent {
         EStop => "estop",
         Reset => "reset",
         StaleJointState => "stale_joint_state",

@@ -7,7 +7,7 @@ pub mod edge;
 pub mod hil;
 pub mod procs;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Mutex;
 
@@ -293,42 +293,14 @@ pub fn truncate_f32_tensor(path: &Path, name: &str, keep: usize) {
     safetensors::serialize_to_file(views, None, path).unwrap();
 }
 
-/// The ONNX Runtime library of the venv `tools/test.sh` makes (or ORT_DYLIB_PATH).
-pub fn ort_library() -> PathBuf {
-    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
-        return p.into();
-    }
-    let lib = root().join(".venv/lib");
-    let found = std::fs::read_dir(&lib).ok().and_then(|dirs| {
-        dirs.flatten().find_map(|py| {
-            let capi = py.path().join("site-packages/onnxruntime/capi");
-            std::fs::read_dir(capi).ok()?.flatten().find_map(|f| {
-                let name = f.file_name().to_string_lossy().into_owned();
-                name.starts_with("libonnxruntime.so.").then(|| f.path())
-            })
-        })
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "no libonnxruntime.so.* under {}: run ./tools/test.sh (it installs the pinned onnxruntime wheel)",
-            lib.display()
-        )
-    })
-}
+/// The ONNX Runtime library of the venv `tools/test.sh` makes (or ORT_DYLIB_PATH): the
+/// library's, which its unit tests use too.
+#[allow(unused_imports)] // as the helpers above: not every test binary uses it
+pub use pi0d::testing::ort_library;
 
-/// The peers' Python (the venv `tools/test.sh` makes), or `PI0D_PEER_PYTHON`.
-pub fn peer_python() -> PathBuf {
-    if let Ok(p) = std::env::var("PI0D_PEER_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let p = root().join(".venv/bin/python");
-    assert!(
-        p.exists(),
-        "{} missing: run ./tools/test.sh, which creates the peers' venv",
-        p.display()
-    );
-    p
-}
+/// The peers' Python (the venv `tools/test.sh` makes), or `PI0D_PEER_PYTHON`: the library's,
+/// which its unit tests use too.
+pub use pi0d::testing::peer_python;
 
 /// What one run of pi0d beside an interop peer left behind.
 pub struct Exchange {

@@ -5,25 +5,18 @@
 //! environment changes (openpi_client), ROS domains or ports picked per process, long
 //! timing-sensitive daemon runs.
 //!
-//! Tests are named `<file>::<test>`: `cargo test --test it reload_safety::` runs one file.
+//! Tests are named `<file>::<test>`: `cargo test --test it config_validation::` runs one file.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod acl_backend;
-mod cdr_rosbags;
 mod config_files;
 mod config_validation;
 mod fault_latch;
 mod first_run;
 mod layouts;
 mod pi0_golden;
-mod pi0_pipeline;
 mod policy_inputs;
 mod record_mcap;
 mod reload;
-mod reload_safety;
-mod ros_fuzz;
-mod ros_type_hashes;
-mod safety_properties;
-mod watchdogs;

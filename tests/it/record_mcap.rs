@@ -333,6 +333,20 @@ fn pi0d_plot_bounded(file: &Path) -> (Option<i32>, String) {
     (out.status.code(), stderr)
 }
 
+/// sensor_msgs/JointState laid out as its IDL (header's stamp and frame id, then the arrays),
+/// so its CDR is what pi0d records on `/pi0d/command`: the recording is crafted independently
+/// of the library's own message types.
+#[derive(Default, serde::Serialize)]
+struct JointState {
+    stamp_sec: i32,
+    stamp_nanosec: u32,
+    frame_id: String,
+    name: Vec<String>,
+    position: Vec<f64>,
+    velocity: Vec<f64>,
+    effort: Vec<f64>,
+}
+
 /// An MCAP file with `/pi0d/command` messages of `joints` joints, positions from `position`.
 fn crafted_commands(
     file: &Path,
@@ -341,7 +355,6 @@ fn crafted_commands(
     position: impl Fn(u64, usize) -> f64,
 ) -> u64 {
     use byteorder::LittleEndian;
-    use pi0d::testing::ros::msgs;
     let out = std::io::BufWriter::new(std::fs::File::create(file).unwrap());
     let mut w = mcap::WriteOptions::new()
         .compression(Some(mcap::Compression::Zstd))
@@ -355,7 +368,7 @@ fn crafted_commands(
         .unwrap();
     let names: Vec<String> = (0..joints).map(|j| format!("j{j}")).collect();
     for i in 0..messages {
-        let msg = msgs::JointState {
+        let msg = JointState {
             name: names.clone(),
             position: (0..joints).map(|j| position(i, j)).collect(),
             ..Default::default()

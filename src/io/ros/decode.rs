@@ -14,7 +14,7 @@ pub(crate) use super::timing::{ClockMap, LatencyWindow, SkewEstimator};
 /// Why an input was refused. Strings from the sender are kept short and escaped (see `shown`),
 /// so a reason is safe to log.
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum InputError {
+pub(crate) enum InputError {
     #[error("{names} names but {positions} positions")]
     LengthMismatch { names: usize, positions: usize },
     #[error("joint {joint} position is {value}")]
@@ -64,7 +64,7 @@ pub enum InputError {
 
 /// The kind of an `InputError`, without its values: what warnings are rate-limited by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum InputErrorKind {
+pub(crate) enum InputErrorKind {
     LengthMismatch,
     NonFinite,
     DuplicateJoint,
@@ -83,7 +83,7 @@ pub enum InputErrorKind {
 }
 
 impl InputError {
-    pub fn kind(&self) -> InputErrorKind {
+    pub(crate) fn kind(&self) -> InputErrorKind {
         use InputErrorKind as K;
         match self {
             InputError::LengthMismatch { .. } => K::LengthMismatch,
@@ -142,7 +142,7 @@ const MAX_UNKNOWN_REPORTED: usize = 32;
 /// merged into the last known positions. A measurement is produced once every joint has been
 /// heard of; unknown joint names are reported once each. A message is checked whole before any
 /// of it is merged.
-pub struct JointStateDecoder {
+pub(crate) struct JointStateDecoder {
     index: HashMap<String, usize>,
     position: JointVector,
     heard: Vec<bool>,
@@ -158,7 +158,7 @@ pub struct JointStateDecoder {
 const MISSING_REPORT_S: f64 = 1.0;
 
 impl JointStateDecoder {
-    pub fn new(names: &[String]) -> JointStateDecoder {
+    pub(crate) fn new(names: &[String]) -> JointStateDecoder {
         JointStateDecoder {
             index: names
                 .iter()
@@ -197,7 +197,7 @@ impl JointStateDecoder {
         ))
     }
 
-    pub fn decode(
+    pub(crate) fn decode(
         &mut self,
         msg: &msgs::JointState,
         clock: &ClockMap,
@@ -257,7 +257,7 @@ impl JointStateDecoder {
 
 /// Pixels a side pi0d takes from a camera (far beyond any policy input; a sanity bound that
 /// also keeps every size product small).
-pub const MAX_IMAGE_SIDE: u32 = 16384;
+pub(crate) const MAX_IMAGE_SIDE: u32 = 16384;
 
 fn check_dimensions(width: u32, height: u32) -> Result<(), InputError> {
     if width == 0 || height == 0 {
@@ -275,7 +275,7 @@ fn check_dimensions(width: u32, height: u32) -> Result<(), InputError> {
 
 /// A sensor_msgs/Image to a camera frame (capture stamp from the header). `is_bigendian` is
 /// ignored: it does not matter for the 8-bit encodings taken.
-pub fn image(
+pub(crate) fn image(
     msg: &msgs::Image,
     clock: &ClockMap,
     now: MonoTime,
@@ -349,7 +349,7 @@ pub fn image(
 /// A sensor_msgs/CompressedImage (JPEG or PNG, as the data says) to an RGB8 frame. The size the
 /// header claims is checked against `cap` before decoding, and the decoder itself is limited, so
 /// hostile data cannot make it allocate more than a few times `cap`.
-pub fn compressed_image(
+pub(crate) fn compressed_image(
     msg: &msgs::CompressedImage,
     clock: &ClockMap,
     now: MonoTime,
@@ -403,7 +403,7 @@ pub(crate) use crate::config::policy::MAX_PROMPT_BYTES;
 
 /// A task prompt from std_msgs/String: refused when longer than `MAX_PROMPT_BYTES` or holding
 /// control characters other than newline and tab (terminal escapes, NULs: never a task).
-pub fn prompt(text: &str) -> Result<&str, InputError> {
+pub(crate) fn prompt(text: &str) -> Result<&str, InputError> {
     if text.len() > MAX_PROMPT_BYTES {
         return Err(InputError::PromptTooLong {
             bytes: text.len(),

@@ -14,7 +14,7 @@ use crate::time::MonoTime;
 
 /// Why a command did not reach its controller.
 #[derive(Debug)]
-pub enum CommandError {
+pub(crate) enum CommandError {
     /// The middleware did not send it.
     Failed(TransportError),
     /// Sent, but the receiver refused it (or never answered).
@@ -27,7 +27,9 @@ type SendCommand =
 
 /// One command output's publisher: its joints taken from the governed command, at its rate,
 /// as the message type its controller takes.
-pub struct CommandPublisher {
+pub(crate) struct CommandPublisher {
+    /// The message type, for the tests that check what each type sends.
+    #[cfg(test)]
     kind: CommandType,
     names: Vec<String>,
     indices: Vec<usize>,
@@ -44,7 +46,7 @@ impl CommandPublisher {
     /// (a late wake-up or a busy ROS thread shifts no point while the first is still ahead).
     /// `lookahead` (for every robot joint) plans them. `answers_expected`: whether an action
     /// server should answer (not in a dry run, whose shadow actions have none).
-    pub fn advertise(
+    pub(crate) fn advertise(
         mw: &mut impl Middleware,
         topic: &Name,
         group: &CommandGroup,
@@ -91,6 +93,7 @@ impl CommandPublisher {
             }
         };
         Ok(CommandPublisher {
+            #[cfg(test)]
             kind: group.kind,
             names: group.joints.clone(),
             indices: group.indices.clone(),
@@ -102,14 +105,15 @@ impl CommandPublisher {
         })
     }
 
-    pub fn kind(&self) -> CommandType {
+    #[cfg(test)]
+    pub(crate) fn kind(&self) -> CommandType {
         self.kind
     }
 
     /// Sends this output's joints of `cmd`, made by the tick at `tick` (`stamp` on the ROS
     /// clock, the header's stamp where the message has one), `age_s` ago; `Ok(false)` when
     /// the output's rate skips this tick.
-    pub fn publish(
+    pub(crate) fn publish(
         &mut self,
         tick: MonoTime,
         stamp: msgs::Time,

@@ -32,7 +32,7 @@ pub(crate) const POINTS: usize = COAST_POINTS + BRAKE_POINTS;
 pub(crate) const MIN_FIRST_S: f64 = 0.001;
 
 #[derive(Clone, Debug)]
-pub struct Lookahead {
+pub(crate) struct Lookahead {
     /// How long the command's velocity is held before braking (if no newer message came).
     coast_s: f64,
     lower: JointVector,
@@ -42,7 +42,7 @@ pub struct Lookahead {
 }
 
 impl Lookahead {
-    pub fn new(limits: &RobotLimits, coast_s: f64) -> Lookahead {
+    pub(crate) fn new(limits: &RobotLimits, coast_s: f64) -> Lookahead {
         Lookahead {
             coast_s: coast_s.max(0.0),
             lower: limits.lower,

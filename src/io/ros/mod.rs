@@ -10,7 +10,7 @@ mod frames;
 mod intake;
 pub(crate) mod log;
 pub(crate) mod lookahead;
-pub mod msgs;
+pub(crate) mod msgs;
 pub(crate) mod teardown;
 pub(crate) mod timing;
 pub(crate) mod transport;
@@ -460,6 +460,11 @@ impl RosIo {
         Err(RosError::NoZenoh)
     }
 }
+
+#[cfg(test)]
+mod cdr_tests;
+#[cfg(test)]
+mod fuzz_tests;
 
 #[cfg(test)]
 mod tests {

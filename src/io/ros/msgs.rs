@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// builtin_interfaces/Time
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Time {
+pub(crate) struct Time {
     pub sec: i32,
     pub nanosec: u32,
 }
@@ -43,7 +43,7 @@ impl Time {
 
 /// builtin_interfaces/Duration
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Duration {
+pub(crate) struct Duration {
     pub sec: i32,
     pub nanosec: u32,
 }
@@ -61,14 +61,14 @@ impl Duration {
 
 /// std_msgs/Header
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Header {
+pub(crate) struct Header {
     pub stamp: Time,
     pub frame_id: String,
 }
 
 /// sensor_msgs/JointState
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct JointState {
+pub(crate) struct JointState {
     pub header: Header,
     pub name: Vec<String>,
     pub position: Vec<f64>,
@@ -78,7 +78,7 @@ pub struct JointState {
 
 /// trajectory_msgs/JointTrajectoryPoint
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct JointTrajectoryPoint {
+pub(crate) struct JointTrajectoryPoint {
     pub positions: Vec<f64>,
     pub velocities: Vec<f64>,
     pub accelerations: Vec<f64>,
@@ -88,7 +88,7 @@ pub struct JointTrajectoryPoint {
 
 /// trajectory_msgs/JointTrajectory
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct JointTrajectory {
+pub(crate) struct JointTrajectory {
     pub header: Header,
     pub joint_names: Vec<String>,
     pub points: Vec<JointTrajectoryPoint>,
@@ -96,7 +96,7 @@ pub struct JointTrajectory {
 
 /// std_msgs/MultiArrayDimension
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct MultiArrayDimension {
+pub(crate) struct MultiArrayDimension {
     pub label: String,
     pub size: u32,
     pub stride: u32,
@@ -104,21 +104,21 @@ pub struct MultiArrayDimension {
 
 /// std_msgs/MultiArrayLayout
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct MultiArrayLayout {
+pub(crate) struct MultiArrayLayout {
     pub dim: Vec<MultiArrayDimension>,
     pub data_offset: u32,
 }
 
 /// std_msgs/Float64MultiArray
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Float64MultiArray {
+pub(crate) struct Float64MultiArray {
     pub layout: MultiArrayLayout,
     pub data: Vec<f64>,
 }
 
 /// sensor_msgs/Image
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Image {
+pub(crate) struct Image {
     pub header: Header,
     pub height: u32,
     pub width: u32,
@@ -130,7 +130,7 @@ pub struct Image {
 
 /// sensor_msgs/CompressedImage (`format`: "jpeg", "png", or "rgb8; jpeg compressed bgr8"...)
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct CompressedImage {
+pub(crate) struct CompressedImage {
     pub header: Header,
     pub format: String,
     pub data: Vec<u8>,
@@ -138,26 +138,26 @@ pub struct CompressedImage {
 
 /// std_msgs/String
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct StringMsg {
+pub(crate) struct StringMsg {
     pub data: String,
 }
 
 /// std_msgs/Bool
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct BoolMsg {
+pub(crate) struct BoolMsg {
     pub data: bool,
 }
 
 /// diagnostic_msgs/KeyValue
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct KeyValue {
+pub(crate) struct KeyValue {
     pub key: String,
     pub value: String,
 }
 
 /// diagnostic_msgs/DiagnosticStatus (`level`: 0 OK, 1 WARN, 2 ERROR, 3 STALE)
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct DiagnosticStatus {
+pub(crate) struct DiagnosticStatus {
     pub level: u8,
     pub name: String,
     pub message: String,
@@ -167,14 +167,14 @@ pub struct DiagnosticStatus {
 
 /// diagnostic_msgs/DiagnosticArray
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct DiagnosticArray {
+pub(crate) struct DiagnosticArray {
     pub header: Header,
     pub status: Vec<DiagnosticStatus>,
 }
 
 /// std_srvs/Trigger request (an empty message carries rosidl's placeholder byte).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct TriggerRequest {
+pub(crate) struct TriggerRequest {
     pub structure_needs_at_least_one_member: u8,
 }
 
@@ -182,7 +182,7 @@ impl ros2_client::Message for TriggerRequest {}
 
 /// std_srvs/Trigger response
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct TriggerResponse {
+pub(crate) struct TriggerResponse {
     pub success: bool,
     pub message: String,
 }

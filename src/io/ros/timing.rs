@@ -8,7 +8,7 @@ use super::msgs;
 use crate::time::MonoTime;
 
 /// Stamps from ROS (wall clock) to the monotonic clock and back, from paired readings of both.
-pub struct ClockMap {
+pub(crate) struct ClockMap {
     /// wall - monotonic, seconds.
     offset_s: f64,
 }
@@ -17,7 +17,7 @@ pub struct ClockMap {
 const CLOCK_READINGS: usize = 16;
 
 impl ClockMap {
-    pub fn now() -> ClockMap {
+    pub(crate) fn now() -> ClockMap {
         // A wall reading between two monotonic ones: a thread preempted between them (at start-up
         // on a busy machine, for milliseconds) would put the whole map off by that long, so the
         // pair with the smallest gap is used, at its midpoint.
@@ -37,7 +37,7 @@ impl ClockMap {
 
     /// A ROS stamp on the monotonic clock. Refused: nanoseconds out of range, and stamps before
     /// the monotonic origin (they would all collapse onto `MonoTime::ZERO`, which means "never").
-    pub fn to_mono(&self, t: &msgs::Time) -> Result<MonoTime, InputError> {
+    pub(crate) fn to_mono(&self, t: &msgs::Time) -> Result<MonoTime, InputError> {
         if t.nanosec >= 1_000_000_000 {
             return Err(InputError::BadNanosec {
                 sec: t.sec,
@@ -54,7 +54,7 @@ impl ClockMap {
         Ok(MonoTime::ZERO.offset_seconds(mono_s))
     }
 
-    pub fn to_ros(&self, t: MonoTime) -> msgs::Time {
+    pub(crate) fn to_ros(&self, t: MonoTime) -> msgs::Time {
         msgs::Time::from_seconds(t.as_nanos() as f64 * 1e-9 + self.offset_s)
     }
 }

@@ -12,14 +12,15 @@ use super::{create_err, RosError};
 
 /// What a middleware entity failed to do (the caller's log names the topic or service).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Take,
     Publish,
     ReceiveRequest,
     Reply,
     SendGoal,
     ReceiveGoalReply,
-    /// Serializing a message (CDR), before it is published.
+    /// Serializing a message (CDR), before it is published: the Zenoh publisher's own step.
+    #[cfg(any(test, feature = "zenoh"))]
     Encode,
 }
 
@@ -32,6 +33,7 @@ impl Op {
             Op::Reply => "reply",
             Op::SendGoal => "send a goal",
             Op::ReceiveGoalReply => "receive a goal reply",
+            #[cfg(any(test, feature = "zenoh"))]
             Op::Encode => "encode a message (CDR)",
         }
     }
@@ -40,14 +42,14 @@ impl Op {
 /// A middleware call that failed, with the middleware's own error as its source.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot {}", op.name())]
-pub struct TransportError {
+pub(crate) struct TransportError {
     pub(crate) op: Op,
     #[source]
     pub(crate) source: Box<dyn std::error::Error + Send + Sync + 'static>,
 }
 
 impl TransportError {
-    pub fn new(
+    pub(crate) fn new(
         op: Op,
         source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
     ) -> Self {
@@ -66,35 +68,35 @@ impl TransportError {
 }
 
 /// What every message type is (all of `msgs` are).
-pub trait Msg:
+pub(crate) trait Msg:
     Serialize + DeserializeOwned + Clone + std::fmt::Debug + Send + Sync + 'static
 {
 }
 impl<T: Serialize + DeserializeOwned + Clone + std::fmt::Debug + Send + Sync + 'static> Msg for T {}
 
 /// A service's request or response type.
-pub trait SrvMsg: Msg + ros2_client::Message {}
+pub(crate) trait SrvMsg: Msg + ros2_client::Message {}
 impl<T: Msg + ros2_client::Message> SrvMsg for T {}
 
 /// A subscription: the next waiting sample, if any.
-pub trait Take<M>: Send {
+pub(crate) trait Take<M>: Send {
     fn take_next(&self) -> Result<Option<M>, TransportError>;
 }
 
 /// A publisher.
-pub trait Put<M>: Send {
+pub(crate) trait Put<M>: Send {
     fn put(&self, msg: M) -> Result<(), TransportError>;
 }
 
 /// A service server: the next waiting request's id, and the reply to it.
-pub trait Serve<Req, Resp>: Send {
+pub(crate) trait Serve<Req, Resp>: Send {
     fn next_request(&self) -> Result<Option<RmwRequestId>, TransportError>;
     fn reply(&self, id: RmwRequestId, resp: Resp) -> Result<(), TransportError>;
 }
 
 /// An action client that only sends goals: the newest goal is the target (each preempts the
 /// one before at servers such as gripper_action_controller), so results are not awaited.
-pub trait SendGoal<G>: Send {
+pub(crate) trait SendGoal<G>: Send {
     /// Sends `goal` with a fresh goal id.
     fn send(&mut self, goal: G) -> Result<(), TransportError>;
     /// The replies to sent goals that arrived since the last call: (accepted, refused).
@@ -102,7 +104,7 @@ pub trait SendGoal<G>: Send {
 }
 
 /// Makes entities on one node.
-pub trait Middleware {
+pub(crate) trait Middleware {
     fn subscribe<M: Msg>(
         &mut self,
         topic: &Name,

@@ -1,7 +1,7 @@
 //! REP-2016 type hashes (`RIHS01_…`) of the ROS 2 types pi0d sends and receives, as ROS 2
 //! Jazzy computes them. Made once by `tools/ros_type_hashes.py` from the message definitions
-//! (it first reproduces published Jazzy hashes of other types); `tests/it/ros_type_hashes.rs`
-//! checks this table against the tool's output.
+//! (it first reproduces published Jazzy hashes of other types); a unit test below checks this
+//! table against the tool's output.
 
 /// `(ROS type name, RIHS01 hash)`.
 pub const TYPE_HASHES: &[(&str, &str)] = &[
@@ -67,5 +67,28 @@ mod tests {
         }
         assert_eq!(type_hash("std_msgs/msg/Bool"), Some(TYPE_HASHES[4].1));
         assert_eq!(type_hash("std_msgs/msg/Int8"), None);
+    }
+
+    /// The table against `tools/ros_type_hashes.py`, which computes REP-2016 hashes from the
+    /// message definitions (rosbags' Jazzy store) and, with `--check-known`, first reproduces
+    /// published Jazzy hashes of other types.
+    #[test]
+    fn when_hashes_recomputed_from_definitions_expect_the_table() {
+        let out = std::process::Command::new(crate::test_dirs::peer_python())
+            .arg(crate::test_dirs::repo_path("tools/ros_type_hashes.py"))
+            .arg("--check-known")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let computed: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(computed.len(), TYPE_HASHES.len());
+        for (ty, hash) in TYPE_HASHES {
+            assert_eq!(computed[*ty], *hash, "{ty}");
+        }
     }
 }

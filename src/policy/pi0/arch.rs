@@ -138,7 +138,7 @@ fn votes(parts: &[(&str, usize)]) -> Vec<(String, usize)> {
 
 /// The prompt length a checkpoint takes: `config.json`'s `tokenizer_max_length`, else lerobot's
 /// default (48 tokens, pi0.5's 200).
-pub fn prompt_len(config: &super::checkpoint::PolicyConfigJson, variant: Variant) -> usize {
+pub(crate) fn prompt_len(config: &super::checkpoint::PolicyConfigJson, variant: Variant) -> usize {
     config
         .tokenizer_max_length
         .unwrap_or(if variant == Variant::Pi05 { 200 } else { 48 })

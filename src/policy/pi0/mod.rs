@@ -5,11 +5,13 @@ pub(crate) mod checkpoint;
 pub(crate) mod config_json;
 pub(crate) mod header;
 pub mod infer;
+#[cfg(test)]
+mod lerobot_tests;
 pub(crate) mod model;
 pub(crate) mod normalize;
 pub(crate) mod ops;
 pub mod pipeline;
-pub mod preprocess;
+pub(crate) mod preprocess;
 pub mod tensorfile;
 
 pub use pi0d_kernels::packed;

@@ -2,8 +2,9 @@
 //! with the Gemma action expert attending to that cache layer by layer. Layer and tensor names
 //! follow the checkpoint; the math follows lerobot's `PI0Pytorch` / `PI05Pytorch`.
 
+pub(crate) use super::arch::prompt_len;
+pub use super::arch::Variant;
 pub(crate) use super::arch::{check_vocabulary, Arch, TokenError};
-pub use super::arch::{prompt_len, Variant};
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, MappedRows};
 use super::ops::{
     attention, grow, time_embedding, AttentionScratch, LayerNorm, Linear, Norm, Rope,

@@ -362,7 +362,7 @@ impl Pi0Pipeline {
     /// cameras are masked in place: lerobot appends them after the present ones instead, which
     /// gives the same actions, since masked image tokens neither attend nor advance the
     /// positions of the tokens after them (`cumsum` of the mask).
-    pub fn set_camera_slots(&mut self, slots: Vec<Option<usize>>) {
+    pub(crate) fn set_camera_slots(&mut self, slots: Vec<Option<usize>>) {
         debug_assert_eq!(slots.len(), self.cameras);
         self.camera_slots = slots;
     }
@@ -402,7 +402,7 @@ impl Pi0Pipeline {
     }
 
     /// Normalized, padded state for `state` (robot units, dataset order).
-    pub fn normalize_state(&self, state: &[f32]) -> Vec<f32> {
+    pub(crate) fn normalize_state(&self, state: &[f32]) -> Vec<f32> {
         let mut s = state.to_vec();
         self.normalizer.state.normalize(&mut s);
         s

@@ -75,7 +75,7 @@ fn source_index(dst: usize, scale: f32, size: usize) -> (usize, usize, f32) {
 
 /// Resizes `[3, h, w]` in `[0, 1]` to fit `size x size` keeping the aspect ratio, pads centered
 /// with zeros, and maps to [-1,1]. Empty sizes and a `chw` of the wrong length are refused.
-pub fn resize_with_pad(
+pub(crate) fn resize_with_pad(
     chw: &[f32],
     h: usize,
     w: usize,
@@ -116,7 +116,10 @@ pub fn resize_with_pad(
 }
 
 /// A frame straight to model input `[3, size, size]` in [-1,1].
-pub fn frame_to_model_input(frame: &CameraFrame, size: usize) -> Result<Vec<f32>, FrameError> {
+pub(crate) fn frame_to_model_input(
+    frame: &CameraFrame,
+    size: usize,
+) -> Result<Vec<f32>, FrameError> {
     let chw = frame_to_chw(frame)?;
     resize_with_pad(&chw, frame.height as usize, frame.width as usize, size)
 }

@@ -6,19 +6,22 @@
 //! the position, velocity and acceleration limits, and the jerk limit holds wherever no hard
 //! limit overrides it (and always when no position limit is within reach, chunk switches
 //! included).
+//!
+//! It sits in `daemon`, above both `control` and `policy`: real-time chunking's weights
+//! (`policy::rtc`) shape the chunks the control tick is given.
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
-use pi0d::chunk::JointChunk;
-use pi0d::config::{Interpolation, MergeMode};
-use pi0d::control::{Controller, ControllerSettings, Executor, TickInputs};
-use pi0d::joints::JointMeasurement;
-use pi0d::joints::JointVector;
-use pi0d::robot::{JointKind, JointLimits, RobotLimits};
-use pi0d::safety::supervisor::SafetyInputs;
-use pi0d::safety::SafetyEvent;
-use pi0d::time::MonoTime;
+use crate::chunk::JointChunk;
+use crate::config::{Interpolation, MergeMode};
+use crate::control::{Controller, ControllerSettings, Executor, TickInputs};
+use crate::joints::JointMeasurement;
+use crate::joints::JointVector;
+use crate::robot::{JointKind, JointLimits, RobotLimits};
+use crate::safety::supervisor::SafetyInputs;
+use crate::safety::SafetyEvent;
+use crate::time::MonoTime;
 
 #[derive(Clone, Debug)]
 enum Fault {
@@ -224,8 +227,8 @@ fn build_chunk(spec: &ChunkSpec, from: &JointVector, obs: MonoTime, seq: u64) ->
 /// `chunk` as real-time chunking makes it: step `i` pulled towards the running chunk's plan at
 /// the same instant, with RTC's linear prefix weights (faults stay where they were).
 fn guide(chunk: &mut JointChunk, running: &JointChunk, (delay, horizon): (usize, usize)) {
-    use pi0d::config::Schedule;
-    use pi0d::policy::rtc::prefix_weights;
+    use crate::config::Schedule;
+    use crate::policy::rtc::prefix_weights;
     let offset = (chunk.obs_stamp.seconds_since(running.obs_stamp) / PERIOD).round();
     let w = prefix_weights(Schedule::Linear, delay, horizon, chunk.steps());
     for (i, p) in chunk.positions.iter_mut().enumerate() {
@@ -331,7 +334,7 @@ fn simulate(case: &Case) -> Outcome {
         );
         if matches!(
             report.chunk,
-            Some(pi0d::control::ChunkOutcome::Accepted { .. })
+            Some(crate::control::ChunkOutcome::Accepted { .. })
         ) {
             accepted += 1;
         }

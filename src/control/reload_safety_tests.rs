@@ -5,15 +5,15 @@
 
 use proptest::prelude::*;
 
-use pi0d::chunk::JointChunk;
-use pi0d::config::{Interpolation, MergeMode};
-use pi0d::control::{Controller, ControllerSettings, Executor, TickInputs, TickReport};
-use pi0d::joints::{JointMeasurement, JointVector};
-use pi0d::robot::{JointKind, JointLimits, RobotLimits};
-use pi0d::safety::reconfigure::Reconfigure;
-use pi0d::safety::supervisor::SafetyInputs;
-use pi0d::safety::{HoldReason, Mode};
-use pi0d::time::MonoTime;
+use crate::chunk::JointChunk;
+use crate::config::{Interpolation, MergeMode};
+use crate::control::{Controller, ControllerSettings, Executor, TickInputs, TickReport};
+use crate::joints::{JointMeasurement, JointVector};
+use crate::robot::{JointKind, JointLimits, RobotLimits};
+use crate::safety::reconfigure::Reconfigure;
+use crate::safety::supervisor::SafetyInputs;
+use crate::safety::{HoldReason, Mode};
+use crate::time::MonoTime;
 
 const CHUNK_STEPS: usize = 50;
 const STEP_S: f64 = 0.02;

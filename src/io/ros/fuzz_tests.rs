@@ -7,15 +7,17 @@
 use std::sync::OnceLock;
 
 use byteorder::LittleEndian;
-use pi0d::testing::ros::msgs::*;
-use pi0d::testing::ros::{
-    compressed_image, image, prompt, ClockMap, InputErrorKind, JointStateDecoder, MAX_IMAGE_SIDE,
-    MAX_PROMPT_BYTES,
-};
-use pi0d::time::MonoTime;
 use proptest::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+use super::decode::{
+    compressed_image, image, prompt, InputErrorKind, JointStateDecoder, MAX_IMAGE_SIDE,
+};
+use super::msgs::*;
+use super::timing::ClockMap;
+use crate::config::policy::MAX_PROMPT_BYTES;
+use crate::time::MonoTime;
 
 const CAP: usize = 1 << 20;
 

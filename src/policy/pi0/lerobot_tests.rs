@@ -4,14 +4,14 @@
 
 use std::path::{Path, PathBuf};
 
-use pi0d::config::BackendOptions;
-use pi0d::config::CameraSource;
-use pi0d::observation::{CameraFrame, PixelFormat};
-use pi0d::policy::cameras::{bind, ModelCameras};
-use pi0d::policy::pi0::pipeline::{Pi0Pipeline, PipelineOptions};
-use pi0d::policy::pi0::preprocess::{frame_to_model_input, resize_with_pad};
-use pi0d::policy::pi0::tensorfile::{TensorFile, Values};
-use pi0d::time::MonoTime;
+use super::pipeline::{Pi0Pipeline, PipelineOptions};
+use super::preprocess::{frame_to_model_input, resize_with_pad};
+use super::tensorfile::{TensorFile, Values};
+use crate::config::BackendOptions;
+use crate::config::CameraSource;
+use crate::observation::{CameraFrame, PixelFormat};
+use crate::policy::cameras::{bind, ModelCameras};
+use crate::time::MonoTime;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -236,10 +236,10 @@ fn when_raw_observation_expect_pi05_actions_as_lerobot_pipeline() {
 #[cfg(feature = "onnx")]
 #[test]
 fn when_raw_observation_through_onnx_graphs_expect_lerobot_pipeline_actions() {
-    use pi0d::config::OnnxOptions;
-    use pi0d::policy::export::{export, ExportOptions};
+    use crate::config::OnnxOptions;
+    use crate::policy::export::{export, ExportOptions};
     for kind in ["pi0", "pi05"] {
-        let out = crate::common::scratch_dir(&format!("pipeline-onnx-{kind}"));
+        let out = crate::test_dirs::TempDir::new(&format!("test-pipeline-onnx-{kind}"));
         end_to_end_on(kind, |checkpoint| {
             export(&ExportOptions::new(
                 checkpoint.to_path_buf(),
@@ -250,7 +250,7 @@ fn when_raw_observation_through_onnx_graphs_expect_lerobot_pipeline_actions() {
             BackendOptions::Onnx {
                 model_dir: out.to_path_buf(),
                 options: OnnxOptions {
-                    library: Some(crate::common::ort_library()),
+                    library: Some(crate::test_dirs::ort_library()),
                     ..Default::default()
                 },
             }

@@ -3,35 +3,29 @@
 //! and their bytes decode into the same message; and what the command publisher sends, for each
 //! command type, equals theirs.
 
-use crate::common;
-
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use byteorder::LittleEndian;
-use pi0d::config::{CommandGroup, CommandType};
-use pi0d::joints::{JointVector, MotionState};
-use pi0d::robot::{JointKind, JointLimits, RobotLimits};
-use pi0d::testing::ros::msgs::*;
-use pi0d::testing::ros::{CommandPublisher, Lookahead, RosError};
-use pi0d::testing::ros::{Middleware, Msg, Op, Put, SendGoal, Serve, SrvMsg, Take, TransportError};
-use pi0d::time::MonoTime;
 use ros2_client::{ActionTypeName, MessageTypeName, Name, QosProfile, ServiceTypeName};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::encode::CommandPublisher;
+use super::lookahead::Lookahead;
+use super::msgs::*;
+use super::transport::{Middleware, Msg, Op, Put, SendGoal, Serve, SrvMsg, Take, TransportError};
+use super::RosError;
+use crate::config::{CommandGroup, CommandType};
+use crate::joints::{JointVector, MotionState};
+use crate::robot::{JointKind, JointLimits, RobotLimits};
+use crate::test_dirs::{peer_python, repo_path};
+use crate::time::MonoTime;
+
 fn rosbags_bytes() -> HashMap<String, Vec<u8>> {
-    let python = std::env::var("PI0D_PEER_PYTHON")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| common::root().join(".venv/bin/python"));
-    assert!(
-        python.exists(),
-        "{} missing: run ./tools/test.sh",
-        python.display()
-    );
-    let out = Command::new(python)
-        .arg(common::root().join("tests/peers/cdr_bytes.py"))
+    let out = Command::new(peer_python())
+        .arg(repo_path("tests/peers/cdr_bytes.py"))
         .output()
         .unwrap();
     assert!(

@@ -1,18 +1,18 @@
 //! The controller's state machine, driven tick by tick: watchdogs and freshness rules that the
 //! scenario tests cannot hit deterministically.
 
-use pi0d::chunk::JointChunk;
-use pi0d::config::{Interpolation, MergeMode};
-use pi0d::control::{
+use crate::chunk::JointChunk;
+use crate::config::{Interpolation, MergeMode};
+use crate::control::{
     ChunkOutcome, Controller, ControllerSettings, Executor, TickInputs, TickReport,
 };
-use pi0d::joints::JointMeasurement;
-use pi0d::joints::JointVector;
-use pi0d::robot::{JointKind, JointLimits, RobotLimits};
-use pi0d::safety::supervisor::LateRejection;
-use pi0d::safety::supervisor::SafetyInputs;
-use pi0d::safety::{HoldReason, Mode};
-use pi0d::time::MonoTime;
+use crate::joints::JointMeasurement;
+use crate::joints::JointVector;
+use crate::robot::{JointKind, JointLimits, RobotLimits};
+use crate::safety::supervisor::LateRejection;
+use crate::safety::supervisor::SafetyInputs;
+use crate::safety::{HoldReason, Mode};
+use crate::time::MonoTime;
 
 const DT: f64 = 0.005;
 
