@@ -112,17 +112,7 @@ impl Rig {
         }
         let report = self.ctl.tick(
             TickInputs {
-                safety: SafetyInputs {
-                    now,
-                    measured: &self.measured,
-                    camera_stamps: &[],
-                    estop: false,
-                    thread_fault: false,
-                    estop_presses: 0,
-                    resets: 0,
-                    overrun_streak: 0,
-                    stop_requested: false,
-                },
+                safety: SafetyInputs::quiet(now, &self.measured),
                 new_chunk,
                 inference_in_flight: false,
             },

@@ -101,15 +101,10 @@ impl Rig {
         let r = self.ctl.tick(
             TickInputs {
                 safety: SafetyInputs {
-                    now,
-                    measured: &self.measured,
-                    camera_stamps: &[],
                     estop,
-                    thread_fault: false,
-                    estop_presses: 0,
                     resets,
                     overrun_streak,
-                    stop_requested: false,
+                    ..SafetyInputs::quiet(now, &self.measured)
                 },
                 new_chunk: chunk,
                 inference_in_flight: false,
@@ -155,17 +150,7 @@ fn when_chunk_predates_hold_expect_not_fresh_and_never_replayed() {
         };
         rig.ctl.tick(
             TickInputs {
-                safety: SafetyInputs {
-                    now,
-                    measured: &measured,
-                    camera_stamps: &[],
-                    estop: false,
-                    thread_fault: false,
-                    estop_presses: 0,
-                    resets: 0,
-                    overrun_streak: 0,
-                    stop_requested: false,
-                },
+                safety: SafetyInputs::quiet(now, &measured),
                 new_chunk: None,
                 inference_in_flight: false,
             },

@@ -83,7 +83,7 @@ pub(crate) fn start_at_io_priority<T: Send>(
         let started = std::thread::Builder::new()
             .name("pi0d-io-start".into())
             .spawn_scoped(s, || {
-                set_fifo(cfg.io_priority, what);
+                apply_to_io_thread(cfg, what);
                 f()
             })?;
         // `f` catches its own panics; one that escapes goes on here.

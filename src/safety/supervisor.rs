@@ -29,6 +29,25 @@ pub struct SafetyInputs<'a> {
     pub stop_requested: bool,
 }
 
+#[cfg(test)]
+impl<'a> SafetyInputs<'a> {
+    /// Fresh inputs and nothing pressed, requested or overrun: the tests' baseline, changed
+    /// field by field with struct-update syntax.
+    pub(crate) fn quiet(now: MonoTime, measured: &'a JointMeasurement) -> SafetyInputs<'a> {
+        SafetyInputs {
+            now,
+            measured,
+            camera_stamps: &[],
+            estop: false,
+            thread_fault: false,
+            estop_presses: 0,
+            resets: 0,
+            overrun_streak: 0,
+            stop_requested: false,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SupervisorSettings {
     pub(crate) joint_state_timeout_s: f64,
@@ -404,15 +423,11 @@ mod tests {
             let now = self.t0.offset_seconds(at_s);
             self.m.stamp = now;
             let i = SafetyInputs {
-                now,
-                measured: &self.m,
-                camera_stamps: &[],
                 estop,
                 thread_fault,
                 estop_presses: presses,
                 resets,
-                overrun_streak: 0,
-                stop_requested: false,
+                ..SafetyInputs::quiet(now, &self.m)
             };
             let mut t = [None, None];
             self.s
