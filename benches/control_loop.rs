@@ -171,6 +171,8 @@ fn tick_cost(joints: usize, ticks: usize) {
         overrun_streak: 10,
         request_threshold_s: 0.5,
         warmup_chunks: 1,
+        trajectory_joints: Vec::new(),
+        trajectory_coast_s: 0.05,
     };
     let executor = Executor::new(Interpolation::Quintic, MergeMode::Blend, 0.2, dt);
     let mut ctl = Controller::new(limits, dt, executor, None, settings, &start, t0).unwrap();

@@ -12,8 +12,9 @@
 use super::executor::{ChunkRejection, Executor};
 use super::stats::Histogram;
 use crate::chunk::JointChunk;
-use crate::config::Config;
+use crate::config::{CommandType, Config, Io};
 use crate::joints::{JointMeasurement, JointVector, MotionState};
+use crate::robot::lookahead::Lookahead;
 use crate::robot::{RobotLimits, Workspace};
 use crate::safety::reconfigure::{self, Reconfigure};
 use crate::safety::supervisor::{
@@ -80,6 +81,10 @@ pub struct ControllerSettings {
     pub overrun_streak: u32,
     pub request_threshold_s: f64,
     pub warmup_chunks: u32,
+    /// The joints whose controllers run each command's look-ahead on their own (trajectory
+    /// outputs), and how long it coasts before braking (`ros.trajectory_coast_s`).
+    pub trajectory_joints: Vec<usize>,
+    pub trajectory_coast_s: f64,
 }
 
 pub struct Controller {
@@ -100,6 +105,11 @@ pub struct Controller {
     at_rest: bool,
     /// A fault drill: the governor's next command is this far off (rad or m) on joint 0.
     governor_fault: Option<f64>,
+    /// What a trajectory's braking tail keeps (the limits in force), and the joints whose
+    /// controllers follow it when no newer command comes.
+    lookahead: Lookahead,
+    trajectory_joints: Vec<usize>,
+    trajectory_coast_s: f64,
 }
 
 impl Controller {
@@ -114,6 +124,19 @@ impl Controller {
             overrun_streak: cfg.safety.overrun_streak,
             request_threshold_s: cfg.control.request_threshold_s,
             warmup_chunks: cfg.control.warmup_chunks,
+            trajectory_joints: match &cfg.io {
+                Io::Ros(r) => r
+                    .commands
+                    .iter()
+                    .filter(|g| g.kind == CommandType::JointTrajectory)
+                    .flat_map(|g| g.indices.iter().copied())
+                    .collect(),
+                Io::Sim => Vec::new(),
+            },
+            trajectory_coast_s: match &cfg.io {
+                Io::Ros(r) => r.trajectory_coast_s,
+                Io::Sim => 0.0,
+            },
         };
         let dt = cfg.control.period.as_secs_f64();
         let executor = Executor::new(
@@ -156,6 +179,7 @@ impl Controller {
         executor.set_limits(&limits.velocity, &limits.acceleration);
         let mut monitor = LimitMonitor::new(limits.clone(), dt);
         monitor.reset_at(&start.position);
+        let lookahead = Lookahead::new(&limits, settings.trajectory_coast_s);
         Ok(Controller {
             request_threshold_s: settings.request_threshold_s,
             warmup_chunks: settings.warmup_chunks,
@@ -170,6 +194,9 @@ impl Controller {
             reconfigured: None,
             at_rest: true,
             governor_fault: None,
+            lookahead,
+            trajectory_joints: settings.trajectory_joints,
+            trajectory_coast_s: settings.trajectory_coast_s,
             latency: Histogram::new(100_000, 100_000),
         })
     }
@@ -182,6 +209,11 @@ impl Controller {
     #[cfg(test)]
     pub(crate) fn commanded(&self) -> &MotionState {
         self.governor.state()
+    }
+
+    /// What a trajectory's braking tail keeps: the limits in force (a reload changes it).
+    pub(crate) fn lookahead(&self) -> Lookahead {
+        self.lookahead
     }
 
     pub fn monitor(&self) -> &LimitMonitor {
@@ -249,6 +281,7 @@ impl Controller {
             }
             reconfigure::Step::Decided(outcome) => {
                 if let (Reconfigure::Applied, Some(l)) = (outcome, self.pending_limits.take()) {
+                    self.lookahead = Lookahead::new(&l, self.trajectory_coast_s);
                     self.executor.set_limits(&l.velocity, &l.acceleration);
                     self.governor.set_limits((*l).clone());
                     self.monitor.set_limits((*l).clone());
@@ -266,6 +299,8 @@ impl Controller {
         recycle: &mut impl FnMut(Box<JointChunk>),
     ) -> TickReport {
         let now = i.safety.now;
+        // What the last tick commanded: where the controllers' look-ahead starts.
+        let sent = *self.governor.state();
         let mut t: Transitions = [None, None];
         let reconfigured = self
             .reconfigured
@@ -306,6 +341,9 @@ impl Controller {
             let at = now.offset_seconds(-(m as f64) * self.dt);
             let (_, broken) = self.govern(at, &i.safety.measured.position, &mut t, recycle);
             limit_violation |= broken;
+        }
+        if gate.reset_at.is_none() {
+            self.resume_where_the_lookahead_went(&sent, now);
         }
         let (gov, broken) = self.govern(now, &i.safety.measured.position, &mut t, recycle);
         limit_violation |= broken;
@@ -405,6 +443,31 @@ impl Controller {
                 None
             }
         }
+    }
+
+    /// After a stall (this tick came more than half a period late), the joints whose
+    /// controllers run the look-ahead went on without pi0d: along the last command, then
+    /// braking to rest. Their command resumes from where that took them by now, not from where
+    /// the governor left it, so the next message continues the controller's own motion instead
+    /// of pulling it back (or on) in one step. The monitor's history resumes there too: what it
+    /// judges next is the step from the controller's state. The last command was due one
+    /// period after its tick, so the controller is `now - last tick - dt` into the look-ahead.
+    fn resume_where_the_lookahead_went(&mut self, sent: &MotionState, now: MonoTime) {
+        let late_s = now.seconds_since(self.last_tick) - self.dt;
+        if late_s < 0.5 * self.dt || self.trajectory_joints.is_empty() {
+            return;
+        }
+        let went = self
+            .lookahead
+            .state_at(sent, &self.trajectory_joints, late_s);
+        let mut state = *self.governor.state();
+        for &j in &self.trajectory_joints {
+            state.position[j] = went.position[j];
+            state.velocity[j] = went.velocity[j];
+            state.acceleration[j] = went.acceleration[j];
+        }
+        self.governor.restore(state);
+        self.monitor.resume_at(&state, &self.trajectory_joints);
     }
 
     /// Whole control periods from the last tick (or the start) to `now`: 1 on time, at most

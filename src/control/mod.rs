@@ -13,4 +13,6 @@ pub use executor::Executor;
 #[cfg(test)]
 mod reload_safety_tests;
 #[cfg(test)]
+mod stall_tests;
+#[cfg(test)]
 mod watchdog_tests;

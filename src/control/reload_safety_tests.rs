@@ -8,7 +8,8 @@ use proptest::prelude::*;
 use crate::chunk::JointChunk;
 use crate::config::{Interpolation, MergeMode};
 use crate::control::{Controller, ControllerSettings, Executor, TickInputs, TickReport};
-use crate::joints::{JointMeasurement, JointVector};
+use crate::joints::{JointMeasurement, JointVector, MotionState};
+use crate::robot::lookahead::Lookahead;
 use crate::robot::{JointKind, JointLimits, RobotLimits};
 use crate::safety::reconfigure::Reconfigure;
 use crate::safety::supervisor::SafetyInputs;
@@ -76,6 +77,8 @@ impl Rig {
             overrun_streak: 10,
             request_threshold_s: 0.5,
             warmup_chunks: 0,
+            trajectory_joints: Vec::new(),
+            trajectory_coast_s: 0.05,
         };
         let ctl = Controller::new(limits, dt, executor, None, settings, &measured, t0)
             .expect("starts inside its limits");
@@ -208,6 +211,7 @@ fn run_with_reload(
             outcomes.push(r);
         }
         judge.check(k, &in_force, &report.command.position)?;
+        check_tail(k, &in_force, &rig.ctl.lookahead(), &report.command)?;
         if rig.ctl.monitor().violations != 0 {
             return Err(format!(
                 "tick {k}: the monitor counted {} violations",
@@ -216,6 +220,37 @@ fn run_with_reload(
         }
     }
     Ok(outcomes)
+}
+
+/// The braking tail a trajectory output sends after the command (planned with the look-ahead
+/// the controller hands the transports) keeps the limits in force as well: a reload that the
+/// governor follows but the tail did not would let a controller coast past the new range.
+fn check_tail(
+    k: usize,
+    limits: &RobotLimits,
+    lookahead: &Lookahead,
+    command: &MotionState,
+) -> Result<(), String> {
+    let mut plan = Vec::new();
+    lookahead.plan(command, 0.005, &mut plan);
+    for point in &plan {
+        let s = &point.state;
+        for j in 0..limits.len() {
+            let (p, v, a) = (s.position[j], s.velocity[j], s.acceleration[j]);
+            if p < limits.lower[j] - 1e-9
+                || p > limits.upper[j] + 1e-9
+                || v.abs() > limits.velocity[j] * (1.0 + 1e-9)
+                || a.abs() > limits.acceleration[j] * (1.0 + 1e-9)
+            {
+                return Err(format!(
+                    "tick {k}: the tail of {command:?} reaches {p} rad, {v} rad/s, {a} rad/s² \
+                     on joint {j} at {} s, outside {:?}",
+                    point.t_s, limits.joints[j]
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The filed case's shape: a joint limited to 0.2 rad/s² following 2 rad at 0.1 Hz; at 3 s

@@ -55,6 +55,8 @@ impl Rig {
             overrun_streak: 5,
             request_threshold_s: 0.5,
             warmup_chunks: 0,
+            trajectory_joints: Vec::new(),
+            trajectory_coast_s: 0.05,
         };
         let ex = Executor::new(Interpolation::Quintic, MergeMode::Blend, 0.1, DT);
         let ctl = Controller::new(limits(), DT, ex, None, settings, &measured, t0).unwrap();

@@ -106,6 +106,7 @@ impl ControlLoop {
         cameras: usize,
         stop_timeout_s: f64,
     ) -> ControlLoop {
+        board.command.set_lookahead(ctl.lookahead());
         ControlLoop {
             ctl,
             worker,
@@ -217,6 +218,10 @@ impl ControlLoop {
         };
         let report = self.ctl.tick(inputs, &mut |c| worker.recycle(c));
         worker.set_running(report.running_chunk);
+        if report.reconfigured == Some(Reconfigure::Applied) {
+            // Before the first command under them: no tail plans with the limits they replaced.
+            self.board.command.set_lookahead(self.ctl.lookahead());
+        }
         self.board.command.store((now, report.command));
         if let Some(tap) = &self.record {
             tap.send(&TickSample {

@@ -273,6 +273,8 @@ fn simulate(case: &Case) -> Outcome {
         overrun_streak: 10,
         request_threshold_s: 0.5,
         warmup_chunks: 0,
+        trajectory_joints: Vec::new(),
+        trajectory_coast_s: 0.05,
     };
     let mut ctl = Controller::new(limits, dt, executor, None, settings, &start, t0)
         .expect("start inside limits");

@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::Latest;
 use crate::joints::{JointMeasurement, MotionState, StateLayout};
 use crate::observation::{CameraFrame, Observation};
+use crate::robot::lookahead::Lookahead;
 use crate::time::MonoTime;
 
 /// The latest inputs and the latest command, readable by the control thread without blocking.
@@ -25,6 +26,7 @@ impl Blackboard {
             inputs: RobotInputs::new(cameras, prompt),
             command: CommandOut {
                 latest: Latest::new((MonoTime::ZERO, MotionState::default())),
+                lookahead: Latest::new(None),
             },
             supervisor: SupervisorFlags::default(),
         }
@@ -137,9 +139,21 @@ impl RobotInputs {
 /// The latest command (written by the control thread every tick, read by the transports).
 pub struct CommandOut {
     latest: Latest<(MonoTime, MotionState)>,
+    /// What a trajectory's braking tail keeps: the limits in force, set by the control thread
+    /// before its first command and again whenever reloaded limits take effect, so a tail never
+    /// plans with limits the governor no longer keeps.
+    lookahead: Latest<Option<Lookahead>>,
 }
 
 impl CommandOut {
+    pub(crate) fn set_lookahead(&self, lookahead: Lookahead) {
+        self.lookahead.store(Some(lookahead));
+    }
+
+    pub(crate) fn lookahead(&self) -> Option<Lookahead> {
+        self.lookahead.load()
+    }
+
     pub(crate) fn store(&self, command: (MonoTime, MotionState)) {
         self.latest.store(command);
     }

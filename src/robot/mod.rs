@@ -3,6 +3,7 @@
 
 pub(crate) mod kinematics;
 pub(crate) mod limits;
+pub(crate) mod lookahead;
 pub(crate) mod urdf;
 pub(crate) mod workspace;
 

@@ -2,7 +2,7 @@
 //! against the limits. It shares no code path with the governor, so a governor bug shows up
 //! here as `limit_violations`.
 
-use crate::joints::JointVector;
+use crate::joints::{JointVector, MotionState};
 use crate::robot::RobotLimits;
 
 /// Relative slack for floating-point rounding in the finite differences.
@@ -52,6 +52,25 @@ impl LimitMonitor {
         self.prev = Some(*position);
         self.prev_velocity = Some(JointVector::zeros(n));
         self.prev_acceleration = Some(JointVector::zeros(n));
+    }
+
+    /// The history of joints `joints` resumes at `state` (a controller ran on without pi0d
+    /// through a stall and stands there now): the next command is judged as a step from it.
+    pub(crate) fn resume_at(&mut self, state: &MotionState, joints: &[usize]) {
+        let n = self.limits.len();
+        let mut prev = self.prev.unwrap_or(state.position);
+        let mut pv = self.prev_velocity.unwrap_or_else(|| JointVector::zeros(n));
+        let mut pa = self
+            .prev_acceleration
+            .unwrap_or_else(|| JointVector::zeros(n));
+        for &j in joints {
+            prev[j] = state.position[j];
+            pv[j] = state.velocity[j];
+            pa[j] = state.acceleration[j];
+        }
+        self.prev = Some(prev);
+        self.prev_velocity = Some(pv);
+        self.prev_acceleration = Some(pa);
     }
 
     /// How many joints of `command` would break a limit, were it commanded next; records

@@ -13,12 +13,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::encode::CommandPublisher;
-use super::lookahead::Lookahead;
 use super::msgs::*;
 use super::transport::{Middleware, Msg, Op, Put, SendGoal, Serve, SrvMsg, Take, TransportError};
 use super::RosError;
 use crate::config::{CommandGroup, CommandType};
 use crate::joints::{JointVector, MotionState};
+use crate::robot::lookahead::Lookahead;
 use crate::robot::{JointKind, JointLimits, RobotLimits};
 use crate::test_dirs::{peer_python, repo_path};
 use crate::time::MonoTime;
@@ -303,11 +303,12 @@ fn when_command_published_as_each_type_expect_bytes_equal_to_rosbags() {
         },
         &QosProfile::publisher_default(),
         0.005,
-        &lookahead,
         true,
     )
     .unwrap();
-    assert!(goals.publish(tick, Time::default(), &cmd, 0.0).unwrap());
+    assert!(goals
+        .publish(tick, Time::default(), &cmd, 0.0, &lookahead)
+        .unwrap());
     let sent = mw.0.lock().unwrap();
     assert_eq!(sent[0].0, "control_msgs/action/GripperCommand_Goal");
     let payload = &theirs["command/control_msgs/action/GripperCommand_Goal"][4..];
@@ -327,22 +328,16 @@ fn when_command_published_as_each_type_expect_bytes_equal_to_rosbags() {
     ] {
         let mut mw = Recorder::default();
         let qos = QosProfile::publisher_default();
-        let mut publisher = CommandPublisher::advertise(
-            &mut mw,
-            &topic,
-            &group(kind),
-            &qos,
-            0.005,
-            &lookahead,
-            true,
-        )
-        .unwrap();
+        let mut publisher =
+            CommandPublisher::advertise(&mut mw, &topic, &group(kind), &qos, 0.005, true).unwrap();
         assert_eq!(publisher.kind(), kind);
         let stamp = Time {
             sec: 12,
             nanosec: 5000,
         };
-        assert!(publisher.publish(tick, stamp, &cmd, 0.0).unwrap());
+        assert!(publisher
+            .publish(tick, stamp, &cmd, 0.0, &lookahead)
+            .unwrap());
         let sent = mw.0.lock().unwrap();
         assert_eq!(sent.len(), 1, "{kind:?}");
         assert_eq!(sent[0].0, ty, "{kind:?}");
@@ -372,17 +367,19 @@ fn when_command_published_as_trajectory_expect_stamp_zero_and_a_tail_to_rest() {
         &group(CommandType::JointTrajectory),
         &QosProfile::publisher_default(),
         0.005,
-        &Lookahead::new(&two_joints(), 0.05),
         true,
     )
     .unwrap();
+    let lookahead = Lookahead::new(&two_joints(), 0.05);
     let stamp = Time {
         sec: 12,
         nanosec: 5000,
     };
     // Sent 2 ms after its tick: due 3 ms after receipt.
     let tick = MonoTime::from_nanos(1_000_000);
-    assert!(publisher.publish(tick, stamp, &cmd, 0.002).unwrap());
+    assert!(publisher
+        .publish(tick, stamp, &cmd, 0.002, &lookahead)
+        .unwrap());
     let sent = mw.0.lock().unwrap();
     assert_eq!(sent[0].0, "trajectory_msgs/msg/JointTrajectory");
     let (t, _) = cdr_encoding::from_bytes::<JointTrajectory, LittleEndian>(&sent[0].1).unwrap();
@@ -452,15 +449,16 @@ fn when_an_output_has_some_joints_and_a_lower_rate_expect_those_joints_at_that_r
         &gripper,
         &QosProfile::publisher_default(),
         0.005,
-        &Lookahead::new(&limits, 0.05),
         true,
     )
     .unwrap();
+    let lookahead = Lookahead::new(&limits, 0.05);
     // 200 Hz ticks for 100 ms: 50 Hz sends every 4th.
     let sent: usize = (0..20)
         .map(|i| {
             let tick = MonoTime::from_nanos(1_000_000_000 + i * 5_000_000);
-            p.publish(tick, Time::default(), &cmd, 0.0).unwrap() as usize
+            p.publish(tick, Time::default(), &cmd, 0.0, &lookahead)
+                .unwrap() as usize
         })
         .sum();
     assert_eq!(sent, 5);

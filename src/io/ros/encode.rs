@@ -3,13 +3,13 @@
 
 use ros2_client::{ActionTypeName, MessageTypeName, Name, QosProfile};
 
-use super::lookahead::{self, Lookahead, TimedState};
 use super::msgs;
 use super::timing::SkewEstimator;
 use super::transport::{Middleware, SendGoal, TransportError};
 use super::RosError;
 use crate::config::{CommandGroup, CommandType};
 use crate::joints::MotionState;
+use crate::robot::lookahead::{self, Lookahead, TimedState};
 use crate::time::MonoTime;
 
 /// Why a command did not reach its controller.
@@ -21,9 +21,12 @@ pub(crate) enum CommandError {
     Refused(String),
 }
 
-/// Builds one command message from the newest motion state (made `age_s` ago) and sends it.
-type SendCommand =
-    Box<dyn FnMut(msgs::Header, &[String], &MotionState, f64) -> Result<(), CommandError> + Send>;
+/// Builds one command message from the newest motion state (made `age_s` ago) and sends it;
+/// a trajectory's braking tail as the look-ahead (for every robot joint) in force plans it.
+type SendCommand = Box<
+    dyn FnMut(msgs::Header, &[String], &MotionState, f64, &Lookahead) -> Result<(), CommandError>
+        + Send,
+>;
 
 /// One command output's publisher: its joints taken from the governed command, at its rate,
 /// as the message type its controller takes.
@@ -44,7 +47,7 @@ impl CommandPublisher {
     /// control period (`period_s`) after its tick: the time the message waited in pi0d is
     /// taken off, so the controller's timeline follows the ticks, not the moments of sending
     /// (a late wake-up or a busy ROS thread shifts no point while the first is still ahead).
-    /// `lookahead` (for every robot joint) plans them. `answers_expected`: whether an action
+    /// `answers_expected`: whether an action
     /// server should answer (not in a dry run, whose shadow actions have none).
     pub(crate) fn advertise(
         mw: &mut impl Middleware,
@@ -52,16 +55,16 @@ impl CommandPublisher {
         group: &CommandGroup,
         qos: &QosProfile,
         period_s: f64,
-        lookahead: &Lookahead,
         answers_expected: bool,
     ) -> Result<CommandPublisher, RosError> {
         let ty = MessageTypeName::new;
         let send: SendCommand = match group.kind {
             CommandType::JointTrajectory => {
                 let p = mw.advertise(topic, ty("trajectory_msgs", "JointTrajectory"), qos)?;
-                let lookahead = lookahead.select(&group.indices);
+                let indices = group.indices.clone();
                 let mut plan = Vec::with_capacity(lookahead::POINTS);
-                Box::new(move |_, names, cmd, age_s| {
+                Box::new(move |_, names, cmd, age_s, lookahead| {
+                    let lookahead = lookahead.select(&indices);
                     lookahead.plan(cmd, period_s - age_s.max(0.0), &mut plan);
                     p.put(trajectory(names, &plan))
                         .map_err(CommandError::Failed)
@@ -69,11 +72,13 @@ impl CommandPublisher {
             }
             CommandType::Float64MultiArray => {
                 let p = mw.advertise(topic, ty("std_msgs", "Float64MultiArray"), qos)?;
-                Box::new(move |_, _, cmd, _| p.put(multi_array(cmd)).map_err(CommandError::Failed))
+                Box::new(move |_, _, cmd, _, _| {
+                    p.put(multi_array(cmd)).map_err(CommandError::Failed)
+                })
             }
             CommandType::JointState => {
                 let p = mw.advertise(topic, ty("sensor_msgs", "JointState"), qos)?;
-                Box::new(move |header, names, cmd, _| {
+                Box::new(move |header, names, cmd, _, _| {
                     p.put(joint_command(header, names, cmd))
                         .map_err(CommandError::Failed)
                 })
@@ -89,7 +94,7 @@ impl CommandPublisher {
                     qos,
                 )?;
                 let mut goals = GripperGoals::new(client, group.max_effort, answers_expected);
-                Box::new(move |_, _, cmd, _| goals.step(cmd.position[0], MonoTime::now()))
+                Box::new(move |_, _, cmd, _, _| goals.step(cmd.position[0], MonoTime::now()))
             }
         };
         Ok(CommandPublisher {
@@ -111,14 +116,16 @@ impl CommandPublisher {
     }
 
     /// Sends this output's joints of `cmd`, made by the tick at `tick` (`stamp` on the ROS
-    /// clock, the header's stamp where the message has one), `age_s` ago; `Ok(false)` when
-    /// the output's rate skips this tick.
+    /// clock, the header's stamp where the message has one), `age_s` ago, a trajectory's tail
+    /// planned by `lookahead` (the controller's, for every joint); `Ok(false)` when the
+    /// output's rate skips this tick.
     pub(crate) fn publish(
         &mut self,
         tick: MonoTime,
         stamp: msgs::Time,
         cmd: &MotionState,
         age_s: f64,
+        lookahead: &Lookahead,
     ) -> Result<bool, CommandError> {
         if let Some(last) = self.last_tick {
             if tick.seconds_since(last) < self.min_interval_s {
@@ -131,7 +138,7 @@ impl CommandPublisher {
             frame_id: String::new(),
         };
         let ours = select(cmd, &self.indices);
-        (self.send)(header, &self.names, &ours, age_s).map(|()| true)
+        (self.send)(header, &self.names, &ours, age_s, lookahead).map(|()| true)
     }
 }
 

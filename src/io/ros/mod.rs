@@ -9,7 +9,6 @@ pub(crate) mod encode;
 mod frames;
 mod intake;
 pub(crate) mod log;
-pub(crate) mod lookahead;
 pub(crate) mod msgs;
 pub(crate) mod teardown;
 pub(crate) mod timing;
@@ -26,7 +25,6 @@ use ros2_client::qos::{Durability, History, Reliability, WhenFull};
 use ros2_client::{MessageTypeName, Name, NodeName, NodeOptions, QosProfile, ServiceTypeName};
 use transport::{Middleware, Put, Serve, Take};
 
-use self::lookahead::Lookahead;
 use super::Blackboard;
 use crate::config::{Middleware as MiddlewareKind, RosConfig, ServiceMappingKind, TopicQos};
 use crate::robot::RobotLimits;
@@ -110,7 +108,6 @@ fn endpoints(
     mw: &mut impl Middleware,
     cfg: &RosConfig,
     control_period_s: f64,
-    lookahead: Lookahead,
 ) -> Result<Endpoints, RosError> {
     let q = &cfg.qos;
     let (camera_qos, inputs, commands, status_qos) = (
@@ -148,7 +145,6 @@ fn endpoints(
             group,
             &commands,
             control_period_s,
-            &lookahead,
             !cfg.dry_run,
         )?);
     }
@@ -272,7 +268,7 @@ impl RosNode {
 /// The ROS 2 side of the daemon, running on its own thread.
 pub(crate) struct RosIo {
     cfg: RosConfig,
-    /// The commanded joints (their names, and the limits a trajectory's braking tail keeps).
+    /// The commanded joints (their names).
     limits: RobotLimits,
     period: Duration,
 }
@@ -288,8 +284,7 @@ impl RosIo {
 
     /// The node's endpoints on `mw`, as configured.
     fn endpoints(&self, mw: &mut impl Middleware) -> Result<Endpoints, RosError> {
-        let lookahead = Lookahead::new(&self.limits, self.cfg.trajectory_coast_s);
-        endpoints(mw, &self.cfg, self.period.as_secs_f64(), lookahead)
+        endpoints(mw, &self.cfg, self.period.as_secs_f64())
     }
 
     /// Creates the node and its endpoints (so errors surface at start-up); `RosNode::run` then

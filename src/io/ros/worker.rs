@@ -161,6 +161,10 @@ impl<'a> Worker<'a> {
 
     fn send_command(&mut self) {
         let (stamp, cmd) = self.board.command.load();
+        // The control thread says what the braking tails keep before its first command.
+        let Some(lookahead) = self.board.command.lookahead() else {
+            return;
+        };
         if stamp == self.last_sent || cmd.position.len() != self.names.len() {
             return;
         }
@@ -169,7 +173,7 @@ impl<'a> Worker<'a> {
         let ros_stamp = self.clock.to_ros(stamp);
         for (k, out) in self.ep.command.iter_mut().enumerate() {
             let topic = self.topics.commands[k];
-            match out.publish(stamp, ros_stamp, &cmd, age_s) {
+            match out.publish(stamp, ros_stamp, &cmd, age_s, &lookahead) {
                 Ok(_) => {}
                 Err(encode::CommandError::Failed(e)) => {
                     self.report.warn(topic, WarnKind::PublishFailed, &Chain(&e))
@@ -640,9 +644,11 @@ mod tests {
         let prompts = prompts.map(|p| Step::Sample(msgs::StringMsg { data: p.into() }));
         fake.script(&cfg.prompt, prompts.into());
         let limits = Config::parse(&cfg_file(), &cfg_text()).unwrap().limits;
-        let lookahead = crate::io::ros::lookahead::Lookahead::new(&limits, 0.05);
-        let ep = super::super::endpoints(&mut fake, &cfg, 0.005, lookahead).unwrap();
+        let ep = super::super::endpoints(&mut fake, &cfg, 0.005).unwrap();
         let board = Blackboard::new(1, "idle");
+        board
+            .command
+            .set_lookahead(crate::robot::lookahead::Lookahead::new(&limits, 0.05));
         let live = LiveStats::default();
         let stop = AtomicBool::new(false);
         let command_topic = cfg.commands[0].topic.clone();

@@ -31,7 +31,7 @@ pub(crate) const POINTS: usize = COAST_POINTS + BRAKE_POINTS;
 /// installs a message at its next update, and a point already past by then is skipped.
 pub(crate) const MIN_FIRST_S: f64 = 0.001;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Lookahead {
     /// How long the command's velocity is held before braking (if no newer message came).
     coast_s: f64,
@@ -100,6 +100,21 @@ impl Lookahead {
             last.state.velocity = JointVector::zeros(n);
             last.state.acceleration = JointVector::zeros(n);
         }
+    }
+
+    /// Where a controller following the look-ahead of `cmd` has taken the joints `joints`,
+    /// `tau` seconds after the command was due, had no newer message come: the states between
+    /// the points as this profile has them (a controller's spline through the points stays
+    /// within a hair of it). The other joints keep `cmd`'s state. Allocates nothing.
+    pub(crate) fn state_at(&self, cmd: &MotionState, joints: &[usize], tau: f64) -> MotionState {
+        let mut s = *cmd;
+        for &j in joints {
+            let (p, v, a) = self.joint_at(j, cmd, self.coast_s, tau.max(0.0));
+            s.position[j] = p;
+            s.velocity[j] = v;
+            s.acceleration[j] = a;
+        }
+        s
     }
 
     /// Joint `j`'s position, velocity and acceleration `tau` after the command: coasting for at
