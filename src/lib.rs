@@ -25,14 +25,14 @@
 //! - The vocabulary types those signatures use: [`time`], [`joints`], [`chunk`],
 //!   [`observation`], [`robot`], [`safety`], [`control`], [`telemetry`], [`errors`].
 //!
-//! [`testing`] re-exports internals the integration tests and benches drive directly (the
-//! control loop's step, the inference worker, the blackboard, the ROS type hashes) and the test
-//! helpers they share with the unit tests (scratch directories, the peers' Python and ONNX
-//! Runtime); it is for this crate's own test suite, not a stable API. Tests that need only the
-//! library's internals (the ROS codecs against rosbags, the fuzzers, the control tick's
-//! properties and watchdogs, the pi0 pipeline against lerobot) are unit tests next to the code
-//! they test, so those internals stay crate-private: `unreachable_pub` keeps items of private
-//! modules from being `pub`.
+//! [`testing`] re-exports the one internal an integration test reaches directly (the ROS type
+//! hashes, for the Zenoh interoperability test) and the test helpers the integration tests share
+//! with the unit tests (scratch directories, the peers' Python and ONNX Runtime); it is for this
+//! crate's own test suite, not a stable API. Tests that need only the library's internals (the
+//! ROS codecs against rosbags, the fuzzers, the control tick's properties and watchdogs, the
+//! control loop's step with the inference worker, its allocation count included, the pi0
+//! pipeline against lerobot) are unit tests next to the code they test, so those internals stay
+//! crate-private: `unreachable_pub` keeps items of private modules from being `pub`.
 
 // Validation writes `!(a < b)` on purpose: the check then also fails when a value is NaN.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
@@ -43,6 +43,8 @@
 pub mod chunk;
 pub mod config;
 pub mod control;
+#[cfg(test)]
+mod counting_alloc;
 pub mod daemon;
 pub mod errors;
 pub(crate) mod files;
@@ -59,19 +61,17 @@ pub mod telemetry;
 mod test_dirs;
 pub mod time;
 
-/// Internals the integration tests and benches reach directly, gathered here so their modules
-/// stay private. Not a stable API: for pi0d's own test suite.
+/// Counts allocations only on threads a test watches (a per-thread flag): the control tick's
+/// test proves it allocates nothing; other unit tests running meanwhile are not counted.
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
+
+/// Internals the integration tests reach directly, gathered here so their modules stay
+/// private. Not a stable API: for pi0d's own test suite.
 #[doc(hidden)]
 pub mod testing {
-    pub use crate::daemon::control::{ControlEvent, ControlLoop, StepOutcome};
-    pub use crate::io::board::Blackboard;
     pub use crate::test_dirs::{ort_library, peer_python, TempDir};
-
-    /// The inference worker the control loop feeds (spawned by the tests that run the loop
-    /// without the daemon around it).
-    pub mod worker {
-        pub use crate::daemon::worker::{spawn, WorkerSetup, WorkerStats};
-    }
 
     /// The ROS 2 type hashes, which the Zenoh interoperability test puts in its key
     /// expressions as rmw_zenoh does.

@@ -32,7 +32,7 @@ shift $((OPTIND - 1))
 # files; the tick-by-tick watchdog and reload-safety tests, in synthetic time, are unit tests):
 # pass a TEST_FILTER (e.g. `fault_latch::`) to run part of it.
 timing=(hil hil_task scenarios exit_codes edges ros_interop zenoh_interop zenoh_policy it
-        systemd_notify ur5e no_alloc config_fuzz openpi_client openpi_hostile serve_openpi
+        systemd_notify ur5e config_fuzz openpi_client openpi_hostile serve_openpi
         serve_hostile journald)
 selected=()
 for b in "${timing[@]}"; do

@@ -1,6 +1,7 @@
 //! The control thread: one `ControlLoop::step` per tick (read the blackboard, tick the
 //! controller, write the command, talk to the inference worker), paced by absolute deadlines.
-//! `step` is public so a test can prove that it allocates nothing.
+//! The tests that drive `step` tick by tick (no allocation, a reset against a latched fault) are
+//! in control_loop_tests.rs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
@@ -48,7 +49,7 @@ impl DrillHook {
 
 /// What the control thread reports to the supervisor. `Copy`: sending it never allocates.
 #[derive(Clone, Copy, Debug)]
-pub enum ControlEvent {
+pub(crate) enum ControlEvent {
     Transition(Transition),
     Chunk(ChunkOutcome),
     ResetRefused,
@@ -68,7 +69,7 @@ pub(crate) struct ControlResult {
 
 /// Whether the loop goes on after a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepOutcome {
+pub(crate) enum StepOutcome {
     Continue,
     /// Stopping reached rest.
     Done,
@@ -76,7 +77,7 @@ pub enum StepOutcome {
     StopTimeout,
 }
 
-pub struct ControlLoop {
+pub(crate) struct ControlLoop {
     ctl: Controller,
     worker: WorkerHandle,
     board: Arc<Blackboard>,
@@ -96,7 +97,7 @@ pub struct ControlLoop {
 
 impl ControlLoop {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         ctl: Controller,
         worker: WorkerHandle,
         board: Arc<Blackboard>,
@@ -126,7 +127,7 @@ impl ControlLoop {
     }
 
     /// Every tick's measurement and command also go to the recorder (never waiting for it).
-    pub fn with_recorder(mut self, tap: TickTap) -> ControlLoop {
+    pub(crate) fn with_recorder(mut self, tap: TickTap) -> ControlLoop {
         self.record = Some(tap);
         self
     }
@@ -183,7 +184,7 @@ impl ControlLoop {
     }
 
     /// One control tick for the deadline `now`.
-    pub fn step(&mut self, now: MonoTime) -> StepOutcome {
+    pub(crate) fn step(&mut self, now: MonoTime) -> StepOutcome {
         // Never waits: the supervisor holds this lock only to put reloaded limits in.
         if let Some(l) = self
             .board
@@ -271,6 +272,10 @@ impl ControlLoop {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "control_loop_tests.rs"]
+mod loop_tests;
 
 #[cfg(test)]
 mod tests {

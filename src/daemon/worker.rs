@@ -22,7 +22,7 @@ use crate::time::MonoTime;
 
 /// Counters of what the worker produced and refused.
 #[derive(Default)]
-pub struct WorkerStats {
+pub(crate) struct WorkerStats {
     pub(crate) requests: AtomicU64,
     pub(crate) produced: AtomicU64,
     pub(crate) rejected_non_finite: AtomicU64,
@@ -116,7 +116,7 @@ impl WorkerStats {
 }
 
 /// The control thread's end of the worker.
-pub struct WorkerHandle {
+pub(crate) struct WorkerHandle {
     /// Each request carries when the control thread made it (the queueing before inference).
     requests: SyncSender<MonoTime>,
     chunks: Receiver<Box<JointChunk>>,
@@ -157,7 +157,7 @@ impl WorkerHandle {
     }
 }
 
-pub struct WorkerSetup {
+pub(crate) struct WorkerSetup {
     pub(crate) limits: RobotLimits,
     pub(crate) map: ActionMap,
     /// The policy's state vector, from the measured positions.
@@ -172,7 +172,7 @@ pub struct WorkerSetup {
 }
 
 impl WorkerSetup {
-    pub fn from_config(cfg: &crate::config::Config) -> WorkerSetup {
+    pub(crate) fn from_config(cfg: &crate::config::Config) -> WorkerSetup {
         WorkerSetup {
             limits: cfg.limits.clone(),
             map: cfg.policy.action_map.clone(),
@@ -191,7 +191,7 @@ const POOL: usize = 4;
 /// Rate limit for repeated log lines about rejected chunks.
 const LOG_EVERY: u64 = 20;
 
-pub fn spawn(
+pub(crate) fn spawn(
     mut policy: Box<dyn Policy>,
     setup: WorkerSetup,
     board: Arc<Blackboard>,

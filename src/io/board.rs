@@ -14,14 +14,14 @@ use crate::robot::lookahead::Lookahead;
 use crate::time::MonoTime;
 
 /// The latest inputs and the latest command, readable by the control thread without blocking.
-pub struct Blackboard {
-    pub inputs: RobotInputs,
-    pub command: CommandOut,
-    pub supervisor: SupervisorFlags,
+pub(crate) struct Blackboard {
+    pub(crate) inputs: RobotInputs,
+    pub(crate) command: CommandOut,
+    pub(crate) supervisor: SupervisorFlags,
 }
 
 impl Blackboard {
-    pub fn new(cameras: usize, prompt: &str) -> Blackboard {
+    pub(crate) fn new(cameras: usize, prompt: &str) -> Blackboard {
         Blackboard {
             inputs: RobotInputs::new(cameras, prompt),
             command: CommandOut {
@@ -34,10 +34,10 @@ impl Blackboard {
 }
 
 /// What the robot and its operator say (written by `io`; a reload may replace the prompt).
-pub struct RobotInputs {
-    pub joint_state: Latest<JointMeasurement>,
+pub(crate) struct RobotInputs {
+    pub(crate) joint_state: Latest<JointMeasurement>,
     /// Capture stamp (ns) of each camera's newest frame; 0 before the first.
-    pub camera_stamps: Vec<AtomicU64>,
+    pub(crate) camera_stamps: Vec<AtomicU64>,
     /// Newest frame per camera, read by the inference worker only.
     pub(crate) frames: Vec<Mutex<Option<Arc<CameraFrame>>>>,
     pub(crate) prompt: Mutex<String>,
@@ -73,7 +73,7 @@ impl RobotInputs {
     }
 
     /// The e-stop input changed to `pressed`.
-    pub fn set_estop(&self, pressed: bool) {
+    pub(crate) fn set_estop(&self, pressed: bool) {
         if pressed {
             self.estop_presses.fetch_add(1, Ordering::SeqCst);
         }
@@ -94,7 +94,7 @@ impl RobotInputs {
     }
 
     /// The operator asked to lift an e-stop.
-    pub fn request_reset(&self) {
+    pub(crate) fn request_reset(&self) {
         self.resets.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -137,7 +137,7 @@ impl RobotInputs {
 }
 
 /// The latest command (written by the control thread every tick, read by the transports).
-pub struct CommandOut {
+pub(crate) struct CommandOut {
     latest: Latest<(MonoTime, MotionState)>,
     /// What a trajectory's braking tail keeps: the limits in force, set by the control thread
     /// before its first command and again whenever reloaded limits take effect, so a tail never
@@ -158,7 +158,7 @@ impl CommandOut {
         self.latest.store(command);
     }
 
-    pub fn load(&self) -> (MonoTime, MotionState) {
+    pub(crate) fn load(&self) -> (MonoTime, MotionState) {
         self.latest.load()
     }
 }
@@ -177,7 +177,7 @@ pub(crate) enum ControlDrill {
 /// What the daemon's supervisor tells the other threads (written by the supervisor thread, its
 /// drills and its reloads).
 #[derive(Default)]
-pub struct SupervisorFlags {
+pub(crate) struct SupervisorFlags {
     /// Latched when a thread died: an e-stop that no reset clears.
     fault: AtomicBool,
     /// A drill for the control thread: 0 none, 1 panic, 2 stall for `drill_stall_ms`, 3
@@ -191,7 +191,7 @@ pub struct SupervisorFlags {
 }
 
 impl SupervisorFlags {
-    pub fn latch_fault(&self) {
+    pub(crate) fn latch_fault(&self) {
         self.fault.store(true, Ordering::SeqCst);
     }
 

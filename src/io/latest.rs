@@ -20,7 +20,7 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-pub struct Latest<T: Copy> {
+pub(crate) struct Latest<T: Copy> {
     slots: [UnsafeCell<T>; 2],
     /// Per slot: odd while that slot is being written.
     seq: [AtomicU64; 2],
@@ -44,7 +44,7 @@ impl<T: Copy> Latest<T> {
     }
 
     /// The newest stored value. Never blocks and never allocates.
-    pub fn load(&self) -> T {
+    pub(crate) fn load(&self) -> T {
         loop {
             let i = self.current.load(Ordering::Acquire);
             let before = self.seq[i].load(Ordering::Acquire);
@@ -64,7 +64,7 @@ impl<T: Copy> Latest<T> {
     }
 
     /// Publishes `value`; readers see it from their next `load`. Never allocates.
-    pub fn store(&self, value: T) {
+    pub(crate) fn store(&self, value: T) {
         self.store_pausing(value, || {});
     }
 

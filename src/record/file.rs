@@ -24,15 +24,15 @@ use crate::time::MonoTime;
 
 /// Topic names in the file.
 #[derive(Clone, Debug)]
-pub struct Topics {
+pub(crate) struct Topics {
     /// Robot joint names, in command order.
-    pub joint_names: Vec<String>,
+    pub(crate) joint_names: Vec<String>,
     /// The measured joint states (the robot's topic, or `/joint_states` for the simulator).
-    pub joint_states: String,
+    pub(crate) joint_states: String,
     /// Camera names, in input order; each is recorded on `/pi0d/camera/<name>/compressed`.
-    pub cameras: Vec<String>,
+    pub(crate) cameras: Vec<String>,
     /// The node name the diagnostics carry.
-    pub node: String,
+    pub(crate) node: String,
 }
 
 pub(crate) const COMMAND_TOPIC: &str = "/pi0d/command";

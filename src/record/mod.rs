@@ -33,7 +33,7 @@ use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
 
 pub(crate) use file::McapFile;
-pub use file::Topics;
+pub(crate) use file::Topics;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -116,7 +116,7 @@ const DIAGNOSTICS_EVERY_S: f64 = 1.0;
 
 /// The control thread's end of the tick queue.
 #[derive(Clone)]
-pub struct TickTap {
+pub(crate) struct TickTap {
     tx: SyncSender<TickSample>,
     dropped: Arc<AtomicU64>,
 }
@@ -171,16 +171,16 @@ pub struct RecordingSummary {
 }
 
 /// What the recording needs to know about the run.
-pub struct RecordSetup {
-    pub cfg: RecordConfig,
-    pub topics: Topics,
+pub(crate) struct RecordSetup {
+    pub(crate) cfg: RecordConfig,
+    pub(crate) topics: Topics,
     /// File metadata (`pi0d` record): version, configuration, model, rate.
-    pub metadata: std::collections::BTreeMap<String, String>,
-    pub control_rate_hz: f64,
+    pub(crate) metadata: std::collections::BTreeMap<String, String>,
+    pub(crate) control_rate_hz: f64,
 }
 
-pub struct Recorder {
-    pub ticks: TickTap,
+pub(crate) struct Recorder {
+    pub(crate) ticks: TickTap,
     pub(crate) notes: NoteTap,
     stop: Arc<AtomicBool>,
     thread: JoinHandle<RecordingSummary>,
@@ -262,7 +262,7 @@ pub(crate) fn utc_stamp(t: std::time::SystemTime) -> String {
 impl Recorder {
     /// Creates the file (see `create_run_file`) and starts the recorder thread, which
     /// calls `on_thread` first (the daemon lowers its priority there).
-    pub fn start(
+    pub(crate) fn start(
         setup: RecordSetup,
         board: Arc<Blackboard>,
         live: Arc<LiveStats>,
@@ -330,7 +330,7 @@ impl Recorder {
 
     /// Writes what is queued, closes the file (its summary and index) and says how it went.
     /// Call after the control thread has finished, so the final hold is in the file.
-    pub fn finish(self) -> RecordingSummary {
+    pub(crate) fn finish(self) -> RecordingSummary {
         self.stop.store(true, Ordering::SeqCst);
         let deadline = MonoTime::now().offset_seconds(5.0);
         while !self.thread.is_finished() && MonoTime::now() < deadline {

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+#[path = "../../src/counting_alloc.rs"]
 pub mod counting_alloc;
 pub mod edge;
 pub mod hil;

@@ -1,7 +1,7 @@
 //! The in-process and short-run integration tests, in one test binary: each file here used to
 //! be its own binary, and every binary compiles its own copy of `common` and links the whole
 //! library again (tens of MB and seconds each, twice with clippy). Files that need a binary of
-//! their own stay in tests/: a global allocator (no_alloc, pi0_no_alloc), process-wide
+//! their own stay in tests/: a global allocator (pi0_no_alloc), process-wide
 //! environment changes (openpi_client), ROS domains or ports picked per process, long
 //! timing-sensitive daemon runs.
 //!

@@ -1,35 +1,35 @@
-//! The control tick allocates (and frees) nothing: a counting global allocator watches the
-//! control thread while `ControlLoop::step` runs through chunk switches, an e-stop, a reset, a
-//! stale-input hold and the final stop, with the real inference worker on its own thread and
-//! the run recorded (the tick hands every sample to the MCAP recorder).
-
-mod common;
+//! The control loop's step driven tick by tick with the real inference worker on its own
+//! thread: it allocates nothing (a counting global allocator watches the control thread), and a
+//! reset cannot lift a latched thread fault. Simulated time at the nominal period; the worker
+//! runs in wall time, so each phase runs until the state it leads to is reached.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pi0d::config::record::{RecordConfig, RecordTarget};
-use pi0d::config::Config;
-use pi0d::control::Controller;
-use pi0d::joints::JointMeasurement;
-use pi0d::record::{RecordSetup, Recorder, Topics};
-use pi0d::telemetry::LiveStats;
-use pi0d::testing::worker::{self, WorkerSetup, WorkerStats};
-use pi0d::testing::{Blackboard, ControlEvent, ControlLoop, StepOutcome};
-use pi0d::time::MonoTime;
+use super::{ControlEvent, ControlLoop, StepOutcome};
+use crate::config::record::{RecordConfig, RecordTarget};
+use crate::config::Config;
+use crate::control::Controller;
+use crate::counting_alloc;
+use crate::daemon::worker::{self, WorkerSetup, WorkerStats};
+use crate::io::Blackboard;
+use crate::joints::JointMeasurement;
+use crate::record::{RecordSetup, Recorder, Topics};
+use crate::telemetry::LiveStats;
+use crate::test_dirs::{repo_path, TempDir};
+use crate::time::MonoTime;
 
-#[global_allocator]
-static ALLOCATOR: common::counting_alloc::Counting = common::counting_alloc::Counting;
-
+/// The control tick allocates (and frees) nothing: the counting allocator watches the control
+/// thread while `ControlLoop::step` runs through chunk switches, an e-stop, a reset, a
+/// stale-input hold and the final stop, with the real inference worker on its own thread and
+/// the run recorded (the tick hands every sample to the MCAP recorder).
 #[test]
 fn when_control_tick_runs_expect_no_allocation() {
-    let mut cfg =
-        Config::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim.toml"))
-            .unwrap();
+    let mut cfg = Config::load(&repo_path("config/sim.toml")).unwrap();
     // The tick does not depend on the policy; the scripted one keeps chunks coming in a debug build.
-    cfg.policy.source = pi0d::config::PolicySource::Scripted {
+    cfg.policy.source = crate::config::PolicySource::Scripted {
         amplitude: 0.3,
         frequency_hz: 0.2,
     };
@@ -57,7 +57,7 @@ fn when_control_tick_runs_expect_no_allocation() {
     set_inputs(start, true);
     let stop = Arc::new(AtomicBool::new(false));
     let (handle, worker_thread) = worker::spawn(
-        pi0d::policy::from_config(&cfg).unwrap(),
+        crate::policy::from_config(&cfg).unwrap(),
         WorkerSetup::from_config(&cfg),
         board.clone(),
         Arc::new(WorkerStats::default()),
@@ -68,7 +68,7 @@ fn when_control_tick_runs_expect_no_allocation() {
     let live = Arc::new(LiveStats::default());
     let stop_requested = Arc::new(AtomicBool::new(false));
     let (events_tx, events_rx) = sync_channel(1024);
-    let dir = common::scratch_dir("no-alloc-record");
+    let dir = TempDir::new("test-no-alloc-record");
     let recorder = Recorder::start(
         RecordSetup {
             cfg: RecordConfig {
@@ -143,7 +143,7 @@ fn when_control_tick_runs_expect_no_allocation() {
             let now = start.offset_seconds(tick as f64 * period_s);
             set_inputs(now, name != "stale");
             if watched {
-                let (o, n) = common::counting_alloc::watched(|| lp.step(now));
+                let (o, n) = counting_alloc::watched(|| lp.step(now));
                 outcome = o;
                 allocations += n;
             } else {
@@ -203,4 +203,128 @@ fn when_control_tick_runs_expect_no_allocation() {
     for (name, n) in &allocations_per_phase[1..] {
         assert_eq!(*n, 0, "phase {name}: {n} allocations or frees on the control thread ({allocations_per_phase:?})");
     }
+}
+
+/// The binary cannot show this one: in the sim only the (dead) simulator thread delivers resets,
+/// and the daemon exits once at rest. So the control loop itself: the supervisor's fault latch,
+/// then a released e-stop and a reset as the sim or ROS would deliver them.
+#[test]
+fn when_reset_arrives_after_a_latched_thread_fault_expect_control_loop_stays_estopped() {
+    let mut cfg = Config::load(&repo_path("config/sim.toml")).unwrap();
+    cfg.policy.source = crate::config::PolicySource::Scripted {
+        amplitude: 0.3,
+        frequency_hz: 0.2,
+    };
+    let board = Arc::new(Blackboard::new(cfg.sim.cameras.len(), "test"));
+    let start = MonoTime::now();
+    // A perfect arm: it stands where it was last commanded.
+    let fresh = |now: MonoTime| {
+        let (stamp, cmd) = board.command.load();
+        let position = if stamp == MonoTime::ZERO {
+            cfg.sim.initial_position
+        } else {
+            cmd.position
+        };
+        board.inputs.joint_state.store(JointMeasurement {
+            stamp: now,
+            position,
+        });
+        for s in &board.inputs.camera_stamps {
+            s.store(now.as_nanos(), Ordering::Relaxed);
+        }
+    };
+    fresh(start);
+    let stop = Arc::new(AtomicBool::new(false));
+    let setup = WorkerSetup::from_config(&cfg);
+    let policy = crate::policy::from_config(&cfg).unwrap();
+    let stats = Arc::new(WorkerStats::default());
+    let (handle, worker_thread) =
+        worker::spawn(policy, setup, board.clone(), stats, stop.clone()).unwrap();
+    let ctl = Controller::from_config(&cfg, &board.inputs.joint_state.load(), start);
+    let (tx, rx) = sync_channel(1024);
+    let live = Arc::new(LiveStats::default());
+    let stop_requested = Arc::new(AtomicBool::new(false));
+    let mut lp = ControlLoop::new(
+        ctl.unwrap(),
+        handle,
+        board.clone(),
+        live,
+        stop_requested.clone(),
+        tx,
+        1,
+        3.0,
+    );
+    let mut states: Vec<String> = Vec::new();
+    let mut tick = 0u64;
+    let mut steps = |n: usize, until: Option<&str>, states: &mut Vec<String>| {
+        for i in 0..n {
+            std::thread::sleep(Duration::from_millis(2));
+            tick += 1;
+            let now = start.offset_seconds(tick as f64 * cfg.control.period.as_secs_f64());
+            fresh(now);
+            let outcome = lp.step(now);
+            for e in rx.try_iter() {
+                if let ControlEvent::Transition(t) = e {
+                    states.push(t.to.to_string());
+                }
+            }
+            if outcome != StepOutcome::Continue
+                || until.is_some_and(|u| states.iter().any(|s| s == u)) && i > 10
+            {
+                return outcome;
+            }
+        }
+        StepOutcome::Continue
+    };
+    steps(5_000, Some("running"), &mut states);
+    assert!(states.iter().any(|s| s == "running"), "{states:?}");
+    // What the supervisor does on a thread fault.
+    board.supervisor.latch_fault();
+    steps(400, None, &mut states);
+    assert_eq!(
+        states.last().map(String::as_str),
+        Some("estopped"),
+        "{states:?}"
+    );
+    let before = states.len();
+    board.inputs.set_estop(false);
+    board.inputs.request_reset();
+    steps(400, None, &mut states);
+    assert!(states.len() == before, "the reset moved it on: {states:?}");
+    stop_requested.store(true, Ordering::SeqCst);
+    assert_eq!(
+        steps(2_000, None, &mut states),
+        StepOutcome::Done,
+        "{states:?}"
+    );
+    assert_eq!(states.last().map(String::as_str), Some("estopped"));
+    stop.store(true, Ordering::SeqCst);
+    worker_thread.join().unwrap();
+}
+
+/// The allocator the tick's test relies on is registered and counts: the watched thread's
+/// allocation is seen, another thread's at the same time is not.
+#[test]
+fn when_the_watched_thread_allocates_expect_only_its_allocations_counted() {
+    let (kept, n) = counting_alloc::watched(|| Box::new([7u8; 64]));
+    assert_eq!(kept[0], 7);
+    assert!(n >= 1, "the watched thread's allocation was not counted");
+    // The other thread allocates (and frees) a thousand boxes; starting and joining it costs
+    // this thread a handful of allocations.
+    const OTHERS: usize = 1000;
+    let (sum, n) = counting_alloc::watched(|| {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                (0..OTHERS)
+                    .map(|i| *std::hint::black_box(Box::new(i)))
+                    .sum::<usize>()
+            })
+            .join()
+        })
+    });
+    assert_eq!(sum.ok(), Some(OTHERS * (OTHERS - 1) / 2));
+    assert!(
+        n < OTHERS as u64,
+        "{n} counted: another thread's allocations were counted"
+    );
 }
