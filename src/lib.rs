@@ -23,7 +23,7 @@
 //! - [`remote`]: `pi0d serve`, an openpi-protocol policy server.
 //! - [`record`]: MCAP recordings and the `pi0d plot` reader/plotter.
 //! - The vocabulary types those signatures use: [`time`], [`joints`], [`chunk`],
-//!   [`observation`], [`robot`], [`safety`], [`control`], [`telemetry`], [`errors`].
+//!   [`observation`], [`robot`], [`safety`], [`control`], [`errors`].
 //!
 //! [`testing`] re-exports the one internal an integration test reaches directly (the ROS type
 //! hashes, for the Zenoh interoperability test) and the test helpers the integration tests share
@@ -57,7 +57,7 @@ pub mod record;
 pub mod remote;
 pub mod robot;
 pub mod safety;
-pub mod telemetry;
+pub(crate) mod telemetry;
 mod test_dirs;
 pub mod time;
 

@@ -8,7 +8,7 @@ use crate::safety::{Mode, ModeKind};
 
 /// Counters published by the control thread for the status line and diagnostics.
 #[derive(Default)]
-pub struct LiveStats {
+pub(crate) struct LiveStats {
     pub(crate) ticks: AtomicU64,
     pub(crate) overruns: AtomicU64,
     pub(crate) mode: AtomicU64,
@@ -17,7 +17,7 @@ pub struct LiveStats {
     pub(crate) interval_max_jitter_ns: AtomicU64,
     pub(crate) max_jitter_ns: AtomicU64,
     pub(crate) last_latency_us: AtomicU64,
-    pub chunks_received: AtomicU64,
+    pub(crate) chunks_received: AtomicU64,
     pub(crate) chunks_rejected: AtomicU64,
     pub(crate) safety_events: AtomicU64,
     /// `Waiting::code` of what the arm waits for.
@@ -56,7 +56,7 @@ impl LiveStats {
         counter.store(v, Ordering::Relaxed);
     }
 
-    pub fn get(counter: &AtomicU64) -> u64 {
+    pub(crate) fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }
 }

@@ -95,7 +95,7 @@ impl std::fmt::Display for Health {
     }
 }
 
-pub struct Supervised<T> {
+pub(crate) struct Supervised<T> {
     pub(crate) role: Role,
     heart: Arc<Heartbeat>,
     handle: JoinHandle<Option<T>>,
@@ -173,7 +173,7 @@ impl<T> Supervised<T> {
     }
 
     /// The thread's result (`None` if it panicked).
-    pub fn join(self) -> Option<T> {
+    pub(crate) fn join(self) -> Option<T> {
         self.handle.join().ok().flatten()
     }
 }

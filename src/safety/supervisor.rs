@@ -85,7 +85,7 @@ impl LateRejection {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Transition {
+pub(crate) struct Transition {
     pub(crate) at: MonoTime,
     pub(crate) from: Mode,
     pub to: Mode,
