@@ -4,3 +4,6 @@ pub mod export;
 pub mod infer;
 pub mod plot;
 pub mod serve;
+
+#[cfg(test)]
+mod cli_tests;
