@@ -137,19 +137,19 @@ fn ros_topics(r: &RosConfig, out: &mut Vec<String>) {
         r.reset, r.reset_service
     ));
     for g in &r.commands {
-        let how = match g.kind {
+        let kind = match g.kind {
             CommandType::GripperCommand => format!(
-                " goals (max_effort {}, sent when the target moves)",
+                "GripperCommand goals (max_effort {}, sent when the target moves)",
                 g.max_effort
             ),
-            _ => String::new(),
+            k => format!("{k:?}"),
         };
         out.push(format!(
-            "output: commands for {} on {} ({}{how}) at {} Hz (dry run: {})",
+            "output: commands for {} as {kind} on {} at {} Hz ({}; dry run: {})",
             g.joints.join(", "),
             r.command_out(g),
-            command_type(g.kind),
             g.rate_hz,
+            command_type(g.kind),
             r.shadow_topic(g),
         ));
     }

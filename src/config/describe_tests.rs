@@ -59,7 +59,7 @@ fn when_the_io_is_ros_expect_every_input_and_output_topic_with_its_message_type(
             &lines,
             &format!("output: commands for {}", g.joints.join(", ")),
         );
-        assert!(l.contains(&format!(" on {} (", g.topic)), "{l}");
+        assert!(l.contains(&format!(" on {} at ", g.topic)), "{l}");
         assert!(l.contains(command_type(g.kind)), "{l}");
     }
 }
