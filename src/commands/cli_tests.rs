@@ -1,7 +1,7 @@
 //! The command line as a person meets it: every argument of every subcommand explains itself
 //! in `--help`, and only the options this build can honour are offered.
 
-use clap::{CommandFactory, Parser};
+use clap::CommandFactory;
 
 use crate::Cli;
 
@@ -96,6 +96,7 @@ fn when_serve_help_is_shown_expect_zenoh_options_only_in_a_zenoh_build() {
 #[cfg(not(feature = "zenoh"))]
 #[test]
 fn when_zenoh_is_asked_of_a_build_without_it_expect_a_usage_error_naming_the_option() {
+    use clap::Parser;
     let e = match Cli::try_parse_from(["pi0d", "serve", "--checkpoint", "x", "--zenoh", "k"]) {
         Ok(_) => panic!("--zenoh accepted by a build without the zenoh feature"),
         Err(e) => e,
