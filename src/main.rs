@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use pi0d::config::ros_args::{self, RosArgs};
 use pi0d::config::{Config, ConfigError};
 use pi0d::daemon::exit::{error_chain, ExitReason};
-use pi0d::daemon::log::{say, tell};
+use pi0d::daemon::log::tell;
 use pi0d::daemon::reload::LoadError;
 use pi0d::daemon::signals::{self, Signals};
 use pi0d::daemon::{self, RunOptions};
@@ -40,7 +40,7 @@ enum Command {
     /// Run the daemon.
     Run(RunArgs),
     /// Validate the configuration, URDF and policy exactly as `run` does, and print what would run.
-    Check(CheckArgs),
+    Check(commands::check::CheckArgs),
     /// Run the policy model alone on an inputs file (safetensors) and write `actions`.
     ///
     /// The inputs file holds, for a batch of B: `image0..N` f32 [B, 3, 224, 224] in [-1, 1],
@@ -84,13 +84,6 @@ struct RunArgs {
     /// without it].
     #[arg(long)]
     state_dir: Option<PathBuf>,
-}
-
-#[derive(Args)]
-struct CheckArgs {
-    /// Configuration file (or the ROS parameter `config` after --ros-args).
-    #[arg(long)]
-    config: Option<PathBuf>,
 }
 
 fn positive_seconds(s: &str) -> Result<f64, String> {
@@ -162,7 +155,7 @@ fn main() -> ExitCode {
         .map_err(Failure::from)
         .and_then(|ros| match cli.command {
             Command::Run(a) => run(a, &ros, run_signals),
-            Command::Check(a) => check(a, &ros),
+            Command::Check(a) => commands::check::check(a, &ros),
             Command::Infer(a) => commands::infer::infer(a),
             Command::Export(a) => commands::export::export(a),
             Command::Serve(a) => commands::serve::serve(*a, &ros),
@@ -294,18 +287,6 @@ fn run(a: RunArgs, ros: &RosArgs, signals: Option<Signals>) -> Outcome {
     Ok(s.exit)
 }
 
-fn check(a: CheckArgs, ros: &RosArgs) -> Outcome {
-    let cfg = load_config(a.config, ros)?;
-    print_check(&cfg);
-    compute_threads(cfg.policy.threads())?;
-    // The policy too, as `run` builds it: a pi0 checkpoint is loaded and checked tensor by
-    // tensor, its processor files against the model's widths.
-    let p =
-        pi0d::policy::from_config(&cfg).map_err(|e| Failure::new(ExitReason::InvalidInput, e))?;
-    say(&format!("policy: {} loaded", p.name()));
-    Ok(ExitReason::Clean)
-}
-
 /// A failure while computing or writing results.
 fn runtime<T, E: Into<anyhow::Error>>(r: Result<T, E>) -> Result<T, Failure> {
     r.map_err(|e| Failure::new(ExitReason::RuntimeFailure, e))
@@ -325,108 +306,4 @@ where
         };
         Failure::new(reason, e)
     })
-}
-
-fn print_check(cfg: &Config) {
-    say(&format!("config: {}", cfg.file.display()));
-    say(&format!("urdf:   {}", cfg.urdf.display()));
-    say(&format!(
-        "control: {} Hz, {:?} interpolation, {:?} merge, blend {} s, request at {} s left, start within {} s",
-        cfg.control.rate_hz,
-        cfg.control.interpolation,
-        cfg.control.merge,
-        cfg.control.blend_window_s,
-        cfg.control.request_threshold_s,
-        cfg.control.start_timeout_s,
-    ));
-    say(&format!(
-        "watchdogs: joint state {} s, camera {} s, overrun streak {}",
-        cfg.safety.joint_state_timeout_s, cfg.safety.camera_timeout_s, cfg.safety.overrun_streak
-    ));
-    if cfg.limits.scale < 1.0 {
-        say(&format!(
-            "limits: scaled to {} of every velocity, acceleration and jerk limit (limits.scale; the table shows the scaled values)",
-            cfg.limits.scale
-        ));
-    }
-    say(&format!(
-        "{:<20} {:<10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}",
-        "joint", "kind", "lower", "upper", "vel", "acc", "jerk", "max_step"
-    ));
-    for j in &cfg.limits.joints {
-        say(&format!(
-            "{:<20} {:<10} {:>9.4} {:>9.4} {:>8.3} {:>8.2} {:>8.1} {:>8.3}",
-            j.name,
-            format!("{:?}", j.kind).to_lowercase(),
-            j.lower,
-            j.upper,
-            j.velocity,
-            j.acceleration,
-            j.jerk,
-            j.max_step
-        ));
-    }
-    say(&format!(
-        "policy: {}; {} steps x {} s; actions -> joints: {}",
-        cfg.policy.source.describe(),
-        cfg.policy.chunk_steps,
-        cfg.policy.step_period_s,
-        cfg.policy.action_map.action_names.join(", ")
-    ));
-    let rtc = &cfg.control.rtc;
-    if rtc.enabled {
-        say(&format!(
-            "real-time chunking: {} schedule, guidance up to {}, horizon {} steps, delay {}",
-            rtc.settings.schedule,
-            rtc.settings.max_guidance_weight,
-            rtc.execution_horizon,
-            rtc.inference_delay_steps
-                .map_or("measured".to_string(), |d| format!("{d} steps"))
-        ));
-    }
-    if let Some(w) = &cfg.workspace {
-        say(&format!(
-            "workspace: {} in {} within {:?} .. {:?}",
-            w.chain.tool_link, w.chain.base_link, w.min, w.max
-        ));
-    }
-    match &cfg.io {
-        pi0d::config::Io::Sim => say(&format!("io: sim, {} camera(s)", cfg.sim.cameras.len())),
-        pi0d::config::Io::Ros(r) => {
-            say(&format!(
-                "io: ros ({:?}), node {}{}{}, {} camera(s)",
-                r.middleware,
-                r.namespace.trim_end_matches('/'),
-                "/",
-                r.node,
-                r.cameras.len(),
-            ));
-            for g in &r.commands {
-                let kind = match g.kind {
-                    pi0d::config::CommandType::GripperCommand => format!(
-                        "control_msgs/action/GripperCommand goals (max_effort {}, sent when the target moves)",
-                        g.max_effort
-                    ),
-                    k => format!("{k:?}"),
-                };
-                say(&format!(
-                    "commands: {} as {kind} on {} at {} Hz (dry run: {})",
-                    g.joints.join(", "),
-                    g.topic,
-                    g.rate_hz,
-                    r.shadow_topic(g),
-                ));
-            }
-            if r.sends_trajectories() {
-                say(&format!(
-                    "trajectories: stamp 0 (start on receipt), points on the command's course (due +{:.4} s) for {} s, then braking to rest within the limits",
-                    cfg.control.period.as_secs_f64(),
-                    r.trajectory_coast_s
-                ));
-            }
-        }
-    }
-    for w in &cfg.warnings {
-        say(&format!("warning: {w}"));
-    }
 }

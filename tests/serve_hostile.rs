@@ -364,6 +364,48 @@ fn when_clients_stall_or_idle_past_the_timeouts_expect_them_closed_on_time_and_l
     assert!(!log.contains("request refused"), "{log}");
 }
 
+/// A client that leaves with a close frame (at once, or with a request in flight) is logged
+/// as `client closed` at INFO, never as a WARN; only a real protocol error (a frame over the
+/// size cap) is a WARN `bad frame`.
+#[test]
+fn when_a_client_closes_expect_client_closed_at_info_and_only_a_protocol_error_warned() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let server = Server::start(&["--max-request-mib", "1"]);
+    let port = server.port;
+    let margin = Duration::from_secs(30);
+
+    let mut ws = session(port).expect("a session");
+    ws.close(None).unwrap();
+    let _ = close_code(&mut ws);
+    server.wait_for("client closed", 1, margin);
+
+    let mut ws = session(port).expect("a session");
+    ws.send(Message::Binary(observation())).unwrap();
+    ws.close(None).unwrap();
+    let _ = close_code(&mut ws);
+    server.wait_for("client closed", 2, margin);
+
+    let log = server.log();
+    let closed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("client closed"))
+        .collect();
+    assert!(closed.iter().all(|l| l.contains(" INFO ")), "{log}");
+    assert!(!log.contains(" WARN "), "{log}");
+
+    // Over the 1 MiB cap: a protocol error, warned.
+    let mut ws = session(port).expect("a session");
+    let _ = ws.send(Message::Binary(vec![0u8; 2 << 20]));
+    let _ = close_code(&mut ws);
+    server.wait_for("bad frame", 1, margin);
+    let log = server.log();
+    let bad = log
+        .lines()
+        .find(|l| l.contains("bad frame"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(bad.contains(" WARN "), "{bad}");
+}
+
 /// A request whose decoding takes long (200 000 keys: seconds to minutes where keys are
 /// checked pairwise) is decoded off the I/O thread: `/healthz` and another client are
 /// answered meanwhile.

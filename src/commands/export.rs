@@ -35,6 +35,7 @@ pub(crate) struct ExportArgs {
     /// Output directory (written whole or not at all).
     #[arg(long)]
     out: PathBuf,
+    /// Weight and compute precision of the graphs.
     #[arg(long, value_enum, default_value = "f32")]
     dtype: Dtype,
     /// Unroll all denoising steps into one graph (noise -> actions).

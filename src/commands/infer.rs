@@ -21,9 +21,13 @@ pub(crate) enum Backend {
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Provider {
+    /// ONNX Runtime's own CPU kernels.
     Cpu,
+    /// NVIDIA GPUs through CUDA.
     Cuda,
+    /// NVIDIA GPUs through TensorRT (engines built on first run).
     Tensorrt,
+    /// Ascend NPUs through CANN.
     Cann,
 }
 
@@ -36,8 +40,10 @@ pub(crate) struct InferArgs {
     /// JSON with head counts shapes cannot tell: {"vision_heads", "heads", "kv_heads", "head_dim"}.
     #[arg(long)]
     arch: Option<PathBuf>,
+    /// The inputs (safetensors; the tensors `pi0d infer --help` lists above).
     #[arg(long)]
     inputs: PathBuf,
+    /// Where to write the `actions` tensor (safetensors; replaced if it exists).
     #[arg(long)]
     output: PathBuf,
     /// Run the inference N times after loading; print one JSON timing line per run.
@@ -46,6 +52,7 @@ pub(crate) struct InferArgs {
     /// Compute threads (default: all cores).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
+    /// What runs the model: the checkpoint on pi0d's CPU kernels, or graphs from `pi0d export`.
     #[arg(long, value_enum, default_value = "cpu")]
     backend: Backend,
     /// Directory written by `pi0d export` (the `onnx` and `acl` backends).

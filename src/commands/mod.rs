@@ -1,6 +1,10 @@
-//! The binary's commands besides the daemon (`run`, `check` in main.rs): one module each.
+//! The binary's commands besides the daemon (`run` in main.rs): one module each.
 
+pub mod check;
 pub mod export;
 pub mod infer;
 pub mod plot;
 pub mod serve;
+
+#[cfg(test)]
+mod cli_tests;

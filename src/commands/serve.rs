@@ -26,6 +26,8 @@ pub(crate) struct ServeArgs {
     /// Or a checkpoint directory, served on the CPU.
     #[arg(long, required_unless_present = "config")]
     checkpoint: Option<PathBuf>,
+    /// With --checkpoint: JSON with head counts shapes cannot tell: {"vision_heads", "heads",
+    /// "kv_heads", "head_dim"}.
     #[arg(long)]
     arch: Option<PathBuf>,
     /// Address to listen on (default 127.0.0.1:8000).
@@ -78,7 +80,8 @@ pub(crate) struct ServeArgs {
     /// [default: the config's serve.idle_timeout_s, else 60].
     #[arg(long, value_parser = |s: &str| SERVE_IDLE_TIMEOUT_S.parse(s))]
     idle_timeout_s: Option<f64>,
-    /// Also answer Zenoh queries on this key, e.g. pi0d/policy/arm (feature `zenoh`).
+    /// Also answer Zenoh queries on this key, e.g. pi0d/policy/arm.
+    #[cfg(feature = "zenoh")]
     #[arg(long)]
     zenoh: Option<String>,
     /// Real-time chunking's schedule for requests with `prev_actions` [default: the config's
@@ -90,11 +93,33 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_parser = |s: &str| RTC_MAX_GUIDANCE.parse(s))]
     rtc_max_guidance: Option<f64>,
     /// Zenoh endpoints to connect to (a zenohd router, other peers); repeatable.
+    #[cfg(feature = "zenoh")]
     #[arg(long = "zenoh-connect", requires = "zenoh")]
     zenoh_connect: Vec<String>,
     /// Zenoh endpoints to listen on, e.g. tcp/0.0.0.0:7447; repeatable.
+    #[cfg(feature = "zenoh")]
     #[arg(long = "zenoh-listen", requires = "zenoh")]
     zenoh_listen: Vec<String>,
+}
+
+impl ServeArgs {
+    /// `--zenoh` and its endpoints (only in a build with the `zenoh` feature: without it the
+    /// options do not exist).
+    #[cfg(feature = "zenoh")]
+    fn zenoh(&self) -> Option<pi0d::config::openpi::ZenohLinkOptions> {
+        self.zenoh
+            .clone()
+            .map(|key| pi0d::config::openpi::ZenohLinkOptions {
+                key,
+                connect: self.zenoh_connect.clone(),
+                listen: self.zenoh_listen.clone(),
+            })
+    }
+
+    #[cfg(not(feature = "zenoh"))]
+    fn zenoh(&self) -> Option<pi0d::config::openpi::ZenohLinkOptions> {
+        None
+    }
 }
 
 /// An integer option within `range` (its `[serve]` setting's, so both take the same values).
@@ -235,14 +260,7 @@ pub(crate) fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
                 .rtc_max_guidance
                 .map_or(rtc.max_guidance_weight, |g| g as f32),
         },
-        zenoh: a
-            .zenoh
-            .clone()
-            .map(|key| pi0d::config::openpi::ZenohLinkOptions {
-                key,
-                connect: a.zenoh_connect.clone(),
-                listen: a.zenoh_listen.clone(),
-            }),
+        zenoh: a.zenoh(),
     };
     pi0d::remote::serve::serve(pipeline, layout, opts, signals)
         .map_err(|e| Failure::new(ExitReason::RuntimeFailure, e))?;

@@ -7,6 +7,7 @@
 pub(crate) mod check;
 pub(crate) mod commands;
 pub(crate) mod control;
+pub mod describe;
 pub mod drill;
 pub(crate) mod file;
 pub(crate) mod metrics;

@@ -22,6 +22,7 @@ pub mod rt;
 #[cfg(test)]
 mod safety_properties_tests;
 pub mod signals;
+mod status_line;
 pub(crate) mod summary;
 pub mod supervise;
 pub(crate) mod worker;
@@ -580,7 +581,7 @@ fn supervise(
     // What a reload compares with: the configuration as started, with what reloads applied.
     let mut running = cfg.clone();
     let mut reloader = reload::Reloader::new(opts.reload_from.clone());
-    let mut status_line = StatusLine::new(opts.status, &status_tags(cfg, opts));
+    let mut status_line = StatusLine::new(opts.status, &status_tags(cfg, opts), cfg.control.period);
     let mut faults: Vec<String> = Vec::new();
     let mut drills = drill::Drills::new(&cfg.drills);
     let run_start = MonoTime::now();

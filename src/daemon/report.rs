@@ -406,16 +406,19 @@ pub(crate) struct StatusLine {
     /// Said at the start of every line (a dry run, scaled limits).
     tags: String,
     tty: bool,
+    /// The control period jitter and overruns are judged against.
+    period: std::time::Duration,
     last_ticks: u64,
     last_t: f64,
 }
 
 impl StatusLine {
-    pub(crate) fn new(enabled: bool, tags: &str) -> StatusLine {
+    pub(crate) fn new(enabled: bool, tags: &str, period: std::time::Duration) -> StatusLine {
         StatusLine {
             enabled,
             tags: tags.to_string(),
             tty: std::io::stderr().is_terminal(),
+            period,
             last_ticks: 0,
             last_t: 0.0,
         }
@@ -467,31 +470,27 @@ impl StatusLine {
             Waiting::Nothing => mode.to_string(),
             w => format!("{mode}, waiting for {}", w.name()),
         };
-        let line = format!(
-            "{}{:>7.1}s | {:6.1} Hz | jitter max {:4} us (run {:5}) | overruns {} | latency {:5.1} ms | infer {:5.1} ms | {:<9} | chunks {} ({} rejected) | safety events {}",
-            self.tags,
+        let fields = super::status_line::StatusFields {
             t,
-            rate,
+            rate_hz: rate,
+            ticks,
             // The worst since the last line, not the last tick's: what the summary's p99 sees.
-            live.interval_max_jitter_ns.swap(0, Ordering::Relaxed) / 1000,
-            LiveStats::get(&live.max_jitter_ns) / 1000,
-            LiveStats::get(&live.overruns),
-            LiveStats::get(&live.last_latency_us) as f64 / 1e3,
-            ws.last_infer_us.load(Ordering::Relaxed) as f64 / 1e3,
+            jitter_max_us: live.interval_max_jitter_ns.swap(0, Ordering::Relaxed) / 1000,
+            jitter_run_us: LiveStats::get(&live.max_jitter_ns) / 1000,
+            overruns: LiveStats::get(&live.overruns),
+            latency_ms: LiveStats::get(&live.last_latency_us) as f64 / 1e3,
+            infer_ms: ws.last_infer_us.load(Ordering::Relaxed) as f64 / 1e3,
             state,
-            LiveStats::get(&live.chunks_received),
-            LiveStats::get(&live.chunks_rejected) + ws.rejected_by_reason().iter().map(|(_, n)| n).sum::<u64>(),
-            LiveStats::get(&live.safety_events),
-        );
-        let line = format!("{line} | {}", motion(command, limits));
-        let line = match &remote {
-            Some(r) => format!(
-                "{line} | server rtt {:.1} ms{}",
-                r.rtt_ms_p50,
-                if r.connected { "" } else { " (down)" }
-            ),
-            None => line,
+            chunks: LiveStats::get(&live.chunks_received),
+            rejected: LiveStats::get(&live.chunks_rejected)
+                + ws.rejected_by_reason().iter().map(|(_, n)| n).sum::<u64>(),
+            safety_events: LiveStats::get(&live.safety_events),
+            motion: motion(command, limits),
+            server: remote.as_ref().map(|r| (r.rtt_ms_p50, r.connected)),
         };
+        // Measured at every line: the terminal may have been resized.
+        let width = super::status_line::stderr_width(self.tty);
+        let line = super::status_line::status_text(&self.tags, &fields, width, self.period);
         if self.tty {
             log::write_status(&line);
         } else {

@@ -16,7 +16,7 @@ mod websocket;
 mod wire;
 
 pub(crate) use websocket::LinkError;
-pub use websocket::Websocket;
+pub use websocket::{ServerInfo, Websocket};
 
 /// Why an openpi policy cannot be built from its options.
 #[derive(Debug, thiserror::Error)]

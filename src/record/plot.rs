@@ -36,7 +36,15 @@ pub enum PlotError {
 const FONT: &str = "sans-serif";
 const WIDTH: u32 = 1600;
 const ROW: u32 = 210;
-const HEADER: u32 = 86;
+/// Up to three title lines and the legend.
+const HEADER: u32 = 126;
+/// Title characters per line: DejaVu Sans at 22 px averages under 13 px a character, and the
+/// title has the image's width less its 16 px margins.
+const TITLE_CHARS: usize = 110;
+/// The y of the legend's row.
+const LEGEND_Y: i32 = 104;
+/// Title lines at most: the name, the policy and the counts (each cut to its cap) fit in three.
+const TITLE_LINES: usize = 3;
 /// Points drawn per line at most (longer runs are thinned evenly).
 const MAX_POINTS: usize = 4000;
 /// Values beyond this are left out of lines and axes (see the module's comment).
@@ -59,6 +67,44 @@ fn draw<T, E: std::error::Error + Send + Sync + 'static>(r: Result<T, E>) -> Res
         recording: PathBuf::new(),
         source: Box::new(e),
     })
+}
+
+/// Ticks per axis at most (plotters picks round values, at most this many).
+const X_LABELS: usize = 10;
+const Y_LABELS: usize = 5;
+
+/// Decimals that tell apart the ticks of an axis over `lo..hi` with at most `labels` ticks:
+/// plotters spaces them at least `(hi - lo) / labels` apart, on round steps (1, 2 or 5 times a
+/// power of ten), so the decimals of that smallest step are enough.
+pub(crate) fn tick_decimals(lo: f64, hi: f64, labels: usize) -> usize {
+    let step = (hi - lo).abs() / labels.max(1) as f64;
+    if !step.is_finite() || step <= 0.0 {
+        return 3;
+    }
+    // A hair under the power of ten it is: 0.001 needs 3, not 4 for rounding.
+    (-(step.log10()) - 1e-9).ceil().clamp(0.0, 12.0) as usize
+}
+
+/// The title's parts joined by ", " into lines of at most `max` characters where a part fits
+/// (a part longer than a line is a line of its own, shortened).
+fn title_lines(parts: &[String], max: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for p in parts.iter().filter(|p| !p.is_empty()) {
+        let p = shortened(p, max.saturating_sub(2));
+        if line.is_empty() {
+            line = p;
+        } else if line.chars().count() + 2 + p.chars().count() <= max {
+            line = format!("{line}, {p}");
+        } else {
+            lines.push(format!("{line},"));
+            line = p;
+        }
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
 }
 
 /// A value that can be drawn: finite and within `PLOT_ABS_MAX`.
@@ -210,16 +256,28 @@ fn plot_inner(trace: &RunTrace, out: &Path) -> Result<(u32, u32), PlotError> {
             .iter()
             .filter(|s| !s.state.starts_with("stopping"))
             .count();
-        let title = format!(
-            "pi0d run {name}: {policy}, from {}, {:.1} s, {} chunks, {holds} hold(s)",
-            utc_text(trace.start_ns),
-            trace.duration_s(),
-            trace.chunks,
+        let title = title_lines(
+            &[
+                format!("pi0d run {}", shortened(&name, NAME_CHARS)),
+                format!("from {}", utc_text(trace.start_ns)),
+                format!("{:.1} s", trace.duration_s()),
+                format!("{} chunks", trace.chunks),
+                format!("{holds} hold(s)"),
+                policy,
+            ],
+            TITLE_CHARS,
         );
-        draw(top.draw_text(&title, &(FONT, 22).into_font().color(&BLACK), (16, 10)))?;
+        for (k, line) in title.iter().take(TITLE_LINES).enumerate() {
+            let y = 8 + 26 * k as i32;
+            draw(top.draw_text(line, &(FONT, 22).into_font().color(&BLACK), (16, y)))?;
+        }
         if let Some(why) = &trace.partial {
-            let note = shortened(&format!("{why}: plotted up to there"), 110);
-            draw(top.draw_text(&note, &(FONT, 14).into_font().color(&LIMIT), (900, 42)))?;
+            let note = shortened(&format!("{why}: plotted up to there"), 70);
+            draw(top.draw_text(
+                &note,
+                &(FONT, 14).into_font().color(&LIMIT),
+                (900, LEGEND_Y - 7),
+            ))?;
         }
         legend(&top)?;
         // Finite: times are u64 nanoseconds from the first command.
@@ -269,7 +327,7 @@ where
         ("stopping", STOPPING, true),
     ];
     let mut x = 16;
-    let y = 52;
+    let y = LEGEND_Y;
     for (label, colour, filled) in items {
         if filled {
             draw(area.draw(&Rectangle::new(
@@ -333,6 +391,11 @@ where
     }
     let x = (0.0, t_end);
     let inside = |t: f64| t.clamp(x.0, x.1);
+    // Enough decimals that neighbouring ticks read differently (a gripper moves millimetres).
+    let (xd, yd) = (
+        tick_decimals(x.0, x.1, X_LABELS),
+        tick_decimals(y0, y1, Y_LABELS),
+    );
     let mut chart = draw(
         ChartBuilder::on(cell)
             .margin(6)
@@ -344,13 +407,13 @@ where
     draw(
         chart
             .configure_mesh()
-            .x_labels(10)
-            .y_labels(5)
+            .x_labels(X_LABELS)
+            .y_labels(Y_LABELS)
             .label_style((FONT, 12))
             .light_line_style(RGBColor(240, 240, 240))
             .bold_line_style(RGBColor(220, 220, 220))
-            .x_label_formatter(&|x| format!("{x:.1} s"))
-            .y_label_formatter(&|y| format!("{y:.3}"))
+            .x_label_formatter(&|x| format!("{x:.xd$} s"))
+            .y_label_formatter(&|y| format!("{y:.yd$}"))
             .draw(),
     )?;
     draw(chart.draw_series(trace.spans.iter().map(|s| {
@@ -460,6 +523,98 @@ mod tests {
         let e = plot(&trace(0), &out).unwrap_err();
         assert!(matches!(e, PlotError::Empty { .. }), "{e:?}");
         assert!(e.to_string().contains("crafted-run.mcap"), "{e}");
+    }
+
+    /// The labels plotters draws for `lo..hi` with at most `n` ticks, at `tick_decimals`.
+    fn labels(lo: f64, hi: f64, n: usize) -> Vec<String> {
+        use plotters::coord::ranged1d::Ranged;
+        let d = tick_decimals(lo, hi, n);
+        let axis: plotters::coord::types::RangedCoordf64 = (lo..hi).into();
+        axis.key_points(n)
+            .iter()
+            .map(|v: &f64| format!("{v:.d$}"))
+            .collect()
+    }
+
+    #[test]
+    fn when_an_axis_spans_a_gripper_millimetre_expect_distinct_tick_labels() {
+        // The report: a gripper between 0.0203 and 0.0212 m read 0.021, 0.021, 0.020.
+        let l = labels(0.0203, 0.0212, Y_LABELS);
+        assert!(l.len() >= 2, "{l:?}");
+        let mut unique = l.clone();
+        unique.dedup();
+        assert_eq!(unique, l, "repeated tick labels");
+        assert!(l.iter().all(|s| s.len() <= "0.02120".len()), "{l:?}");
+    }
+
+    #[test]
+    fn when_axes_span_any_scale_expect_distinct_tick_labels_and_no_needless_decimals() {
+        for (lo, hi) in [
+            (0.0, 1.0),
+            (-3.2, 3.2),
+            (0.0203, 0.0212),
+            (1e-6, 3e-6),
+            (-0.5e-3, 0.5e-3),
+            (100.0, 100.4),
+            (0.0, 12_000.0),
+            (0.0, 0.3),
+        ] {
+            for n in [Y_LABELS, X_LABELS] {
+                let l = labels(lo, hi, n);
+                let mut unique = l.clone();
+                unique.sort();
+                unique.dedup();
+                assert_eq!(unique.len(), l.len(), "{lo}..{hi}, {n} ticks: {l:?}");
+            }
+        }
+        assert_eq!(tick_decimals(0.0, 12_000.0, 5), 0);
+        assert_eq!(
+            tick_decimals(-3.2, 3.2, 5),
+            0,
+            "ticks at least 1.28 apart: whole numbers"
+        );
+        assert_eq!(tick_decimals(0.0, 1.0, 5), 1);
+        assert_eq!(tick_decimals(0.0, 0.005, 5), 3);
+        assert_eq!(tick_decimals(1.0, 1.0, 5), 3, "an empty span falls back");
+    }
+
+    #[test]
+    fn when_the_title_is_longer_than_a_line_expect_it_wrapped_at_parts_within_the_width() {
+        let parts: Vec<String> = [
+            "pi0d run 20250101T120000Z-a-rather-long-recording-name.mcap",
+            "from 2025-01-01 12:00:00 UTC",
+            "12.5 s",
+            "31 chunks",
+            "2 hold(s)",
+            "pi0 models/tiny-pi0 (cpu, 8 threads) with a long policy description here",
+        ]
+        .map(String::from)
+        .to_vec();
+        let lines = title_lines(&parts, 80);
+        assert!(lines.len() >= 2, "{lines:?}");
+        assert!(lines.iter().all(|l| l.chars().count() <= 81), "{lines:?}");
+        // Nothing lost: every part is on some line, whole.
+        for p in &parts {
+            assert!(
+                lines.iter().any(|l| l.contains(p.as_str())),
+                "{p:?} in {lines:?}"
+            );
+        }
+        // The longest parts the plot allows still fit in its lines.
+        let longest = [
+            format!("pi0d run {}", shortened(&"n".repeat(300), NAME_CHARS)),
+            "from 2025-01-01 12:00:00 UTC".into(),
+            "86400.0 s".into(),
+            "100000 chunks".into(),
+            "10000 hold(s)".into(),
+            shortened(&"p".repeat(300), POLICY_CHARS),
+        ];
+        assert!(title_lines(&longest, TITLE_CHARS).len() <= TITLE_LINES);
+        // Short enough: one line.
+        assert_eq!(
+            title_lines(&parts[1..3], 80),
+            ["from 2025-01-01 12:00:00 UTC, 12.5 s"]
+        );
     }
 
     #[test]

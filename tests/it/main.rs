@@ -11,6 +11,7 @@
 mod common;
 
 mod acl_backend;
+mod check_output;
 mod config_files;
 mod config_validation;
 mod fault_latch;

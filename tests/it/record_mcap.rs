@@ -416,7 +416,8 @@ fn when_pi0d_plot_is_given_crafted_recordings_expect_an_error_naming_the_file_or
     let (code, stderr) = pi0d_plot_bounded(&file);
     assert_eq!(code, Some(0), "{stderr}");
     let img = image::open(dir.join("huge.png")).expect("a PNG").to_rgb8();
-    assert_eq!(img.height(), 86 + 2 * 210);
+    // A header of up to three title lines and the legend, then a row per joint.
+    assert_eq!(img.height(), 126 + 2 * 210);
     // The second joint's line is there.
     assert!(pixels(&img, [31, 119, 180]) > 500);
     // A recording with no commands: refused by name.

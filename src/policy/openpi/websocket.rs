@@ -25,6 +25,8 @@ const CLOSE_GRACE: Duration = Duration::from_millis(100);
 pub(crate) const MAX_CA_FILE_BYTES: u64 = 1024 * 1024;
 
 type Wire = Framed<Transport>;
+/// A server's metadata frame, decoded.
+type Metadata = Vec<(String, Item)>;
 
 /// Why the link cannot be set up (before any connection).
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +57,16 @@ pub enum LinkError {
     #[cfg(feature = "tls")]
     #[error("TLS")]
     Tls(#[source] rustls::Error),
+}
+
+/// What a server's metadata frame says (openpi's servers send what they like: pi0d's own
+/// sends the action dimension and horizon).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerInfo {
+    pub action_dim: Option<usize>,
+    pub action_horizon: Option<usize>,
+    /// Its scalar entries, `key=value, ...`.
+    pub summary: String,
 }
 
 /// openpi's websocket link, over TLS for wss:// (feature `tls`).
@@ -105,8 +117,27 @@ impl Websocket {
         Ok(Transport::Plain(tcp))
     }
 
+    /// Connects, reads the metadata frame and closes, within the connect timeout: what
+    /// `pi0d check` asks of a server, with the code `run` connects with.
+    pub fn probe(&self) -> Result<ServerInfo, PolicyError> {
+        let (mut ws, meta) = self.connect(Instant::now() + self.connect_timeout)?;
+        let _ = ws.close(None);
+        let _ = ws.flush();
+        let int = |key: &str| {
+            meta.iter().find_map(|(k, v)| match v {
+                Item::Number(x) if k == key && x.fract() == 0.0 && *x >= 0.0 => Some(*x as usize),
+                _ => None,
+            })
+        };
+        Ok(ServerInfo {
+            action_dim: int("action_dim"),
+            action_horizon: int("action_horizon"),
+            summary: summarize(&meta),
+        })
+    }
+
     /// Connects and reads the metadata frame, all by `deadline`.
-    fn connect(&self, deadline: Instant) -> Result<WebSocket<Wire>, PolicyError> {
+    fn connect(&self, deadline: Instant) -> Result<(WebSocket<Wire>, Metadata), PolicyError> {
         let down = |m: String| fault(RemoteFault::Down, m);
         let url = &self.url;
         let connect_s = self.connect_timeout.as_secs_f64();
@@ -199,7 +230,7 @@ impl Websocket {
             metadata = %summarize(&meta),
             "connected to the policy server"
         );
-        Ok(ws)
+        Ok((ws, meta))
     }
 
     /// `Ok` when nothing waits on the connection before a request goes: a frame (or part of
@@ -319,7 +350,7 @@ fn closed_or_malformed(e: tungstenite::Error, partial: bool, when: &str) -> Poli
 impl Link for Websocket {
     fn open(&mut self) -> Result<(), PolicyError> {
         if self.ws.is_none() {
-            self.ws = Some(self.connect(Instant::now() + self.connect_timeout)?);
+            self.ws = Some(self.connect(Instant::now() + self.connect_timeout)?.0);
         }
         Ok(())
     }
