@@ -308,6 +308,9 @@ def save_bundled(policy, start, state_std, action_std, d: Path, tok, fast):
     pre.save_pretrained(str(d))
     post.save_pretrained(str(d))
     tok.save(str(d / "tokenizer.json"))
+    (d / "RANDOM_WEIGHTS").write_text(
+        "This checkpoint has random weights (tools/make_golden.py): it exercises the whole pipeline\n"
+        "but does not perform any task. `pi0d check` looks for this file to say so.\n")
 
 
 def bundled_model(tok, fast):
