@@ -19,5 +19,6 @@ mod first_run;
 mod layouts;
 mod pi0_golden;
 mod policy_inputs;
+mod ready_configs;
 mod record_mcap;
 mod reload;
