@@ -22,3 +22,4 @@ mod policy_inputs;
 mod ready_configs;
 mod record_mcap;
 mod reload;
+mod systemd_install;
