@@ -80,7 +80,11 @@ summary() {
 trap summary EXIT
 
 # systemd-analyze checks the service unit: Debian 12's systemd, installed into the system (not
-# a venv) with apt-get, as root or through sudo, only when systemd-analyze is missing.
+# a venv) with apt-get, as root or through sudo, only when systemd-analyze is missing. The
+# package list is printed first; at a terminal the run asks before apt touches the system
+# (declining stops the run: the unit checks cannot pass without it), elsewhere (CI, .ci/run,
+# stdin not a terminal) it goes ahead without asking, so it never waits for an answer.
+system_packages=('systemd=252.*')
 install_systemd() {
   if command -v systemd-analyze >/dev/null; then
     echo "systemd-analyze: $(command -v systemd-analyze)"
@@ -88,11 +92,25 @@ install_systemd() {
   fi
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "systemd-analyze is missing: installing Debian's systemd (systemd=252.*) with" \
-    "${sudo:-root} apt-get into the system"
+  echo "systemd-analyze is missing (tests/systemd_notify.rs verifies systemd/pi0d.service with it)."
+  echo "System packages to install with ${sudo:-root} apt-get (apt-get update first):"
+  printf '  %s\n' "${system_packages[@]}"
+  if [ -t 0 ]; then
+    local answer=""
+    read -r -p "Install them into the system now? [y/N] " answer || answer=""
+    case "$answer" in
+      y | Y | yes | YES) ;;
+      *)
+        echo "Not installed. Install them yourself (or run non-interactively, e.g. < /dev/null) and run again."
+        return 1
+        ;;
+    esac
+  else
+    echo "stdin is not a terminal: installing without asking"
+  fi
   $sudo apt-get update -q \
     && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
-      'systemd=252.*'
+      "${system_packages[@]}"
 }
 
 # Setup: the interop tests' independent peers (Cyclone DDS, rosbags, MuJoCo, ...), pinned

@@ -1,0 +1,132 @@
+//! The ready configurations in config/ run as their comments say: `config/remote.toml` against
+//! `pi0d serve` of the bundled model, `config/record.toml` into a recording that `pi0d plot`
+//! draws. Each file is run as written, with only what a test must move rewritten (the port,
+//! the recording directory, relative paths made absolute because the copy lives elsewhere).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use crate::common;
+
+use common::procs::{send_signal, wait_for_exit};
+use common::*;
+
+/// `config/<name>` as written, with every `(from, to)` replaced (each must be there: a file
+/// that no longer has what the test rewrites fails the test instead of running something
+/// else), then its relative paths (`"../...`) made absolute.
+fn shipped(name: &str, rewrites: &[(&str, String)]) -> toml::Table {
+    let path = root().join("config").join(name);
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    for (from, to) in rewrites {
+        assert!(text.contains(from), "{name}: no `{from}` to rewrite");
+        text = text.replace(from, to);
+    }
+    let parent = format!("\"{}/", root().display());
+    text = text.replace("\"../", &parent);
+    text.parse()
+        .unwrap_or_else(|e| panic!("{name} rewritten: {e}"))
+}
+
+/// A `pi0d serve` the test started: ended (SIGTERM) when dropped, also when the test panics.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            send_signal(&self.0, libc::SIGTERM);
+            let _ = wait_for_exit(&mut self.0, 10.0);
+        }
+    }
+}
+
+/// `pi0d serve --checkpoint models/tiny-pi0` as config/remote.toml's comment starts it (one
+/// thread, on a port the kernel picks): the server and its port, read from its log.
+fn serve_as_documented() -> (Server, u16) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .arg("serve")
+        .arg("--checkpoint")
+        .arg(root().join("models/tiny-pi0"))
+        .args(["--threads", "1", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pi0d serve starts");
+    let mut log = BufReader::new(child.stderr.take().unwrap());
+    let server = Server(child);
+    let mut seen = String::new();
+    let port = loop {
+        let mut line = String::new();
+        if log.read_line(&mut line).unwrap() == 0 {
+            panic!("pi0d serve ended before listening:\n{seen}");
+        }
+        seen.push_str(&line);
+        if let Some(p) = line
+            .split("local=127.0.0.1:")
+            .nth(1)
+            .and_then(|p| p.trim().parse::<u16>().ok())
+        {
+            break p;
+        }
+    };
+    // Keep reading its log, so a full pipe never blocks it.
+    std::thread::spawn(move || for _ in log.lines().map_while(Result::ok) {});
+    (server, port)
+}
+
+#[test]
+fn when_remote_config_runs_against_pi0d_serve_expect_chunks_accepted_and_a_clean_exit() {
+    let (_server, port) = serve_as_documented();
+    let cfg = shipped(
+        "remote.toml",
+        &[("ws://127.0.0.1:8000", format!("ws://127.0.0.1:{port}"))],
+    );
+    assert_eq!(cfg["policy"]["backend"].as_str(), Some("openpi"));
+    assert!(
+        cfg["policy"].get("checkpoint").is_none(),
+        "the model is the server's"
+    );
+    let run = run_daemon_with("ready-remote", &cfg, 4.0, &["--quiet"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    let s = run.summary();
+    assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}");
+    assert_eq!(s["limit_violations"], 0, "{s}");
+    assert_safe(&run, &cfg);
+}
+
+#[test]
+fn when_record_config_runs_expect_a_recording_that_pi0d_plot_draws() {
+    let out = scratch_dir("ready-record-out");
+    let recordings = format!("\"{}/recordings/\"", out.display());
+    let cfg = shipped("record.toml", &[("\"../recordings/\"", recordings)]);
+    let run = run_daemon_with("ready-record", &cfg, 3.0, &["--quiet"]);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    let rec = &run.summary()["recording"];
+    assert_eq!(rec["ended_by"], "run_end", "{rec}");
+    assert!(rec["messages"].as_u64().unwrap() > 0, "{rec}");
+    // One new file, pi0d-<UTC time>.mcap, in the configured directory.
+    let file = std::path::PathBuf::from(rec["path"].as_str().unwrap());
+    assert_eq!(
+        file.parent(),
+        Some(out.join("recordings").as_path()),
+        "{rec}"
+    );
+    let name = file.file_name().unwrap().to_string_lossy().to_string();
+    assert!(
+        name.starts_with("pi0d-") && name.ends_with(".mcap"),
+        "{name}"
+    );
+
+    // `pi0d plot FILE`: the PNG beside it.
+    let plot = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .arg("plot")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&plot.stdout).to_string() + &String::from_utf8_lossy(&plot.stderr);
+    assert_eq!(plot.status.code(), Some(0), "{said}");
+    let png = std::fs::read(file.with_extension("png"))
+        .unwrap_or_else(|e| panic!("no PNG beside {}: {e}\n{said}", file.display()));
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    assert!(said.contains("plotted 7 joints"), "{said}");
+}
