@@ -568,6 +568,26 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The loopback port `pi0d serve` says it listens on, read from its log (`local=127.0.0.1:P`),
+/// and the log up to that line; the test fails if the log ends first.
+pub fn listening_port(log: &mut impl std::io::BufRead) -> (u16, String) {
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if log.read_line(&mut line).unwrap() == 0 {
+            panic!("pi0d serve ended before listening:\n{seen}");
+        }
+        seen.push_str(&line);
+        if let Some(p) = line
+            .split("local=127.0.0.1:")
+            .nth(1)
+            .and_then(|p| p.trim().parse::<u16>().ok())
+        {
+            return (p, seen);
+        }
+    }
+}
+
 /// `pi0d serve ARGS --listen 127.0.0.1:0`, the API key `key` in the environment variable
 /// `key_env` (`--api-key-env`); the port the kernel gave it (from its log line) and a thread
 /// collecting its log until it ends.
@@ -585,21 +605,7 @@ pub fn pi0d_serve(
         .spawn()
         .unwrap();
     let mut log = BufReader::new(server.stderr.take().unwrap());
-    let mut seen = String::new();
-    let port = loop {
-        let mut line = String::new();
-        if log.read_line(&mut line).unwrap() == 0 {
-            panic!("server ended before listening:\n{seen}");
-        }
-        seen.push_str(&line);
-        if let Some(p) = line
-            .split("local=127.0.0.1:")
-            .nth(1)
-            .and_then(|p| p.trim().parse::<u16>().ok())
-        {
-            break p;
-        }
-    };
+    let (port, seen) = listening_port(&mut log);
     let rest = std::thread::spawn(move || {
         let mut all = seen;
         for line in log.lines().map_while(Result::ok) {

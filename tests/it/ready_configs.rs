@@ -53,21 +53,7 @@ fn serve_as_documented() -> (Server, u16) {
         .expect("pi0d serve starts");
     let mut log = BufReader::new(child.stderr.take().unwrap());
     let server = Server(child);
-    let mut seen = String::new();
-    let port = loop {
-        let mut line = String::new();
-        if log.read_line(&mut line).unwrap() == 0 {
-            panic!("pi0d serve ended before listening:\n{seen}");
-        }
-        seen.push_str(&line);
-        if let Some(p) = line
-            .split("local=127.0.0.1:")
-            .nth(1)
-            .and_then(|p| p.trim().parse::<u16>().ok())
-        {
-            break p;
-        }
-    };
+    let (port, _) = listening_port(&mut log);
     // Keep reading its log, so a full pipe never blocks it.
     std::thread::spawn(move || for _ in log.lines().map_while(Result::ok) {});
     (server, port)
