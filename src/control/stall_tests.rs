@@ -8,37 +8,19 @@ use proptest::prelude::*;
 
 use crate::chunk::JointChunk;
 use crate::config::{Interpolation, MergeMode};
+use crate::control::watchdog_tests::limits;
 use crate::control::{Controller, ControllerSettings, Executor, TickInputs, TickReport};
 use crate::joints::{JointMeasurement, JointVector, MotionState};
 use crate::robot::lookahead::Lookahead;
-use crate::robot::{JointKind, JointLimits, RobotLimits};
 use crate::safety::supervisor::SafetyInputs;
 use crate::safety::Mode;
 use crate::time::MonoTime;
 
 const DT: f64 = 0.005;
 const COAST_S: f64 = 0.05;
+/// The limits of both joints (shared with the watchdog tests).
 const VELOCITY: f64 = 1.0;
 const ACCELERATION: f64 = 5.0;
-
-fn limits() -> RobotLimits {
-    RobotLimits::new(
-        (0..2)
-            .map(|j| JointLimits {
-                name: format!("j{j}"),
-                kind: JointKind::Revolute,
-                lower: -2.0,
-                upper: 2.0,
-                velocity: VELOCITY,
-                acceleration: ACCELERATION,
-                jerk: 100.0,
-                effort: 0.0,
-                soft: None,
-                max_step: f64::INFINITY,
-            })
-            .collect(),
-    )
-}
 
 struct Rig {
     ctl: Controller,
@@ -51,6 +33,8 @@ impl Rig {
     /// Running a 0.6 rad/s ramp (opposite ways on the two joints) for 0.3 s; the joints in
     /// `trajectory_joints` are sent as trajectories.
     fn moving(trajectory_joints: &[usize]) -> Rig {
+        let l = limits();
+        assert_eq!((l.velocity[1], l.acceleration[1]), (VELOCITY, ACCELERATION));
         let t0 = MonoTime::from_nanos(5_000_000_000);
         let measured = JointMeasurement {
             stamp: t0,

@@ -23,7 +23,7 @@ struct Rig {
     measured: JointMeasurement,
 }
 
-fn limits() -> RobotLimits {
+pub(super) fn limits() -> RobotLimits {
     RobotLimits::new(
         (0..2)
             .map(|j| JointLimits {
