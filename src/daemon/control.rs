@@ -143,11 +143,14 @@ impl ControlLoop {
         let mut ticker = Ticker::new(period_ns, MonoTime::now() + Duration::from_nanos(period_ns))
             .with_spin(spin_ns);
         let outcome = loop {
-            let tick = ticker.wait();
-            self.jitter.record(tick.jitter_ns);
+            // Drills before the wait: a stalled loop (`stall_control`) then wakes late and the
+            // ticker skips the deadlines it missed, as when the host does not run this thread
+            // while it waits (where it spends nearly all its time).
             if let Some(drills) = &self.drills {
                 drills.fire(&mut self.ctl);
             }
+            let tick = ticker.wait();
+            self.jitter.record(tick.jitter_ns);
             let outcome = self.step(tick.deadline);
             let overran = tick.missed > 0 || MonoTime::now() > ticker.next_deadline();
             self.record_overrun(overran, tick.jitter_ns);
