@@ -4,9 +4,12 @@
 //!
 //! - [`packed`]: `y = x W^T` against weights packed once at load, AVX-512 / AVX2 / NEON /
 //!   portable micro-kernels picked at run time, rayon threads over output panels.
+//! - [`quant`]: weight-only int8 (per output row) and int4 (per block) quantization, which
+//!   `packed` multiplies by in f32.
 //! - [`vecmath`]: vectorized `exp`, GELU (tanh), SiLU and softmax over slices.
 
 pub mod packed;
+pub mod quant;
 pub mod vecmath;
 
 /// Starts the compute threads the kernels run on (rayon's global pool) with `threads` threads.

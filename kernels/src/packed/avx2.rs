@@ -46,6 +46,31 @@ impl Lanes for V {
     unsafe fn load_f16(p: *const u16) -> V {
         V(unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) })
     }
+    #[inline(always)]
+    unsafe fn mul(self, b: V) -> V {
+        V(unsafe { _mm256_mul_ps(self.0, b.0) })
+    }
+    #[inline(always)]
+    unsafe fn load_i8(p: *const u8) -> V {
+        let q = unsafe { _mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i)) };
+        V(unsafe { _mm256_cvtepi32_ps(q) })
+    }
+    #[inline(always)]
+    unsafe fn load_i4_row<const NV: usize>(p: *const u8) -> [V; NV] {
+        unsafe { super::i4_row_in_pairs(p, |p| nibbles(p)) }
+    }
+}
+
+/// The 8 bytes at `p` as their low and their high nibbles, less 8, in f32.
+#[inline(always)]
+unsafe fn nibbles(p: *const u8) -> (V, V) {
+    unsafe {
+        let b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+        let eight = _mm256_set1_epi32(8);
+        let lo = _mm256_sub_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0xF)), eight);
+        let hi = _mm256_sub_epi32(_mm256_srli_epi32::<4>(b), eight);
+        (V(_mm256_cvtepi32_ps(lo)), V(_mm256_cvtepi32_ps(hi)))
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

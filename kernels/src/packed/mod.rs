@@ -81,12 +81,19 @@ impl Isa {
 
 /// How a packed matrix stores its values. Half-width storage halves the memory of a bf16 or
 /// f16 checkpoint's weights (and the bytes each product streams); the kernels widen each value
-/// to f32 as they load it, so the arithmetic is the same f32 as with `F32`.
+/// to f32 as they load it, so the arithmetic is the same f32 as with `F32`. The quantized ones
+/// (see [`crate::quant`]) widen the same way and apply their scales in f32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Storage {
     F32,
     Bf16,
     F16,
+    /// int8, one scale per output row (`pack_i8`).
+    I8,
+    /// int4 pairs, one scale per output row and `block` values along `k` (`pack_i4`).
+    I4 {
+        block: usize,
+    },
 }
 
 /// A `[n, k]` weight (PyTorch's `[out, in]`) in panels of `NR` rows, each stored `k`-major and
@@ -96,7 +103,11 @@ pub struct PackedMatrix {
     buf: Vec<f32>,
     /// Half-width storage, the raw bits (`Storage::Bf16`, `Storage::F16`).
     half: Vec<u16>,
-    /// Where the panels start in `buf` or `half` (for alignment).
+    /// Quantized storage (`Storage::I8`: one value a byte; `Storage::I4`: two).
+    bytes: Vec<u8>,
+    /// The quantized storage's scales, panel by panel (see `quantized.rs`).
+    scales: Vec<f32>,
+    /// Where the panels start in `buf`, `half` or `bytes` (for alignment).
     start: usize,
     n: usize,
     k: usize,
@@ -133,14 +144,28 @@ impl PackedMatrix {
     }
 
     /// As `pack_as`, for a given kernel.
+    ///
+    /// # Panics
+    /// For `I8` and `I4` storage, the weight is quantized here (`crate::quant`), and a weight
+    /// the quantizer refuses (a non-finite value, a bad block) panics: a loader that must
+    /// report it quantizes first and calls `pack_i8` / `pack_i4`.
     pub fn pack_for_as(isa: Isa, storage: Storage, w: &[f32], n: usize, k: usize) -> PackedMatrix {
         assert!(
             w.len() >= n * k,
             "weight has {} values, not {n} x {k}",
             w.len()
         );
+        let w = &w[..n * k];
         let mut m = PackedMatrix::empty(isa);
         match storage {
+            Storage::I8 => match crate::quant::quantize_i8_rows(w, n, k) {
+                Ok(q) => return PackedMatrix::pack_i8_for(isa, &q, n, k),
+                Err(e) => panic!("{e}"),
+            },
+            Storage::I4 { block } => match crate::quant::quantize_i4_blocks(w, n, k, block) {
+                Ok(q) => return PackedMatrix::pack_i4_for(isa, &q, n, k),
+                Err(e) => panic!("{e}"),
+            },
             Storage::Bf16 if isa.widens(storage) => {
                 m.pack_half(w, n, k, storage, |v| half::bf16::from_f32(v).to_bits())
             }
@@ -178,6 +203,8 @@ impl PackedMatrix {
         PackedMatrix {
             buf: Vec::new(),
             half: Vec::new(),
+            bytes: Vec::new(),
+            scales: Vec::new(),
             start: 0,
             n: 0,
             k: 0,
@@ -190,9 +217,9 @@ impl PackedMatrix {
         self.storage
     }
 
-    /// Bytes of packed values held.
+    /// Bytes of packed values (and scales) held.
     pub fn bytes(&self) -> usize {
-        self.buf.len() * 4 + self.half.len() * 2
+        self.buf.len() * 4 + self.half.len() * 2 + self.bytes.len() + self.scales.len() * 4
     }
 
     /// Sizes the buffer for `[n, k]` (growing it only if it is too small) and returns the
@@ -206,6 +233,8 @@ impl PackedMatrix {
         self.k = k;
         self.storage = Storage::F32;
         self.half = Vec::new();
+        self.bytes = Vec::new();
+        self.scales = Vec::new();
         &mut self.buf[self.start..self.start + len]
     }
 
@@ -247,19 +276,23 @@ impl PackedMatrix {
         self.n.div_ceil(self.isa.panel_width())
     }
 
-    /// The weight back in its `[n, k]` row-major form (as f32).
+    /// The weight back in its `[n, k]` row-major form (as f32; quantized storage dequantized).
     pub fn unpack(&self) -> Vec<f32> {
         let nr = self.isa.panel_width();
         let value = |i: usize| match self.storage {
             Storage::F32 => self.buf[self.start + i],
             Storage::Bf16 => half::bf16::from_bits(self.half[self.start + i]).to_f32(),
             Storage::F16 => half::f16::from_bits(self.half[self.start + i]).to_f32(),
+            Storage::I8 | Storage::I4 { .. } => unreachable!("quantized values read by value_q"),
         };
         let mut w = vec![0.0f32; self.n * self.k];
         for (r, row) in w.chunks_exact_mut(self.k.max(1)).enumerate() {
             let panel = (r / nr) * nr * self.k;
             for (kk, v) in row.iter_mut().enumerate() {
-                *v = value(panel + kk * nr + r % nr);
+                *v = match self.storage {
+                    Storage::I8 | Storage::I4 { .. } => self.value_q(r, kk),
+                    _ => value(panel + kk * nr + r % nr),
+                };
             }
         }
         w
@@ -310,12 +343,19 @@ impl PackedMatrix {
             m,
             c,
             ldc,
-            // SAFETY: `start` is inside the buffer in use (see `reset`, `pack_for_as`).
+            // SAFETY: `start` is inside the buffer in use (see `reset`, `pack_for_as`,
+            // `pack_i8_for`, `pack_i4_for`).
             b: unsafe {
                 match self.storage {
                     Storage::F32 => self.buf.as_ptr().add(self.start) as *const u8,
-                    _ => self.half.as_ptr().add(self.start) as *const u8,
+                    Storage::Bf16 | Storage::F16 => self.half.as_ptr().add(self.start) as *const u8,
+                    Storage::I8 | Storage::I4 { .. } => self.bytes.as_ptr().add(self.start),
                 }
+            },
+            scales: self.scales.as_ptr(),
+            block: match self.storage {
+                Storage::I4 { block } => block,
+                _ => KC,
             },
             n,
             k,
@@ -343,6 +383,8 @@ impl PackedMatrix {
                     Storage::F32 => $isa::run::<f32>(job),
                     Storage::Bf16 => $isa::run::<Bf16Bits>(job),
                     Storage::F16 => $isa::run::<F16Bits>(job),
+                    Storage::I8 => $isa::run::<I8Val>(job),
+                    Storage::I4 { .. } => $isa::run::<I4Pair>(job),
                 }
             };
         }
@@ -386,14 +428,14 @@ enum Threads {
 
 /// Writes `[n, k]` (row `r` at `w[r * ldw]`) into `out` as `k`-major panels of `nr` rows.
 #[allow(clippy::too_many_arguments)]
-fn pack_panels<T: Copy + Send>(
-    w: &[f32],
+fn pack_panels<S: Copy + Sync, T: Copy + Send>(
+    w: &[S],
     n: usize,
     k: usize,
     ldw: usize,
     nr: usize,
     out: &mut [T],
-    convert: impl Fn(f32) -> T + Sync,
+    convert: impl Fn(S) -> T + Sync,
     threads: Threads,
 ) {
     if k == 0 {
@@ -416,38 +458,133 @@ fn pack_panels<T: Copy + Send>(
 
 /// bf16 bits in a packed panel.
 #[derive(Clone, Copy)]
-#[repr(transparent)]
-struct Bf16Bits(#[allow(dead_code)] u16);
+struct Bf16Bits;
 
 /// IEEE f16 bits in a packed panel.
 #[derive(Clone, Copy)]
-#[repr(transparent)]
-struct F16Bits(#[allow(dead_code)] u16);
+struct F16Bits;
 
-/// A packed element type: how `V::N` consecutive ones become an f32 vector.
+/// int8 values in a packed panel, one scale per column.
+#[derive(Clone, Copy)]
+struct I8Val;
+
+/// int4 codes in a packed panel, two a byte (see `quantized.rs`), one scale per column and block.
+#[derive(Clone, Copy)]
+struct I4Pair;
+
+/// Where a packed element type's scales apply.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scale {
+    None,
+    /// One per output column, applied to the accumulators as they are stored.
+    PerColumn,
+    /// One per output column and block of `k`, applied to the weights as they are loaded.
+    PerBlock,
+}
+
+/// A packed element type: how one `k`-row of a panel (`NV` vectors of `V::N` values) becomes
+/// f32 vectors.
 trait Elem: Copy {
-    unsafe fn load<V: Lanes>(p: *const Self) -> V;
+    const SCALE: Scale;
+    /// Bytes that `values` packed values take.
+    fn bytes(values: usize) -> usize;
+    /// The `k`-row at `p`, times `scale` where `SCALE` is `PerBlock` (ignored otherwise).
+    unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, scale: &[V; NV]) -> [V; NV];
 }
 
 impl Elem for f32 {
+    const SCALE: Scale = Scale::None;
     #[inline(always)]
-    unsafe fn load<V: Lanes>(p: *const f32) -> V {
-        unsafe { V::load(p) }
+    fn bytes(values: usize) -> usize {
+        values * 4
+    }
+    #[inline(always)]
+    unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, _: &[V; NV]) -> [V; NV] {
+        let mut r = [unsafe { V::zero() }; NV];
+        for (j, v) in r.iter_mut().enumerate() {
+            *v = unsafe { V::load((p as *const f32).add(j * V::N)) };
+        }
+        r
     }
 }
 
 impl Elem for Bf16Bits {
+    const SCALE: Scale = Scale::None;
     #[inline(always)]
-    unsafe fn load<V: Lanes>(p: *const Bf16Bits) -> V {
-        unsafe { V::load_bf16(p as *const u16) }
+    fn bytes(values: usize) -> usize {
+        values * 2
+    }
+    #[inline(always)]
+    unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, _: &[V; NV]) -> [V; NV] {
+        let mut r = [unsafe { V::zero() }; NV];
+        for (j, v) in r.iter_mut().enumerate() {
+            *v = unsafe { V::load_bf16((p as *const u16).add(j * V::N)) };
+        }
+        r
     }
 }
 
 impl Elem for F16Bits {
+    const SCALE: Scale = Scale::None;
     #[inline(always)]
-    unsafe fn load<V: Lanes>(p: *const F16Bits) -> V {
-        unsafe { V::load_f16(p as *const u16) }
+    fn bytes(values: usize) -> usize {
+        values * 2
     }
+    #[inline(always)]
+    unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, _: &[V; NV]) -> [V; NV] {
+        let mut r = [unsafe { V::zero() }; NV];
+        for (j, v) in r.iter_mut().enumerate() {
+            *v = unsafe { V::load_f16((p as *const u16).add(j * V::N)) };
+        }
+        r
+    }
+}
+
+impl Elem for I8Val {
+    const SCALE: Scale = Scale::PerColumn;
+    #[inline(always)]
+    fn bytes(values: usize) -> usize {
+        values
+    }
+    #[inline(always)]
+    unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, _: &[V; NV]) -> [V; NV] {
+        let mut r = [unsafe { V::zero() }; NV];
+        for (j, v) in r.iter_mut().enumerate() {
+            *v = unsafe { V::load_i8(p.add(j * V::N)) };
+        }
+        r
+    }
+}
+
+impl Elem for I4Pair {
+    const SCALE: Scale = Scale::PerBlock;
+    #[inline(always)]
+    fn bytes(values: usize) -> usize {
+        values / 2
+    }
+    #[inline(always)]
+    unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, scale: &[V; NV]) -> [V; NV] {
+        let mut r = unsafe { V::load_i4_row::<NV>(p) };
+        for (v, s) in r.iter_mut().zip(scale) {
+            *v = unsafe { v.mul(*s) };
+        }
+        r
+    }
+}
+
+/// An `I4Pair` row for kernels with an even `NV`: the `N` bytes at `g * N` hold vector `g` in
+/// their low nibbles and vector `g + NV / 2` in their high ones, as `nibbles` splits them.
+#[inline(always)]
+unsafe fn i4_row_in_pairs<V: Lanes, const NV: usize>(
+    p: *const u8,
+    nibbles: impl Fn(*const u8) -> (V, V),
+) -> [V; NV] {
+    const { assert!(NV.is_multiple_of(2)) };
+    let mut r = [unsafe { V::zero() }; NV];
+    for g in 0..NV / 2 {
+        (r[g], r[g + NV / 2]) = nibbles(unsafe { p.add(g * V::N) });
+    }
+    r
 }
 
 /// The output pointer, shared by tasks that write disjoint columns.
@@ -472,6 +609,10 @@ struct Job {
     ldc: usize,
     /// The packed panels, of the matrix's element type.
     b: *const u8,
+    /// The quantized storage's scales (see `quantized.rs`).
+    scales: *const f32,
+    /// `k` values a scale of `I4` storage (`KC` for the others).
+    block: usize,
     n: usize,
     k: usize,
     panels: Range<usize>,
@@ -491,6 +632,12 @@ trait Lanes: Copy {
     unsafe fn load_bf16(p: *const u16) -> Self;
     /// `N` f16 values widened (exactly) to f32.
     unsafe fn load_f16(p: *const u16) -> Self;
+    unsafe fn mul(self, b: Self) -> Self;
+    /// `N` int8 values widened to f32 (loads may read up to 16 bytes from `p`).
+    unsafe fn load_i8(p: *const u8) -> Self;
+    /// One `k`-row of an `I4Pair` panel, `NV` vectors of codes less 8, as f32: byte `j` holds
+    /// column `j` (low nibble) and `j + NV * N / 2` (high). Loads may read 16 bytes from `p`.
+    unsafe fn load_i4_row<const NV: usize>(p: *const u8) -> [Self; NV];
 }
 
 /// Every row tile of `job` against every panel, in blocks of `KC` along `k`.
@@ -554,7 +701,16 @@ unsafe fn panel_block<V: Lanes, E: Elem, const MR: usize, const NV: usize>(
     let t = Tile {
         kc: KC.min(k - k0),
         lda,
-        b: unsafe { (job.b as *const E).add(p * nr * k + k0 * nr) },
+        b: unsafe { job.b.add(E::bytes(p * nr * k + k0 * nr)) },
+        // SAFETY: inside the scales (`quantized.rs` lays them out); unused for `Scale::None`.
+        scales: match E::SCALE {
+            Scale::None => job.scales,
+            Scale::PerColumn => unsafe { job.scales.add(p * nr) },
+            Scale::PerBlock => unsafe {
+                job.scales.add((p * (k / job.block) + k0 / job.block) * nr)
+            },
+        },
+        block: job.block,
         ldc,
         cols: nr.min(n - p * nr),
         first: k0 == 0,
@@ -576,7 +732,7 @@ unsafe fn panel_block<V: Lanes, E: Elem, const MR: usize, const NV: usize>(
 #[inline(always)]
 unsafe fn tail<V: Lanes, E: Elem, const NV: usize>(
     rows: usize,
-    t: &Tile<E>,
+    t: &Tile,
     a: *const f32,
     c: *mut f32,
 ) {
@@ -592,10 +748,16 @@ unsafe fn tail<V: Lanes, E: Elem, const NV: usize>(
 }
 
 /// What a micro-kernel call shares with its neighbours in the same panel and `k` block.
-struct Tile<E> {
+struct Tile {
     kc: usize,
     lda: usize,
-    b: *const E,
+    /// This panel's `k` block, of the element type `E` of the kernel.
+    b: *const u8,
+    /// `Scale::PerColumn`: the panel's `NR` scales; `Scale::PerBlock`: those of its `block`s
+    /// from this `k` block on, `NR` a block.
+    scales: *const f32,
+    /// `k` values a `Scale::PerBlock` scale (a power of two: it divides `KC` or `KC` divides it).
+    block: usize,
     ldc: usize,
     cols: usize,
     /// The first `k` block writes `c`; later ones add to it.
@@ -605,22 +767,45 @@ struct Tile<E> {
 /// `c[MR, cols] (+)= a[MR, kc] b[kc, NR]`: the accumulators stay in registers for all of `kc`.
 #[inline(always)]
 unsafe fn tile<V: Lanes, E: Elem, const MR: usize, const NV: usize>(
-    t: &Tile<E>,
+    t: &Tile,
     a: *const f32,
     c: *mut f32,
 ) {
     let nr = NV * V::N;
     let mut acc = [[unsafe { V::zero() }; NV]; MR];
-    for kk in 0..t.kc {
-        let bp = unsafe { t.b.add(kk * nr) };
-        let mut bv = [unsafe { V::zero() }; NV];
-        for (j, b) in bv.iter_mut().enumerate() {
-            *b = unsafe { E::load::<V>(bp.add(j * V::N)) };
+    let mut scale = [unsafe { V::zero() }; NV];
+    // Scales per block: one pass per block (a single pass for the other element types).
+    let seg = if E::SCALE == Scale::PerBlock {
+        t.block
+    } else {
+        KC
+    };
+    let mut k0 = 0;
+    while k0 < t.kc {
+        let end = t.kc.min(k0 + seg);
+        if E::SCALE == Scale::PerBlock {
+            let s = unsafe { t.scales.add(k0 / seg * nr) };
+            for (j, v) in scale.iter_mut().enumerate() {
+                *v = unsafe { V::load(s.add(j * V::N)) };
+            }
         }
-        for (i, row) in acc.iter_mut().enumerate() {
-            let av = unsafe { V::splat(*a.add(i * t.lda + kk)) };
-            for (acc, b) in row.iter_mut().zip(&bv) {
-                *acc = unsafe { acc.mul_add(av, *b) };
+        for kk in k0..end {
+            let bv = unsafe { E::row::<V, NV>(t.b.add(E::bytes(kk * nr)), &scale) };
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = unsafe { V::splat(*a.add(i * t.lda + kk)) };
+                for (acc, b) in row.iter_mut().zip(&bv) {
+                    *acc = unsafe { acc.mul_add(av, *b) };
+                }
+            }
+        }
+        k0 = end;
+    }
+    if E::SCALE == Scale::PerColumn {
+        // One scale per output column: scaled once here rather than on every load. Before the
+        // store or the add, so each `k` block's partial sum is scaled exactly once.
+        for row in acc.iter_mut() {
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = unsafe { v.mul(V::load(t.scales.add(j * V::N))) };
             }
         }
     }
@@ -675,6 +860,9 @@ mod neon {
 }
 
 mod portable;
+mod quantized;
 
+#[cfg(test)]
+mod quant_tests;
 #[cfg(test)]
 mod tests;

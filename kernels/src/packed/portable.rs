@@ -42,6 +42,23 @@ impl Lanes for f32 {
     unsafe fn load_f16(p: *const u16) -> f32 {
         half::f16::from_bits(unsafe { *p }).to_f32()
     }
+    #[inline(always)]
+    unsafe fn mul(self, b: f32) -> f32 {
+        self * b
+    }
+    #[inline(always)]
+    unsafe fn load_i8(p: *const u8) -> f32 {
+        unsafe { *p as i8 as f32 }
+    }
+    #[inline(always)]
+    unsafe fn load_i4_row<const NV: usize>(p: *const u8) -> [f32; NV] {
+        unsafe {
+            super::i4_row_in_pairs(p, |p| {
+                let b = *p;
+                ((b & 0xF) as i32 as f32 - 8.0, (b >> 4) as i32 as f32 - 8.0)
+            })
+        }
+    }
 }
 
 pub unsafe fn run<E: Elem>(job: &Job) {

@@ -1,6 +1,6 @@
 use super::*;
 
-fn naive(a: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
+pub(super) fn naive(a: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
     let mut out = vec![0.0f32; m * n];
     for i in 0..m {
         for j in 0..n {
@@ -12,7 +12,7 @@ fn naive(a: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
     out
 }
 
-fn values(len: usize, seed: u32) -> Vec<f32> {
+pub(super) fn values(len: usize, seed: u32) -> Vec<f32> {
     (0..len)
         .map(|i| {
             let h = (i as u32 ^ seed)
@@ -107,6 +107,7 @@ fn half_width_panels_give_the_f32_product_of_the_rounded_weights() {
                         .collect(),
                     Storage::F16 => w.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(),
                     Storage::F32 => w.clone(),
+                    Storage::I8 | Storage::I4 { .. } => unreachable!("asked for half width"),
                 };
                 assert_eq!(packed.storage() == storage, isa.widens(storage));
                 assert_eq!(packed.unpack(), rounded, "{isa:?} {storage:?} unpack");
