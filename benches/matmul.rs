@@ -4,7 +4,9 @@
 //!     cargo bench --bench matmul [-- --threads 2 --seconds 1] [--peak]
 //!
 //! Prints GFLOP/s of both and their time ratio (packed / gemm: below 1 is faster) for the
-//! denoise step's ~50-row products and the prefix's ~560-row ones. With `--peak` it prints only
+//! denoise step's ~50-row products and the prefix's ~560-row ones, then a second table: the
+//! time of pi0d's kernel with each weight storage (f32, bf16, int8, int4 in blocks of 32 and
+//! 64), its ratio to f32 and the bytes a value the weight takes. With `--peak` it prints only
 //! the best rate pi0d's kernel reaches on a product that fits in cache (the machine's practical
 //! f32 peak, as a JSON line for tools/bench_pi0.py).
 
@@ -12,6 +14,11 @@ use std::time::{Duration, Instant};
 
 use gemm::Parallelism;
 use pi0d::policy::pi0::packed::{Isa, PackedMatrix};
+
+// The storages' table: one copy, shared with the kernels crate's example that prints it
+// without building pi0d (`cargo run --release -p pi0d-kernels --example matmul_quant`).
+#[path = "../kernels/examples/matmul_quant.rs"]
+mod matmul_quant;
 
 /// (what, rows, out, in)
 const SHAPES: [(&str, usize, usize, usize); 9] = [
@@ -127,4 +134,6 @@ fn main() {
             ours / theirs
         );
     }
+    println!();
+    matmul_quant::print_storage_table(threads, budget);
 }
