@@ -12,6 +12,8 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
+use elem::{i4_row_in_pairs, Bf16Bits, Elem, F16Bits, I4Pair, I8Val, Scale};
+
 /// Depth of one cache block: a panel's `KC x NR` slice (32 KiB with AVX-512) stays in L1 while
 /// every row tile of the activations passes over it (and, when the activations are too big for
 /// the cache, their `rows x KC` slice stays cached while the panels pass).
@@ -456,137 +458,6 @@ fn pack_panels<S: Copy + Sync, T: Copy + Send>(
     }
 }
 
-/// bf16 bits in a packed panel.
-#[derive(Clone, Copy)]
-struct Bf16Bits;
-
-/// IEEE f16 bits in a packed panel.
-#[derive(Clone, Copy)]
-struct F16Bits;
-
-/// int8 values in a packed panel, one scale per column.
-#[derive(Clone, Copy)]
-struct I8Val;
-
-/// int4 codes in a packed panel, two a byte (see `quantized.rs`), one scale per column and block.
-#[derive(Clone, Copy)]
-struct I4Pair;
-
-/// Where a packed element type's scales apply.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Scale {
-    None,
-    /// One per output column, applied to the accumulators as they are stored.
-    PerColumn,
-    /// One per output column and block of `k`, applied to the weights as they are loaded.
-    PerBlock,
-}
-
-/// A packed element type: how one `k`-row of a panel (`NV` vectors of `V::N` values) becomes
-/// f32 vectors.
-trait Elem: Copy {
-    const SCALE: Scale;
-    /// Bytes that `values` packed values take.
-    fn bytes(values: usize) -> usize;
-    /// The `k`-row at `p`, times `scale` where `SCALE` is `PerBlock` (ignored otherwise).
-    unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, scale: &[V; NV]) -> [V; NV];
-}
-
-impl Elem for f32 {
-    const SCALE: Scale = Scale::None;
-    #[inline(always)]
-    fn bytes(values: usize) -> usize {
-        values * 4
-    }
-    #[inline(always)]
-    unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, _: &[V; NV]) -> [V; NV] {
-        let mut r = [unsafe { V::zero() }; NV];
-        for (j, v) in r.iter_mut().enumerate() {
-            *v = unsafe { V::load((p as *const f32).add(j * V::N)) };
-        }
-        r
-    }
-}
-
-impl Elem for Bf16Bits {
-    const SCALE: Scale = Scale::None;
-    #[inline(always)]
-    fn bytes(values: usize) -> usize {
-        values * 2
-    }
-    #[inline(always)]
-    unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, _: &[V; NV]) -> [V; NV] {
-        let mut r = [unsafe { V::zero() }; NV];
-        for (j, v) in r.iter_mut().enumerate() {
-            *v = unsafe { V::load_bf16((p as *const u16).add(j * V::N)) };
-        }
-        r
-    }
-}
-
-impl Elem for F16Bits {
-    const SCALE: Scale = Scale::None;
-    #[inline(always)]
-    fn bytes(values: usize) -> usize {
-        values * 2
-    }
-    #[inline(always)]
-    unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, _: &[V; NV]) -> [V; NV] {
-        let mut r = [unsafe { V::zero() }; NV];
-        for (j, v) in r.iter_mut().enumerate() {
-            *v = unsafe { V::load_f16((p as *const u16).add(j * V::N)) };
-        }
-        r
-    }
-}
-
-impl Elem for I8Val {
-    const SCALE: Scale = Scale::PerColumn;
-    #[inline(always)]
-    fn bytes(values: usize) -> usize {
-        values
-    }
-    #[inline(always)]
-    unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, _: &[V; NV]) -> [V; NV] {
-        let mut r = [unsafe { V::zero() }; NV];
-        for (j, v) in r.iter_mut().enumerate() {
-            *v = unsafe { V::load_i8(p.add(j * V::N)) };
-        }
-        r
-    }
-}
-
-impl Elem for I4Pair {
-    const SCALE: Scale = Scale::PerBlock;
-    #[inline(always)]
-    fn bytes(values: usize) -> usize {
-        values / 2
-    }
-    #[inline(always)]
-    unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, scale: &[V; NV]) -> [V; NV] {
-        let mut r = unsafe { V::load_i4_row::<NV>(p) };
-        for (v, s) in r.iter_mut().zip(scale) {
-            *v = unsafe { v.mul(*s) };
-        }
-        r
-    }
-}
-
-/// An `I4Pair` row for kernels with an even `NV`: the `N` bytes at `g * N` hold vector `g` in
-/// their low nibbles and vector `g + NV / 2` in their high ones, as `nibbles` splits them.
-#[inline(always)]
-unsafe fn i4_row_in_pairs<V: Lanes, const NV: usize>(
-    p: *const u8,
-    nibbles: impl Fn(*const u8) -> (V, V),
-) -> [V; NV] {
-    const { assert!(NV.is_multiple_of(2)) };
-    let mut r = [unsafe { V::zero() }; NV];
-    for g in 0..NV / 2 {
-        (r[g], r[g + NV / 2]) = nibbles(unsafe { p.add(g * V::N) });
-    }
-    r
-}
-
 /// The output pointer, shared by tasks that write disjoint columns.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
@@ -859,6 +730,7 @@ mod neon {
     pub const NR: usize = 12;
 }
 
+mod elem;
 mod portable;
 mod quantized;
 
