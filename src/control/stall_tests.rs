@@ -7,14 +7,11 @@
 use proptest::prelude::*;
 
 use crate::chunk::JointChunk;
-use crate::config::{Interpolation, MergeMode};
-use crate::control::watchdog_tests::limits;
-use crate::control::{Controller, ControllerSettings, Executor, TickInputs, TickReport};
-use crate::joints::{JointMeasurement, JointVector, MotionState};
+use crate::control::watchdog_tests::{limits, Rig};
+use crate::control::{ControllerSettings, TickReport};
+use crate::joints::{JointVector, MotionState};
 use crate::robot::lookahead::Lookahead;
-use crate::safety::supervisor::SafetyInputs;
 use crate::safety::Mode;
-use crate::time::MonoTime;
 
 const DT: f64 = 0.005;
 const COAST_S: f64 = 0.05;
@@ -22,84 +19,41 @@ const COAST_S: f64 = 0.05;
 const VELOCITY: f64 = 1.0;
 const ACCELERATION: f64 = 5.0;
 
-struct Rig {
-    ctl: Controller,
-    t0: MonoTime,
-    k: u64,
-    measured: JointMeasurement,
+/// Running a 0.6 rad/s ramp (opposite ways on the two joints) for 0.3 s; the joints in
+/// `trajectory_joints` are sent as trajectories. Generous watchdogs: only the stall is tested.
+fn moving(trajectory_joints: &[usize]) -> Rig {
+    let l = limits();
+    assert_eq!((l.velocity[1], l.acceleration[1]), (VELOCITY, ACCELERATION));
+    let mut rig = Rig::with_settings(ControllerSettings {
+        joint_state_timeout_s: 10.0,
+        camera_timeout_s: 10.0,
+        overrun_streak: 1000,
+        request_threshold_s: 0.1,
+        warmup_chunks: 0,
+        trajectory_joints: trajectory_joints.to_vec(),
+        trajectory_coast_s: COAST_S,
+    });
+    let mut c = JointChunk::with_capacity(50);
+    c.obs_stamp = rig.now().offset_seconds(-0.01);
+    c.period_s = 0.02;
+    for i in 0..50 {
+        let x = 0.6 * i as f64 * 0.02;
+        c.positions.push(JointVector::from_slice(&[x, -x]));
+    }
+    c.update_derivatives();
+    rig.tick(Some(Box::new(c)), 0, false, 0);
+    for _ in 0..60 {
+        rig.tick(None, 0, false, 0);
+    }
+    assert_eq!(rig.ctl.mode(), Mode::Running);
+    assert!(rig.ctl.commanded().velocity[0] > 0.5, "moving");
+    rig
 }
 
-impl Rig {
-    /// Running a 0.6 rad/s ramp (opposite ways on the two joints) for 0.3 s; the joints in
-    /// `trajectory_joints` are sent as trajectories.
-    fn moving(trajectory_joints: &[usize]) -> Rig {
-        let l = limits();
-        assert_eq!((l.velocity[1], l.acceleration[1]), (VELOCITY, ACCELERATION));
-        let t0 = MonoTime::from_nanos(5_000_000_000);
-        let measured = JointMeasurement {
-            stamp: t0,
-            position: JointVector::zeros(2),
-        };
-        let settings = ControllerSettings {
-            joint_state_timeout_s: 10.0,
-            camera_timeout_s: 10.0,
-            overrun_streak: 1000,
-            request_threshold_s: 0.1,
-            warmup_chunks: 0,
-            trajectory_joints: trajectory_joints.to_vec(),
-            trajectory_coast_s: COAST_S,
-        };
-        let ex = Executor::new(Interpolation::Quintic, MergeMode::Blend, 0.1, DT);
-        let ctl = Controller::new(limits(), DT, ex, None, settings, &measured, t0).unwrap();
-        let mut rig = Rig {
-            ctl,
-            t0,
-            k: 0,
-            measured,
-        };
-        for _ in 0..20 {
-            rig.tick(0, None, false);
-        }
-        let mut c = JointChunk::with_capacity(50);
-        c.obs_stamp = rig.now().offset_seconds(-0.01);
-        c.period_s = 0.02;
-        for i in 0..50 {
-            let x = 0.6 * i as f64 * 0.02;
-            c.positions.push(JointVector::from_slice(&[x, -x]));
-        }
-        c.update_derivatives();
-        rig.tick(1, Some(Box::new(c)), false);
-        for _ in 0..60 {
-            rig.tick(1, None, false);
-        }
-        assert_eq!(rig.ctl.mode(), Mode::Running);
-        assert!(rig.ctl.commanded().velocity[0] > 0.5, "moving");
-        rig
-    }
-
-    fn now(&self) -> MonoTime {
-        self.t0.offset_seconds(self.k as f64 * DT)
-    }
-
-    /// The tick `periods` control periods after the last one.
-    fn tick(&mut self, periods: u64, chunk: Option<Box<JointChunk>>, estop: bool) -> TickReport {
-        self.k += periods.max(1);
-        let now = self.now();
-        self.measured.stamp = now.offset_seconds(-0.002);
-        let r = self.ctl.tick(
-            TickInputs {
-                safety: SafetyInputs {
-                    estop,
-                    ..SafetyInputs::quiet(now, &self.measured)
-                },
-                new_chunk: chunk,
-                inference_in_flight: true,
-            },
-            &mut |_| {},
-        );
-        self.measured.position = r.command.position;
-        r
-    }
+/// The tick `periods` control periods after the last one.
+fn after(rig: &mut Rig, periods: u64, estop: bool) -> TickReport {
+    rig.k += periods.max(1) - 1;
+    rig.tick(None, 0, estop, 0)
 }
 
 /// Where a controller that ran `sent`'s look-ahead stands `stall` periods after the tick that
@@ -123,10 +77,10 @@ fn assert_continues(from: &MotionState, to: &MotionState, joints: &[usize]) {
 
 #[test]
 fn when_the_host_stalls_past_the_coast_expect_the_command_to_go_on_from_the_braking_arm() {
-    let mut rig = Rig::moving(&[0, 1]);
+    let mut rig = moving(&[0, 1]);
     let sent = *rig.ctl.commanded();
     // 150 ms without a tick: 50 ms coasting, then 95 ms braking at 5 rad/s².
-    let r = rig.tick(30, None, false);
+    let r = after(&mut rig, 30, false);
     let there = controller_after(&sent, 30);
     assert!(there.velocity[0] < 0.2, "braking: {there:?}");
     assert_continues(&there, &r.command, &[0, 1]);
@@ -134,7 +88,7 @@ fn when_the_host_stalls_past_the_coast_expect_the_command_to_go_on_from_the_brak
     assert!(!r.limit_violation);
     // And on from there, every tick within the limits as the monitor judges them.
     for _ in 0..100 {
-        let r = rig.tick(1, None, false);
+        let r = after(&mut rig, 1, false);
         assert!(!r.limit_violation);
     }
     assert_eq!(rig.ctl.monitor().violations, 0);
@@ -142,23 +96,23 @@ fn when_the_host_stalls_past_the_coast_expect_the_command_to_go_on_from_the_brak
 
 #[test]
 fn when_the_host_stalls_while_braking_expect_the_brake_to_go_on_from_where_the_arm_went() {
-    let mut rig = Rig::moving(&[0, 1]);
-    rig.tick(1, None, true);
+    let mut rig = moving(&[0, 1]);
+    after(&mut rig, 1, true);
     for _ in 0..5 {
-        rig.tick(1, None, true);
+        after(&mut rig, 1, true);
     }
     assert_eq!(rig.ctl.mode(), Mode::EStopped);
     let sent = *rig.ctl.commanded();
-    let r = rig.tick(12, None, true);
+    let r = after(&mut rig, 12, true);
     assert_continues(&controller_after(&sent, 12), &r.command, &[0, 1]);
 }
 
 #[test]
 fn when_only_some_joints_follow_a_lookahead_expect_the_others_caught_up_as_before() {
-    let mut first = Rig::moving(&[0]);
-    let mut none = Rig::moving(&[]);
+    let mut first = moving(&[0]);
+    let mut none = moving(&[]);
     let sent = *first.ctl.commanded();
-    let (r, plain) = (first.tick(30, None, false), none.tick(30, None, false));
+    let (r, plain) = (after(&mut first, 30, false), after(&mut none, 30, false));
     assert_continues(&controller_after(&sent, 30), &r.command, &[0]);
     // Joint 1 (a forward position command, holding its last value) follows the chunk on, as
     // without trajectory outputs.
@@ -167,10 +121,10 @@ fn when_only_some_joints_follow_a_lookahead_expect_the_others_caught_up_as_befor
 
 #[test]
 fn when_a_tick_is_on_time_expect_the_lookahead_to_change_nothing() {
-    let mut with = Rig::moving(&[0, 1]);
-    let mut without = Rig::moving(&[]);
+    let mut with = moving(&[0, 1]);
+    let mut without = moving(&[]);
     for _ in 0..50 {
-        let (a, b) = (with.tick(1, None, false), without.tick(1, None, false));
+        let (a, b) = (after(&mut with, 1, false), after(&mut without, 1, false));
         assert_eq!(a.command, b.command);
     }
 }
@@ -181,15 +135,15 @@ proptest! {
     /// controller's motion within the limits, and the monitor finds nothing after it.
     #[test]
     fn when_any_stall_ends_expect_a_step_within_the_limits(stall in 2u64..200, before in 0u64..40) {
-        let mut rig = Rig::moving(&[0, 1]);
+        let mut rig = moving(&[0, 1]);
         for _ in 0..before {
-            rig.tick(1, None, false);
+            after(&mut rig, 1, false);
         }
         let sent = *rig.ctl.commanded();
-        let r = rig.tick(stall, None, false);
+        let r = after(&mut rig, stall, false);
         assert_continues(&controller_after(&sent, stall), &r.command, &[0, 1]);
         for _ in 0..20 {
-            prop_assert!(!rig.tick(1, None, false).limit_violation);
+            prop_assert!(!after(&mut rig, 1, false).limit_violation);
         }
         prop_assert_eq!(rig.ctl.monitor().violations, 0);
     }

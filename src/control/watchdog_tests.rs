@@ -16,10 +16,12 @@ use crate::time::MonoTime;
 
 const DT: f64 = 0.005;
 
-struct Rig {
-    ctl: Controller,
+/// A controller on two joints in synthetic time, tick `k` at `t0 + k DT` (shared with the
+/// stall tests).
+pub(super) struct Rig {
+    pub(super) ctl: Controller,
     t0: MonoTime,
-    k: u64,
+    pub(super) k: u64,
     measured: JointMeasurement,
 }
 
@@ -44,12 +46,7 @@ pub(super) fn limits() -> RobotLimits {
 
 impl Rig {
     fn new() -> Rig {
-        let t0 = MonoTime::from_nanos(5_000_000_000);
-        let measured = JointMeasurement {
-            stamp: t0,
-            position: JointVector::zeros(2),
-        };
-        let settings = ControllerSettings {
+        Rig::with_settings(ControllerSettings {
             joint_state_timeout_s: 0.1,
             camera_timeout_s: 0.5,
             overrun_streak: 5,
@@ -57,6 +54,14 @@ impl Rig {
             warmup_chunks: 0,
             trajectory_joints: Vec::new(),
             trajectory_coast_s: 0.05,
+        })
+    }
+
+    pub(super) fn with_settings(settings: ControllerSettings) -> Rig {
+        let t0 = MonoTime::from_nanos(5_000_000_000);
+        let measured = JointMeasurement {
+            stamp: t0,
+            position: JointVector::zeros(2),
         };
         let ex = Executor::new(Interpolation::Quintic, MergeMode::Blend, 0.1, DT);
         let ctl = Controller::new(limits(), DT, ex, None, settings, &measured, t0).unwrap();
@@ -73,7 +78,7 @@ impl Rig {
         rig
     }
 
-    fn now(&self) -> MonoTime {
+    pub(super) fn now(&self) -> MonoTime {
         self.t0.offset_seconds(self.k as f64 * DT)
     }
 
@@ -90,7 +95,7 @@ impl Rig {
         Box::new(c)
     }
 
-    fn tick(
+    pub(super) fn tick(
         &mut self,
         chunk: Option<Box<JointChunk>>,
         overrun_streak: u32,

@@ -282,25 +282,14 @@ mod loop_tests;
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
+    use super::loop_tests::scripted_sim_config;
     use super::*;
     use crate::daemon::worker::{self, WorkerSetup, WorkerStats};
     use crate::joints::JointMeasurement;
 
-    fn sim_config() -> crate::config::Config {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim.toml");
-        let mut cfg = crate::config::Config::load(&path).expect("config/sim.toml loads");
-        cfg.policy.source = crate::config::PolicySource::Scripted {
-            amplitude: 0.3,
-            frequency_hz: 0.2,
-        };
-        cfg
-    }
-
     #[test]
     fn when_a_drill_is_set_without_the_hook_expect_step_leaves_it_untouched() {
-        let cfg = sim_config();
+        let cfg = scripted_sim_config();
         let board = Arc::new(Blackboard::new(cfg.sim.cameras.len(), "test"));
         let start = MonoTime::now();
         board.inputs.joint_state.store(JointMeasurement {
@@ -346,7 +335,7 @@ mod tests {
 
     #[test]
     fn when_the_hook_finds_a_drill_expect_it_fires_once() {
-        let cfg = sim_config();
+        let cfg = scripted_sim_config();
         let board = Arc::new(Blackboard::new(0, "test"));
         let measured = JointMeasurement {
             stamp: MonoTime::now(),

@@ -21,18 +21,24 @@ use crate::telemetry::LiveStats;
 use crate::test_dirs::{repo_path, TempDir};
 use crate::time::MonoTime;
 
+/// config/sim.toml with the scripted policy: the tick does not depend on the policy, and the
+/// scripted one keeps chunks coming in a debug build.
+pub(super) fn scripted_sim_config() -> Config {
+    let mut cfg = Config::load(&repo_path("config/sim.toml")).expect("config/sim.toml loads");
+    cfg.policy.source = crate::config::PolicySource::Scripted {
+        amplitude: 0.3,
+        frequency_hz: 0.2,
+    };
+    cfg
+}
+
 /// The control tick allocates (and frees) nothing: the counting allocator watches the control
 /// thread while `ControlLoop::step` runs through chunk switches, an e-stop, a reset, a
 /// stale-input hold and the final stop, with the real inference worker on its own thread and
 /// the run recorded (the tick hands every sample to the MCAP recorder).
 #[test]
 fn when_control_tick_runs_expect_no_allocation() {
-    let mut cfg = Config::load(&repo_path("config/sim.toml")).unwrap();
-    // The tick does not depend on the policy; the scripted one keeps chunks coming in a debug build.
-    cfg.policy.source = crate::config::PolicySource::Scripted {
-        amplitude: 0.3,
-        frequency_hz: 0.2,
-    };
+    let cfg = scripted_sim_config();
     let board = Arc::new(Blackboard::new(cfg.sim.cameras.len(), "test"));
     let initial = cfg.sim.initial_position;
     // A perfect arm: it stands where it was last commanded (before the first command: where it started).
@@ -210,11 +216,7 @@ fn when_control_tick_runs_expect_no_allocation() {
 /// then a released e-stop and a reset as the sim or ROS would deliver them.
 #[test]
 fn when_reset_arrives_after_a_latched_thread_fault_expect_control_loop_stays_estopped() {
-    let mut cfg = Config::load(&repo_path("config/sim.toml")).unwrap();
-    cfg.policy.source = crate::config::PolicySource::Scripted {
-        amplitude: 0.3,
-        frequency_hz: 0.2,
-    };
+    let cfg = scripted_sim_config();
     let board = Arc::new(Blackboard::new(cfg.sim.cameras.len(), "test"));
     let start = MonoTime::now();
     // A perfect arm: it stands where it was last commanded.
