@@ -161,13 +161,13 @@ impl<'a> Worker<'a> {
 
     fn send_command(&mut self) {
         let (stamp, cmd) = self.board.command.load();
+        if stamp == self.last_sent || cmd.position.len() != self.names.len() {
+            return;
+        }
         // The control thread says what the braking tails keep before its first command.
         let Some(lookahead) = self.board.command.lookahead() else {
             return;
         };
-        if stamp == self.last_sent || cmd.position.len() != self.names.len() {
-            return;
-        }
         self.last_sent = stamp;
         let age_s = MonoTime::now().seconds_since(stamp);
         let ros_stamp = self.clock.to_ros(stamp);
