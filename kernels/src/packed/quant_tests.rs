@@ -142,12 +142,30 @@ fn pack_as_a_quantized_storage_quantizes() {
     }
 }
 
+/// Squared error of `x` rounded to the grid `[lo, hi]` of step `d` (an independent reference).
+fn rtn_sse(x: &[f32], d: f32, lo: f32, hi: f32) -> f64 {
+    x.iter()
+        .map(|&v| {
+            let q = if d == 0.0 {
+                0.0
+            } else {
+                (v / d).round().clamp(lo, hi)
+            };
+            (v as f64 - q as f64 * d as f64).powi(2)
+        })
+        .sum()
+}
+
 #[test]
-fn int8_rounds_to_within_half_a_step_and_maps_the_absmax_to_127() {
+fn int8_rounds_to_the_nearest_step_of_absmax_over_127() {
     let (n, k) = (6, 300);
     let mut w = weight(n, k, 6);
     w[2 * k..3 * k].fill(0.0); // an all-zero row
     w[4 * k + 17] = -9.5; // the absmax of row 4, negative
+    w[5 * k..6 * k]
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = ((i % 255) as f32 - 127.0) * 0.01);
     let q = quantize_i8_rows(&w, n, k).unwrap();
     let deq = dequantize_i8(&q, n, k);
     for r in 0..n {
@@ -156,14 +174,26 @@ fn int8_rounds_to_within_half_a_step_and_maps_the_absmax_to_127() {
         let scale = q.scales[r];
         assert_eq!(scale, absmax / 127.0, "row {r}");
         for c in 0..k {
-            let err = (row[c] as f64 - deq[r * k + c] as f64).abs();
-            assert!(err <= scale as f64 * (0.5 + 1e-5), "[{r},{c}] off by {err}");
-            if row[c].abs() == absmax && absmax > 0.0 {
-                assert_eq!(q.q[r * k + c] as f32, 127.0 * row[c].signum(), "[{r},{c}]");
+            let want = if scale == 0.0 {
+                0.0
+            } else {
+                (row[c] / scale).round().clamp(-127.0, 127.0)
+            };
+            assert_eq!(
+                q.q[r * k + c] as f32,
+                want,
+                "[{r},{c}] not the nearest step"
+            );
+            assert_eq!(deq[r * k + c], q.q[r * k + c] as f32 * scale);
+            if row[c].abs() <= 127.0 * scale {
+                let err = (row[c] as f64 - deq[r * k + c] as f64).abs();
+                assert!(err <= scale as f64 * (0.5 + 1e-5), "[{r},{c}] off by {err}");
             }
         }
     }
-    assert_eq!(q.q[4 * k + 17], -127);
+    // A row on the grid of absmax / 127 already: no error.
+    assert_eq!(q.scales[5], 1.27 / 127.0);
+    assert!(rtn_sse(&w[5 * k..], q.scales[5], -127.0, 127.0) < 1e-9);
     assert_eq!(q.scales[2], 0.0);
     assert!(q.q[2 * k..3 * k].iter().all(|&v| v == 0));
     assert!(deq[2 * k..3 * k].iter().all(|&v| v == 0.0));
@@ -171,12 +201,13 @@ fn int8_rounds_to_within_half_a_step_and_maps_the_absmax_to_127() {
 
 #[test]
 fn int4_follows_q4_0_and_the_matmulnbits_layout() {
-    // One block of 16 whose largest magnitude is negative: d = -8 / -8 = 1, codes x + 8.
+    // One block of 16 on Q4_0's grid already (largest magnitude negative: d = -8 / -8 = 1,
+    // codes x + 8): no error, so the search keeps Q4_0's scale.
     let mut w = vec![0.0f32; 32];
     w[0] = -8.0;
     w[1] = 4.0;
-    w[2] = 7.4; // 15.4 rounds to 15
-    w[3] = -0.6; // rounds to -1: code 7
+    w[2] = 7.0;
+    w[3] = -1.0;
     w[15] = 2.0;
     // Second block: all zeros (d = 0, codes 8).
     let q = quantize_i4_blocks(&w, 1, 32, 16).unwrap();
@@ -190,11 +221,12 @@ fn int4_follows_q4_0_and_the_matmulnbits_layout() {
     assert_eq!(&deq[..4], [-8.0, 4.0, 7.0, -1.0]);
     assert!(deq[16..].iter().all(|&v| v == 0.0));
 
-    // Positive largest magnitude: d negative, and the maximum maps to code 0 exactly.
+    // Any block: the nearest code for its scale, a squared error no worse than Q4_0's.
     let (n, k, block) = (5, 256, 32);
     let w = weight(n, k, 7);
     let q = quantize_i4_blocks(&w, n, k, block).unwrap();
     let deq = dequantize_i4(&q, n, k);
+    let mut searched = 0;
     for r in 0..n {
         for b in 0..k / block {
             let x = &w[r * k + b * block..][..block];
@@ -202,28 +234,28 @@ fn int4_follows_q4_0_and_the_matmulnbits_layout() {
                 .iter()
                 .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
             let d = q.scales[r * (k / block) + b];
-            assert_eq!(d, m / -8.0, "[{r}] block {b}");
+            assert!(
+                rtn_sse(x, d, -8.0, 7.0) <= rtn_sse(x, m / -8.0, -8.0, 7.0),
+                "[{r}] block {b}"
+            );
+            // Q4_0's scale, or the symmetric one where that rounds the block closer.
+            let symmetric = rtn_sse(x, m / 7.0, -8.0, 7.0) < rtn_sse(x, m / -8.0, -8.0, 7.0);
+            assert_eq!(
+                d,
+                if symmetric { m / 7.0 } else { m / -8.0 },
+                "[{r}] block {b}"
+            );
+            searched += usize::from(symmetric);
             for (i, &v) in x.iter().enumerate() {
                 let c = b * block + i;
-                let got = deq[r * k + c];
-                if v == m {
-                    assert_eq!(q.code(k, r, c), 0);
-                    assert_eq!(got, m, "[{r},{c}] the block's extreme");
-                }
-                let ratio = v / d;
-                if (-8.5..=7.5).contains(&ratio) {
-                    let err = (v as f64 - got as f64).abs();
-                    assert!(
-                        err <= d.abs() as f64 * (0.5 + 1e-5),
-                        "[{r},{c}] off by {err}"
-                    );
-                } else {
-                    // The opposite extreme (+8 d) clamps to code 15.
-                    assert_eq!(q.code(k, r, c), 15, "[{r},{c}]");
-                }
+                let code = ((v / d).round() + 8.0).clamp(0.0, 15.0) as u8;
+                assert_eq!(q.code(k, r, c), code, "[{r},{c}] not the nearest code");
+                assert_eq!(deq[r * k + c], (code as f32 - 8.0) * d);
             }
         }
     }
+    // Both scales occur (else the choice was not exercised).
+    assert!(searched > 0 && searched < n * k / block, "{searched}");
 }
 
 #[test]
