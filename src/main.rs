@@ -53,6 +53,9 @@ enum Command {
     /// Export the model as static ONNX graphs (prefix -> KV cache, denoise step) plus
     /// manifest.json, for ONNX Runtime, TensorRT or Ascend's ATC.
     Export(ExportArgs),
+    /// Write a checkpoint with its linear layers' weights in int8 (w8), int4 (w4) or bf16, for
+    /// boards with little memory; it loads like any other checkpoint (compute stays f32).
+    Quantize(commands::quantize::QuantizeArgs),
     /// Serve the policy over openpi's websocket protocol (any openpi client drives a robot
     /// from it): metadata on connect, msgpack-numpy observations, `actions` replies, GET /healthz.
     Serve(Box<ServeArgs>),
@@ -158,6 +161,7 @@ fn main() -> ExitCode {
             Command::Check(a) => commands::check::check(a, &ros),
             Command::Infer(a) => commands::infer::infer(a),
             Command::Export(a) => commands::export::export(a),
+            Command::Quantize(a) => commands::quantize::quantize(a),
             Command::Serve(a) => commands::serve::serve(*a, &ros),
             Command::Plot(a) => commands::plot::plot(a),
         });

@@ -162,9 +162,64 @@ fn check_inner(a: CheckArgs, ros: &RosArgs, found: &mut Findings) -> Result<(), 
             "policy: openpi client over Zenoh set up ({}; servers are found at run time, not probed)",
             o.zenoh.as_ref().map_or("", |z| z.key.as_str())
         )),
+        PolicySource::Pi0 { checkpoint, .. } => {
+            say(&format!("policy: {} loaded", p.name()));
+            say(&weights_line(checkpoint, p.weight_bytes()));
+        }
         _ => say(&format!("policy: {} loaded", p.name())),
     }
     Ok(())
+}
+
+/// How a pi0 checkpoint stores its weights (its `quantization.json`), what they take in memory
+/// once loaded, and whether that fits the memory this machine has available now.
+fn weights_line(checkpoint: &std::path::Path, bytes: Option<u64>) -> String {
+    use pi0d::policy::pi0::quant::{Manifest, MANIFEST};
+    let manifest = std::fs::read_to_string(checkpoint.join(MANIFEST))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Manifest>(&t).ok());
+    let stored = match manifest {
+        Some(m) => format!(
+            "{}{} (quantized: {}; as the checkpoint had them: {})",
+            m.scheme,
+            m.block.map(|b| format!(" in blocks of {b}")).unwrap_or_default(),
+            list(m.quantized_groups.iter().map(|g| g.name())),
+            list(m.float_groups.iter().map(|g| g.name())),
+        ),
+        None => "as the checkpoint stores them (not quantized: `pi0d quantize` makes w8, w4 or bf16 copies)".into(),
+    };
+    let Some(bytes) = bytes else {
+        return format!("weights: {stored}; held by the graph runtime");
+    };
+    let mb = |b: u64| b as f64 / 1e6;
+    let fits = match available_memory() {
+        Some(avail) if bytes <= avail => {
+            format!("{:.0} MB available here: fits", mb(avail))
+        }
+        Some(avail) => format!(
+            "{:.0} MB available here: DOES NOT FIT (try `pi0d quantize`, or a remote policy)",
+            mb(avail)
+        ),
+        None => "available memory unknown (no /proc/meminfo)".into(),
+    };
+    format!("weights: {stored}; {:.1} MB resident; {fits}", mb(bytes))
+}
+
+fn list<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let v: Vec<&str> = names.collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// MemAvailable from /proc/meminfo, in bytes.
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 pub(crate) fn check(a: CheckArgs, ros: &RosArgs) -> Outcome {

@@ -4,6 +4,7 @@ pub mod check;
 pub mod export;
 pub mod infer;
 pub mod plot;
+pub mod quantize;
 pub mod serve;
 
 #[cfg(test)]

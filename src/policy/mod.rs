@@ -12,6 +12,7 @@ pub mod pi0;
 pub(crate) mod replay;
 pub(crate) mod rtc;
 pub(crate) mod scripted;
+pub(crate) mod staging;
 
 use crate::chunk::ActionChunk;
 use crate::config::{Config, PolicySource};
@@ -116,6 +117,12 @@ pub trait Policy: Send {
 
     /// The latest inference's stages, for a policy that runs a model here.
     fn stage_timing(&self) -> Option<StageTiming> {
+        None
+    }
+
+    /// Bytes of model weights this policy holds in memory, for a model that runs here on the
+    /// CPU (`pi0d check` compares it with the machine's memory).
+    fn weight_bytes(&self) -> Option<u64> {
         None
     }
 
@@ -257,7 +264,7 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
             pipeline.set_camera_slots(slots);
             let rtc = cfg.control.rtc;
             Box::new(
-                pi0::pipeline::Pi0Policy::new(pipeline, p.step_period_s, *seed)
+                pi0::policy::Pi0Policy::new(pipeline, p.step_period_s, *seed)
                     .with_rtc(rtc.enabled.then_some(rtc.settings)),
             )
         }

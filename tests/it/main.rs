@@ -19,6 +19,7 @@ mod first_run;
 mod layouts;
 mod pi0_golden;
 mod policy_inputs;
+mod quantized;
 mod ready_configs;
 mod record_mcap;
 mod reload;

@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::policy::graph::manifest::{self, CheckpointInfo, Graphs, Manifest};
 use crate::policy::pi0::checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
 use crate::policy::pi0::model::{Arch, Variant};
+use crate::policy::staging::{Staging, StagingError};
 use pi0::{ExportDtype, GraphSizes, Pi0GraphBuilder};
 pub(crate) use write::ClampReport;
 pub use write::ExternalData;
@@ -55,109 +56,19 @@ pub enum ExportError {
     Invalid(String),
 }
 
+impl From<StagingError> for ExportError {
+    fn from(e: StagingError) -> ExportError {
+        match e {
+            StagingError::Io { path, source } => ExportError::Io { path, source },
+            StagingError::Refused(message) => ExportError::Invalid(message),
+        }
+    }
+}
+
 impl ExportError {
     /// The checkpoint or the options were at fault (exit 1), rather than writing (exit 9).
     pub fn is_input_error(&self) -> bool {
         !matches!(self, ExportError::Io { .. })
-    }
-}
-
-/// The export's directory while it is written: `OUT.tmp-<pid>` beside `OUT` (same filesystem),
-/// renamed into place only once everything is written, and removed otherwise (also on panic).
-/// An older export at `OUT` is moved aside, replaced, then deleted: `OUT` never holds a mix.
-struct Staging {
-    out: PathBuf,
-    tmp: PathBuf,
-    old: PathBuf,
-    committed: bool,
-}
-
-impl Staging {
-    fn new(out: &Path) -> Result<Staging, ExportError> {
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| ExportError::Io { path, source }
-        };
-        let name = out.file_name().ok_or_else(|| {
-            ExportError::Invalid(format!(
-                "--out {}: name the export's directory (it is written beside it, then renamed)",
-                out.display()
-            ))
-        })?;
-        match std::fs::symlink_metadata(out) {
-            Ok(meta) if meta.is_dir() => {
-                let empty = std::fs::read_dir(out).map_err(io(out))?.next().is_none();
-                if !empty && !out.join(manifest::FILE).is_file() {
-                    return Err(ExportError::Invalid(format!(
-                        "{} exists and is not a pi0d export (no {}): refusing to replace it",
-                        out.display(),
-                        manifest::FILE
-                    )));
-                }
-            }
-            Ok(_) => {
-                return Err(ExportError::Invalid(format!(
-                    "{} exists and is not a directory: refusing to replace it",
-                    out.display()
-                )))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(out)(e)),
-        }
-        let parent = match out.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        std::fs::create_dir_all(&parent).map_err(io(&parent))?;
-        let beside = |what: &str| {
-            let mut n = name.to_os_string();
-            n.push(format!(".{what}-{}", std::process::id()));
-            parent.join(n)
-        };
-        let staging = Staging {
-            out: out.to_path_buf(),
-            tmp: beside("tmp"),
-            old: beside("old"),
-            committed: false,
-        };
-        // Left by an earlier run that died with this pid: never anyone's data.
-        let _ = std::fs::remove_dir_all(&staging.tmp);
-        std::fs::create_dir(&staging.tmp).map_err(io(&staging.tmp))?;
-        Ok(staging)
-    }
-
-    fn commit(mut self) -> Result<(), ExportError> {
-        let had_old = self.out.exists();
-        if had_old {
-            std::fs::rename(&self.out, &self.old).map_err(|source| ExportError::Io {
-                path: self.out.clone(),
-                source,
-            })?;
-        }
-        if let Err(source) = std::fs::rename(&self.tmp, &self.out) {
-            if had_old {
-                let _ = std::fs::rename(&self.old, &self.out);
-            }
-            return Err(ExportError::Io {
-                path: self.out.clone(),
-                source,
-            });
-        }
-        self.committed = true;
-        if had_old {
-            if let Err(e) = std::fs::remove_dir_all(&self.old) {
-                tracing::warn!(path = %self.old.display(), error = %e, "cannot remove the replaced export");
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = std::fs::remove_dir_all(&self.tmp);
-        }
     }
 }
 
@@ -284,7 +195,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         ("pi0d.dtype", dtype_name),
         ("pi0d.checkpoint_sha256", sha.clone()),
     ];
-    let staging = Staging::new(&opts.out)?;
+    let staging = Staging::new(&opts.out, manifest::FILE, "export")?;
     let mut writer = write::GraphWriter {
         dir: &staging.tmp,
         external: opts.external,
@@ -362,75 +273,4 @@ pub fn read_model(path: &Path) -> Result<proto::ModelProto, ExportError> {
         path: path.into(),
         source,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn scratch(name: &str) -> crate::test_dirs::TempDir {
-        crate::test_dirs::TempDir::new(&format!("staging-{name}"))
-    }
-
-    /// Names in `dir`, sorted.
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    }
-
-    #[test]
-    fn when_staging_is_dropped_uncommitted_expect_nothing_left() {
-        let dir = scratch("dropped");
-        let out = dir.join("graphs");
-        let s = Staging::new(&out).unwrap();
-        std::fs::write(s.tmp.join("prefix.onnx"), b"half").unwrap();
-        drop(s);
-        assert!(names(&dir).is_empty(), "{:?}", names(&dir));
-    }
-
-    #[test]
-    fn when_staging_commits_over_an_older_export_expect_it_replaced_whole() {
-        let dir = scratch("replace");
-        let out = dir.join("graphs");
-        std::fs::create_dir(&out).unwrap();
-        for f in [manifest::FILE, "denoise_step.onnx"] {
-            std::fs::write(out.join(f), b"old").unwrap();
-        }
-        let s = Staging::new(&out).unwrap();
-        for f in [manifest::FILE, "denoise_unrolled.onnx"] {
-            std::fs::write(s.tmp.join(f), b"new").unwrap();
-        }
-        s.commit().unwrap();
-        assert_eq!(names(&dir), ["graphs"]);
-        assert_eq!(names(&out), ["denoise_unrolled.onnx", "manifest.json"]);
-        assert_eq!(std::fs::read(out.join(manifest::FILE)).unwrap(), b"new");
-    }
-
-    #[test]
-    fn when_target_is_not_an_export_expect_refusal_and_its_files_kept() {
-        let dir = scratch("foreign");
-        let notes = dir.join("notes");
-        std::fs::create_dir(&notes).unwrap();
-        std::fs::write(notes.join("todo.txt"), b"keep me").unwrap();
-        let e = Staging::new(&notes).err().unwrap().to_string();
-        assert!(
-            e.contains("is not a pi0d export (no manifest.json): refusing to replace it"),
-            "{e}"
-        );
-        std::fs::write(dir.join("file"), b"x").unwrap();
-        let e = Staging::new(&dir.join("file")).err().unwrap().to_string();
-        assert!(e.contains("exists and is not a directory"), "{e}");
-        assert!(Staging::new(Path::new("/")).is_err());
-        assert_eq!(names(&dir), ["file", "notes"]);
-        assert_eq!(std::fs::read(notes.join("todo.txt")).unwrap(), b"keep me");
-        // An empty directory (made for the export beforehand) is taken.
-        let empty = dir.join("empty");
-        std::fs::create_dir(&empty).unwrap();
-        Staging::new(&empty).unwrap().commit().unwrap();
-        assert!(empty.is_dir());
-    }
 }

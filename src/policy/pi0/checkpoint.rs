@@ -92,6 +92,12 @@ pub enum CheckpointError {
     },
     #[error("{path}: {message}")]
     Arch { path: PathBuf, message: String },
+    #[error("{path}: quantized tensor `{name}`: {problem}")]
+    Quantized {
+        path: PathBuf,
+        name: String,
+        problem: String,
+    },
     #[error("{path}: stat `{stat}` has {found} values, expected {expected} ({width})")]
     StatLength {
         path: PathBuf,
@@ -177,6 +183,16 @@ pub(crate) enum WeightDtype {
 }
 
 impl WeightDtype {
+    /// The float type a safetensors dtype names, if it is one pi0d computes from.
+    pub(crate) fn of(dtype: Dtype) -> Option<WeightDtype> {
+        match dtype {
+            Dtype::F32 => Some(WeightDtype::F32),
+            Dtype::BF16 => Some(WeightDtype::Bf16),
+            Dtype::F16 => Some(WeightDtype::F16),
+            _ => None,
+        }
+    }
+
     /// Rounds `x` to this storage type and back, as PyTorch does when it computes in it.
     pub(crate) fn round(self, x: f32) -> f32 {
         match self {
@@ -262,7 +278,7 @@ pub(crate) struct Tensor {
 }
 
 /// Little-endian `dtype` values in `bytes`, as f32.
-fn decode(bytes: &[u8], dtype: WeightDtype) -> impl Iterator<Item = f32> + '_ {
+pub(crate) fn decode(bytes: &[u8], dtype: WeightDtype) -> impl Iterator<Item = f32> + '_ {
     bytes.chunks_exact(dtype.size()).map(move |b| match dtype {
         WeightDtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
         WeightDtype::Bf16 => bf16::from_le_bytes([b[0], b[1]]).to_f32(),
@@ -310,11 +326,13 @@ impl std::fmt::Debug for MappedRows {
 pub(crate) struct Entry {
     /// Its canonical name (without a leading `model.`).
     pub(crate) name: String,
+    /// The name the file stores it under (what a rewritten checkpoint keeps).
+    pub(crate) stored: String,
     pub(crate) shape: Vec<usize>,
     pub(crate) dtype: Dtype,
     file: usize,
     offset: usize,
-    bytes: usize,
+    pub(crate) bytes: usize,
 }
 
 pub struct Checkpoint {
@@ -358,12 +376,13 @@ fn index_safetensors(
     let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?);
     let st = parse_safetensors(path, &map)?;
     let base = map.as_ptr() as usize;
-    for (name, view) in st.iter() {
-        let name = canonical(name).to_string();
+    for (stored, view) in st.iter() {
+        let name = canonical(stored).to_string();
         into.insert(
             name.clone(),
             Entry {
                 name,
+                stored: stored.to_string(),
                 shape: view.shape().to_vec(),
                 dtype: view.dtype(),
                 file: maps.len(),
@@ -418,6 +437,26 @@ fn shards(dir: &Path, index: &Path) -> Result<Vec<PathBuf>, CheckpointError> {
     Ok(shards)
 }
 
+/// An int4 weight (U8 with a `_scale` beside it, `quant`) is stored `[out, in / 2]`: its entry
+/// takes the shape it has in the model, `[out, in]`, so that everything reading shapes (the
+/// architecture, the loaders' checks) sees the model's. Its bytes stay what the file holds.
+fn logical_int4_shapes(tensors: &mut HashMap<String, Entry>) {
+    let int4: Vec<String> = tensors
+        .values()
+        .filter(|e| {
+            e.dtype == Dtype::U8
+                && e.shape.len() == 2
+                && tensors.contains_key(&format!("{}_scale", e.name))
+        })
+        .map(|e| e.name.clone())
+        .collect();
+    for name in int4 {
+        if let Some(e) = tensors.get_mut(&name) {
+            e.shape[1] *= 2;
+        }
+    }
+}
+
 impl Checkpoint {
     /// Loads a checkpoint directory (`config.json` beside the weights) or a bare `.safetensors`
     /// file (lerobot's default config).
@@ -457,6 +496,7 @@ impl Checkpoint {
                 PolicyConfigJson::default(),
             )
         };
+        logical_int4_shapes(&mut tensors);
         let arch_path = dir.join("arch.json");
         let arch_file = if arch_path.exists() {
             Some(ArchOverrides::load(&arch_path)?)
@@ -511,18 +551,11 @@ impl Checkpoint {
                 found: e.shape.clone(),
             });
         }
-        let dtype = match e.dtype {
-            Dtype::F32 => WeightDtype::F32,
-            Dtype::BF16 => WeightDtype::Bf16,
-            Dtype::F16 => WeightDtype::F16,
-            other => {
-                return Err(CheckpointError::Dtype {
-                    path: file.clone(),
-                    name: e.name.clone(),
-                    dtype: format!("{other:?}"),
-                })
-            }
-        };
+        let dtype = WeightDtype::of(e.dtype).ok_or_else(|| CheckpointError::Dtype {
+            path: file.clone(),
+            name: e.name.clone(),
+            dtype: format!("{:?}", e.dtype),
+        })?;
         Ok((e, dtype, file, map))
     }
 
@@ -579,6 +612,26 @@ impl Checkpoint {
             width,
             dtype,
         })
+    }
+
+    /// Every tensor, in no particular order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.tensors.values()
+    }
+
+    /// The canonical name's entry, if present.
+    pub(crate) fn entry(&self, name: &str) -> Option<&Entry> {
+        self.tensors.get(name)
+    }
+
+    /// An entry's bytes as the file stores them.
+    pub(crate) fn bytes(&self, e: &Entry) -> &[u8] {
+        &self.maps[e.file].1[e.offset..e.offset + e.bytes]
+    }
+
+    /// Hands an entry's pages back once a copy replaced them (`release_pages`).
+    pub(crate) fn release(&self, e: &Entry) {
+        release_pages(&self.maps[e.file].1, e.offset, e.bytes);
     }
 
     /// The mapped weight files and their bytes (for hashing a checkpoint).

@@ -71,7 +71,7 @@ impl InferError {
     }
 }
 
-/// Whether the error `pi0d infer` or `pi0d export` returned (anywhere in its chain) is the
+/// Whether the error `pi0d infer`, `export` or `quantize` returned (anywhere in its chain) is the
 /// user's input (bad checkpoint, inputs, manifest or options: exit 1) rather than a runtime
 /// failure (the computation produced NaN, a write failed, the graph runtime failed: exit 9).
 /// Errors of other types (e.g. the binary's own messages about flags) count as input errors.
@@ -90,6 +90,9 @@ pub fn is_input_error(e: &(dyn std::error::Error + 'static)) -> bool {
             return e.is_input_error();
         }
         if let Some(e) = e.downcast_ref::<ExportError>() {
+            return e.is_input_error();
+        }
+        if let Some(e) = e.downcast_ref::<super::quant::QuantizeError>() {
             return e.is_input_error();
         }
         if let Some(e) = e.downcast_ref::<super::pipeline::PipelineError>() {

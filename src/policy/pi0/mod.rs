@@ -11,7 +11,9 @@ pub(crate) mod model;
 pub(crate) mod normalize;
 pub(crate) mod ops;
 pub mod pipeline;
+pub(crate) mod policy;
 pub(crate) mod preprocess;
+pub mod quant;
 pub mod tensorfile;
 
 pub use pi0d_kernels::packed;

@@ -23,6 +23,7 @@ pub(crate) const EXPERT: &str = "paligemma_with_expert.gemma_expert.model";
 const MLP_ROW_BLOCK: usize = 128;
 
 mod batch;
+mod resident;
 
 struct SigLipLayer {
     ln1: LayerNorm,

@@ -3,6 +3,7 @@
 
 use super::checkpoint::{Checkpoint, CheckpointError, Tensor, WeightDtype};
 use super::packed::{PackedMatrix, Storage};
+use super::quant::load::LinearWeight;
 use super::vecmath::softmax_in_place;
 
 /// The additive attention mask value openpi and lerobot use for masked positions.
@@ -27,7 +28,7 @@ impl Linear {
     ) -> Result<Linear, CheckpointError> {
         let wn: Vec<String> = names.iter().map(|n| format!("{n}.weight")).collect();
         let wr: Vec<&str> = wn.iter().map(String::as_str).collect();
-        let w = ck.take(&wr, &[out_dim, in_dim])?;
+        let w = ck.take_linear(&wr, out_dim, in_dim)?;
         let b = if bias {
             let bn: Vec<String> = names.iter().map(|n| format!("{n}.bias")).collect();
             let br: Vec<&str> = bn.iter().map(String::as_str).collect();
@@ -35,7 +36,21 @@ impl Linear {
         } else {
             None
         };
-        Ok(Linear::new(w, b, out_dim, in_dim))
+        Ok(match w {
+            LinearWeight::Float(w) => Linear::new(w, b, out_dim, in_dim),
+            LinearWeight::Int8(q) => Linear {
+                w: PackedMatrix::pack_i8(&q, out_dim, in_dim),
+                b,
+                out_dim,
+                in_dim,
+            },
+            LinearWeight::Int4(q) => Linear {
+                w: PackedMatrix::pack_i4(&q, out_dim, in_dim),
+                b,
+                out_dim,
+                in_dim,
+            },
+        })
     }
 
     /// From a weight tensor (`[out_dim, in_dim]` values, any shape) and an optional bias. The

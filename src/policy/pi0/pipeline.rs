@@ -4,8 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use rand::SeedableRng;
-use rand_distr::{Distribution, StandardNormal};
 use tokenizers::Tokenizer;
 
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, PolicyConfigJson};
@@ -13,12 +11,12 @@ use super::infer::{check_actions, NonFiniteActions};
 use super::model::{prompt_len, Arch, Pi0Input, Pi0Model, Timing, Variant, Workspace};
 use super::normalize::{Normalizer, Widths};
 use super::preprocess::{frame_to_model_input, FrameError};
-use crate::chunk::{ActionChunk, ChunkPrefix};
-use crate::observation::{CameraFrame, Observation};
+use crate::chunk::ChunkPrefix;
+use crate::observation::CameraFrame;
 use crate::policy::graph::manifest::Manifest;
 use crate::policy::graph::{GraphError, GraphInputs, GraphModel, GraphRuntime};
 use crate::policy::rtc::{Guidance, RtcPrefix, RtcSettings};
-use crate::policy::{Policy, PolicyError, StageTiming};
+use crate::policy::StageTiming;
 
 /// The longest task text (bytes) the pipeline takes (the configuration's bound). Longer prompts
 /// are refused before tokenizing (which would take seconds for a huge one, and truncation would
@@ -753,72 +751,5 @@ impl Prepared {
             noise: &self.noise,
             guidance: None,
         }
-    }
-}
-
-/// pi0 as the daemon's policy: samples fresh noise for every chunk.
-pub(crate) struct Pi0Policy {
-    pipeline: Pi0Pipeline,
-    rng: rand::rngs::StdRng,
-    step_period_s: f64,
-    /// Real-time chunking: guide each chunk towards the observation's leftover.
-    rtc: Option<RtcSettings>,
-}
-
-impl Pi0Policy {
-    pub(crate) fn new(pipeline: Pi0Pipeline, step_period_s: f64, seed: u64) -> Pi0Policy {
-        Pi0Policy {
-            pipeline,
-            rng: rand::rngs::StdRng::seed_from_u64(seed),
-            step_period_s,
-            rtc: None,
-        }
-    }
-
-    pub(crate) fn with_rtc(mut self, rtc: Option<RtcSettings>) -> Pi0Policy {
-        self.rtc = rtc;
-        self
-    }
-}
-
-impl Policy for Pi0Policy {
-    fn name(&self) -> &str {
-        "pi0"
-    }
-
-    fn stage_timing(&self) -> Option<StageTiming> {
-        Some(self.pipeline.last_stages)
-    }
-
-    fn warm_up(&mut self, obs: &Observation) -> Result<(), PolicyError> {
-        let mut obs = obs.clone();
-        obs.rtc = None;
-        self.infer(&obs).map(|_| ())
-    }
-
-    fn infer(&mut self, obs: &Observation) -> Result<ActionChunk, PolicyError> {
-        let p = &mut self.pipeline;
-        let a = &p.arch;
-        let noise: Vec<f32> = (0..a.chunk * a.action_dim)
-            .map(|_| StandardNormal.sample(&mut self.rng))
-            .collect();
-        let frames: Vec<Option<&CameraFrame>> = obs.images.iter().map(|f| f.as_deref()).collect();
-        let state: Vec<f32> = obs.state.iter().map(|x| *x as f32).collect();
-        let guidance = match (self.rtc, &obs.rtc) {
-            (Some(settings), Some(prefix)) => Some(
-                p.guidance(settings, prefix)
-                    .map_err(PolicyError::Guidance)?,
-            ),
-            _ => None,
-        };
-        let (actions, _) = p
-            .run_guided(&frames, &state, &obs.prompt, &noise, guidance.as_ref())
-            .map_err(PolicyError::Model)?;
-        Ok(ActionChunk {
-            obs_stamp: obs.stamp,
-            step_period_s: self.step_period_s,
-            action_dim: p.action_dim,
-            actions: actions.iter().flatten().map(|x| *x as f64).collect(),
-        })
     }
 }

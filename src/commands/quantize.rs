@@ -1,0 +1,118 @@
+//! `pi0d quantize`: a checkpoint with its linear layers' weights in int8, int4 or bf16.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use pi0d::daemon::exit::ExitReason;
+use pi0d::daemon::log::say;
+use pi0d::policy::pi0::quant::{self, Group, QuantizeOptions, Scheme};
+
+use crate::{check_parent_writable, classified, Outcome};
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SchemeArg {
+    /// int8 weights, one scale per output channel (about a quarter of f32).
+    W8,
+    /// int4 weights in blocks along the input, one scale per block (about an eighth of f32).
+    W4,
+    /// bf16 weights (half of f32).
+    Bf16,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum GroupArg {
+    /// SigLIP's attention and MLP layers.
+    Vision,
+    /// The image tokens' projection.
+    Projector,
+    /// Gemma 2B's attention and MLP layers.
+    Language,
+    /// The action expert's layers (every denoising step).
+    Expert,
+    /// The state, action and time projections around the expert.
+    Heads,
+}
+
+#[derive(Args)]
+pub(crate) struct QuantizeArgs {
+    /// Checkpoint directory (config.json + model.safetensors), f32, bf16 or f16.
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// Output directory: the quantized checkpoint (written whole or not at all).
+    #[arg(long)]
+    out: PathBuf,
+    /// How the weights are stored.
+    #[arg(long, value_enum)]
+    scheme: SchemeArg,
+    /// w4: inputs per scale block (a power of two, 16 to 256). Weights whose input width is not
+    /// a multiple of it are stored as w8.
+    #[arg(long, default_value_t = 32)]
+    block: usize,
+    /// Layer groups to quantize, comma-separated (default: all but the heads).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    groups: Vec<GroupArg>,
+}
+
+pub(crate) fn quantize(a: QuantizeArgs) -> Outcome {
+    check_parent_writable(&a.out, "--out")?;
+    let groups = if a.groups.is_empty() {
+        Group::DEFAULT.to_vec()
+    } else {
+        a.groups
+            .iter()
+            .map(|g| match g {
+                GroupArg::Vision => Group::Vision,
+                GroupArg::Projector => Group::Projector,
+                GroupArg::Language => Group::Language,
+                GroupArg::Expert => Group::Expert,
+                GroupArg::Heads => Group::Heads,
+            })
+            .collect()
+    };
+    let opts = QuantizeOptions {
+        checkpoint: a.checkpoint,
+        out: a.out,
+        scheme: match a.scheme {
+            SchemeArg::W8 => Scheme::W8,
+            SchemeArg::W4 => Scheme::W4,
+            SchemeArg::Bf16 => Scheme::Bf16,
+        },
+        block: a.block,
+        groups,
+    };
+    let m = classified(quant::quantize(&opts))?.manifest;
+    let names = |g: &[Group]| {
+        let v: Vec<&str> = g.iter().map(|g| g.name()).collect();
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    say(&format!(
+        "quantized {} linear weights to {}{} ({:.1} MB -> {:.1} MB) into {}",
+        m.tensors,
+        m.scheme,
+        m.block
+            .map(|b| format!(" in blocks of {b}"))
+            .unwrap_or_default(),
+        m.bytes_before as f64 / 1e6,
+        m.bytes_after as f64 / 1e6,
+        opts.out.display()
+    ));
+    say(&format!(
+        "  quantized: {}; kept as they were: {}",
+        names(&m.quantized_groups),
+        names(&m.float_groups)
+    ));
+    if !m.stored_as_w8.is_empty() {
+        say(&format!(
+            "  {} weight(s) whose input width is not a multiple of {} stored as w8: {}",
+            m.stored_as_w8.len(),
+            m.block.unwrap_or_default(),
+            m.stored_as_w8.join(", ")
+        ));
+    }
+    Ok(ExitReason::Clean)
+}

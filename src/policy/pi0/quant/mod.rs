@@ -1,0 +1,221 @@
+//! Quantized pi0 checkpoints: the linear layers' weights stored in int8 (`w8`), int4 (`w4`) or
+//! bf16, for the boards whose memory does not hold pi0 in f32 or bf16. `pi0d quantize` writes
+//! them (`write`); the loader packs their integer weights as they are (`load`), and the kernels
+//! widen them to f32 as they multiply, so compute stays f32 as with bf16 weights.
+//!
+//! On disk a quantized linear weight keeps its checkpoint name: `NAME.weight` holds the
+//! integers and `NAME.weight_scale` (f32) their scales:
+//! - `w8`: `weight` I8 `[out, in]`, symmetric; `weight_scale` `[out]`, one per output row.
+//! - `w4`: `weight` U8 `[out, in / 2]`, two values per byte (even column in the low nibble),
+//!   each stored plus 8; `weight_scale` `[out, in / block]`, one per block of `block` inputs
+//!   (ONNX Runtime's `MatMulNBits` layout with its default zero point).
+//!
+//! Everything else (norms, embeddings, the patch convolution) is copied as it was.
+//! `quantization.json` beside the weights names the scheme and the groups kept float.
+
+pub(crate) mod load;
+mod write;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use write::{quantize, QuantizeOptions, QuantizeReport};
+
+use super::checkpoint::CheckpointError;
+use super::model::{EXPERT, LM, PROJECTOR, VISION};
+use crate::policy::staging::StagingError;
+
+/// The manifest beside a quantized checkpoint's weights.
+pub const MANIFEST: &str = "quantization.json";
+const FORMAT: &str = "pi0d-quantized";
+
+/// How the chosen groups' weights are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheme {
+    /// int8, one scale per output channel; compute f32.
+    W8,
+    /// int4 in blocks along the input dimension, one scale per block; compute f32. A weight
+    /// whose input width is not a multiple of the block is stored as `w8`.
+    W4,
+    /// bf16 (for an f32 checkpoint); compute f32.
+    Bf16,
+}
+
+impl Scheme {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::W8 => "w8",
+            Scheme::W4 => "w4",
+            Scheme::Bf16 => "bf16",
+        }
+    }
+}
+
+impl std::fmt::Display for Scheme {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The model's parts, as far as quantization is concerned: each linear layer belongs to one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Group {
+    /// SigLIP's attention and MLP layers.
+    Vision,
+    /// The image tokens' projection into the language model's width.
+    Projector,
+    /// Gemma 2B's attention and MLP layers (the prefix).
+    Language,
+    /// The action expert's attention and MLP layers (and pi0.5's adaptive norms): every
+    /// denoising step.
+    Expert,
+    /// The small projections around the expert: state, action in/out, the time MLP.
+    Heads,
+}
+
+impl Group {
+    pub const ALL: [Group; 5] = [
+        Group::Vision,
+        Group::Projector,
+        Group::Language,
+        Group::Expert,
+        Group::Heads,
+    ];
+
+    /// Quantized unless asked otherwise: the heads are a few thousand values each and sit on
+    /// the actions' path in and out, where their rounding would be felt most.
+    pub const DEFAULT: [Group; 4] = [
+        Group::Vision,
+        Group::Projector,
+        Group::Language,
+        Group::Expert,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Group::Vision => "vision",
+            Group::Projector => "projector",
+            Group::Language => "language",
+            Group::Expert => "expert",
+            Group::Heads => "heads",
+        }
+    }
+
+    /// The group of a linear layer's weight, by its canonical name (without `model.`); `None`
+    /// for anything that is not a linear layer's weight (norms, embeddings, the patch
+    /// convolution, the unused language-model heads).
+    pub(crate) fn of(name: &str) -> Option<Group> {
+        let layer_weight = |base: &str| {
+            name.strip_prefix(base)
+                .and_then(|rest| rest.strip_prefix(".layers."))
+                .is_some_and(|rest| {
+                    rest.ends_with(".weight")
+                        && (rest.contains(".self_attn.")
+                            || rest.contains(".mlp.")
+                            || rest.contains("layernorm.dense."))
+                })
+        };
+        const HEADS: [&str; 7] = [
+            "state_proj.weight",
+            "action_in_proj.weight",
+            "action_out_proj.weight",
+            "action_time_mlp_in.weight",
+            "action_time_mlp_out.weight",
+            "time_mlp_in.weight",
+            "time_mlp_out.weight",
+        ];
+        if name.starts_with(VISION) && name.contains(".encoder.layers.") {
+            let linear = name.ends_with(".weight")
+                && (name.contains(".self_attn.") || name.contains(".mlp."));
+            linear.then_some(Group::Vision)
+        } else if name == format!("{PROJECTOR}.weight") {
+            Some(Group::Projector)
+        } else if layer_weight(LM) {
+            Some(Group::Language)
+        } else if layer_weight(EXPERT) || name == format!("{EXPERT}.norm.dense.weight") {
+            Some(Group::Expert)
+        } else if HEADS.contains(&name) {
+            Some(Group::Heads)
+        } else {
+            None
+        }
+    }
+}
+
+impl std::fmt::Display for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `quantization.json`: what was quantized, how, and from what.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: String,
+    pub producer: String,
+    pub scheme: Scheme,
+    /// `w4`'s block along the input dimension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<usize>,
+    pub quantized_groups: Vec<Group>,
+    pub float_groups: Vec<Group>,
+    /// `w4` weights whose input width is not a multiple of the block, stored as `w8`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stored_as_w8: Vec<String>,
+    /// Linear weights rewritten.
+    pub tensors: usize,
+    /// Bytes of the groups' weights before and after.
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// The checkpoint it was made from.
+    pub source: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QuantizeError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// Writing the output failed (the machine's fault).
+    #[error("{path}: cannot write it")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: cannot write it")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: safetensors::SafeTensorError,
+    },
+    #[error("tensor `{tensor}` cannot be quantized")]
+    Tensor {
+        tensor: String,
+        #[source]
+        source: pi0d_kernels::quant::QuantError,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl QuantizeError {
+    /// The checkpoint or the options were at fault (exit 1), rather than writing (exit 9).
+    pub fn is_input_error(&self) -> bool {
+        !matches!(self, QuantizeError::Io { .. } | QuantizeError::Write { .. })
+    }
+}
+
+impl From<StagingError> for QuantizeError {
+    fn from(e: StagingError) -> QuantizeError {
+        match e {
+            StagingError::Io { path, source } => QuantizeError::Io { path, source },
+            StagingError::Refused(message) => QuantizeError::Invalid(message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,331 @@
+//! `pi0d quantize`: a checkpoint directory rewritten with the chosen groups' linear weights
+//! quantized, into a new directory written whole or not at all.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use half::bf16;
+use pi0d_kernels::quant::{quantize_i4_blocks, quantize_i8_rows};
+use safetensors::tensor::View;
+use safetensors::Dtype;
+
+use super::{Group, Manifest, QuantizeError, Scheme, FORMAT, MANIFEST};
+use crate::policy::pi0::checkpoint::{decode, Checkpoint, Entry, WeightDtype};
+use crate::policy::staging::Staging;
+
+#[derive(Clone, Debug)]
+pub struct QuantizeOptions {
+    /// A checkpoint directory (config.json beside the weights).
+    pub checkpoint: PathBuf,
+    pub out: PathBuf,
+    pub scheme: Scheme,
+    /// `w4`'s block along the input dimension (a power of two, 16 to 256).
+    pub block: usize,
+    /// The groups quantized; the others stay as they are.
+    pub groups: Vec<Group>,
+}
+
+#[derive(Clone, Debug)]
+pub struct QuantizeReport {
+    pub manifest: Manifest,
+}
+
+/// What one output tensor is made from.
+enum Source<'a> {
+    /// Copied byte for byte.
+    Copy(&'a Entry),
+    /// A float weight `[out, in]` rewritten as `Part` of `Form`.
+    Quantized {
+        entry: &'a Entry,
+        dtype: WeightDtype,
+        form: Form,
+        part: Part,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Form {
+    Int8,
+    Int4 { block: usize },
+    Bf16,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Part {
+    Values,
+    Scales,
+}
+
+/// One tensor of the output file, computed when the writer asks for its bytes: only one
+/// quantized tensor is in memory at a time (the scales are computed again for their own
+/// tensor rather than kept: quantizing is cheap next to holding a model's worth of integers).
+struct OutTensor<'a> {
+    ck: &'a Checkpoint,
+    source: Source<'a>,
+    dtype: Dtype,
+    shape: Vec<usize>,
+    len: usize,
+    /// The first failure while computing bytes (the writer cannot return one).
+    failed: &'a RefCell<Option<QuantizeError>>,
+}
+
+impl View for &OutTensor<'_> {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        let (entry, dtype, form, part) = match &self.source {
+            Source::Copy(e) => return Cow::Borrowed(self.ck.bytes(e)),
+            Source::Quantized {
+                entry,
+                dtype,
+                form,
+                part,
+            } => (*entry, *dtype, *form, *part),
+        };
+        let w: Vec<f32> = decode(self.ck.bytes(entry), dtype).collect();
+        self.ck.release(entry);
+        let (n, k) = (entry.shape[0], entry.shape[1]);
+        let bytes = match (form, part) {
+            (Form::Bf16, _) => w
+                .iter()
+                .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+                .collect(),
+            (Form::Int8, _) => match quantize_i8_rows(&w, n, k) {
+                Ok(q) if part == Part::Values => q.q.iter().map(|v| *v as u8).collect(),
+                Ok(q) => f32_bytes(&q.scales),
+                Err(source) => return self.fail(entry, source),
+            },
+            (Form::Int4 { block }, _) => match quantize_i4_blocks(&w, n, k, block) {
+                Ok(q) if part == Part::Values => q.packed,
+                Ok(q) => f32_bytes(&q.scales),
+                Err(source) => return self.fail(entry, source),
+            },
+        };
+        debug_assert_eq!(bytes.len(), self.len);
+        Cow::Owned(bytes)
+    }
+    fn data_len(&self) -> usize {
+        self.len
+    }
+}
+
+impl OutTensor<'_> {
+    /// Records the failure and returns bytes of the right length (the file is thrown away).
+    fn fail(&self, entry: &Entry, source: pi0d_kernels::quant::QuantError) -> Cow<'static, [u8]> {
+        let mut failed = self.failed.borrow_mut();
+        if failed.is_none() {
+            *failed = Some(QuantizeError::Tensor {
+                tensor: entry.stored.clone(),
+                source,
+            });
+        }
+        Cow::Owned(vec![0; self.len])
+    }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The files of a checkpoint directory that are not its weights (config, processors,
+/// tokenizer), copied as they are.
+fn side_files(dir: &Path, weight_files: &BTreeSet<PathBuf>) -> Result<Vec<PathBuf>, QuantizeError> {
+    let io = |source| QuantizeError::Io {
+        path: dir.into(),
+        source,
+    };
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(io)? {
+        let path = e.map_err(io)?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let skip = matches!(
+            name.as_deref(),
+            Some("model.safetensors" | "model.safetensors.index.json" | MANIFEST)
+        );
+        if !skip && path.is_file() && !weight_files.contains(&path) {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Writes the quantized checkpoint; returns its manifest.
+pub fn quantize(opts: &QuantizeOptions) -> Result<QuantizeReport, QuantizeError> {
+    if !opts.checkpoint.is_dir() {
+        return Err(QuantizeError::Invalid(format!(
+            "--checkpoint {}: expected a checkpoint directory (config.json beside model.safetensors)",
+            opts.checkpoint.display()
+        )));
+    }
+    if opts.scheme == Scheme::W4
+        && !(opts.block.is_power_of_two() && (16..=256).contains(&opts.block))
+    {
+        return Err(QuantizeError::Invalid(format!(
+            "--block {}: expected a power of two from 16 to 256",
+            opts.block
+        )));
+    }
+    if opts.checkpoint.join(MANIFEST).exists() {
+        return Err(QuantizeError::Invalid(format!(
+            "{} is already quantized ({MANIFEST}): quantize the float checkpoint it was made from",
+            opts.checkpoint.display()
+        )));
+    }
+    let ck = Checkpoint::load(&opts.checkpoint)?;
+    let groups: BTreeSet<Group> = opts.groups.iter().copied().collect();
+    let failed = RefCell::new(None);
+    let mut tensors = Vec::new();
+    let (mut count, mut before, mut after) = (0, 0u64, 0u64);
+    let mut stored_as_w8 = Vec::new();
+    let mut entries: Vec<&Entry> = ck.entries().collect();
+    entries.sort_by(|a, b| a.stored.cmp(&b.stored));
+    for e in entries {
+        let out = |source, dtype, shape: Vec<usize>, len| OutTensor {
+            ck: &ck,
+            source,
+            dtype,
+            shape,
+            len,
+            failed: &failed,
+        };
+        if e.name.ends_with(".weight_scale") {
+            return Err(QuantizeError::Invalid(format!(
+                "{}: tensor `{}` is a quantized weight's scales: this checkpoint is already quantized; quantize the float checkpoint it was made from",
+                ck.path.display(),
+                e.stored
+            )));
+        }
+        let group = Group::of(&e.name).filter(|g| groups.contains(g));
+        let float = WeightDtype::of(e.dtype);
+        let (Some(_), Some(dtype), &[n, k]) = (group, float, e.shape.as_slice()) else {
+            if Group::of(&e.name).is_some() && float.is_none() {
+                return Err(QuantizeError::Invalid(format!(
+                    "{}: tensor `{}` is stored as {:?}: this checkpoint is already quantized; quantize the float checkpoint it was made from",
+                    ck.path.display(),
+                    e.stored,
+                    e.dtype
+                )));
+            }
+            tensors.push((
+                e.stored.clone(),
+                out(Source::Copy(e), e.dtype, e.shape.clone(), e.bytes),
+            ));
+            continue;
+        };
+        let form = match opts.scheme {
+            Scheme::Bf16 => Form::Bf16,
+            Scheme::W8 => Form::Int8,
+            Scheme::W4 if k.is_multiple_of(opts.block) => Form::Int4 { block: opts.block },
+            Scheme::W4 => {
+                stored_as_w8.push(e.stored.clone());
+                Form::Int8
+            }
+        };
+        let quantized = |part| Source::Quantized {
+            entry: e,
+            dtype,
+            form,
+            part,
+        };
+        let (values, scales) = match form {
+            Form::Bf16 => (
+                out(quantized(Part::Values), Dtype::BF16, vec![n, k], n * k * 2),
+                None,
+            ),
+            Form::Int8 => (
+                out(quantized(Part::Values), Dtype::I8, vec![n, k], n * k),
+                Some(out(quantized(Part::Scales), Dtype::F32, vec![n], n * 4)),
+            ),
+            Form::Int4 { block } => (
+                out(
+                    quantized(Part::Values),
+                    Dtype::U8,
+                    vec![n, k / 2],
+                    n * k / 2,
+                ),
+                Some(out(
+                    quantized(Part::Scales),
+                    Dtype::F32,
+                    vec![n, k / block],
+                    n * (k / block) * 4,
+                )),
+            ),
+        };
+        count += 1;
+        before += e.bytes as u64;
+        after += (values.len + scales.as_ref().map_or(0, |s| s.len)) as u64;
+        tensors.push((e.stored.clone(), values));
+        if let Some(s) = scales {
+            tensors.push((format!("{}_scale", e.stored), s));
+        }
+    }
+    if count == 0 {
+        return Err(QuantizeError::Invalid(format!(
+            "{}: no linear weights of the groups {} found: nothing to quantize",
+            ck.path.display(),
+            opts.groups
+                .iter()
+                .map(|g| g.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let staging = Staging::new(&opts.out, MANIFEST, "quantized checkpoint")?;
+    let weights = staging.tmp.join("model.safetensors");
+    let meta = HashMap::from([
+        ("format".to_string(), "pt".to_string()),
+        (
+            "pi0d.quantization".to_string(),
+            opts.scheme.name().to_string(),
+        ),
+    ]);
+    safetensors::serialize_to_file(
+        tensors.iter().map(|(n, t)| (n.as_str(), t)),
+        Some(meta),
+        &weights,
+    )
+    .map_err(|source| QuantizeError::Write {
+        path: weights.clone(),
+        source,
+    })?;
+    if let Some(e) = failed.into_inner() {
+        return Err(e);
+    }
+    let weight_files: BTreeSet<PathBuf> = ck.files().map(|(p, _)| p.to_path_buf()).collect();
+    for file in side_files(&opts.checkpoint, &weight_files)? {
+        let Some(name) = file.file_name() else {
+            continue;
+        };
+        let to = staging.tmp.join(name);
+        std::fs::copy(&file, &to).map_err(|source| QuantizeError::Io { path: to, source })?;
+    }
+    let manifest = Manifest {
+        format: FORMAT.into(),
+        producer: format!("pi0d {}", env!("CARGO_PKG_VERSION")),
+        scheme: opts.scheme,
+        block: (opts.scheme == Scheme::W4).then_some(opts.block),
+        quantized_groups: groups.iter().copied().collect(),
+        float_groups: Group::ALL
+            .into_iter()
+            .filter(|g| !groups.contains(g))
+            .collect(),
+        stored_as_w8,
+        tensors: count,
+        bytes_before: before,
+        bytes_after: after,
+        source: opts.checkpoint.clone(),
+    };
+    let path = staging.tmp.join(MANIFEST);
+    let text = serde_json::to_string_pretty(&manifest)
+        .map_err(|e| QuantizeError::Invalid(format!("the manifest does not serialize: {e}")))?;
+    std::fs::write(&path, text + "\n").map_err(|source| QuantizeError::Io { path, source })?;
+    staging.commit()?;
+    Ok(QuantizeReport { manifest })
+}

@@ -1,0 +1,96 @@
+//! `pi0d quantize` as a user runs it: the bundled model quantized, checked and driving the
+//! simulated arm through the daemon like any other checkpoint; refusals exit 1 naming why.
+
+use std::process::Command;
+
+use crate::common;
+
+use common::*;
+
+fn pi0d(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(args)
+        .output()
+        .expect("pi0d runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+#[test]
+fn when_the_bundled_model_is_quantized_expect_it_checked_and_driving_the_sim_arm() {
+    let dir = scratch_dir("quantized-run");
+    let model = root().join("models/tiny-pi0");
+    for scheme in ["w8", "w4"] {
+        let out = dir.join(format!("tiny-pi0-{scheme}"));
+        let (code, text) = pi0d(&[
+            "quantize",
+            "--checkpoint",
+            model.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--scheme",
+            scheme,
+        ]);
+        assert_eq!(code, Some(0), "{text}");
+        assert!(
+            text.contains(&format!("linear weights to {scheme}")),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "quantized: vision, projector, language, expert; kept as they were: heads"
+            ),
+            "{text}"
+        );
+        let mut cfg = sim_model_config();
+        cfg["policy"]["checkpoint"] = toml::Value::String(out.display().to_string());
+        let (code, text) = check_config(&format!("quantized-{scheme}"), &cfg);
+        assert_eq!(code, Some(0), "{text}");
+        assert!(text.contains(&format!("weights: {scheme}")), "{text}");
+        let run = run_daemon(&format!("quantized-{scheme}"), &cfg, 3.0);
+        assert_eq!(run.code(), 0, "{}", run.stderr);
+        assert!(
+            run.summary()["chunks_accepted"].as_u64().unwrap() > 0,
+            "{}",
+            run.stderr
+        );
+        assert_safe(&run, &cfg);
+    }
+}
+
+#[test]
+fn when_quantize_is_given_what_it_cannot_take_expect_exit_1_naming_it() {
+    let dir = scratch_dir("quantized-refusals");
+    let out = dir.join("out");
+    let bare = root().join("tests/fixtures/pi0_float32/model.safetensors");
+    let (code, text) = pi0d(&[
+        "quantize",
+        "--checkpoint",
+        bare.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--scheme",
+        "w8",
+    ]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("expected a checkpoint directory"), "{text}");
+    let model = root().join("models/tiny-pi0");
+    let (code, text) = pi0d(&[
+        "quantize",
+        "--checkpoint",
+        model.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--scheme",
+        "w4",
+        "--block",
+        "24",
+    ]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("--block 24: expected a power of two"),
+        "{text}"
+    );
+    assert!(!out.exists());
+}
