@@ -574,7 +574,11 @@ impl Checkpoint {
                 len: e.bytes / 4,
             }
         } else {
-            Weights::Owned(decode(bytes, dtype).collect())
+            let owned = decode(bytes, dtype).collect();
+            // The decoded copy replaces the file's pages (a bf16 checkpoint would otherwise
+            // hold both in memory).
+            release_pages(map, e.offset, e.bytes);
+            Weights::Owned(owned)
         };
         if let Some(index) = data.iter().position(|x| !x.is_finite()) {
             return Err(CheckpointError::NonFinite {
