@@ -10,28 +10,18 @@
 //! the best rate pi0d's kernel reaches on a product that fits in cache (the machine's practical
 //! f32 peak, as a JSON line for tools/bench_pi0.py).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gemm::Parallelism;
 use pi0d::policy::pi0::packed::{Isa, PackedMatrix};
 
-// The storages' table: one copy, shared with the kernels crate's example that prints it
-// without building pi0d (`cargo run --release -p pi0d-kernels --example matmul_quant`).
+// The storages' table, the shapes and the timing helpers: one copy, shared with the kernels
+// crate's example that prints the table without building pi0d
+// (`cargo run --release -p pi0d-kernels --example matmul_quant`).
 #[path = "../kernels/examples/matmul_quant.rs"]
 mod matmul_quant;
 
-/// (what, rows, out, in)
-const SHAPES: [(&str, usize, usize, usize); 9] = [
-    ("expert q+k+v", 51, 2560, 1024),
-    ("expert gate", 51, 4096, 1024),
-    ("expert down", 51, 1024, 4096),
-    ("action out", 50, 32, 1024),
-    ("siglip qkv", 256, 1152, 1152),
-    ("siglip fc1", 256, 4304, 1152),
-    ("gemma q", 560, 2048, 2048),
-    ("gemma gate", 128, 16384, 2048),
-    ("gemma down", 128, 2048, 16384),
-];
+use matmul_quant::{median, values, SHAPES};
 
 /// `out[m, n] = a[m, k] b[n, k]^T` through the `gemm` crate (row-major, as pi0d's weights).
 fn gemm_bt(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize, par: Parallelism) {
@@ -62,26 +52,6 @@ fn gemm_bt(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize, 
     }
 }
 
-fn values(len: usize) -> Vec<f32> {
-    (0..len)
-        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
-        .collect()
-}
-
-/// Median seconds per call of `f`, run for about `budget`.
-fn time(budget: Duration, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut samples = Vec::new();
-    let start = Instant::now();
-    while start.elapsed() < budget || samples.len() < 3 {
-        let t = Instant::now();
-        f();
-        samples.push(t.elapsed().as_secs_f64());
-    }
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let flag = |name: &str, default: f64| {
@@ -99,7 +69,7 @@ fn main() {
         let (a, w) = (values(m * k), values(n * k));
         let packed = PackedMatrix::pack(&w, n, k);
         let mut out = vec![0.0f32; m * n];
-        let s = time(budget, || packed.matmul(&a, m, &mut out, threads));
+        let s = median(budget, || packed.matmul(&a, m, &mut out, threads));
         println!(
             "{{\"peak_gflops\": {:.1}}}",
             2.0 * (m * n * k) as f64 / s / 1e9
@@ -125,8 +95,8 @@ fn main() {
         let packed = PackedMatrix::pack(&w, n, k);
         let mut out = vec![0.0f32; m * n];
         let flops = 2.0 * (m * n * k) as f64;
-        let ours = time(budget, || packed.matmul(&a, m, &mut out, threads));
-        let theirs = time(budget, || gemm_bt(&a, &w, &mut out, m, k, n, par));
+        let ours = median(budget, || packed.matmul(&a, m, &mut out, threads));
+        let theirs = median(budget, || gemm_bt(&a, &w, &mut out, m, k, n, par));
         println!(
             "{what:<14} {m:>5} {n:>6} {k:>6} {:>9.1} {:>9.1} {:>7.2}",
             flops / ours / 1e9,

@@ -24,14 +24,15 @@ pub const SHAPES: [(&str, usize, usize, usize); 9] = [
     ("gemma down", 128, 2048, 16384),
 ];
 
-fn values(len: usize) -> Vec<f32> {
+/// Deterministic values in [-1, 1).
+pub fn values(len: usize) -> Vec<f32> {
     (0..len)
         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
         .collect()
 }
 
 /// Median seconds per call of `f`, run for about `budget`.
-fn median(budget: Duration, mut f: impl FnMut()) -> f64 {
+pub fn median(budget: Duration, mut f: impl FnMut()) -> f64 {
     f();
     let mut samples = Vec::new();
     let start = Instant::now();

@@ -46,11 +46,7 @@ impl Elem for f32 {
     }
     #[inline(always)]
     unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, _: &[V; NV]) -> [V; NV] {
-        let mut r = [unsafe { V::zero() }; NV];
-        for (j, v) in r.iter_mut().enumerate() {
-            *v = unsafe { V::load((p as *const f32).add(j * V::N)) };
-        }
-        r
+        unsafe { vectors(|j| V::load((p as *const f32).add(j * V::N))) }
     }
 }
 
@@ -62,11 +58,7 @@ impl Elem for Bf16Bits {
     }
     #[inline(always)]
     unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, _: &[V; NV]) -> [V; NV] {
-        let mut r = [unsafe { V::zero() }; NV];
-        for (j, v) in r.iter_mut().enumerate() {
-            *v = unsafe { V::load_bf16((p as *const u16).add(j * V::N)) };
-        }
-        r
+        unsafe { vectors(|j| V::load_bf16((p as *const u16).add(j * V::N))) }
     }
 }
 
@@ -78,11 +70,7 @@ impl Elem for F16Bits {
     }
     #[inline(always)]
     unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, _: &[V; NV]) -> [V; NV] {
-        let mut r = [unsafe { V::zero() }; NV];
-        for (j, v) in r.iter_mut().enumerate() {
-            *v = unsafe { V::load_f16((p as *const u16).add(j * V::N)) };
-        }
-        r
+        unsafe { vectors(|j| V::load_f16((p as *const u16).add(j * V::N))) }
     }
 }
 
@@ -94,11 +82,7 @@ impl Elem for I8Val {
     }
     #[inline(always)]
     unsafe fn row<V: Lanes, const NV: usize>(p: *const u8, _: &[V; NV]) -> [V; NV] {
-        let mut r = [unsafe { V::zero() }; NV];
-        for (j, v) in r.iter_mut().enumerate() {
-            *v = unsafe { V::load_i8(p.add(j * V::N)) };
-        }
-        r
+        unsafe { vectors(|j| V::load_i8(p.add(j * V::N))) }
     }
 }
 
@@ -116,6 +100,16 @@ impl Elem for I4Pair {
         }
         r
     }
+}
+
+/// `NV` vectors, vector `j` loaded by `load(j)`.
+#[inline(always)]
+unsafe fn vectors<V: Lanes, const NV: usize>(load: impl Fn(usize) -> V) -> [V; NV] {
+    let mut r = [unsafe { V::zero() }; NV];
+    for (j, v) in r.iter_mut().enumerate() {
+        *v = load(j);
+    }
+    r
 }
 
 /// An `I4Pair` row for kernels with an even `NV`: the `N` bytes at `g * N` hold vector `g` in

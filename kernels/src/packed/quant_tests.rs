@@ -2,7 +2,7 @@
 //! quantized values stand for (dequantized by `crate::quant`, which reads the row-major layout
 //! and knows nothing of the panels).
 
-use super::tests::{naive, values};
+use super::tests::{check_products, values};
 use super::*;
 use crate::quant::{
     dequantize_i4, dequantize_i8, quantize_i4_blocks, quantize_i8_rows, QuantError,
@@ -17,42 +17,6 @@ fn weight(n: usize, k: usize, seed: u32) -> Vec<f32> {
         *v *= (1 + r % 3) as f32 * (1 + (c / 16) % 5) as f32 * 0.37;
     }
     w
-}
-
-/// `out` against the f64 product of `a` and the dequantized `w`, to 1e-4 relative.
-fn assert_close(out: &[f32], want: &[f32], what: &str) {
-    for (i, (g, w)) in out.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
-            "{what}: out[{i}] = {g}, want {w}"
-        );
-    }
-}
-
-/// Packs `w` both ways and checks the product on 1, 2 and 3 threads, and that nothing is
-/// written past the output.
-fn check_products(isa: Isa, packed: &PackedMatrix, deq: &[f32], m: usize, what: &str) {
-    let (n, k) = (packed.n, packed.k);
-    assert_eq!(
-        packed.unpack(),
-        deq,
-        "{what}: unpack is not the dequantized weight"
-    );
-    let a = values(m * k, 11);
-    let want = naive(&a, deq, m, n, k);
-    for threads in [1, 2, 3] {
-        let mut out = vec![f32::NAN; m * n + 5];
-        packed.matmul(&a, m, &mut out, threads);
-        assert_close(
-            &out,
-            &want,
-            &format!("{isa:?} {what} {m}x{n}x{k} t{threads}"),
-        );
-        assert!(
-            out[m * n..].iter().all(|v| v.is_nan()),
-            "{isa:?} {what}: wrote past the output"
-        );
-    }
 }
 
 #[test]

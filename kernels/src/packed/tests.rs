@@ -23,6 +23,43 @@ pub(super) fn values(len: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
+/// `out` against the f64 product `want`, to 1e-4 relative.
+pub(super) fn assert_close(out: &[f32], want: &[f32], what: &str) {
+    for (i, (g, w)) in out.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+            "{what}: out[{i}] = {g}, want {w}"
+        );
+    }
+}
+
+/// `packed` unpacks to `w` (the weight it stands for, dequantized where it is quantized),
+/// and its product on 1, 2 and 3 threads is the f64 product against `w`, with nothing written
+/// past the output.
+pub(super) fn check_products(isa: Isa, packed: &PackedMatrix, deq: &[f32], m: usize, what: &str) {
+    let (n, k) = (packed.n, packed.k);
+    assert_eq!(
+        packed.unpack(),
+        deq,
+        "{what}: unpack is not the dequantized weight"
+    );
+    let a = values(m * k, 11);
+    let want = naive(&a, deq, m, n, k);
+    for threads in [1, 2, 3] {
+        let mut out = vec![f32::NAN; m * n + 5];
+        packed.matmul(&a, m, &mut out, threads);
+        assert_close(
+            &out,
+            &want,
+            &format!("{isa:?} {what} {m}x{n}x{k} t{threads}"),
+        );
+        assert!(
+            out[m * n..].iter().all(|v| v.is_nan()),
+            "{isa:?} {what}: wrote past the output"
+        );
+    }
+}
+
 #[test]
 fn every_kernel_matches_a_naive_product_at_ragged_shapes() {
     // Shapes around every edge: tails of rows (m % MR), of panels (n % NR) and of k blocks.
@@ -37,25 +74,9 @@ fn every_kernel_matches_a_naive_product_at_ragged_shapes() {
     ];
     for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
         for (m, n, k) in shapes {
-            let a = values(m * k, 1);
             let w = values(n * k, 2);
             let packed = PackedMatrix::pack_for(isa, &w, n, k);
-            assert_eq!(packed.unpack(), w, "{isa:?} pack/unpack {n}x{k}");
-            for threads in [1, 2, 3] {
-                let mut out = vec![f32::NAN; m * n + 3];
-                packed.matmul(&a, m, &mut out, threads);
-                let want = naive(&a, &w, m, n, k);
-                for (i, (g, w)) in out.iter().zip(&want).enumerate() {
-                    assert!(
-                        (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
-                        "{isa:?} {m}x{n}x{k} threads {threads}: out[{i}] = {g}, want {w}"
-                    );
-                }
-                assert!(
-                    out[m * n..].iter().all(|v| v.is_nan()),
-                    "wrote past the output"
-                );
-            }
+            check_products(isa, &packed, &w, m, "f32");
         }
     }
 }
