@@ -1,6 +1,7 @@
 //! `pi0d quantize` as a user runs it: the bundled model quantized, checked and driving the
 //! simulated arm through the daemon like any other checkpoint; refusals exit 1 naming why.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::common;
@@ -17,21 +18,28 @@ fn pi0d(args: &[&str]) -> (Option<i32>, String) {
     (out.status.code(), text)
 }
 
+/// `pi0d quantize` of `checkpoint` into `out` with `scheme` and `more` arguments.
+fn quantize(checkpoint: &Path, out: &Path, scheme: &str, more: &[&str]) -> (Option<i32>, String) {
+    let (checkpoint, out) = (checkpoint.to_str().unwrap(), out.to_str().unwrap());
+    let args = [
+        "quantize",
+        "--checkpoint",
+        checkpoint,
+        "--out",
+        out,
+        "--scheme",
+        scheme,
+    ];
+    pi0d(&[&args[..], more].concat())
+}
+
 #[test]
 fn when_the_bundled_model_is_quantized_expect_it_checked_and_driving_the_sim_arm() {
     let dir = scratch_dir("quantized-run");
     let model = root().join("models/tiny-pi0");
     for scheme in ["w8", "w4"] {
         let out = dir.join(format!("tiny-pi0-{scheme}"));
-        let (code, text) = pi0d(&[
-            "quantize",
-            "--checkpoint",
-            model.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--scheme",
-            scheme,
-        ]);
+        let (code, text) = quantize(&model, &out, scheme, &[]);
         assert_eq!(code, Some(0), "{text}");
         assert!(
             text.contains(&format!("linear weights to {scheme}")),
@@ -64,29 +72,11 @@ fn when_quantize_is_given_what_it_cannot_take_expect_exit_1_naming_it() {
     let dir = scratch_dir("quantized-refusals");
     let out = dir.join("out");
     let bare = root().join("tests/fixtures/pi0_float32/model.safetensors");
-    let (code, text) = pi0d(&[
-        "quantize",
-        "--checkpoint",
-        bare.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--scheme",
-        "w8",
-    ]);
+    let (code, text) = quantize(&bare, &out, "w8", &[]);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("expected a checkpoint directory"), "{text}");
     let model = root().join("models/tiny-pi0");
-    let (code, text) = pi0d(&[
-        "quantize",
-        "--checkpoint",
-        model.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--scheme",
-        "w4",
-        "--block",
-        "24",
-    ]);
+    let (code, text) = quantize(&model, &out, "w4", &["--block", "24"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("--block 24: expected a power of two"),

@@ -13,11 +13,11 @@ use crate::observation::{CameraFrame, PixelFormat};
 use crate::policy::cameras::{bind, ModelCameras};
 use crate::time::MonoTime;
 
-fn fixtures() -> PathBuf {
+pub(super) fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
-fn u8s(f: &TensorFile, name: &str) -> (Vec<usize>, Vec<u8>) {
+pub(super) fn u8s(f: &TensorFile, name: &str) -> (Vec<usize>, Vec<u8>) {
     let t = &f.tensors[name];
     match &t.values {
         Values::U8(v) => (t.shape.clone(), v.clone()),
@@ -25,7 +25,7 @@ fn u8s(f: &TensorFile, name: &str) -> (Vec<usize>, Vec<u8>) {
     }
 }
 
-fn rgb_frame(shape: &[usize], data: Vec<u8>) -> CameraFrame {
+pub(super) fn rgb_frame(shape: &[usize], data: Vec<u8>) -> CameraFrame {
     CameraFrame {
         stamp: MonoTime::ZERO,
         width: shape[1] as u32,

@@ -41,7 +41,7 @@ impl Checkpoint {
                 if e.shape != [out, inp] {
                     return Err(shape_err(vec![out, inp]));
                 }
-                let scales = self.scales(e, &[out])?;
+                let scales = self.scales(self.scale_entry(e)?, &[out])?;
                 let q = self.bytes(e).iter().map(|b| *b as i8).collect();
                 self.release(e);
                 Ok(LinearWeight::Int8(QuantI8 { q, scales }))
@@ -68,7 +68,7 @@ impl Checkpoint {
                         "int4 blocks of {block} inputs: expected a power of two from 16 to 256"
                     )));
                 }
-                let scales = self.scales(e, &[out, blocks])?;
+                let scales = self.scales(scale, &[out, blocks])?;
                 let packed = self.bytes(e).to_vec();
                 self.release(e);
                 Ok(LinearWeight::Int4(QuantI4 {
@@ -94,9 +94,8 @@ impl Checkpoint {
         })
     }
 
-    /// The quantized weight `e`'s scales, of `shape`, f32 and finite.
-    fn scales(&self, e: &Entry, shape: &[usize]) -> Result<Vec<f32>, CheckpointError> {
-        let s = self.scale_entry(e)?;
+    /// A quantized weight's scales `s`, checked to be `shape`, f32 and finite.
+    fn scales(&self, s: &Entry, shape: &[usize]) -> Result<Vec<f32>, CheckpointError> {
         let path = self.file_of(s).to_path_buf();
         if s.shape != shape {
             return Err(CheckpointError::Shape {

@@ -1,17 +1,14 @@
 //! Quantized checkpoints against lerobot's own f32 actions (the golden fixtures of
 //! tools/make_golden.py), and every refusal naming what is wrong.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::*;
 use crate::policy::pi0::infer::{run_batch, Batch};
+use crate::policy::pi0::lerobot_tests::{fixtures, rgb_frame, u8s};
 use crate::policy::pi0::tensorfile::TensorFile;
 use crate::policy::pi0::{Checkpoint, Pi0Model};
 use crate::test_dirs::TempDir;
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
 
 fn options(checkpoint: &Path, out: &Path, scheme: Scheme, groups: &[Group]) -> QuantizeOptions {
     QuantizeOptions {
@@ -56,7 +53,7 @@ fn against_lerobot(checkpoint: &Path, case: &str) -> (f64, f32) {
 /// frame, whole pipeline, against the actions lerobot's pipeline gives (in the robot's units).
 fn hil_against_lerobot(checkpoint: &Path) -> (f64, f32) {
     use crate::config::BackendOptions;
-    use crate::observation::{CameraFrame, PixelFormat};
+    use crate::observation::CameraFrame;
     use crate::policy::pi0::pipeline::{Pi0Pipeline, PipelineOptions};
     let dir = fixtures().join("cases/hil_above_cube_end_to_end");
     let mut p = Pi0Pipeline::load(&PipelineOptions {
@@ -68,22 +65,12 @@ fn hil_against_lerobot(checkpoint: &Path) -> (f64, f32) {
     })
     .unwrap();
     let raw = TensorFile::read(&dir.join("raw.safetensors")).unwrap();
-    let frame = |name: &str| {
-        let t = &raw.tensors[name];
-        let crate::policy::pi0::tensorfile::Values::U8(data) = &t.values else {
-            panic!("{name} is not u8")
-        };
-        CameraFrame {
-            stamp: crate::time::MonoTime::ZERO,
-            width: t.shape[1] as u32,
-            height: t.shape[0] as u32,
-            format: PixelFormat::Rgb8,
-            data: data.clone(),
-        }
-    };
     let frames: Vec<CameraFrame> = (0..)
         .map_while(|i| raw.tensors.contains_key(&format!("frame{i}")).then_some(i))
-        .map(|i| frame(&format!("frame{i}")))
+        .map(|i| {
+            let (shape, data) = u8s(&raw, &format!("frame{i}"));
+            rgb_frame(&shape, data)
+        })
         .collect();
     let (_, state) = raw.f32("state", &[Some(7)]).unwrap();
     let (_, noise) = raw.f32("noise", &[Some(1), Some(50), Some(32)]).unwrap();
