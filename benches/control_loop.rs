@@ -173,6 +173,7 @@ fn tick_cost(joints: usize, ticks: usize) {
         warmup_chunks: 1,
         trajectory_joints: Vec::new(),
         trajectory_coast_s: 0.05,
+        trajectory_interval_s: 0.0,
     };
     let executor = Executor::new(Interpolation::Quintic, MergeMode::Blend, 0.2, dt);
     let mut ctl = Controller::new(limits, dt, executor, None, settings, &start, t0).unwrap();
@@ -221,6 +222,7 @@ fn tick_cost(joints: usize, ticks: usize) {
                 },
                 new_chunk,
                 inference_in_flight: true,
+                trajectories_sent: None,
             },
             &mut |c| recycled.push(c),
         );

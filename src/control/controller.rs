@@ -11,6 +11,7 @@
 
 use super::executor::{ChunkRejection, Executor};
 use super::stats::Histogram;
+use super::unsent::Recent;
 use crate::chunk::JointChunk;
 use crate::config::{CommandType, Config, Io};
 use crate::joints::{JointMeasurement, JointVector, MotionState};
@@ -35,6 +36,9 @@ pub struct TickInputs<'a> {
     pub safety: SafetyInputs<'a>,
     pub new_chunk: Option<Box<JointChunk>>,
     pub inference_in_flight: bool,
+    /// The tick (its `now`) of the newest command the transports have sent to the trajectory
+    /// controllers; `None` where nothing says (no trajectory output, a simulated robot).
+    pub trajectories_sent: Option<MonoTime>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -85,6 +89,8 @@ pub struct ControllerSettings {
     /// outputs), and how long it coasts before braking (`ros.trajectory_coast_s`).
     pub trajectory_joints: Vec<usize>,
     pub trajectory_coast_s: f64,
+    /// The longest time between two messages of a trajectory output (s: 1 / its rate).
+    pub trajectory_interval_s: f64,
 }
 
 pub struct Controller {
@@ -110,6 +116,12 @@ pub struct Controller {
     lookahead: Lookahead,
     trajectory_joints: Vec<usize>,
     trajectory_coast_s: f64,
+    /// A gap in the trajectories sent longer than this (s) means the controllers have been
+    /// running the look-ahead of the last one they got.
+    unsent_after_s: f64,
+    /// The last ticks' commands, to find that one; and it, once found, while the gap lasts.
+    recent: Recent,
+    unsent_anchor: Option<(MonoTime, MotionState)>,
 }
 
 impl Controller {
@@ -135,6 +147,15 @@ impl Controller {
             },
             trajectory_coast_s: match &cfg.io {
                 Io::Ros(r) => r.trajectory_coast_s,
+                Io::Sim => 0.0,
+            },
+            trajectory_interval_s: match &cfg.io {
+                Io::Ros(r) => r
+                    .commands
+                    .iter()
+                    .filter(|g| g.kind == CommandType::JointTrajectory)
+                    .map(|g| 1.0 / g.rate_hz)
+                    .fold(0.0, f64::max),
                 Io::Sim => 0.0,
             },
         };
@@ -180,6 +201,11 @@ impl Controller {
         let mut monitor = LimitMonitor::new(limits.clone(), dt);
         monitor.reset_at(&start.position);
         let lookahead = Lookahead::new(&limits, settings.trajectory_coast_s);
+        // Half the coast without news: the controllers have left the command's line by a
+        // hair (its jerk over that time) and are about to brake.
+        let unsent_after_s =
+            settings.trajectory_interval_s.max(dt) + 0.5 * settings.trajectory_coast_s;
+        let kept = (unsent_after_s / dt).ceil() as usize + 2;
         Ok(Controller {
             request_threshold_s: settings.request_threshold_s,
             warmup_chunks: settings.warmup_chunks,
@@ -197,6 +223,9 @@ impl Controller {
             lookahead,
             trajectory_joints: settings.trajectory_joints,
             trajectory_coast_s: settings.trajectory_coast_s,
+            unsent_after_s,
+            recent: Recent::new(kept),
+            unsent_anchor: None,
             latency: Histogram::new(100_000, 100_000),
         })
     }
@@ -344,10 +373,14 @@ impl Controller {
         }
         if gate.reset_at.is_none() {
             self.resume_where_the_lookahead_went(&sent, now);
+            self.follow_the_lookahead_while_unsent(i.trajectories_sent, now);
         }
         let (gov, broken) = self.govern(now, &i.safety.measured.position, &mut t, recycle);
         limit_violation |= broken;
         let command = *self.governor.state();
+        if !self.trajectory_joints.is_empty() {
+            self.recent.push(now, command);
+        }
 
         // 6. The next inference, early enough that the arm never pauses.
         let mode = self.safety.mode();
@@ -460,6 +493,41 @@ impl Controller {
         let went = self
             .lookahead
             .state_at(sent, &self.trajectory_joints, late_s);
+        self.resume_from(&went);
+    }
+
+    /// While no trajectory went out for longer than `unsent_after_s` (the I/O thread not run,
+    /// the control thread on time), the controllers have been running the look-ahead of the
+    /// last command they got, coasting and then braking, while the governor tracked the chunk
+    /// on: a message from the governor's command would pull them to it in one step. So the
+    /// command follows where that look-ahead took them, until a message goes out again; the
+    /// governor moves on from there within its limits.
+    fn follow_the_lookahead_while_unsent(&mut self, sent: Option<MonoTime>, now: MonoTime) {
+        let Some(sent) = sent else { return };
+        let gap_s = now.seconds_since(sent);
+        if self.trajectory_joints.is_empty() || gap_s <= self.unsent_after_s {
+            self.unsent_anchor = None;
+            return;
+        }
+        let anchor = match self.unsent_anchor {
+            Some((tick, cmd)) if tick == sent => cmd,
+            _ => match self.recent.find(sent) {
+                Some(cmd) => cmd,
+                // Older than the ticks kept (a stall of this thread too): the stall's own
+                // resume above has taken it from the last command.
+                None => return,
+            },
+        };
+        self.unsent_anchor = Some((sent, anchor));
+        // The command was due one period after its tick.
+        let went = self
+            .lookahead
+            .state_at(&anchor, &self.trajectory_joints, gap_s - self.dt);
+        self.resume_from(&went);
+    }
+
+    /// The trajectory joints' command (and the monitor's history) taken from `went`.
+    fn resume_from(&mut self, went: &MotionState) {
         let mut state = *self.governor.state();
         for &j in &self.trajectory_joints {
             state.position[j] = went.position[j];

@@ -6,6 +6,7 @@ pub(crate) mod interpolate;
 pub(crate) mod rtc;
 pub(crate) mod stats;
 pub(crate) mod ticker;
+mod unsent;
 
 pub use controller::{ChunkOutcome, Controller, ControllerSettings, TickInputs, TickReport};
 pub use executor::Executor;

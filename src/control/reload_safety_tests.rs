@@ -79,6 +79,7 @@ impl Rig {
             warmup_chunks: 0,
             trajectory_joints: Vec::new(),
             trajectory_coast_s: 0.05,
+            trajectory_interval_s: 0.0,
         };
         let ctl = Controller::new(limits, dt, executor, None, settings, &measured, t0)
             .expect("starts inside its limits");
@@ -118,6 +119,7 @@ impl Rig {
                 safety: SafetyInputs::quiet(now, &self.measured),
                 new_chunk,
                 inference_in_flight: false,
+                trajectories_sent: None,
             },
             &mut |_| {},
         );

@@ -10,7 +10,8 @@ use crate::chunk::JointChunk;
 use crate::control::watchdog_tests::{limits, Rig};
 use crate::control::{ControllerSettings, TickReport};
 use crate::joints::{JointVector, MotionState};
-use crate::robot::lookahead::Lookahead;
+use crate::robot::jtc_model::Follower;
+use crate::robot::lookahead::{Lookahead, TimedState};
 use crate::safety::Mode;
 
 const DT: f64 = 0.005;
@@ -22,6 +23,11 @@ const ACCELERATION: f64 = 5.0;
 /// Running a 0.6 rad/s ramp (opposite ways on the two joints) for 0.3 s; the joints in
 /// `trajectory_joints` are sent as trajectories. Generous watchdogs: only the stall is tested.
 fn moving(trajectory_joints: &[usize]) -> Rig {
+    moving_sent(trajectory_joints, &mut |_, _| {})
+}
+
+/// `moving`, with each tick's command handed to `sent` with the tick's time (s).
+fn moving_sent(trajectory_joints: &[usize], sent: &mut impl FnMut(f64, &MotionState)) -> Rig {
     let l = limits();
     assert_eq!((l.velocity[1], l.acceleration[1]), (VELOCITY, ACCELERATION));
     let mut rig = Rig::with_settings(ControllerSettings {
@@ -32,6 +38,7 @@ fn moving(trajectory_joints: &[usize]) -> Rig {
         warmup_chunks: 0,
         trajectory_joints: trajectory_joints.to_vec(),
         trajectory_coast_s: COAST_S,
+        trajectory_interval_s: 0.0,
     });
     let mut c = JointChunk::with_capacity(50);
     c.obs_stamp = rig.now().offset_seconds(-0.01);
@@ -41,13 +48,20 @@ fn moving(trajectory_joints: &[usize]) -> Rig {
         c.positions.push(JointVector::from_slice(&[x, -x]));
     }
     c.update_derivatives();
-    rig.tick(Some(Box::new(c)), 0, false, 0);
+    let r = rig.tick(Some(Box::new(c)), 0, false, 0);
+    sent(seconds(&rig), &r.command);
     for _ in 0..60 {
-        rig.tick(None, 0, false, 0);
+        let r = rig.tick(None, 0, false, 0);
+        sent(seconds(&rig), &r.command);
     }
     assert_eq!(rig.ctl.mode(), Mode::Running);
     assert!(rig.ctl.commanded().velocity[0] > 0.5, "moving");
     rig
+}
+
+/// The rig's last tick's time (s, synthetic).
+fn seconds(rig: &Rig) -> f64 {
+    rig.k as f64 * DT
 }
 
 /// The tick `periods` control periods after the last one.
@@ -145,6 +159,96 @@ proptest! {
         for _ in 0..20 {
             prop_assert!(!after(&mut rig, 1, false).limit_violation);
         }
+        prop_assert_eq!(rig.ctl.monitor().violations, 0);
+    }
+}
+
+/// The rig's commands as trajectories to a modelled joint_trajectory_controller (jazzy with
+/// `interpolate_from_desired_state`, 500 Hz; the model the interop tests judge pi0d's stream
+/// with), each message arriving at its tick as pi0d's ROS thread plans it (due one period out).
+struct ToController {
+    lookahead: Lookahead,
+    jtc: Follower,
+    plan: Vec<TimedState>,
+}
+
+impl ToController {
+    fn new() -> ToController {
+        ToController {
+            lookahead: Lookahead::new(&limits(), COAST_S),
+            jtc: Follower::new(MotionState::at_rest(JointVector::zeros(2)), 0.0, 500.0),
+            plan: Vec::new(),
+        }
+    }
+
+    fn send(&mut self, t: f64, cmd: &MotionState) {
+        self.lookahead.plan(cmd, DT, &mut self.plan);
+        self.jtc.receive(t, &self.plan);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Whatever the stall, the controller running the look-ahead through it and the messages
+    /// after it moves the arm within the bounds the interop tests hold it to: its acceleration
+    /// under twice the limit, its jerk under twenty times (a step between the controller's
+    /// spline and pi0d's resumed command would show here as a spike).
+    #[test]
+    fn when_any_stall_ends_expect_the_controllers_motion_within_the_bounds(
+        stall in 2u64..200,
+        before in 0u64..40,
+    ) {
+        let mut to = ToController::new();
+        let mut rig = moving_sent(&[0, 1], &mut |t, cmd| to.send(t, cmd));
+        for _ in 0..before {
+            let r = after(&mut rig, 1, false);
+            to.send(seconds(&rig), &r.command);
+        }
+        let r = after(&mut rig, stall, false);
+        to.send(seconds(&rig), &r.command);
+        for _ in 0..60 {
+            let r = after(&mut rig, 1, false);
+            to.send(seconds(&rig), &r.command);
+        }
+        to.jtc.run_until(seconds(&rig) + 1.0);
+        let (acc, jerk, at) = to.jtc.motion();
+        let at_s = at as f64 / 500.0;
+        prop_assert!(acc < 2.0 * ACCELERATION, "{acc} rad/s² at {at_s} s");
+        prop_assert!(jerk < 20.0 * limits().jerk[0], "{jerk} rad/s³");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// The I/O thread not run while the control thread ticks on: no trajectory goes out, the
+    /// controller runs the last one's look-ahead (coasting, then braking) while the chunk moves
+    /// on. Whatever the gap, the messages after it continue the controller's motion within
+    /// the same bounds: the command followed the look-ahead while nothing went out.
+    #[test]
+    fn when_the_io_thread_stalls_expect_the_controllers_motion_within_the_bounds(
+        stall in 1u64..120,
+        before in 0u64..40,
+    ) {
+        let mut to = ToController::new();
+        let mut rig = moving_sent(&[0, 1], &mut |t, cmd| to.send(t, cmd));
+        for _ in 0..before {
+            let r = after(&mut rig, 1, false);
+            to.send(seconds(&rig), &r.command);
+        }
+        rig.io_stalled = true;
+        for _ in 0..stall {
+            after(&mut rig, 1, false);
+        }
+        rig.io_stalled = false;
+        for _ in 0..60 {
+            let r = after(&mut rig, 1, false);
+            to.send(seconds(&rig), &r.command);
+        }
+        to.jtc.run_until(seconds(&rig) + 1.0);
+        let (acc, jerk, at) = to.jtc.motion();
+        let at_s = at as f64 / 500.0;
+        prop_assert!(acc < 2.0 * ACCELERATION, "{acc} rad/s² at {at_s} s");
+        prop_assert!(jerk < 20.0 * limits().jerk[0], "{jerk} rad/s³");
         prop_assert_eq!(rig.ctl.monitor().violations, 0);
     }
 }

@@ -23,6 +23,9 @@ pub(super) struct Rig {
     t0: MonoTime,
     pub(super) k: u64,
     measured: JointMeasurement,
+    /// The newest command's tick the transport sent; while `io_stalled`, nothing goes out.
+    sent: Option<MonoTime>,
+    pub(super) io_stalled: bool,
 }
 
 pub(super) fn limits() -> RobotLimits {
@@ -54,6 +57,7 @@ impl Rig {
             warmup_chunks: 0,
             trajectory_joints: Vec::new(),
             trajectory_coast_s: 0.05,
+            trajectory_interval_s: 0.0,
         })
     }
 
@@ -70,6 +74,8 @@ impl Rig {
             t0,
             k: 0,
             measured,
+            sent: None,
+            io_stalled: false,
         };
         // Observations from before the start-gate measurement are not fresh: run a little first.
         for _ in 0..20 {
@@ -115,10 +121,15 @@ impl Rig {
                 },
                 new_chunk: chunk,
                 inference_in_flight: false,
+                trajectories_sent: self.sent,
             },
             &mut |_| {},
         );
         self.measured.position = r.command.position;
+        // The transport sends each command at once, unless the test holds it back.
+        if !self.io_stalled {
+            self.sent = Some(now);
+        }
         r
     }
 }
@@ -160,6 +171,7 @@ fn when_chunk_predates_hold_expect_not_fresh_and_never_replayed() {
                 safety: SafetyInputs::quiet(now, &measured),
                 new_chunk: None,
                 inference_in_flight: false,
+                trajectories_sent: None,
             },
             &mut |_| {},
         );

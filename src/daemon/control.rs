@@ -219,6 +219,7 @@ impl ControlLoop {
             },
             new_chunk: worker.try_chunk(),
             inference_in_flight: worker.in_flight(),
+            trajectories_sent: self.board.command.sent(),
         };
         let report = self.ctl.tick(inputs, &mut |c| worker.recycle(c));
         worker.set_running(report.running_chunk);

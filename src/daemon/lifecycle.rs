@@ -112,6 +112,8 @@ pub(crate) enum StopCause {
     /// `--duration` elapsed, or SIGINT/SIGTERM.
     Requested,
     StartTimeout,
+    /// `--duration` elapsed before the arm started (exit 8 as for the start timeout).
+    DurationBeforeStart,
     ThreadFault,
     LimitViolation,
 }
@@ -288,7 +290,12 @@ impl Lifecycle {
             }
         }
         let over = self.settings.duration_s.is_some_and(|d| t >= d);
-        if over || o.stop_signal {
+        if over && !o.started && self.exit == ExitReason::Clean {
+            // A run that never started its task did not do its job, whichever limit ended it.
+            self.stop(&mut step, StopCause::DurationBeforeStart);
+            self.exit = ExitReason::StartTimeout;
+            self.start_waiting = Some(o.waiting);
+        } else if over || o.stop_signal {
             self.stop(&mut step, StopCause::Requested);
         }
 

@@ -340,6 +340,34 @@ fn when_the_duration_elapses_expect_one_stop_exactly_then() {
 }
 
 #[test]
+fn when_the_duration_elapses_before_the_arm_started_expect_exit_8_naming_what_it_waited_for() {
+    let mut w = World::new(Settings {
+        duration_s: Some(3.0),
+        ..settings()
+    });
+    w.o.started = false;
+    w.o.waiting = Waiting::Chunk;
+    w.run(0.0, 3.0 - MS, no_stop);
+    assert!(no_stop(&w.poll(3.0 - MS)));
+    assert_eq!(w.poll(3.0).stop, Some(StopCause::DurationBeforeStart));
+    assert_eq!(w.poll(3.02).stop, None);
+    assert_eq!(w.lc.start_waiting(), Some(Waiting::Chunk));
+    assert_eq!(
+        w.lc.finish(ControlEnd::Returned { reached_rest: true }),
+        ExitReason::StartTimeout
+    );
+    // A signal before the start is the operator's choice: a clean exit.
+    let mut w = World::new(settings());
+    w.o.started = false;
+    w.o.stop_signal = true;
+    assert_eq!(w.poll(1.0).stop, Some(StopCause::Requested));
+    assert_eq!(
+        w.lc.finish(ControlEnd::Returned { reached_rest: true }),
+        ExitReason::Clean
+    );
+}
+
+#[test]
 fn when_stopping_does_not_reach_rest_expect_exit_5_only_for_a_clean_run() {
     let mut w = World::new(settings());
     w.o.stop_signal = true;

@@ -768,6 +768,10 @@ fn carry_out(
             cfg.control.start_timeout_s,
             waiting_detail(cfg, observed.waiting, worker_stats)
         ),
+        Some(lifecycle::StopCause::DurationBeforeStart) => tracing::error!(
+            "the run's --duration ended before the arm started: waiting for {}; stopping",
+            waiting_detail(cfg, observed.waiting, worker_stats)
+        ),
         Some(lifecycle::StopCause::Requested) => tracing::info!("stopping: decelerating to rest"),
         _ => {}
     }

@@ -193,14 +193,24 @@ pub(crate) fn waiting_detail(cfg: &Config, waiting: Waiting, ws: &WorkerStats) -
                 .filter(|(_, n)| *n > 0)
                 .map(|(k, n)| format!("{n} {k}"))
                 .collect();
+            // A policy that never answers (a remote server down) is named by its own error.
+            let errors = ws.policy_errors.load(Ordering::Relaxed);
+            let latest = match ws.last_policy_error.lock() {
+                Ok(e) => e.clone(),
+                Err(poisoned) => poisoned.into_inner().clone(),
+            };
             format!(
-                "{waiting}: {} inference request(s), {} chunk(s) produced{}",
+                "{waiting}: {} inference request(s), {} chunk(s) produced{}{}",
                 ws.requests.load(Ordering::Relaxed),
                 ws.produced.load(Ordering::Relaxed),
                 if rejected.is_empty() {
                     String::new()
                 } else {
                     format!(", rejected: {}", rejected.join(", "))
+                },
+                match latest {
+                    Some(e) if errors > 0 => format!("; the latest policy error: {e}"),
+                    _ => String::new(),
                 }
             )
         }

@@ -275,6 +275,7 @@ fn simulate(case: &Case) -> Outcome {
         warmup_chunks: 0,
         trajectory_joints: Vec::new(),
         trajectory_coast_s: 0.05,
+        trajectory_interval_s: 0.0,
     };
     let mut ctl = Controller::new(limits, dt, executor, None, settings, &start, t0)
         .expect("start inside limits");
@@ -325,6 +326,7 @@ fn simulate(case: &Case) -> Outcome {
                 },
                 new_chunk,
                 inference_in_flight: false,
+                trajectories_sent: None,
             },
             &mut |_| {},
         );

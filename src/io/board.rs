@@ -27,6 +27,7 @@ impl Blackboard {
             command: CommandOut {
                 latest: Latest::new((MonoTime::ZERO, MotionState::default())),
                 lookahead: Latest::new(None),
+                sent: AtomicU64::new(0),
             },
             supervisor: SupervisorFlags::default(),
         }
@@ -143,9 +144,24 @@ pub(crate) struct CommandOut {
     /// before its first command and again whenever reloaded limits take effect, so a tail never
     /// plans with limits the governor no longer keeps.
     lookahead: Latest<Option<Lookahead>>,
+    /// The tick (ns) of the newest command the transports sent; 0 before the first.
+    sent: AtomicU64,
 }
 
 impl CommandOut {
+    /// The command of the tick at `tick` went out to every output (written by the transport).
+    pub(crate) fn mark_sent(&self, tick: MonoTime) {
+        self.sent.store(tick.as_nanos(), Ordering::Release);
+    }
+
+    /// The tick of the newest command sent, if one was.
+    pub(crate) fn sent(&self) -> Option<MonoTime> {
+        match self.sent.load(Ordering::Acquire) {
+            0 => None,
+            ns => Some(MonoTime::from_nanos(ns)),
+        }
+    }
+
     pub(crate) fn set_lookahead(&self, lookahead: Lookahead) {
         self.lookahead.store(Some(lookahead));
     }

@@ -39,6 +39,7 @@ pub(crate) struct Lookahead {
     upper: JointVector,
     velocity: JointVector,
     deceleration: JointVector,
+    jerk: JointVector,
 }
 
 impl Lookahead {
@@ -49,6 +50,7 @@ impl Lookahead {
             upper: limits.upper,
             velocity: limits.velocity,
             deceleration: limits.acceleration,
+            jerk: limits.jerk,
         }
     }
 
@@ -60,6 +62,7 @@ impl Lookahead {
             upper: self.upper.select(indices),
             velocity: self.velocity.select(indices),
             deceleration: self.deceleration.select(indices),
+            jerk: self.jerk.select(indices),
         }
     }
 
@@ -72,12 +75,20 @@ impl Lookahead {
     pub(crate) fn plan(&self, cmd: &MotionState, due_s: f64, out: &mut Vec<TimedState>) {
         out.clear();
         let n = cmd.position.len();
-        // The longest stop sets the braking points' times; each joint follows its own profile.
+        let coast_s = self.coast_s;
+        // The longest stop from where the coast ends sets the braking points' times (a coast
+        // that accelerates ends faster than the command), never shorter than twice the time
+        // the jerk limit takes to turn the coast's acceleration into braking: a controller's
+        // spline through points closer than that would turn it at many times the limit. Each
+        // joint follows its own profile.
         let brake_s = (0..n)
-            .map(|j| cmd.velocity[j].abs() / self.deceleration[j])
+            .map(|j| {
+                let (_, v, a) = self.joint_at(j, cmd, coast_s, coast_s);
+                let dec = self.deceleration[j];
+                (v.abs() / dec).max(2.0 * (a.abs() + dec) / self.jerk[j])
+            })
             .fold(0.0, f64::max)
             .max(MIN_FIRST_S);
-        let coast_s = self.coast_s;
         let first_s = due_s.max(MIN_FIRST_S - coast_s);
         let times = (1..=COAST_POINTS)
             .map(|k| coast_s * k as f64 / COAST_POINTS as f64)
@@ -272,6 +283,16 @@ mod tests {
             }
             let last = out.last().unwrap();
             prop_assert!(last.state.velocity.iter().all(|v| *v == 0.0));
+            // The profile itself has come to rest there: the last point is where it stops, so
+            // a controller never has to stop harder than the profile between the points.
+            let all: Vec<usize> = (0..n).collect();
+            let rest = Lookahead::new(&lim, coast).state_at(&cmd, &all, 1e3);
+            for j in 0..n {
+                prop_assert!(
+                    (last.state.position[j] - rest.position[j]).abs() < 1e-12,
+                    "joint {}: last point {} but stops at {}", j, last.state.position[j], rest.position[j]
+                );
+            }
             for s in &out {
                 for j in 0..n {
                     let x = s.state.position[j];

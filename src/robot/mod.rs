@@ -1,6 +1,8 @@
 //! What the daemon knows about the arm: per-joint limits (URDF merged with config) and the
 //! kinematic chain used for the Cartesian workspace check.
 
+#[cfg(test)]
+pub(crate) mod jtc_model;
 pub(crate) mod kinematics;
 pub(crate) mod limits;
 pub(crate) mod lookahead;

@@ -116,3 +116,27 @@ fn when_record_config_runs_expect_a_recording_that_pi0d_plot_draws() {
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     assert!(said.contains("plotted 7 joints"), "{said}");
 }
+
+#[test]
+fn when_remote_config_runs_with_no_server_expect_exit_8_naming_the_server() {
+    // A port nothing listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("ws://127.0.0.1:{port}");
+    let cfg = shipped("remote.toml", &[("ws://127.0.0.1:8000", url.clone())]);
+    let run = run_daemon_with("ready-remote-down", &cfg, 3.0, &["--quiet"]);
+    assert_eq!(run.code(), 8, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("--duration ended before the arm started")
+            && run.stderr.contains(&url),
+        "{}",
+        run.stderr
+    );
+    let s = run.summary();
+    assert_eq!(s["exit"], "start_timeout", "{s}");
+    assert_eq!(s["chunks_accepted"], 0, "{s}");
+}

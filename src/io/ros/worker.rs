@@ -171,17 +171,24 @@ impl<'a> Worker<'a> {
         self.last_sent = stamp;
         let age_s = MonoTime::now().seconds_since(stamp);
         let ros_stamp = self.clock.to_ros(stamp);
+        let mut all_out = true;
         for (k, out) in self.ep.command.iter_mut().enumerate() {
             let topic = self.topics.commands[k];
             match out.publish(stamp, ros_stamp, &cmd, age_s, &lookahead) {
                 Ok(_) => {}
                 Err(encode::CommandError::Failed(e)) => {
+                    all_out = false;
                     self.report.warn(topic, WarnKind::PublishFailed, &Chain(&e))
                 }
                 Err(encode::CommandError::Refused(e)) => {
+                    all_out = false;
                     self.report.warn(topic, WarnKind::CommandRefused, &e)
                 }
             }
+        }
+        // The control thread follows the controllers' look-ahead while none goes out.
+        if all_out {
+            self.board.command.mark_sent(stamp);
         }
     }
 
