@@ -520,15 +520,14 @@ fn reference_rows(text: &str) -> BTreeMap<String, (String, String)> {
         let Some(rest) = line.strip_prefix("| `") else {
             continue;
         };
+        // setting | example | default | range | unit | what
         let cells: Vec<&str> = rest.split(" | ").collect();
-        if cells.len() < 5 {
+        if cells.len() < 6 {
             continue;
         }
         let key = cells[0].trim_end_matches('`').to_string();
-        rows.insert(
-            key,
-            (cells[2].trim().to_string(), cells[3].trim().to_string()),
-        );
+        let (range, unit) = (cells[3].trim(), cells[4].trim());
+        rows.insert(key, (range.to_string(), unit.to_string()));
     }
     rows
 }
