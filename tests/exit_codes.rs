@@ -1,5 +1,5 @@
 //! The exit-code table end to end through the real binary (each code the binary can reach,
-//! named in the summary as in the README), and the simulator's drills for the thread
+//! named in the summary as in docs/safety.md), and the simulator's drills for the thread
 //! supervisor. Names follow `when_<situation>_expect_<behaviour>`.
 
 mod common;

@@ -161,7 +161,7 @@ fn when_pi0d_runs_the_trained_task_closed_loop_over_dds_expect_the_tool_to_follo
     // above), not verdicts: whether each chunk is inferred before the running one ends depends
     // on how fast this host infers (the summary's inference delay and starved chunks, printed
     // per episode), and the policy is a noisy draw (today 3 to 7 of 20 against lerobot's 7 to 8;
-    // see the README). What holds on any host is asserted above: every episode ran its length,
+    // see docs/contributing.md). What holds on any host is asserted above: every episode ran its length,
     // within the limits, no chunk refused for its content, and the tool's place follows the
     // cube's.
     let missed_by_pi0d_only: Vec<_> = episodes

@@ -1,4 +1,4 @@
-//! Why pi0d ended, and the process exit code for it: one table, here and in the README, so
+//! Why pi0d ended, and the process exit code for it: one table, here and in docs/safety.md, so
 //! systemd (`RestartPreventExitStatus=`, `SuccessExitStatus=`) and people can tell failures apart.
 
 use serde::Serialize;
@@ -156,11 +156,11 @@ mod tests {
     }
 
     #[test]
-    fn when_readme_documents_exit_codes_expect_every_code_in_its_table() {
-        let readme = include_str!("../../README.md");
+    fn when_docs_document_exit_codes_expect_every_code_in_their_table() {
+        let page = include_str!("../../docs/safety.md");
         for r in ExitReason::ALL {
             let row = format!("| {} | `{}` |", r.code(), r.name());
-            assert!(readme.contains(&row), "README lacks the row {row:?}");
+            assert!(page.contains(&row), "docs/safety.md lacks the row {row:?}");
         }
     }
 }

@@ -14,7 +14,7 @@ Cyclone DDS as a ros2_control robot would be.
   .../image_raw/compressed (image_transport's compressed topic).
 * trajectory_msgs/JointTrajectory on /arm_controller/joint_trajectory, executed as
   joint_trajectory_controller executes it (tests/peers/jtc_model.py's sampling; a new message
-  starts from the last setpoint, interpolate_from_desired_state as pi0d's README recommends, or
+  starts from the last setpoint, interpolate_from_desired_state as pi0d's docs/ros2.md recommends, or
   with --start-from measured from the measured state, the default), std_msgs/Float64MultiArray on
   /gripper_position_controller/commands (forward_command_controller).
 * Its own driver watchdog, as real drivers have: no command for 100 ms, it holds where it is and
@@ -270,7 +270,7 @@ def main():
     ap.add_argument("--start", default="0,0.3,0.6,-0.4,0,0,0.02")
     ap.add_argument("--start-from", choices=["desired", "measured"], default="desired",
                     help="where a new trajectory starts: the last setpoint (interpolate_from_desired_state,"
-                         " as pi0d's README recommends) or the measured state (the controller's default)")
+                         " as pi0d's docs/ros2.md recommends) or the measured state (the controller's default)")
     ap.add_argument("--stall-joint-states", default=None, metavar="AT,FOR",
                     help="stop publishing joint states AT s after the first command, for FOR s (a stalled driver)")
     ap.add_argument("--stall-camera", default=None, metavar="AT,FOR[,NAME]",

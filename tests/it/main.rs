@@ -14,6 +14,7 @@ mod acl_backend;
 mod check_output;
 mod config_files;
 mod config_validation;
+mod docs;
 mod fault_latch;
 mod first_run;
 mod layouts;

@@ -339,7 +339,7 @@ fn when_quantized_weights_or_their_scales_are_malformed_expect_load_error_naming
 /// most). `w8` and `bf16` hold the targets (0.9999, 2e-2) everywhere but on the random-weight
 /// pi0 fixture, which amplifies any rounding more than the others (its `w8` reaches 2.3e-2 to
 /// 2.8e-2 with the cosine target met). `w4` (round-to-nearest, no calibration) falls short of
-/// its target cosine 0.998 on pi0 (0.9976 random, 0.988 trained): the README names it as
+/// its target cosine 0.998 on pi0 (0.9976 random, 0.988 trained): docs/models.md names it as
 /// losing accuracy; the bound here keeps it from getting worse.
 fn bounds(model: &str, scheme: Scheme) -> (f64, f32) {
     match scheme {
