@@ -31,8 +31,8 @@ type SendCommand = Box<
 /// One command output's publisher: its joints taken from the governed command, at its rate,
 /// as the message type its controller takes.
 pub(crate) struct CommandPublisher {
-    /// The message type, for the tests that check what each type sends.
-    #[cfg(test)]
+    /// The message type (a trajectory's look-ahead is followed by the control thread while
+    /// none goes out).
     kind: CommandType,
     names: Vec<String>,
     indices: Vec<usize>,
@@ -98,7 +98,6 @@ impl CommandPublisher {
             }
         };
         Ok(CommandPublisher {
-            #[cfg(test)]
             kind: group.kind,
             names: group.joints.clone(),
             indices: group.indices.clone(),
@@ -110,7 +109,6 @@ impl CommandPublisher {
         })
     }
 
-    #[cfg(test)]
     pub(crate) fn kind(&self) -> CommandType {
         self.kind
     }

@@ -14,7 +14,7 @@ use super::frames::{Cameras, FrameStats};
 use super::intake::{drain, Report, MAX_TAKES_PER_POLL};
 use super::log::{guarded, RateLimitedLog, TopicId, WarnKind};
 use super::{encode, msgs, Endpoints};
-use crate::config::RosConfig;
+use crate::config::{CommandType, RosConfig};
 use crate::errors::Chain;
 use crate::io::Blackboard;
 use crate::telemetry::LiveStats;
@@ -171,23 +171,23 @@ impl<'a> Worker<'a> {
         self.last_sent = stamp;
         let age_s = MonoTime::now().seconds_since(stamp);
         let ros_stamp = self.clock.to_ros(stamp);
-        let mut all_out = true;
+        let mut trajectories_out = true;
         for (k, out) in self.ep.command.iter_mut().enumerate() {
             let topic = self.topics.commands[k];
-            match out.publish(stamp, ros_stamp, &cmd, age_s, &lookahead) {
+            let result = out.publish(stamp, ros_stamp, &cmd, age_s, &lookahead);
+            trajectories_out &= result.is_ok() || out.kind() != CommandType::JointTrajectory;
+            match result {
                 Ok(_) => {}
                 Err(encode::CommandError::Failed(e)) => {
-                    all_out = false;
                     self.report.warn(topic, WarnKind::PublishFailed, &Chain(&e))
                 }
                 Err(encode::CommandError::Refused(e)) => {
-                    all_out = false;
                     self.report.warn(topic, WarnKind::CommandRefused, &e)
                 }
             }
         }
         // The control thread follows the controllers' look-ahead while none goes out.
-        if all_out {
+        if trajectories_out {
             self.board.command.mark_sent(stamp);
         }
     }
