@@ -3,8 +3,8 @@
 //! `cargo run --release --example npu_cost`.
 
 use pi0d::policy::export::cost::{
-    chunk_ms, prefix_cost, real_pi0, step_cost, ASCEND, BANDWIDTH_EFFICIENCY, COMPUTE_EFFICIENCY,
-    GPU,
+    chunk_ms, chunk_ms_at, fits, prefix_cost, real_pi0, resident_weight_bytes, step_cost,
+    Precision, ASCEND, BANDWIDTH_EFFICIENCY, COMPUTE_EFFICIENCY, GPU, MEMORY_RESERVE_GB,
 };
 
 fn main() {
@@ -43,6 +43,28 @@ fn main() {
                 chip.fp16_tflops,
                 chip.bandwidth_gbs,
                 p + s
+            );
+        }
+    }
+    println!(
+        "\nPer weight scheme, 2 cameras (w8 and w4 compute in fp16; w8a8 at the int8 rate where one is published); fits: the weights plus {MEMORY_RESERVE_GB} GB in the board's memory:\n"
+    );
+    println!("| chip | scheme | weights GB | prefix | 10 steps | chunk | fits |");
+    println!("|---|---|---|---|---|---|---|");
+    for chip in ASCEND.iter().chain(GPU) {
+        for p in Precision::ALL {
+            let (pre, steps) = chunk_ms_at(&a, 2, prompt, chip, p);
+            let fit = match fits(&a, p, chip) {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "?",
+            };
+            println!(
+                "| {} | {} | {:.2} | {pre:.0} | {steps:.0} | {:.0} | {fit} |",
+                chip.name,
+                p.name(),
+                resident_weight_bytes(&a, p) / 1e9,
+                pre + steps
             );
         }
     }

@@ -147,58 +147,144 @@ pub fn step_cost(a: &Arch, prefix_len: usize, bytes_per_weight: f64) -> GraphCos
     }
 }
 
-/// An accelerator's roofline: dense fp16 throughput and memory bandwidth.
+/// An accelerator's roofline: dense fp16 (and int8) throughput, memory bandwidth and size.
 #[derive(Clone, Copy, Debug)]
 pub struct Chip {
     pub name: &'static str,
     pub fp16_tflops: f64,
+    /// Dense int8 throughput; `None` where none is published (int8 then runs at the fp16 rate).
+    pub int8_tops: Option<f64>,
     pub bandwidth_gbs: f64,
+    /// The memory the board has; `None` where it comes in several sizes or is not published.
+    pub memory_gb: Option<f64>,
 }
 
 /// Published peak figures of the Ascend chips pi0d targets (one chip).
 pub const ASCEND: &[Chip] = &[
-    // Atlas 300I Pro (one 310P3): 140 TOPS int8, 70 TFLOPS fp16, LPDDR4X 204.8 GB/s.
+    // Atlas 300I Pro (one 310P3): 140 TOPS int8, 70 TFLOPS fp16, LPDDR4X 204.8 GB/s, 24 GB.
     Chip {
         name: "Ascend 310P",
         fp16_tflops: 70.0,
+        int8_tops: Some(140.0),
         bandwidth_gbs: 204.8,
+        memory_gb: Some(24.0),
     },
-    // Atlas 200I A2 (310B): 20 TOPS int8, taken as 10 TFLOPS fp16; LPDDR4X 51.2 GB/s.
+    // Atlas 200I DK A2 in its default 8T mode (one 310B AI core at 500 MHz): 8 TOPS int8,
+    // 4 TFLOPS fp16, 4 GB LPDDR4X-3200 on a 64-bit bus (25.6 GB/s).
     Chip {
-        name: "Ascend 310B",
-        fp16_tflops: 10.0,
-        bandwidth_gbs: 51.2,
+        name: "Ascend 310B 8T (Atlas 200I DK A2)",
+        fp16_tflops: 4.0,
+        int8_tops: Some(8.0),
+        bandwidth_gbs: 25.6,
+        memory_gb: Some(4.0),
     },
-    // Atlas 800T A2 (910B3): 313 TFLOPS fp16, HBM2e 1.6 TB/s.
+    // The 310B's 20T grade (Atlas 200I/500 A2 modules): 20 TOPS int8, fp16 taken as half of
+    // it; LPDDR4X taken at twice the DK's bus (51.2 GB/s); memory varies by board.
+    Chip {
+        name: "Ascend 310B 20T",
+        fp16_tflops: 10.0,
+        int8_tops: Some(20.0),
+        bandwidth_gbs: 51.2,
+        memory_gb: None,
+    },
+    // Atlas 800T A2 (910B3): 313 TFLOPS fp16, HBM2e 1.6 TB/s, 64 GB.
     Chip {
         name: "Ascend 910B",
         fp16_tflops: 313.0,
+        int8_tops: None,
         bandwidth_gbs: 1600.0,
+        memory_gb: Some(64.0),
     },
 ];
 
 /// Published dense fp16 tensor peaks (no sparsity) and memory bandwidths of NVIDIA GPUs pi0
 /// is run on, for the same roofline.
 pub const GPU: &[Chip] = &[
-    // Jetson AGX Orin 64GB: 170 sparse int8 TOPS on the GPU, so 42.5 dense fp16; LPDDR5 204.8 GB/s.
+    // Jetson AGX Orin 64GB: 170 sparse int8 TOPS on the GPU, so 85 dense int8 and 42.5 dense
+    // fp16; LPDDR5 204.8 GB/s.
     Chip {
         name: "Jetson AGX Orin 64GB",
         fp16_tflops: 42.5,
+        int8_tops: Some(85.0),
         bandwidth_gbs: 204.8,
+        memory_gb: Some(64.0),
     },
-    // GeForce RTX 4090: 165.2 TFLOPS fp16 with fp32 accumulation, GDDR6X 1008 GB/s.
+    // GeForce RTX 4090: 165.2 TFLOPS fp16 with fp32 accumulation, 660.6 dense int8 TOPS,
+    // GDDR6X 1008 GB/s, 24 GB.
     Chip {
         name: "RTX 4090",
         fp16_tflops: 165.2,
+        int8_tops: Some(660.6),
         bandwidth_gbs: 1008.0,
+        memory_gb: Some(24.0),
     },
-    // H100 SXM: 989 TFLOPS fp16, HBM3 3.35 TB/s.
+    // H100 SXM: 989 TFLOPS fp16, 1979 dense int8 TOPS, HBM3 3.35 TB/s, 80 GB.
     Chip {
         name: "H100 SXM",
         fp16_tflops: 989.0,
+        int8_tops: Some(1979.0),
         bandwidth_gbs: 3350.0,
+        memory_gb: Some(80.0),
+    },
+    // Jetson Orin Nano 8GB: 40 sparse int8 TOPS, so 20 dense int8 and 10 dense fp16; LPDDR5
+    // 68 GB/s, 8 GB shared with the CPU.
+    Chip {
+        name: "Jetson Orin Nano 8GB",
+        fp16_tflops: 10.0,
+        int8_tops: Some(20.0),
+        bandwidth_gbs: 68.0,
+        memory_gb: Some(8.0),
     },
 ];
+
+/// How the weights are stored and multiplied: what a run reads and at which rate it computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// 16-bit weights and activations (an NPU's or GPU's default).
+    F16,
+    /// int8 weights, one scale per output channel, computed in 16 bit (for memory).
+    W8,
+    /// int4 weights in blocks of 32 with an f32 scale each (pi0d's checkpoints), computed in
+    /// 16 bit (for memory).
+    W4,
+    /// int8 weights and activations, int32 accumulation (the int8 rate).
+    W8A8,
+}
+
+impl Precision {
+    pub const ALL: [Precision; 4] = [
+        Precision::F16,
+        Precision::W8,
+        Precision::W4,
+        Precision::W8A8,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F16 => "f16",
+            Precision::W8 => "w8",
+            Precision::W4 => "w4",
+            Precision::W8A8 => "w8a8",
+        }
+    }
+
+    /// Bytes a weight takes, its scales included.
+    pub fn bytes_per_weight(self) -> f64 {
+        match self {
+            Precision::F16 => 2.0,
+            Precision::W8 | Precision::W8A8 => 1.0,
+            Precision::W4 => 0.5 + 4.0 / 32.0,
+        }
+    }
+
+    /// The chip's dense rate for this precision's multiplications (ops/s).
+    fn ops_per_s(self, chip: &Chip) -> f64 {
+        match (self, chip.int8_tops) {
+            (Precision::W8A8, Some(tops)) => tops * 1e12,
+            _ => chip.fp16_tflops * 1e12,
+        }
+    }
+}
 
 /// Fractions of peak a well-fused static graph reaches: matmul-heavy work at half the dense
 /// peak, streaming at 70 % of the bandwidth.
@@ -207,16 +293,62 @@ pub const BANDWIDTH_EFFICIENCY: f64 = 0.7;
 
 /// Roofline latency of one run in milliseconds: the slower of compute and memory traffic.
 pub(crate) fn predict_ms(c: &GraphCost, chip: &Chip) -> f64 {
-    let compute = c.flops / (chip.fp16_tflops * 1e12 * COMPUTE_EFFICIENCY);
+    predict_ms_at(c, chip, Precision::F16)
+}
+
+fn predict_ms_at(c: &GraphCost, chip: &Chip, precision: Precision) -> f64 {
+    let compute = c.flops / (precision.ops_per_s(chip) * COMPUTE_EFFICIENCY);
     let memory = c.bytes() / (chip.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY);
     compute.max(memory) * 1e3
 }
 
-/// Whole-chunk prediction: prefix plus every step.
+/// Whole-chunk prediction in 16 bit: prefix plus every step.
 pub fn chunk_ms(a: &Arch, cameras: usize, prompt_len: usize, chip: &Chip) -> (f64, f64) {
-    let p = prefix_cost(a, cameras, prompt_len, 2.0);
-    let s = step_cost(a, cameras * a.tokens_per_image() + prompt_len, 2.0);
-    (predict_ms(&p, chip), a.steps as f64 * predict_ms(&s, chip))
+    chunk_ms_at(a, cameras, prompt_len, chip, Precision::F16)
+}
+
+/// The same with the weights stored as `precision` says (the KV cache stays 16 bit).
+pub fn chunk_ms_at(
+    a: &Arch,
+    cameras: usize,
+    prompt_len: usize,
+    chip: &Chip,
+    precision: Precision,
+) -> (f64, f64) {
+    let with_weights = |mut c: GraphCost| {
+        c.weight_bytes *= precision.bytes_per_weight() / 2.0;
+        c
+    };
+    let p = with_weights(prefix_cost(a, cameras, prompt_len, 2.0));
+    let s = with_weights(step_cost(
+        a,
+        cameras * a.tokens_per_image() + prompt_len,
+        2.0,
+    ));
+    (
+        predict_ms_at(&p, chip, precision),
+        a.steps as f64 * predict_ms_at(&s, chip, precision),
+    )
+}
+
+/// The weights a run holds in memory (bytes): the vision tower and projector, every language
+/// layer, the action expert and its heads, stored as `precision` says. The token embedding is
+/// not counted: only the prompt's rows are read from the mapped file.
+pub fn resident_weight_bytes(a: &Arch, precision: Precision) -> f64 {
+    let vision = vision_cost(a, 1.0).weight_bytes;
+    let language = a.layers as f64 * language_layer(a, 1).1;
+    let expert = step_cost(a, 0, 1.0).weight_bytes;
+    (vision + language + expert) * precision.bytes_per_weight()
+}
+
+/// Memory kept for the system, the activations and the KV cache on a board (GB).
+pub const MEMORY_RESERVE_GB: f64 = 1.0;
+
+/// Whether the weights fit `chip`'s memory with `MEMORY_RESERVE_GB` to spare; `None` where
+/// the memory is not known.
+pub fn fits(a: &Arch, precision: Precision, chip: &Chip) -> Option<bool> {
+    let need = resident_weight_bytes(a, precision) / 1e9 + MEMORY_RESERVE_GB;
+    chip.memory_gb.map(|have| need <= have)
 }
 
 #[cfg(test)]
@@ -255,6 +387,59 @@ mod tests {
         assert!((3.9e8..4.4e8).contains(&v), "{v}");
         let s = step_cost(&a, 560, 1.0).weight_bytes;
         assert!((3.0e8..3.3e8).contains(&s), "{s}");
+    }
+
+    #[test]
+    fn when_weights_shrink_expect_steps_faster_and_only_int8_compute_faster_prefixes() {
+        let a = real_pi0();
+        let dk = ASCEND
+            .iter()
+            .find(|c| c.name.contains("DK A2"))
+            .expect("the DK A2");
+        let at = |p| chunk_ms_at(&a, 2, 48, dk, p);
+        let (f16, w8, w4, w8a8) = (
+            at(Precision::F16),
+            at(Precision::W8),
+            at(Precision::W4),
+            at(Precision::W8A8),
+        );
+        // The steps stream their weights: half the bytes, about half the time (the KV cache
+        // stays 16 bit, so a little more).
+        assert!(
+            w8.1 < 0.6 * f16.1 && w8.1 > 0.5 * f16.1,
+            "{w8:?} vs {f16:?}"
+        );
+        // In int8 they reach the DK's fp16 rate; int4 streams less but computes no faster,
+        // int8 activations compute twice as fast.
+        assert!(w4.1 <= w8.1 && w8a8.1 < w8.1, "{w4:?}, {w8a8:?} vs {w8:?}");
+        // The prefix is compute-bound: weight-only schemes compute in fp16 at the same rate,
+        // int8 at twice it.
+        assert!((w8.0 - f16.0).abs() < 1e-9 && (w4.0 - f16.0).abs() < 1e-9);
+        assert!(
+            (w8a8.0 - f16.0 / 2.0).abs() < 1e-6 * f16.0,
+            "{w8a8:?} vs {f16:?}"
+        );
+        // The full pi0's 2.7 billion weights: 5.4 GB in 16 bit (no fit in the DK's 4 GB),
+        // 2.7 GB in int8 (fits with the 1 GB kept), 1.7 GB in int4 with its scales.
+        let gb = |p| resident_weight_bytes(&a, p) / 1e9;
+        assert!(
+            (5.2..5.6).contains(&gb(Precision::F16)),
+            "{}",
+            gb(Precision::F16)
+        );
+        assert!(
+            (2.6..2.8).contains(&gb(Precision::W8)),
+            "{}",
+            gb(Precision::W8)
+        );
+        assert!(
+            (1.6..1.8).contains(&gb(Precision::W4)),
+            "{}",
+            gb(Precision::W4)
+        );
+        assert_eq!(fits(&a, Precision::F16, dk), Some(false));
+        assert_eq!(fits(&a, Precision::W8, dk), Some(true));
+        assert_eq!(fits(&a, Precision::W8, &ASCEND[2]), None);
     }
 
     #[test]
