@@ -292,10 +292,6 @@ pub const COMPUTE_EFFICIENCY: f64 = 0.5;
 pub const BANDWIDTH_EFFICIENCY: f64 = 0.7;
 
 /// Roofline latency of one run in milliseconds: the slower of compute and memory traffic.
-pub(crate) fn predict_ms(c: &GraphCost, chip: &Chip) -> f64 {
-    predict_ms_at(c, chip, Precision::F16)
-}
-
 fn predict_ms_at(c: &GraphCost, chip: &Chip, precision: Precision) -> f64 {
     let compute = c.flops / (precision.ops_per_s(chip) * COMPUTE_EFFICIENCY);
     let memory = c.bytes() / (chip.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY);
@@ -450,8 +446,8 @@ mod tests {
         let s = step_cost(&a, 304, 2.0);
         let compute =
             |c: &GraphCost| c.flops / (chip.fp16_tflops * 1e12 * COMPUTE_EFFICIENCY) * 1e3;
-        assert!((predict_ms(&p, chip) - compute(&p)).abs() < 1e-9);
-        assert!(predict_ms(&s, chip) > compute(&s) * 2.0);
+        assert!((predict_ms_at(&p, chip, Precision::F16) - compute(&p)).abs() < 1e-9);
+        assert!(predict_ms_at(&s, chip, Precision::F16) > compute(&s) * 2.0);
         // The published 310P measurement (about 270 ms for pi0, 1 camera) is above the
         // roofline: the model leaves headroom, it does not promise the impossible.
         let (prefix_ms, steps_ms) = chunk_ms(&a, 1, 48, chip);
