@@ -731,6 +731,7 @@ mod neon {
 }
 
 mod elem;
+pub mod int8;
 mod portable;
 mod quantized;
 
