@@ -111,6 +111,50 @@ pub fn print_storage_table(threads: usize, budget: Duration) {
     }
 }
 
+/// Prints, for every shape, the median time of the w8a8 product with each int8 kernel this CPU
+/// runs, and of quantizing its activations alone (which each of them includes).
+#[allow(dead_code)] // only this example's `main` prints it, not the bench that includes the file
+pub fn print_int8_table(threads: usize, budget: Duration) {
+    let isas: Vec<I8Isa> = I8Isa::ALL.into_iter().filter(|i| i.available()).collect();
+    println!("w8a8, {threads} threads; ms per product (median), (x the first kernel's time)");
+    print!(
+        "{:<14} {:>5} {:>6} {:>6} {:>9}",
+        "layer", "rows", "out", "in", "quantize"
+    );
+    isas.iter()
+        .for_each(|i| print!(" {:>16}", format!("{i:?}")));
+    println!();
+    for (what, m, n, k) in SHAPES {
+        let a = values(m * k);
+        let w = values(n * k);
+        let mut out = vec![0.0f32; m * n];
+        let mut scratch = I8Activations::new();
+        let quantize = median(budget, || {
+            if let Err(e) = scratch.quantize(I8Isa::best(), &a, m, k, k, threads) {
+                panic!("{e}");
+            }
+        });
+        print!("{what:<14} {m:>5} {n:>6} {k:>6} {:>9.3}", quantize * 1e3);
+        let mut first = 0.0;
+        for &isa in &isas {
+            let packed = match PackedI8Matrix::pack_for(isa, &w, n, k) {
+                Ok(p) => p,
+                Err(e) => panic!("{e}"),
+            };
+            let s = median(budget, || {
+                if let Err(e) = packed.matmul_w8a8(&a, m, &mut out, &mut scratch, threads) {
+                    panic!("{e}");
+                }
+            });
+            if first == 0.0 {
+                first = s;
+            }
+            print!(" {:>16}", format!("{:.3} ({:.2})", s * 1e3, s / first));
+        }
+        println!();
+    }
+}
+
 #[allow(dead_code)] // the bench that includes this file has its own `main`
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -122,5 +166,8 @@ fn main() {
             .unwrap_or(default)
     };
     let threads = flag("--threads", 2.0) as usize;
-    print_storage_table(threads, Duration::from_secs_f64(flag("--seconds", 1.0)));
+    let budget = Duration::from_secs_f64(flag("--seconds", 1.0));
+    print_storage_table(threads, budget);
+    println!();
+    print_int8_table(threads, budget);
 }

@@ -198,20 +198,41 @@ fn quantize_row(
     half: usize,
     layout: Layout,
 ) -> Option<f32> {
+    // Baseline x86-64 (SSE2) lacks the 32-bit max and the narrowing the loops vectorize into.
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is present.
+        return unsafe { quantize_row_avx2(src, pair, kp, half, layout) };
+    }
+    quantize_row_any(src, pair, kp, half, layout)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_row_avx2(
+    src: &[f32],
+    pair: &mut [u8],
+    kp: usize,
+    half: usize,
+    layout: Layout,
+) -> Option<f32> {
+    quantize_row_any(src, pair, kp, half, layout)
+}
+
+#[inline(always)]
+fn quantize_row_any(
+    src: &[f32],
+    pair: &mut [u8],
+    kp: usize,
+    half: usize,
+    layout: Layout,
+) -> Option<f32> {
     // Absmax over the bits: for finite values, |v|'s bits order as |v| does, and infinity and
     // NaN have larger bits than any finite value (one integer max finds both).
-    let mut lanes = [0u32; 16];
-    let mut chunks = src.chunks_exact(16);
-    for c in &mut chunks {
-        for (l, v) in lanes.iter_mut().zip(c) {
-            *l = (*l).max(v.to_bits() & 0x7FFF_FFFF);
-        }
-    }
-    let mut max = chunks
-        .remainder()
+    // (An integer max reduction: vectorized, unlike a float one.)
+    let max = src
         .iter()
-        .fold(0, |m: u32, v| m.max(v.to_bits() & 0x7FFF_FFFF));
-    max = lanes.iter().fold(max, |m, &l| m.max(l));
+        .fold(0u32, |m, v| m.max(v.to_bits() & 0x7FFF_FFFF));
     if max >= 0x7F80_0000 {
         return None;
     }
@@ -227,28 +248,37 @@ fn quantize_row(
     } else {
         0
     };
-    // Destination: 8 codes at a time, at `stride` apart from `start`.
-    let (start, stride) = match layout {
-        Layout::Pairs => (half * 8, 16),
-        _ => (half * kp, 8),
-    };
     let code = |v: f32| {
         let x = (v * inv).clamp(-127.0, 127.0) + MAGIC;
         (x.to_bits() as i32 - MAGIC.to_bits() as i32) as i8 as u8 ^ xor
     };
-    let groups = kp / 8;
-    for g in 0..groups {
-        let dst = &mut pair[start + g * stride..start + g * stride + 8];
-        let from = g * 8;
-        if from + 8 <= src.len() {
-            for (d, &v) in dst.iter_mut().zip(&src[from..from + 8]) {
+    let k = src.len();
+    if layout == Layout::Pairs {
+        // 8 codes of this row, then 8 of the other, group after group.
+        let groups = pair[half * 8..].chunks_mut(16);
+        let mut values = src.chunks_exact(8);
+        let mut groups = groups.map(|g| &mut g[..8]);
+        for (dst, v) in (&mut groups).zip(&mut values) {
+            for (d, &v) in dst.iter_mut().zip(v) {
                 *d = code(v);
             }
-        } else {
+        }
+        let rest = values.remainder();
+        for (g, dst) in groups.enumerate() {
             for (t, d) in dst.iter_mut().enumerate() {
-                *d = src.get(from + t).map_or(xor, |&v| code(v));
+                *d = if g == 0 {
+                    rest.get(t).map_or(xor, |&v| code(v))
+                } else {
+                    xor
+                };
             }
         }
+    } else {
+        let row = &mut pair[half * kp..(half + 1) * kp];
+        for (d, &v) in row.iter_mut().zip(src) {
+            *d = code(v);
+        }
+        row[k..].fill(xor);
     }
     Some(scale)
 }
