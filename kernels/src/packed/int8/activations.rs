@@ -253,12 +253,16 @@ fn quantize_row_any(
         (x.to_bits() as i32 - MAGIC.to_bits() as i32) as i8 as u8 ^ xor
     };
     let k = src.len();
+    if kp == 0 {
+        return Some(scale);
+    }
     if layout == Layout::Pairs {
         // 8 codes of this row, then 8 of the other, group after group.
         let groups = pair[half * 8..].chunks_mut(16);
         let mut values = src.chunks_exact(8);
         let mut groups = groups.map(|g| &mut g[..8]);
-        for (dst, v) in (&mut groups).zip(&mut values) {
+        // `values` first: `zip` polls it first, so no group is taken when it runs out.
+        for (v, dst) in (&mut values).zip(&mut groups) {
             for (d, &v) in dst.iter_mut().zip(v) {
                 *d = code(v);
             }

@@ -7,7 +7,7 @@
 //! The weight is laid out as the f32 panels are ([`super`]): panels of `NR` output columns,
 //! `k`-major, but in groups of `G` consecutive `k` per column (`G` = 4 for `vpdpbusd`, `sdot`
 //! and the AVX2 kernel, 8 for `smmla`): group `g` of panel `p` holds `NR * G` bytes, column `j`'s
-//! `G` values at `j * G`. `k` is padded with zeros to a multiple of 16 (whole `sdot` steps).
+//! `G` values at `j * G`. `k` is padded with zeros to a multiple of 16.
 //!
 //! Why `vpdpbusd`'s offset is exact: it multiplies *unsigned* bytes by signed ones, so the
 //! activations are stored as `a + 128` (0..=254) and the kernel computes
@@ -18,7 +18,8 @@
 //! stays inside i32, so the subtraction gives `sum a w` exactly. The AVX2 kernel has no
 //! unsigned-by-signed form that is exact (`vpmaddubsw` saturates its 16-bit pair sums), so it
 //! sign-extends both operands to i16 and uses `vpmaddwd` (pairs of products of at most 127^2,
-//! summed into 32 bits: exact). `sdot` and `smmla` take signed bytes directly.
+//! summed into 32 bits: exact), as the plain NEON kernel does with `smull` (i16 products) and
+//! `sadalp` (pairs of them added into i32). `sdot` and `smmla` take signed bytes directly.
 //!
 //! Exact integer sums mean every kernel's f32 output is the same: `(sum as f32 * a_scale) *
 //! w_scale`, computed the same way by all of them (the tests compare bit for bit).
@@ -67,6 +68,8 @@ pub enum I8Isa {
     I8mm,
     /// aarch64 `sdot` (FEAT_DotProd).
     Dotprod,
+    /// aarch64 without either (Cortex-A72, A53): `smull` to i16, `sadalp` into i32.
+    Neon,
     Portable,
 }
 
@@ -82,12 +85,13 @@ pub(crate) enum Layout {
 }
 
 impl I8Isa {
-    pub const ALL: [I8Isa; 6] = [
+    pub const ALL: [I8Isa; 7] = [
         I8Isa::Avx512Vnni,
         I8Isa::AvxVnni,
         I8Isa::Avx2,
         I8Isa::I8mm,
         I8Isa::Dotprod,
+        I8Isa::Neon,
         I8Isa::Portable,
     ];
 
@@ -121,6 +125,8 @@ impl I8Isa {
             I8Isa::I8mm => std::arch::is_aarch64_feature_detected!("i8mm"),
             #[cfg(target_arch = "aarch64")]
             I8Isa::Dotprod => std::arch::is_aarch64_feature_detected!("dotprod"),
+            #[cfg(target_arch = "aarch64")]
+            I8Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
             I8Isa::Portable => true,
             #[allow(unreachable_patterns)]
             _ => false,
@@ -139,6 +145,7 @@ impl I8Isa {
             I8Isa::Avx2 => Kernel::new(x86::AVX2_NR, 4, Layout::Rows),
             I8Isa::I8mm => Kernel::new(neon::I8MM_NR, 8, Layout::Pairs),
             I8Isa::Dotprod => Kernel::new(neon::DOT_NR, 4, Layout::Rows),
+            I8Isa::Neon => Kernel::new(neon::NEON_NR, 4, Layout::Rows),
             I8Isa::Portable => Kernel::new(portable::NR, 4, Layout::Rows),
         }
     }
@@ -387,6 +394,8 @@ unsafe fn run(isa: I8Isa, job: &Job) {
             I8Isa::I8mm => neon::run_i8mm(job),
             #[cfg(target_arch = "aarch64")]
             I8Isa::Dotprod => neon::run_dot(job),
+            #[cfg(target_arch = "aarch64")]
+            I8Isa::Neon => neon::run_neon(job),
             _ => portable::run(job),
         }
     }
@@ -489,6 +498,7 @@ mod neon;
 mod neon {
     pub const I8MM_NR: usize = 8;
     pub const DOT_NR: usize = 12;
+    pub const NEON_NR: usize = 8;
 }
 
 mod portable;

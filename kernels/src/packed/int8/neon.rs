@@ -1,6 +1,7 @@
-//! The aarch64 int8 kernels: `sdot` (FEAT_DotProd, groups of 4 `k`) and `smmla` (FEAT_I8MM,
-//! groups of 8 `k`, activations in pairs of rows). Both instructions are written with `asm!`:
-//! their intrinsics (`vdotq_s32`, `vmmlaq_s32`) are not stable in Rust yet.
+//! The aarch64 int8 kernels: `sdot` (FEAT_DotProd, groups of 4 `k`), `smmla` (FEAT_I8MM,
+//! groups of 8 `k`, activations in pairs of rows), and plain NEON (`smull` + `sadalp`, groups
+//! of 4) for cores with neither. `sdot` and `smmla` are written with `asm!`: their intrinsics
+//! (`vdotq_s32`, `vmmlaq_s32`) are not stable in Rust yet.
 
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -9,6 +10,7 @@ use super::{drive, Job, MAX_MR, MAX_NR};
 
 pub const DOT_NR: usize = 12;
 pub const I8MM_NR: usize = 8;
+pub const NEON_NR: usize = 8;
 
 type Acc = [i32; MAX_MR * MAX_NR];
 
@@ -124,6 +126,50 @@ pub unsafe fn run_i8mm(job: &Job) {
         drive::<8, I8MM_NR, 0, true>(
             job,
             |h, a, b, acc| by_height!(h.div_ceil(2), tile_mm, (a, lda, b, kp, acc), 1 2 3 4),
+        )
+    }
+}
+
+/// `H` rows by one 8-column panel without dot-product instructions: per group, two vectors of
+/// 4 columns x 4 `k`; `smull` multiplies 2 columns' values into i16 (at most 127^2) and
+/// `sadalp` adds adjacent pairs into i32 lanes, two partial sums a column, added at the end.
+#[inline(always)]
+unsafe fn tile_neon<const H: usize>(
+    a: *const u8,
+    lda: usize,
+    b: *const u8,
+    kp: usize,
+    out: &mut Acc,
+) {
+    unsafe {
+        let mut acc = [[vdupq_n_s32(0); 4]; H];
+        for g in 0..kp / 4 {
+            let w = b.add(g * 4 * NEON_NR) as *const i8;
+            let (w0, w1) = (vld1q_s8(w), vld1q_s8(w.add(16)));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = vreinterpretq_s8_s32(vld1q_dup_s32(a.add(i * lda + g * 4).cast()));
+                let a8 = vget_low_s8(av);
+                row[0] = vpadalq_s16(row[0], vmull_s8(vget_low_s8(w0), a8));
+                row[1] = vpadalq_s16(row[1], vmull_high_s8(w0, av));
+                row[2] = vpadalq_s16(row[2], vmull_s8(vget_low_s8(w1), a8));
+                row[3] = vpadalq_s16(row[3], vmull_high_s8(w1, av));
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            let o = out.as_mut_ptr().add(i * NEON_NR);
+            vst1q_s32(o, vpaddq_s32(row[0], row[1]));
+            vst1q_s32(o.add(4), vpaddq_s32(row[2], row[3]));
+        }
+    }
+}
+
+#[target_feature(enable = "neon")]
+pub unsafe fn run_neon(job: &Job) {
+    let (lda, kp) = (job.lda, job.kp);
+    unsafe {
+        drive::<6, NEON_NR, 0, false>(
+            job,
+            |h, a, b, acc| by_height!(h, tile_neon, (a, lda, b, kp, acc), 1 2 3 4 5 6),
         )
     }
 }

@@ -312,3 +312,35 @@ fn the_kernels_the_test_script_expects_are_detected() {
         );
     }
 }
+
+#[test]
+fn every_activation_layout_holds_the_reference_codes() {
+    // Quantizing needs no kernel, so every layout is checked on any CPU (smmla's row pairs
+    // included), at ks around the groups of 8 and the padding to 16, odd and even m.
+    for isa in I8Isa::ALL {
+        for (m, k) in [
+            (1, 1),
+            (3, 7),
+            (4, 8),
+            (5, 15),
+            (2, 16),
+            (7, 17),
+            (6, 40),
+            (3, 0),
+        ] {
+            let a = values(m * k, 12);
+            let mut acts = I8Activations::new();
+            acts.quantize(isa, &a, m, k, k, 1).unwrap();
+            for i in 0..m {
+                let (codes, scale) = quantize_ref(&a[i * k..(i + 1) * k]);
+                assert_eq!(
+                    acts.scales()[i].to_bits(),
+                    scale.to_bits(),
+                    "{isa:?} {m}x{k}"
+                );
+                let got: Vec<i8> = (0..k).map(|kk| acts.code(i, kk)).collect();
+                assert_eq!(got, codes, "{isa:?} {m}x{k} row {i}");
+            }
+        }
+    }
+}
