@@ -15,11 +15,14 @@
 //! and subtracted after the loop. Every term is an integer and nothing saturates: a product is
 //! at most 255 * 127 in magnitude, and `vpdpbusd` (unlike `vpmaddubsw`) adds its four into the
 //! 32-bit accumulator without an intermediate 16-bit sum; with `k <= MAX_K` the running sum
-//! stays inside i32, so the subtraction gives `sum a w` exactly. The AVX2 kernel has no
-//! unsigned-by-signed form that is exact (`vpmaddubsw` saturates its 16-bit pair sums), so it
-//! sign-extends both operands to i16 and uses `vpmaddwd` (pairs of products of at most 127^2,
-//! summed into 32 bits: exact), as the plain NEON kernel does with `smull` (i16 products) and
-//! `sadalp` (pairs of them added into i32). `sdot` and `smmla` take signed bytes directly.
+//! stays inside i32, so the subtraction gives `sum a w` exactly. The AVX2 kernel cannot take
+//! that offset: `vpmaddubsw` adds its pairs of products into *saturating* i16, and two
+//! products of 254 * 127 overflow it. Instead it moves each activation's sign onto the weight
+//! (`vpsignb`: `|a| * (w sign(a)) = a w`), so both products of a pair are at most 127 * 127
+//! and their sum, at most 32258, fits i16: exact; `vpmaddwd` by ones then adds the pairs into
+//! i32. The codes are symmetric (-127..=127; -128 is refused at packing), so negating a weight
+//! never overflows. The plain NEON kernel multiplies into i16 (`smull`, at most 127^2) and
+//! adds pairs into i32 (`sadalp`). `sdot` and `smmla` take signed bytes directly.
 //!
 //! Exact integer sums mean every kernel's f32 output is the same: `(sum as f32 * a_scale) *
 //! w_scale`, computed the same way by all of them (the tests compare bit for bit).
@@ -51,6 +54,8 @@ pub enum I8Error {
     NonFinite { row: usize, col: usize, value: f32 },
     #[error("k = {k} is more than the {max} values an int32 sum of int8 products holds")]
     KTooLarge { k: usize, max: usize },
+    #[error("weight code at row {row}, column {col} is -128: symmetric codes are -127..=127")]
+    WeightCode { row: usize, col: usize },
     #[error("weight: {0}")]
     Weight(#[from] QuantError),
 }
@@ -62,7 +67,7 @@ pub enum I8Isa {
     Avx512Vnni,
     /// AVX-VNNI (VEX-encoded `vpdpbusd`) on 256-bit vectors.
     AvxVnni,
-    /// AVX2 without VNNI: sign-extended to i16, `vpmaddwd`.
+    /// AVX2 without VNNI: `vpsignb` + `vpmaddubsw` + `vpmaddwd`.
     Avx2,
     /// aarch64 `smmla` (FEAT_I8MM).
     I8mm,
@@ -227,6 +232,12 @@ impl PackedI8Matrix {
         );
         if k > MAX_K {
             return Err(I8Error::KTooLarge { k, max: MAX_K });
+        }
+        // -128 has no negation in i8 (the AVX2 kernel negates weights) and would lift the
+        // largest product past `MAX_K`'s bound; `quantize_i8_rows` never makes it.
+        if let Some(i) = q.q.iter().position(|&v| v == i8::MIN) {
+            let (row, col) = (i / k, i % k);
+            return Err(I8Error::WeightCode { row, col });
         }
         let Kernel { nr, group, .. } = isa.kernel();
         let kp = padded_k(k);
@@ -489,7 +500,7 @@ mod x86;
 mod x86 {
     pub const AVX512_NR: usize = 32;
     pub const AVXVNNI_NR: usize = 16;
-    pub const AVX2_NR: usize = 8;
+    pub const AVX2_NR: usize = 16;
 }
 
 #[cfg(target_arch = "aarch64")]

@@ -344,3 +344,15 @@ fn every_activation_layout_holds_the_reference_codes() {
         }
     }
 }
+
+#[test]
+fn a_weight_code_of_minus_128_is_refused_with_its_place() {
+    // Symmetric quantization never makes -128; a QuantI8 from elsewhere might.
+    let (n, k) = (3, 10);
+    let mut q = crate::quant::quantize_i8_rows(&values(n * k, 13), n, k).unwrap();
+    assert!(PackedI8Matrix::from_quant(&q, n, k).is_ok());
+    q.q[2 * k + 7] = i8::MIN;
+    let err = PackedI8Matrix::from_quant(&q, n, k).unwrap_err();
+    assert_eq!(err, I8Error::WeightCode { row: 2, col: 7 });
+    assert!(err.to_string().contains("row 2, column 7"));
+}

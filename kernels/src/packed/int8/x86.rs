@@ -1,5 +1,5 @@
 //! The x86-64 int8 kernels: AVX-512 VNNI and AVX-VNNI (`vpdpbusd`, activations + 128), and
-//! AVX2 (both operands sign-extended to i16, `vpmaddwd`). Weights in groups of 4 `k` a column.
+//! AVX2 (`vpsignb` + `vpmaddubsw` + `vpmaddwd`). Weights in groups of 4 `k` a column.
 
 use std::arch::x86_64::*;
 
@@ -7,7 +7,7 @@ use super::{drive, Job, MAX_MR, MAX_NR};
 
 pub const AVX512_NR: usize = 32;
 pub const AVXVNNI_NR: usize = 16;
-pub const AVX2_NR: usize = 8;
+pub const AVX2_NR: usize = 16;
 
 type Acc = [i32; MAX_MR * MAX_NR];
 
@@ -97,9 +97,10 @@ pub unsafe fn run_avxvnni(job: &Job) {
     }
 }
 
-/// `H` rows by one 8-column panel. A group's 32 weight bytes widen to two vectors of 4
-/// columns x 4 `k` in i16; `vpmaddwd` by the row's 4 values (repeated) leaves two partial sums
-/// a column in adjacent i32 lanes, which `vphaddd` adds once at the end.
+/// `H` rows by one 16-column panel: per group, two vectors of 8 columns x 4 `k`. Each row's
+/// 4 values, broadcast, give their sign to the weights (`vpsignb`) and their magnitude to
+/// `vpmaddubsw`, whose pairs of products then cannot saturate (see the module doc); `vpmaddwd`
+/// by ones adds the pairs into one i32 a column.
 #[inline(always)]
 unsafe fn tile_avx2<const H: usize>(
     a: *const u8,
@@ -109,22 +110,25 @@ unsafe fn tile_avx2<const H: usize>(
     out: &mut Acc,
 ) {
     unsafe {
+        let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_si256(); 2]; H];
         for g in 0..kp / 4 {
             let w = b.add(g * 4 * AVX2_NR);
-            let b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(w.cast()));
-            let b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(16).cast()));
+            let b0 = _mm256_loadu_si256(w.cast());
+            let b1 = _mm256_loadu_si256(w.add(32).cast());
             for (i, row) in acc.iter_mut().enumerate() {
-                let av = _mm256_cvtepi8_epi16(_mm_set1_epi32(group(a, lda, i, g)));
-                row[0] = _mm256_add_epi32(row[0], _mm256_madd_epi16(b0, av));
-                row[1] = _mm256_add_epi32(row[1], _mm256_madd_epi16(b1, av));
+                let av = _mm256_set1_epi32(group(a, lda, i, g));
+                let abs = _mm256_abs_epi8(av);
+                let p0 = _mm256_maddubs_epi16(abs, _mm256_sign_epi8(b0, av));
+                let p1 = _mm256_maddubs_epi16(abs, _mm256_sign_epi8(b1, av));
+                row[0] = _mm256_add_epi32(row[0], _mm256_madd_epi16(p0, ones));
+                row[1] = _mm256_add_epi32(row[1], _mm256_madd_epi16(p1, ones));
             }
         }
         for (i, row) in acc.iter().enumerate() {
-            // Lanes: [c0 c1 c4 c5 | c2 c3 c6 c7] after the pairwise add; 64-bit halves reordered.
-            let sums = _mm256_hadd_epi32(row[0], row[1]);
-            let sums = _mm256_permute4x64_epi64::<0b11_01_10_00>(sums);
-            _mm256_storeu_si256(out.as_mut_ptr().add(i * AVX2_NR).cast(), sums);
+            let o = out.as_mut_ptr().add(i * AVX2_NR);
+            _mm256_storeu_si256(o.cast(), row[0]);
+            _mm256_storeu_si256(o.add(8).cast(), row[1]);
         }
     }
 }
