@@ -313,8 +313,23 @@ impl PackedI8Matrix {
         scratch: &mut I8Activations,
         threads: usize,
     ) -> Result<(), I8Error> {
-        scratch.quantize(self.isa, a, m, self.k, self.k, threads)?;
-        self.matmul_quantized(scratch, out, threads);
+        self.matmul_w8a8_strided(a, self.k, m, out, self.n, scratch, threads)
+    }
+
+    /// As `matmul_w8a8`, with row `i` of `a` at `a[i * lda]` and of `out` at `out[i * ldc]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_w8a8_strided(
+        &self,
+        a: &[f32],
+        lda: usize,
+        m: usize,
+        out: &mut [f32],
+        ldc: usize,
+        scratch: &mut I8Activations,
+        threads: usize,
+    ) -> Result<(), I8Error> {
+        scratch.quantize(self.isa, a, m, self.k, lda, threads)?;
+        self.matmul_quantized_strided(scratch, out, ldc, threads);
         Ok(())
     }
 
@@ -322,6 +337,17 @@ impl PackedI8Matrix {
     /// that share an input, such as attention's q, k and v, quantize it once).
     pub fn matmul_quantized(&self, acts: &I8Activations, out: &mut [f32], threads: usize) {
         self.run_product(acts, out, self.n, threads, false)
+    }
+
+    /// As `matmul_quantized`, with row `i` of `out` at `out[i * ldc]` (`ldc >= n`).
+    pub fn matmul_quantized_strided(
+        &self,
+        acts: &I8Activations,
+        out: &mut [f32],
+        ldc: usize,
+        threads: usize,
+    ) {
+        self.run_product(acts, out, ldc, threads, false)
     }
 
     /// The raw i32 sums `sum_k a_q w_q`, their bits stored in `out` (the kernels' exactness).
@@ -351,8 +377,8 @@ impl PackedI8Matrix {
             return;
         }
         assert!(
-            out.len() >= (m - 1) * ldc + n,
-            "output has {} values, not {m} rows of {n}",
+            out.len() >= (m - 1) * ldc + n && ldc >= n,
+            "output has {} values, not {m} rows of {n} (stride {ldc})",
             out.len()
         );
         let nr = self.isa.panel_width();

@@ -356,3 +356,32 @@ fn a_weight_code_of_minus_128_is_refused_with_its_place() {
     assert_eq!(err, I8Error::WeightCode { row: 2, col: 7 });
     assert!(err.to_string().contains("row 2, column 7"));
 }
+
+#[test]
+fn strided_rows_give_the_dense_product_and_leave_the_gaps() {
+    // Rows of the input inside wider rows, outputs into a wider buffer (a slice of its columns).
+    let (m, n, k, lda, ldc) = (13, 37, 45, 60, 50);
+    let a = values((m - 1) * lda + k, 14);
+    let dense: Vec<f32> = (0..m * k).map(|i| a[(i / k) * lda + i % k]).collect();
+    for isa in isas() {
+        let packed = PackedI8Matrix::pack_for(isa, &values(n * k, 15), n, k).unwrap();
+        let mut want = vec![0.0f32; m * n];
+        packed
+            .matmul_w8a8(&dense, m, &mut want, &mut I8Activations::new(), 1)
+            .unwrap();
+        let mut out = vec![f32::NAN; (m - 1) * ldc + n];
+        let mut acts = I8Activations::new();
+        packed
+            .matmul_w8a8_strided(&a, lda, m, &mut out, ldc, &mut acts, 2)
+            .unwrap();
+        for i in 0..m {
+            let row = &out[i * ldc..i * ldc + n];
+            assert_eq!(row, &want[i * n..(i + 1) * n], "{isa:?} row {i}");
+            let gap = &out[i * ldc + n..(i * ldc + ldc).min(out.len())];
+            assert!(
+                gap.iter().all(|v| v.is_nan()),
+                "{isa:?}: wrote in the gap after row {i}"
+            );
+        }
+    }
+}
