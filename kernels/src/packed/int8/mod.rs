@@ -288,6 +288,11 @@ impl PackedI8Matrix {
         self.k
     }
 
+    /// The weight's scales, one per output column (row of the weight).
+    pub fn scales(&self) -> &[f32] {
+        &self.scales[..self.n]
+    }
+
     /// Bytes held: packed values, column sums and scales.
     pub fn bytes(&self) -> usize {
         self.bytes.len() + self.sums.len() * 4 + self.scales.len() * 4

@@ -43,6 +43,7 @@ fn check(isa: I8Isa, a: &[f32], w: &[f32], m: usize, n: usize, k: usize, what: &
     let what = format!("{isa:?} {what} {m}x{n}x{k}");
     let q = crate::quant::quantize_i8_rows(w, n, k).unwrap();
     let packed = PackedI8Matrix::from_quant_for(isa, &q, n, k).unwrap();
+    assert_eq!(packed.scales(), &q.scales[..], "{what}: scales");
     for r in 0..n {
         for kk in 0..k {
             assert_eq!(
