@@ -1,5 +1,6 @@
 //! Time per product of the packed kernels with each weight storage (f32, bf16, int8, int4 in
-//! blocks of 32 and 64) at the shapes of pi0's layers, and each one's ratio to f32:
+//! blocks of 32 and 64), and of the int8 x int8 product (w8a8: the activations quantized per
+//! row inside the call), at the shapes of pi0's layers, and each one's ratio to f32:
 //!
 //!     cargo run --release -p pi0d-kernels --example matmul_quant [-- --threads 2 --seconds 1]
 //!
@@ -8,11 +9,12 @@
 
 use std::time::{Duration, Instant};
 
+use pi0d_kernels::packed::int8::{I8Activations, I8Isa, PackedI8Matrix};
 use pi0d_kernels::packed::{Isa, PackedMatrix, Storage};
 use pi0d_kernels::quant::{quantize_i4_blocks, quantize_i8_rows};
 
 /// (what, rows, out, in)
-pub const SHAPES: [(&str, usize, usize, usize); 9] = [
+pub const SHAPES: [(&str, usize, usize, usize); 10] = [
     ("expert q+k+v", 51, 2560, 1024),
     ("expert gate", 51, 4096, 1024),
     ("expert down", 51, 1024, 4096),
@@ -20,6 +22,8 @@ pub const SHAPES: [(&str, usize, usize, usize); 9] = [
     ("siglip qkv", 256, 1152, 1152),
     ("siglip fc1", 256, 4304, 1152),
     ("gemma q", 560, 2048, 2048),
+    // The prefix of three images (256 tokens each) and the prompt.
+    ("prefix q+k+v", 816, 2560, 2048),
     ("gemma gate", 128, 16384, 2048),
     ("gemma down", 128, 2048, 16384),
 ];
@@ -49,10 +53,12 @@ pub fn median(budget: Duration, mut f: impl FnMut()) -> f64 {
 /// f32's (below 1 is faster) and the packed weight's bytes a value.
 pub fn print_storage_table(threads: usize, budget: Duration) {
     println!(
-        "kernel {:?}, {threads} threads; ms per product (median), (x f32 time), [bytes a value]",
-        Isa::best()
+        "kernels {:?} and {:?} (w8a8), {threads} threads; ms per product (median), \
+         (x f32 time), [bytes a value]",
+        Isa::best(),
+        I8Isa::best()
     );
-    let names = ["f32", "bf16", "int8", "int4/32", "int4/64"];
+    let names = ["f32", "bf16", "int8", "int4/32", "int4/64", "w8a8"];
     print!("{:<14} {:>5} {:>6} {:>6}", "layer", "rows", "out", "in");
     names.iter().for_each(|s| print!(" {s:>22}"));
     println!();
@@ -87,6 +93,64 @@ pub fn print_storage_table(threads: usize, budget: Duration) {
             let cell = format!("{:.3} ({:.2}) [{per_value:.2}]", s * 1e3, s / f32_time);
             print!(" {cell:>22}");
         }
+        let w8a8 = match PackedI8Matrix::pack(&w, n, k) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        // The activations' buffers are reused from call to call, as in the denoising loop.
+        let mut scratch = I8Activations::new();
+        let s = median(budget, || {
+            if let Err(e) = w8a8.matmul_w8a8(&a, m, &mut out, &mut scratch, threads) {
+                panic!("{e}");
+            }
+        });
+        let per_value = w8a8.bytes() as f64 / (n * k) as f64;
+        let cell = format!("{:.3} ({:.2}) [{per_value:.2}]", s * 1e3, s / f32_time);
+        print!(" {cell:>22}");
+        println!();
+    }
+}
+
+/// Prints, for every shape, the median time of the w8a8 product with each int8 kernel this CPU
+/// runs, and of quantizing its activations alone (which each of them includes).
+#[allow(dead_code)] // only this example's `main` prints it, not the bench that includes the file
+pub fn print_int8_table(threads: usize, budget: Duration) {
+    let isas: Vec<I8Isa> = I8Isa::ALL.into_iter().filter(|i| i.available()).collect();
+    println!("w8a8, {threads} threads; ms per product (median), (x the first kernel's time)");
+    print!(
+        "{:<14} {:>5} {:>6} {:>6} {:>9}",
+        "layer", "rows", "out", "in", "quantize"
+    );
+    isas.iter()
+        .for_each(|i| print!(" {:>16}", format!("{i:?}")));
+    println!();
+    for (what, m, n, k) in SHAPES {
+        let a = values(m * k);
+        let w = values(n * k);
+        let mut out = vec![0.0f32; m * n];
+        let mut scratch = I8Activations::new();
+        let quantize = median(budget, || {
+            if let Err(e) = scratch.quantize(I8Isa::best(), &a, m, k, k, threads) {
+                panic!("{e}");
+            }
+        });
+        print!("{what:<14} {m:>5} {n:>6} {k:>6} {:>9.3}", quantize * 1e3);
+        let mut first = 0.0;
+        for &isa in &isas {
+            let packed = match PackedI8Matrix::pack_for(isa, &w, n, k) {
+                Ok(p) => p,
+                Err(e) => panic!("{e}"),
+            };
+            let s = median(budget, || {
+                if let Err(e) = packed.matmul_w8a8(&a, m, &mut out, &mut scratch, threads) {
+                    panic!("{e}");
+                }
+            });
+            if first == 0.0 {
+                first = s;
+            }
+            print!(" {:>16}", format!("{:.3} ({:.2})", s * 1e3, s / first));
+        }
         println!();
     }
 }
@@ -102,5 +166,8 @@ fn main() {
             .unwrap_or(default)
     };
     let threads = flag("--threads", 2.0) as usize;
-    print_storage_table(threads, Duration::from_secs_f64(flag("--seconds", 1.0)));
+    let budget = Duration::from_secs_f64(flag("--seconds", 1.0));
+    print_storage_table(threads, budget);
+    println!();
+    print_int8_table(threads, budget);
 }

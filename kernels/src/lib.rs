@@ -4,6 +4,8 @@
 //!
 //! - [`packed`]: `y = x W^T` against weights packed once at load, AVX-512 / AVX2 / NEON /
 //!   portable micro-kernels picked at run time, rayon threads over output panels.
+//!   [`packed::int8`]: int8 x int8 products with int32 sums (`w8a8`: weights per output
+//!   channel, activations per row quantized inside the call), VNNI / AVX2 / sdot / smmla / NEON.
 //! - [`quant`]: weight-only int8 (per output row) and int4 (per block) quantization, which
 //!   `packed` multiplies by in f32.
 //! - [`vecmath`]: vectorized `exp`, GELU (tanh), SiLU and softmax over slices.

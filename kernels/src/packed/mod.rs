@@ -6,6 +6,7 @@
 //! panels of `NR` output columns, `k`-major (the order the micro-kernel streams them), and the
 //! activations are read in place. One micro-kernel per instruction set, picked at run time:
 //! AVX-512F or AVX2+FMA on x86-64, NEON on aarch64, and a portable one for anything else.
+//! [`int8`] holds the int8 x int8 products (integer arithmetic, its own kernels).
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -731,6 +732,7 @@ mod neon {
 }
 
 mod elem;
+pub mod int8;
 mod portable;
 mod quantized;
 
