@@ -10,6 +10,7 @@ mod common;
 use std::path::Path;
 
 use pi0d::policy::pi0::infer::Batch;
+use pi0d::policy::pi0::quant::{self, Group, QuantizeOptions, Scheme};
 use pi0d::policy::pi0::{Checkpoint, Pi0Model, Workspace};
 
 /// Allocations and frees of rayon's job-queue blocks allowed in one chunk on two threads.
@@ -19,9 +20,14 @@ const RAYON_QUEUE_BLOCKS: u64 = 4;
 static ALLOCATOR: common::counting_alloc::Counting = common::counting_alloc::Counting;
 
 fn check(checkpoint: &str, case: &str) {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    check_dir(&fixtures.join(checkpoint), case);
+}
+
+fn check_dir(checkpoint: &Path, case: &str) {
     let _alone = common::counting_alloc::exclusive();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let ck = Checkpoint::load(&fixtures.join(checkpoint)).unwrap();
+    let ck = Checkpoint::load(checkpoint).unwrap();
     let inputs = fixtures.join("cases").join(case).join("inputs.safetensors");
     for threads in [1, 2] {
         check_with(&ck, case, &inputs, threads);
@@ -65,4 +71,22 @@ fn when_denoising_expect_no_allocation_pi0() {
 #[test]
 fn when_denoising_expect_no_allocation_pi05() {
     check("pi05_float32", "pi05_f32_1cam");
+}
+
+/// With int8 activations (`w8a8`) every product also quantizes its input: into each thread's
+/// scratch, sized by the first step like the workspace.
+#[test]
+fn when_denoising_with_int8_activations_expect_no_allocation() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let dir = common::scratch_dir("no-alloc-w8a8");
+    let out = dir.join("pi0-w8a8");
+    quant::quantize(&QuantizeOptions {
+        checkpoint: fixtures.join("pi0_float32"),
+        out: out.clone(),
+        scheme: Scheme::W8a8,
+        block: 32,
+        groups: Group::DEFAULT.to_vec(),
+    })
+    .unwrap();
+    check_dir(&out, "pi0_f32_2cam_batch2");
 }

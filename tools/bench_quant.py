@@ -7,7 +7,7 @@
 Builds the pi0-shaped model of tools/bench_pi0.py (real widths: SigLIP 1152 x 4304, Gemma
 2048 x 16384, expert 1024 x 4096; depth reduced to --depth; random f32 weights; 2 cameras, 48
 prompt tokens), runs lerobot's `sample_actions` on it once for the reference actions, then for
-f32 and each scheme `pi0d quantize` writes (bf16, w8, w4) runs `pi0d infer` on the same inputs
+f32 and each scheme `pi0d quantize` writes (bf16, w8, w8a8, w4) runs `pi0d infer` on the same inputs
 and noise, and prints per scheme: the whole chunk's time and its ratio to f32, the cosine and
 largest absolute difference of the actions against lerobot's, the resident weights (every
 tensor but the text embedding, which is read a row at a time from the mapped file) and pi0d's
@@ -77,7 +77,7 @@ def main():
         want = lerobot_actions(policy, batch)
         del policy
         rows = []
-        for scheme in ["f32", "bf16", "w8", "w4"]:
+        for scheme in ["f32", "bf16", "w8", "w8a8", "w4"]:
             ck = src
             if scheme != "f32":
                 ck = Path(tmp) / scheme

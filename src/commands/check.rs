@@ -186,7 +186,7 @@ fn weights_line(checkpoint: &std::path::Path, bytes: Option<u64>) -> String {
             list(m.quantized_groups.iter().map(|g| g.name())),
             list(m.float_groups.iter().map(|g| g.name())),
         ),
-        None => "as the checkpoint stores them (not quantized: `pi0d quantize` makes w8, w4 or bf16 copies)".into(),
+        None => "as the checkpoint stores them (not quantized: `pi0d quantize` makes w8, w8a8, w4 or bf16 copies)".into(),
     };
     let Some(bytes) = bytes else {
         return format!("weights: {stored}; held by the graph runtime");

@@ -14,6 +14,8 @@ use crate::{check_parent_writable, classified, Outcome};
 pub(crate) enum SchemeArg {
     /// int8 weights, one scale per output channel (about a quarter of f32).
     W8,
+    /// int8 weights as w8, and int8 activations per token at run time (int8 products).
+    W8a8,
     /// int4 weights in blocks along the input, one scale per block (about an eighth of f32).
     W4,
     /// bf16 weights (half of f32).
@@ -75,6 +77,7 @@ pub(crate) fn quantize(a: QuantizeArgs) -> Outcome {
         out: a.out,
         scheme: match a.scheme {
             SchemeArg::W8 => Scheme::W8,
+            SchemeArg::W8a8 => Scheme::W8a8,
             SchemeArg::W4 => Scheme::W4,
             SchemeArg::Bf16 => Scheme::Bf16,
         },

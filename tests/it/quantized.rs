@@ -37,7 +37,7 @@ fn quantize(checkpoint: &Path, out: &Path, scheme: &str, more: &[&str]) -> (Opti
 fn when_the_bundled_model_is_quantized_expect_it_checked_and_driving_the_sim_arm() {
     let dir = scratch_dir("quantized-run");
     let model = root().join("models/tiny-pi0");
-    for scheme in ["w8", "w4"] {
+    for scheme in ["w8", "w8a8", "w4"] {
         let out = dir.join(format!("tiny-pi0-{scheme}"));
         let (code, text) = quantize(&model, &out, scheme, &[]);
         assert_eq!(code, Some(0), "{text}");

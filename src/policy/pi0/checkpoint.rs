@@ -341,6 +341,9 @@ pub struct Checkpoint {
     pub(crate) config: PolicyConfigJson,
     /// `arch.json` beside the weights, if any.
     pub(crate) arch_file: Option<ArchOverrides>,
+    /// Its `quantization.json` asks for int8 activations (`w8a8`): the int8 weights are
+    /// multiplied by activations quantized per token.
+    pub(crate) int8_activations: bool,
     maps: Vec<(PathBuf, Arc<memmap2::Mmap>)>,
     tensors: HashMap<String, Entry>,
 }
@@ -503,10 +506,21 @@ impl Checkpoint {
         } else {
             None
         };
+        let quantized = dir.join(super::quant::MANIFEST);
+        let int8_activations = if quantized.exists() {
+            let text = read_text(&quantized, "a JSON file")?;
+            let m: super::quant::Manifest = serde_json::from_str(&text).map_err(|e| {
+                file_err(&quantized, format!("not a pi0d quantization manifest: {e}"))
+            })?;
+            m.scheme == super::quant::Scheme::W8a8
+        } else {
+            false
+        };
         Ok(Checkpoint {
             path: path.to_path_buf(),
             config,
             arch_file,
+            int8_activations,
             maps,
             tensors,
         })

@@ -2,6 +2,9 @@
 //! (f32 compute; storage-type rounding where PyTorch computes in bf16/f16 is noted).
 
 use super::checkpoint::{Checkpoint, CheckpointError, Tensor, WeightDtype};
+use std::cell::RefCell;
+
+use super::packed::int8::{I8Activations, PackedI8Matrix};
 use super::packed::{PackedMatrix, Storage};
 use super::quant::load::LinearWeight;
 use super::vecmath::softmax_in_place;
@@ -12,10 +15,32 @@ pub(crate) const MASK_VALUE: f32 = -2.381_976_3e38;
 /// `y = x W^T + b`, with PyTorch's `[out, in]` weight layout, the weight packed for the CPU's
 /// matmul kernel when loaded.
 pub(crate) struct Linear {
-    pub(crate) w: PackedMatrix,
+    pub(crate) w: Weights,
     pub(crate) b: Option<Vec<f32>>,
     pub(crate) out_dim: usize,
     pub(crate) in_dim: usize,
+}
+
+/// A linear layer's packed weight: multiplied in f32 (whatever it is stored in), or int8 by
+/// int8 activations (`w8a8`).
+pub(crate) enum Weights {
+    F32(PackedMatrix),
+    W8a8(PackedI8Matrix),
+}
+
+impl Weights {
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Weights::F32(w) => w.bytes(),
+            Weights::W8a8(w) => w.bytes() + 4 * w.scales().len(),
+        }
+    }
+}
+
+thread_local! {
+    /// Each thread's quantized activations for `w8a8` products: grown to the largest input once,
+    /// then reused (the denoising loop allocates nothing).
+    static ACTIVATIONS: RefCell<I8Activations> = RefCell::new(I8Activations::new());
 }
 
 impl Linear {
@@ -38,14 +63,27 @@ impl Linear {
         };
         Ok(match w {
             LinearWeight::Float(w) => Linear::new(w, b, out_dim, in_dim),
+            LinearWeight::Int8(q) if ck.int8_activations => {
+                Linear {
+                    w: Weights::W8a8(PackedI8Matrix::from_quant(&q, out_dim, in_dim).map_err(
+                        |e| CheckpointError::File {
+                            path: ck.path.clone(),
+                            message: format!("{}: {e}", wr[0]),
+                        },
+                    )?),
+                    b,
+                    out_dim,
+                    in_dim,
+                }
+            }
             LinearWeight::Int8(q) => Linear {
-                w: PackedMatrix::pack_i8(&q, out_dim, in_dim),
+                w: Weights::F32(PackedMatrix::pack_i8(&q, out_dim, in_dim)),
                 b,
                 out_dim,
                 in_dim,
             },
             LinearWeight::Int4(q) => Linear {
-                w: PackedMatrix::pack_i4(&q, out_dim, in_dim),
+                w: Weights::F32(PackedMatrix::pack_i4(&q, out_dim, in_dim)),
                 b,
                 out_dim,
                 in_dim,
@@ -65,7 +103,7 @@ impl Linear {
         let packed = PackedMatrix::pack_as(storage, &w.data, out_dim, in_dim);
         w.data.release();
         Linear {
-            w: packed,
+            w: Weights::F32(packed),
             b,
             out_dim,
             in_dim,
@@ -75,7 +113,21 @@ impl Linear {
     /// `out[rows, out_dim] = x[rows, in_dim] W^T (+ b)`, on up to `threads` threads.
     pub(crate) fn forward(&self, x: &[f32], rows: usize, out: &mut [f32], threads: usize) {
         debug_assert!(x.len() >= rows * self.in_dim && out.len() >= rows * self.out_dim);
-        self.w.matmul(x, rows, out, threads);
+        match &self.w {
+            Weights::F32(w) => w.matmul(x, rows, out, threads),
+            Weights::W8a8(w) => {
+                let done = ACTIVATIONS.with(|a| match a.try_borrow_mut() {
+                    Ok(mut a) => w.matmul_w8a8(x, rows, out, &mut a, threads),
+                    // Not reentrant; a fresh scratch if it ever were.
+                    Err(_) => w.matmul_w8a8(x, rows, out, &mut I8Activations::new(), threads),
+                });
+                if done.is_err() {
+                    // A non-finite activation: the output says so too, and the chunk made of
+                    // it is refused as non-finite, as in f32.
+                    out[..rows * self.out_dim].fill(f32::NAN);
+                }
+            }
+        }
         if let Some(b) = &self.b {
             for row in out[..rows * self.out_dim].chunks_exact_mut(self.out_dim) {
                 for (o, bb) in row.iter_mut().zip(b) {

@@ -36,6 +36,9 @@ const FORMAT: &str = "pi0d-quantized";
 pub enum Scheme {
     /// int8, one scale per output channel; compute f32.
     W8,
+    /// int8 weights as `w8`, and the activations quantized to int8 per token (row) as each
+    /// product runs: int8 x int8 products with int32 sums, scaled back to f32.
+    W8a8,
     /// int4 in blocks along the input dimension, one scale per block; compute f32. A weight
     /// whose input width is not a multiple of the block is stored as `w8`.
     W4,
@@ -47,6 +50,7 @@ impl Scheme {
     pub fn name(self) -> &'static str {
         match self {
             Scheme::W8 => "w8",
+            Scheme::W8a8 => "w8a8",
             Scheme::W4 => "w4",
             Scheme::Bf16 => "bf16",
         }

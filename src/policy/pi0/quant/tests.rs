@@ -343,8 +343,8 @@ fn when_quantized_weights_or_their_scales_are_malformed_expect_load_error_naming
 /// losing accuracy; the bound here keeps it from getting worse.
 fn bounds(model: &str, scheme: Scheme) -> (f64, f32) {
     match scheme {
-        Scheme::W8 | Scheme::Bf16 if model == "pi0_float32" => (0.9999, 3e-2),
-        Scheme::W8 | Scheme::Bf16 => (0.9999, 2e-2),
+        Scheme::W8 | Scheme::W8a8 | Scheme::Bf16 if model == "pi0_float32" => (0.9999, 3e-2),
+        Scheme::W8 | Scheme::W8a8 | Scheme::Bf16 => (0.9999, 2e-2),
         Scheme::W4 => (0.985, f32::INFINITY),
     }
 }
@@ -364,7 +364,7 @@ fn when_each_group_is_quantized_alone_expect_every_scheme_within_its_bounds() {
             .map(|g| (g.name(), vec![*g]))
             .chain([("default", Group::DEFAULT.to_vec())]);
         for (label, groups) in sets {
-            for scheme in [Scheme::W8, Scheme::W4, Scheme::Bf16] {
+            for scheme in [Scheme::W8, Scheme::W8a8, Scheme::W4, Scheme::Bf16] {
                 let out = tmp.join(format!("{checkpoint}-{label}-{scheme}"));
                 quantize(&options(
                     &fixtures().join(checkpoint),
@@ -386,7 +386,7 @@ fn when_each_group_is_quantized_alone_expect_every_scheme_within_its_bounds() {
         }
     }
     // The trained checkpoint, whole pipeline, actions in the robot's units.
-    for scheme in [Scheme::W8, Scheme::W4, Scheme::Bf16] {
+    for scheme in [Scheme::W8, Scheme::W8a8, Scheme::W4, Scheme::Bf16] {
         let out = tmp.join(format!("hil-{scheme}"));
         quantize(&options(
             &fixtures().join(HIL),

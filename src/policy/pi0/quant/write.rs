@@ -221,7 +221,7 @@ pub fn quantize(opts: &QuantizeOptions) -> Result<QuantizeReport, QuantizeError>
         };
         let form = match opts.scheme {
             Scheme::Bf16 => Form::Bf16,
-            Scheme::W8 => Form::Int8,
+            Scheme::W8 | Scheme::W8a8 => Form::Int8,
             Scheme::W4 if k.is_multiple_of(opts.block) => Form::Int4 { block: opts.block },
             Scheme::W4 => {
                 stored_as_w8.push(e.stored.clone());
