@@ -25,8 +25,8 @@ pub enum ExitReason {
     /// Another daemon thread (inference, ROS, simulator) died or stalled: the e-stop was latched
     /// and the arm decelerated to rest.
     ThreadFault,
-    /// The arm could not start (no chunk ran) within `control.start_timeout_s`, or before the
-    /// run's `--duration` ended.
+    /// The arm could not start (no chunk ran) within `control.start_timeout_s`, or the policy
+    /// gave no chunk before the run's `--duration` ended.
     StartTimeout,
     /// The system refused a resource (threads, sockets, files) or a computation failed
     /// (`infer` produced non-finite actions, an output could not be written).

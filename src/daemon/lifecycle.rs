@@ -112,7 +112,8 @@ pub(crate) enum StopCause {
     /// `--duration` elapsed, or SIGINT/SIGTERM.
     Requested,
     StartTimeout,
-    /// `--duration` elapsed before the arm started (exit 8 as for the start timeout).
+    /// `--duration` elapsed while the arm waited for its first chunk (exit 8 as for the start
+    /// timeout).
     DurationBeforeStart,
     ThreadFault,
     LimitViolation,
@@ -290,8 +291,10 @@ impl Lifecycle {
             }
         }
         let over = self.settings.duration_s.is_some_and(|d| t >= d);
-        if over && !o.started && self.exit == ExitReason::Clean {
-            // A run that never started its task did not do its job, whichever limit ended it.
+        if over && !o.started && o.waiting == Waiting::Chunk && self.exit == ExitReason::Clean {
+            // Inputs fresh, but the policy never gave a chunk (a remote server down): the run
+            // did not do its job, whichever limit ended it. Waiting on the robot's inputs (or
+            // a reset) is the robot's state, which the run reports and exits cleanly.
             self.stop(&mut step, StopCause::DurationBeforeStart);
             self.exit = ExitReason::StartTimeout;
             self.start_waiting = Some(o.waiting);

@@ -340,7 +340,7 @@ fn when_the_duration_elapses_expect_one_stop_exactly_then() {
 }
 
 #[test]
-fn when_the_duration_elapses_before_the_arm_started_expect_exit_8_naming_what_it_waited_for() {
+fn when_the_duration_elapses_before_a_first_chunk_expect_exit_8_naming_what_it_waited_for() {
     let mut w = World::new(Settings {
         duration_s: Some(3.0),
         ..settings()
@@ -355,6 +355,19 @@ fn when_the_duration_elapses_before_the_arm_started_expect_exit_8_naming_what_it
     assert_eq!(
         w.lc.finish(ControlEnd::Returned { reached_rest: true }),
         ExitReason::StartTimeout
+    );
+    // Waiting on the robot's inputs instead (a skewed clock, a silent sensor) when the duration
+    // ends: the robot's state, reported, and a clean exit.
+    let mut w = World::new(Settings {
+        duration_s: Some(3.0),
+        ..settings()
+    });
+    w.o.started = false;
+    w.o.waiting = Waiting::JointState;
+    assert_eq!(w.poll(3.0).stop, Some(StopCause::Requested));
+    assert_eq!(
+        w.lc.finish(ControlEnd::Returned { reached_rest: true }),
+        ExitReason::Clean
     );
     // A signal before the start is the operator's choice: a clean exit.
     let mut w = World::new(settings());
