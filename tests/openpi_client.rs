@@ -140,7 +140,7 @@ fn when_openpis_server_drives_the_arm_and_then_fails_every_way_expect_holds_name
 }
 
 #[test]
-fn when_no_server_is_there_expect_a_hold_naming_it_and_a_clean_stop() {
+fn when_no_server_is_there_expect_a_hold_naming_it_and_exit_8() {
     let cfg = openpi_config(free_port());
     let run = run_daemon("openpi-client-down", &cfg, 2.0);
     let s = run.summary();
@@ -153,7 +153,8 @@ fn when_no_server_is_there_expect_a_hold_naming_it_and_a_clean_stop() {
     assert!(last.contains("ws://127.0.0.1:"), "{last}");
     assert_eq!(s["remote_policy"]["connected"], false);
     assert_eq!(s["limit_violations"], 0);
-    assert!(run.code() >= 0, "{}", run.stderr);
+    // The arm held, then stopped at the run's end: the policy never gave a chunk (exit 8).
+    assert_eq!(run.code(), 8, "{}", run.stderr);
 }
 
 /// pi0d on both sides: the robot-side daemon's openpi client (default keys: the camera's

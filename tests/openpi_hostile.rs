@@ -533,7 +533,8 @@ fn when_the_warm_up_fails_expect_its_kind_counted_in_the_summary() {
         ],
     );
     let run = common::run_daemon("openpi-hostile-warm-up-count", &cfg, 2.0);
-    assert_eq!(run.code(), 0, "{}", run.stderr);
+    // No chunk ever came: the run ends with exit 8 naming the policy's latest error.
+    assert_eq!(run.code(), 8, "{}", run.stderr);
     let s = run.summary();
     assert_eq!(s["policy_errors_by_kind"]["malformed_reply"], 1, "{s}");
     assert!(
