@@ -107,6 +107,7 @@ pub(crate) fn export(a: ExportArgs) -> Outcome {
             QuantArg::W8 => Scheme::W8,
             QuantArg::W4 => Scheme::W4,
         }),
+        for_atc: a.atc.is_some(),
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
     let report = classified(export(&opts))?;
@@ -141,14 +142,6 @@ pub(crate) fn export(a: ExportArgs) -> Outcome {
                 .as_ref()
                 .map(|d| format!(" in {d}"))
                 .unwrap_or_default()
-        ));
-    }
-    if let (Some(_), Some(q)) = (&a.atc, m.quant) {
-        return Err(Failure::new(
-            ExitReason::InvalidInput,
-            anyhow::anyhow!(
-                "--atc: the checkpoint's weights are {q}, and its graphs use ONNX Runtime's MatMulNBits / DequantizeLinear, which ATC does not take: export the float checkpoint for Ascend"
-            ),
         ));
     }
     if let Some(soc) = &a.atc {

@@ -226,6 +226,48 @@ fn when_quant_conflicts_or_is_unknown_expect_clear_refusals() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("[possible values: w8, w4]"), "{stderr}");
+    // ATC does not take the quantized graphs: --quant with --atc is a bad command line, and
+    // a quantized checkpoint with --atc is refused naming why.
+    let out = Command::new(bin)
+        .args([
+            "export",
+            "--cameras",
+            "1",
+            "--quant",
+            "w4",
+            "--atc",
+            "Ascend310P1",
+        ])
+        .arg("--checkpoint")
+        .arg(root().join("models/tiny-pi0"))
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--atc"), "{stderr}");
+    let out = Command::new(bin)
+        .args([
+            "export",
+            "--cameras",
+            "1",
+            "--atc",
+            "Ascend310P1",
+            "--checkpoint",
+        ])
+        .arg(&q)
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("weights are w8") && stderr.contains("ATC does not take"),
+        "{stderr}"
+    );
+    assert!(!dir.join("manifest.json").exists());
     let _ = std::fs::remove_dir_all(q);
 }
 

@@ -97,6 +97,8 @@ pub struct ExportOptions {
     /// Quantize the float linear weights of `pi0d quantize`'s default groups (`w8` or `w4`);
     /// a checkpoint `pi0d quantize` wrote keeps its own scheme without it.
     pub quant: Option<Scheme>,
+    /// The graphs are for Ascend's ATC (`--atc`), which takes no quantized weights.
+    pub for_atc: bool,
     pub progress: bool,
 }
 
@@ -117,6 +119,7 @@ impl ExportOptions {
             external: ExternalData::Auto,
             clamp_f16: false,
             quant: None,
+            for_atc: false,
             progress: false,
         }
     }
@@ -298,6 +301,11 @@ fn quant_scheme(ck: &Checkpoint, opts: &ExportOptions) -> Result<Option<Scheme>,
         _ => {}
     }
     let quant = opts.quant.or(stored);
+    if let (Some(q), true) = (quant, opts.for_atc) {
+        return Err(ExportError::Invalid(format!(
+            "--atc: the weights are {q}, and quantized graphs use ONNX Runtime's MatMulNBits / DequantizeLinear, which ATC does not take: export the float checkpoint for Ascend"
+        )));
+    }
     if let (Some(q), ExportDtype::F16) = (quant, opts.dtype) {
         return Err(ExportError::Invalid(format!(
             "--dtype f16 with {q} weights: quantized weights are widened to f32 for compute; export with --dtype f32 or bf16"
