@@ -12,8 +12,10 @@ use pi0d::policy::pi0::{Checkpoint, Pi0Model};
 /// the quantized graphs are held to the same bound on the model's (normalized) actions.
 const SAME_WEIGHTS: f32 = 1e-4;
 
-fn quantized(case: &str, scheme: Scheme) -> common::TempDir {
-    let dir = scratch_dir(&format!("q-{case}-{scheme}"));
+/// `case`'s checkpoint quantized by `pi0d quantize` (the library) into a directory named by
+/// `test` too (tests run in parallel in one process).
+fn quantized(test: &str, case: &str, scheme: Scheme) -> common::TempDir {
+    let dir = scratch_dir(&format!("q-{test}-{case}-{scheme}"));
     let _ = std::fs::remove_dir_all(&dir);
     quantize(&QuantizeOptions {
         checkpoint: case_checkpoint(case),
@@ -75,7 +77,7 @@ fn when_graphs_hold_quantized_weights_expect_onnxruntime_to_match_the_cpu_path()
         let float_linears = bytes_named(&float_dir, &["_proj+3parts.weight", "fc1.weight"]);
         for scheme in [Scheme::W8, Scheme::W4] {
             let tag = format!("{case} {scheme}");
-            let q = quantized(case, scheme);
+            let q = quantized("match", case, scheme);
             let cpu = cpu_actions(&q, case);
             // A checkpoint from `pi0d quantize` keeps its scheme without --quant.
             let kept = scratch_dir(&format!("qx-kept-{case}-{scheme}"));
@@ -194,7 +196,7 @@ fn onnx_check_any_opset(dir: &Path) {
 #[test]
 fn when_quant_conflicts_or_is_unknown_expect_clear_refusals() {
     let case = "pi0_f32_1cam_short";
-    let q = quantized(case, Scheme::W8);
+    let q = quantized("refused", case, Scheme::W8);
     let dir = scratch_dir("qx-refused");
     let mut opts = options_for(case, &dir, ExportDtype::F32, false);
     opts.checkpoint = q.to_path_buf();
