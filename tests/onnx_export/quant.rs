@@ -15,13 +15,17 @@ const SAME_WEIGHTS: f32 = 1e-4;
 /// `case`'s checkpoint quantized by `pi0d quantize` (the library) into a directory named by
 /// `test` too (tests run in parallel in one process).
 fn quantized(test: &str, case: &str, scheme: Scheme) -> common::TempDir {
+    quantized_in_blocks(test, case, scheme, 32)
+}
+
+fn quantized_in_blocks(test: &str, case: &str, scheme: Scheme, block: usize) -> common::TempDir {
     let dir = scratch_dir(&format!("q-{test}-{case}-{scheme}"));
     let _ = std::fs::remove_dir_all(&dir);
     quantize(&QuantizeOptions {
         checkpoint: case_checkpoint(case),
         out: dir.to_path_buf(),
         scheme,
-        block: 32,
+        block,
         groups: Group::DEFAULT.to_vec(),
     })
     .unwrap();
@@ -170,6 +174,36 @@ fn when_graphs_hold_quantized_weights_expect_onnxruntime_to_match_the_cpu_path()
             let _ = std::fs::remove_dir_all(q);
         }
     }
+}
+
+#[test]
+fn when_w4_checkpoint_has_other_blocks_and_w8_weights_expect_both_kept_and_cpu_actions() {
+    // Blocks of 64: the 32-wide inputs (SigLIP, the expert) are stored w8 by `pi0d quantize`,
+    // the 64- and 128-wide ones int4 with 64 a block; the graphs keep each as stored.
+    let case = "pi0_f32_1cam_short";
+    let q = quantized_in_blocks("blocks", case, Scheme::W4, 64);
+    let dir = scratch_dir("qx-blocks");
+    let mut opts = options_for(case, &dir, ExportDtype::F32, false);
+    opts.checkpoint = q.to_path_buf();
+    assert_eq!(export(&opts).unwrap().manifest.quant, Some(Scheme::W4));
+    let err = max_diff(&run_graphs(&dir, case), &cpu_actions(&q, case));
+    eprintln!("w4 in blocks of 64 with w8 weights: ONNX Runtime vs the CPU path {err:.2e}");
+    assert!(err <= SAME_WEIGHTS, "{err}");
+    let model = read_model(&dir.join("prefix.onnx")).unwrap();
+    let ops = node_ops(&model);
+    assert!(ops.contains(&"DequantizeLinear".to_string()), "{ops:?}");
+    let g = model.graph.as_ref().unwrap();
+    let blocks: Vec<i64> = g
+        .node
+        .iter()
+        .filter(|n| n.op_type == "MatMulNBits")
+        .flat_map(|n| n.attribute_int("block_size"))
+        .collect();
+    assert!(
+        !blocks.is_empty() && blocks.iter().all(|&b| b == 64),
+        "{blocks:?}"
+    );
+    let _ = std::fs::remove_dir_all(q);
 }
 
 /// `onnx.checker.check_model(full_check=True)` on both graphs.

@@ -200,6 +200,16 @@ impl ModelProto {
     }
 }
 
+impl NodeProto {
+    /// The integer attribute `name`, if the node has it.
+    pub fn attribute_int(&self, name: &str) -> Option<i64> {
+        self.attribute
+            .iter()
+            .find(|a| a.name == name && a.r#type == attribute_type::INT)
+            .map(|a| a.i)
+    }
+}
+
 impl ValueInfoProto {
     /// A tensor of static shape.
     pub(crate) fn tensor(name: &str, elem_type: i32, shape: &[usize]) -> ValueInfoProto {
