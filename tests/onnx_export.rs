@@ -5,6 +5,8 @@
 #![cfg(feature = "onnx")]
 
 mod common;
+#[path = "onnx_export/quant.rs"]
+mod quant;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

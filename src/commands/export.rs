@@ -21,6 +21,14 @@ pub(crate) enum Dtype {
     Bf16,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum QuantArg {
+    /// int8 weights, one scale per output channel (DequantizeLinear + MatMul).
+    W8,
+    /// int4 weights in blocks of 32 inputs (com.microsoft MatMulNBits).
+    W4,
+}
+
 #[derive(Args)]
 pub(crate) struct ExportArgs {
     /// Checkpoint directory (config.json + model.safetensors) or a bare .safetensors file.
@@ -57,6 +65,11 @@ pub(crate) struct ExportArgs {
     /// Saturate f16 weights beyond +-65504 (reported) instead of refusing the export.
     #[arg(long)]
     clamp_f16: bool,
+    /// Store the linear layers' weights quantized as `pi0d quantize` does (vision, projector,
+    /// language, expert; heads stay float), for ONNX Runtime. A checkpoint from
+    /// `pi0d quantize` keeps its scheme without it.
+    #[arg(long, value_enum, conflicts_with = "atc")]
+    quant: Option<QuantArg>,
     /// Print the ATC commands compiling the graphs for this SoC (e.g. Ascend310P1), and run
     /// them when `atc` is on the PATH.
     #[arg(long, value_name = "SOC")]
@@ -66,6 +79,7 @@ pub(crate) struct ExportArgs {
 pub(crate) fn export(a: ExportArgs) -> Outcome {
     use pi0d::policy::export::pi0::ExportDtype;
     use pi0d::policy::export::{atc, export, ExportOptions, ExternalData};
+    use pi0d::policy::pi0::quant::Scheme;
     // Written beside `--out` and renamed into place.
     check_parent_writable(&a.out, "--out")?;
     compute_threads(all_cores())?;
@@ -89,6 +103,11 @@ pub(crate) fn export(a: ExportArgs) -> Outcome {
             ExternalData::Auto
         },
         clamp_f16: a.clamp_f16,
+        quant: a.quant.map(|q| match q {
+            QuantArg::W8 => Scheme::W8,
+            QuantArg::W4 => Scheme::W4,
+        }),
+        for_atc: a.atc.is_some(),
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
     };
     let report = classified(export(&opts))?;
@@ -102,9 +121,12 @@ pub(crate) fn export(a: ExportArgs) -> Outcome {
         );
     }
     say(&format!(
-        "exported {} ({:?}, {} camera(s), batch {}, {} prompt tokens) to {}",
+        "exported {} ({:?}{}, {} camera(s), batch {}, {} prompt tokens) to {}",
         m.variant,
         m.dtype,
+        m.quant
+            .map(|q| format!(", {q} weights"))
+            .unwrap_or_default(),
         m.cameras,
         m.batch,
         m.prompt_len,

@@ -11,12 +11,16 @@ use super::ExportError;
 
 /// Produces a weight's values (row-major f32) when the graph is written.
 pub(crate) type F32Source<'a> = Box<dyn Fn() -> Result<Vec<f32>, ExportError> + 'a>;
+/// Produces a weight's bytes, already in the initializer's data type (quantized weights).
+pub(crate) type RawSource<'a> = Box<dyn Fn() -> Result<Vec<u8>, ExportError> + 'a>;
 
 pub(crate) enum InitData<'a> {
     /// Already encoded in the initializer's data type (small constants).
     Bytes(Vec<u8>),
     /// f32 values converted to the initializer's data type at write time.
     F32(F32Source<'a>),
+    /// Weight bytes written as produced (int8, packed int4 and their scales).
+    Raw(RawSource<'a>),
 }
 
 pub(crate) struct Initializer<'a> {
@@ -54,6 +58,8 @@ pub(crate) struct GraphBuilder<'a> {
     constants: HashMap<String, String>,
     /// Casts of initializers, made once however often a weight is used (unrolled steps).
     casts: HashMap<(String, i32), String>,
+    /// Other nodes made once from initializers (a quantized weight's DequantizeLinear).
+    shared: HashMap<String, String>,
     next: usize,
 }
 
@@ -85,6 +91,7 @@ impl<'a> GraphBuilder<'a> {
             initializers: Vec::new(),
             constants: HashMap::new(),
             casts: HashMap::new(),
+            shared: HashMap::new(),
             next: 0,
         }
     }
@@ -163,6 +170,42 @@ impl<'a> GraphBuilder<'a> {
         name.into()
     }
 
+    /// A weight initializer whose bytes `source` produces as they are written; shared by name
+    /// as `weight` is.
+    pub(crate) fn raw_weight(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        data_type: i32,
+        source: RawSource<'a>,
+    ) -> String {
+        if self.initializers.iter().any(|i| i.name == name) {
+            return name.into();
+        }
+        self.initializers.push(Initializer {
+            name: name.into(),
+            dims: dims.to_vec(),
+            data_type,
+            data: InitData::Raw(source),
+        });
+        name.into()
+    }
+
+    /// A single-output node of an operator outside the default domain (`com.microsoft`).
+    pub(crate) fn op_in_domain(
+        &mut self,
+        domain: &str,
+        op: &str,
+        inputs: &[&str],
+        attrs: Vec<AttributeProto>,
+    ) -> String {
+        let out = self.op(op, inputs, attrs);
+        if let Some(n) = self.nodes.last_mut() {
+            n.domain = domain.into();
+        }
+        out
+    }
+
     /// `Cast(initializer, to)`, shared by every use of the initializer.
     pub(crate) fn cast_initializer(&mut self, name: &str, to: i32) -> String {
         let key = (name.to_string(), to);
@@ -171,6 +214,23 @@ impl<'a> GraphBuilder<'a> {
         }
         let out = self.op("Cast", &[name], vec![attr_int("to", to as i64)]);
         self.casts.insert(key, out.clone());
+        out
+    }
+
+    /// A single-output node of initializers only, made once however often it is asked for
+    /// (`key` names it).
+    pub(crate) fn shared_op(
+        &mut self,
+        key: &str,
+        op: &str,
+        inputs: &[&str],
+        attrs: Vec<AttributeProto>,
+    ) -> String {
+        if let Some(out) = self.shared.get(key) {
+            return out.clone();
+        }
+        let out = self.op(op, inputs, attrs);
+        self.shared.insert(key.into(), out.clone());
         out
     }
 

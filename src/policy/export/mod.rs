@@ -6,7 +6,7 @@ pub mod atc;
 pub(crate) mod builder;
 pub mod cost;
 pub mod pi0;
-pub(crate) mod proto;
+pub mod proto;
 pub(crate) mod write;
 
 use std::path::{Path, PathBuf};
@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::policy::graph::manifest::{self, CheckpointInfo, Graphs, Manifest};
 use crate::policy::pi0::checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
 use crate::policy::pi0::model::{Arch, Variant};
+use crate::policy::pi0::quant::Scheme;
 use crate::policy::staging::{Staging, StagingError};
 use pi0::{ExportDtype, GraphSizes, Pi0GraphBuilder};
 pub(crate) use write::ClampReport;
@@ -52,6 +53,12 @@ pub enum ExportError {
     },
     #[error("tensor `{tensor}`: non-finite value at index {index}")]
     NonFinite { tensor: String, index: usize },
+    #[error("tensor `{tensor}` cannot be quantized")]
+    Quantize {
+        tensor: String,
+        #[source]
+        source: pi0d_kernels::quant::QuantError,
+    },
     #[error("{0}")]
     Invalid(String),
 }
@@ -87,6 +94,11 @@ pub struct ExportOptions {
     pub rtc: bool,
     pub external: ExternalData,
     pub clamp_f16: bool,
+    /// Quantize the float linear weights of `pi0d quantize`'s default groups (`w8` or `w4`);
+    /// a checkpoint `pi0d quantize` wrote keeps its own scheme without it.
+    pub quant: Option<Scheme>,
+    /// The graphs are for Ascend's ATC (`--atc`), which takes no quantized weights.
+    pub for_atc: bool,
     pub progress: bool,
 }
 
@@ -106,6 +118,8 @@ impl ExportOptions {
             rtc: false,
             external: ExternalData::Auto,
             clamp_f16: false,
+            quant: None,
+            for_atc: false,
             progress: false,
         }
     }
@@ -155,10 +169,13 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         cameras: opts.cameras,
         prompt_len,
     };
-    let b = Pi0GraphBuilder::new(&ck, arch.clone(), opts.dtype, sizes);
+    let quant = quant_scheme(&ck, opts)?;
+    let mut b = Pi0GraphBuilder::new(&ck, arch.clone(), opts.dtype, sizes);
+    b.quant = quant;
     let prefix = b.prefix_graph();
     let denoise = b.denoise_graph(opts.unroll, opts.rtc);
-    for g in [&prefix, &denoise] {
+    // Quantized graphs are for ONNX Runtime (MatMulNBits is its own operator).
+    for g in [&prefix, &denoise].into_iter().filter(|_| quant.is_none()) {
         let ops: Vec<&str> = g.nodes.iter().map(|n| n.op_type.as_str()).collect();
         if let Some(op) = ops.iter().find(|op| !atc::ATC_OPS.contains(op)) {
             return Err(ExportError::Invalid(format!(
@@ -243,6 +260,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         max_period: ck.config.max_period,
         unrolled: opts.unroll,
         rtc: opts.rtc,
+        quant,
         graphs: Graphs {
             prefix: prefix_entry,
             denoise: denoise_entry,
@@ -261,6 +279,39 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         manifest: m,
         clamped,
     })
+}
+
+/// The scheme the graphs store their linear weights in: `--quant`'s, or the one `pi0d quantize`
+/// wrote the checkpoint in; a conflict between the two, or a quantized export in f16, is
+/// refused.
+fn quant_scheme(ck: &Checkpoint, opts: &ExportOptions) -> Result<Option<Scheme>, ExportError> {
+    let stored = pi0::qlinear::stored_scheme(ck);
+    match (opts.quant, stored) {
+        (Some(Scheme::Bf16), _) => {
+            return Err(ExportError::Invalid(
+                "--quant bf16: expected w8 or w4 (bf16 weights are --dtype bf16)".into(),
+            ))
+        }
+        (Some(q), Some(s)) if q != s => {
+            return Err(ExportError::Invalid(format!(
+                "--quant {q}: {} is already quantized as {s}; export it without --quant, or quantize the float checkpoint it was made from",
+                opts.checkpoint.display()
+            )))
+        }
+        _ => {}
+    }
+    let quant = opts.quant.or(stored);
+    if let (Some(q), true) = (quant, opts.for_atc) {
+        return Err(ExportError::Invalid(format!(
+            "--atc: the weights are {q}, and quantized graphs use ONNX Runtime's MatMulNBits / DequantizeLinear, which ATC does not take: export the float checkpoint for Ascend"
+        )));
+    }
+    if let (Some(q), ExportDtype::F16) = (quant, opts.dtype) {
+        return Err(ExportError::Invalid(format!(
+            "--dtype f16 with {q} weights: quantized weights are widened to f32 for compute; export with --dtype f32 or bf16"
+        )));
+    }
+    Ok(quant)
 }
 
 /// Reads an exported graph file back (tests, self-checks).

@@ -10,6 +10,7 @@ use prost::Message;
 pub(crate) mod data_type {
     pub(crate) const FLOAT: i32 = 1;
     pub(crate) const UINT8: i32 = 2;
+    pub(crate) const INT8: i32 = 3;
     pub(crate) const INT32: i32 = 6;
     pub(crate) const INT64: i32 = 7;
     pub(crate) const BOOL: i32 = 9;
@@ -21,6 +22,7 @@ pub(crate) mod data_type {
         match t {
             FLOAT => "float32",
             UINT8 => "uint8",
+            INT8 => "int8",
             INT32 => "int32",
             INT64 => "int64",
             BOOL => "bool",
@@ -130,13 +132,13 @@ pub(crate) struct AttributeProto {
 #[derive(Clone, PartialEq, Message)]
 pub struct TensorProto {
     #[prost(int64, repeated, tag = "1")]
-    pub(crate) dims: Vec<i64>,
+    pub dims: Vec<i64>,
     #[prost(int32, tag = "2")]
     pub data_type: i32,
     #[prost(string, tag = "8")]
     pub name: String,
     #[prost(bytes = "vec", tag = "9")]
-    pub(crate) raw_data: Vec<u8>,
+    pub raw_data: Vec<u8>,
     #[prost(message, repeated, tag = "13")]
     pub(crate) external_data: Vec<StringStringEntryProto>,
     /// 0: data in this message; 1: `external_data` says where.
@@ -186,6 +188,26 @@ pub(crate) enum DimensionValue {
     DimValue(i64),
     #[prost(string, tag = "2")]
     DimParam(String),
+}
+
+impl ModelProto {
+    /// The operator-set domains the model imports, with their versions (`""` is ONNX's).
+    pub fn opset_domains(&self) -> Vec<(String, i64)> {
+        self.opset_import
+            .iter()
+            .map(|o| (o.domain.clone(), o.version))
+            .collect()
+    }
+}
+
+impl NodeProto {
+    /// The integer attribute `name`, if the node has it.
+    pub fn attribute_int(&self, name: &str) -> Option<i64> {
+        self.attribute
+            .iter()
+            .find(|a| a.name == name && a.r#type == attribute_type::INT)
+            .map(|a| a.i)
+    }
 }
 
 impl ValueInfoProto {

@@ -8,6 +8,7 @@ use std::path::Path;
 use prost::Message;
 
 use super::builder::{encode_f32, GraphBuilder, InitData, Initializer};
+use super::pi0::qlinear::MS_DOMAIN;
 use super::proto::{
     data_type, GraphProto, ModelProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
 };
@@ -114,7 +115,7 @@ impl GraphWriter<'_> {
         let weight_bytes: u64 = g
             .initializers
             .iter()
-            .filter(|i| matches!(i.data, InitData::F32(_)))
+            .filter(|i| !matches!(i.data, InitData::Bytes(_)))
             .map(|i| i.byte_len() as u64)
             .sum();
         let use_external = external == ExternalData::Always || total_bytes > INLINE_LIMIT;
@@ -146,6 +147,18 @@ impl GraphWriter<'_> {
             let bytes = match source {
                 InitData::Bytes(b) => b.clone(),
                 InitData::F32(f) => convert(name, &f()?, *data_type, clamp_f16, clamped)?,
+                InitData::Raw(f) => {
+                    let bytes = f()?;
+                    if bytes.len() != init.byte_len() {
+                        return Err(ExportError::Invalid(format!(
+                            "tensor `{name}`: {} bytes produced, {} expected for {:?}",
+                            bytes.len(),
+                            init.byte_len(),
+                            init.dims
+                        )));
+                    }
+                    bytes
+                }
             };
             progress.inc(bytes.len() as u64);
             let small = matches!(source, InitData::Bytes(_));
@@ -188,12 +201,20 @@ impl GraphWriter<'_> {
             weight_bytes,
             nodes: g.nodes.len(),
         };
+        let mut opset_import = vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: OPSET,
+        }];
+        // Quantized graphs' MatMulNBits (ONNX Runtime's contrib operators, version 1).
+        if g.nodes.iter().any(|n| n.domain == MS_DOMAIN) {
+            opset_import.push(OperatorSetIdProto {
+                domain: MS_DOMAIN.into(),
+                version: 1,
+            });
+        }
         let model = ModelProto {
             ir_version: IR_VERSION,
-            opset_import: vec![OperatorSetIdProto {
-                domain: String::new(),
-                version: OPSET,
-            }],
+            opset_import,
             producer_name: "pi0d".into(),
             producer_version: env!("CARGO_PKG_VERSION").into(),
             graph: Some(GraphProto {

@@ -85,6 +85,10 @@ pub struct Manifest {
     /// The unrolled graph takes real-time chunking's guidance as inputs (`pi0d export --rtc`).
     #[serde(default)]
     pub rtc: bool,
+    /// The linear layers' weights are stored quantized (`pi0d export --quant`, or a checkpoint
+    /// from `pi0d quantize`): the graphs are for ONNX Runtime (com.microsoft `MatMulNBits`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quant: Option<crate::policy::pi0::quant::Scheme>,
     pub graphs: Graphs,
     pub(crate) checkpoint: CheckpointInfo,
 }

@@ -246,11 +246,11 @@ impl<'a> Pi0GraphBuilder<'a> {
                 &format!("{base}.weight.{}", ["action", "time"][which]),
                 &[ew, ew],
                 Box::new(move || {
-                    let t = ck.take(&[&name], &[ew, 2 * ew])?;
+                    let t = super::qlinear::dense(ck, &name, ew, 2 * ew)?;
                     let mut out = vec![0.0f32; ew * ew];
                     for o in 0..ew {
                         for i in 0..ew {
-                            out[i * ew + o] = t.data[o * 2 * ew + which * ew + i];
+                            out[i * ew + o] = t[o * 2 * ew + which * ew + i];
                         }
                     }
                     Ok(out)

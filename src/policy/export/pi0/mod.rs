@@ -17,6 +17,8 @@ use super::proto::data_type;
 use crate::policy::pi0::checkpoint::Checkpoint;
 use crate::policy::pi0::model::{Arch, Variant, EXPERT, LM, LM_HEAD, PROJECTOR, VISION};
 use crate::policy::pi0::ops::RMS_EPS;
+use crate::policy::pi0::quant::Scheme;
+use qlinear::Form;
 
 /// How weights are stored and activations computed in the exported graphs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -108,6 +110,8 @@ pub(crate) struct Pi0GraphBuilder<'a> {
     pub(crate) arch: Arch,
     pub(crate) dtype: ExportDtype,
     pub(crate) sizes: GraphSizes,
+    /// Float linear weights of the default groups quantized into the graphs (`--quant`).
+    pub(crate) quant: Option<Scheme>,
 }
 
 /// The unrolled graph's real-time-chunking inputs (`names::RTC_*`).
@@ -143,6 +147,7 @@ impl<'a> Pi0GraphBuilder<'a> {
             arch,
             dtype,
             sizes,
+            quant: None,
         }
     }
 
@@ -209,27 +214,20 @@ impl<'a> Pi0GraphBuilder<'a> {
         } else {
             format!("{}+{}parts.weight", parts[0].0, parts.len())
         };
-        let wparts = owned.clone();
-        let w = self.stored(
-            g,
-            &key,
-            &[inp, total],
-            Box::new(move || {
-                let mut out = vec![0.0f32; inp * total];
-                let mut col = 0;
-                for (name, o) in &wparts {
-                    let t = ck.take(&[&format!("{name}.weight")], &[*o, inp])?;
-                    for r in 0..*o {
-                        for i in 0..inp {
-                            out[i * total + col + r] = t.data[r * inp + i];
-                        }
-                    }
-                    col += o;
-                }
-                Ok(out)
-            }),
-        );
-        let mut y = g.op("MatMul", &[x, &w], vec![]);
+        let forms: Vec<Form> = parts.iter().map(|p| self.form(p.0, inp)).collect();
+        if forms.iter().any(|f| *f != forms[0]) {
+            // Parts stored differently (a w4 checkpoint keeps some weights w8): one product
+            // each.
+            return parts
+                .iter()
+                .map(|&(name, out)| self.linear(g, x, name, out, inp, bias))
+                .collect();
+        }
+        let mut y = if forms[0] == Form::Float {
+            self.float_matmul(g, x, &key, &owned, inp)
+        } else {
+            self.quantized_matmul(g, x, &key, &owned, inp, forms[0])
+        };
         if bias {
             let bparts = owned.clone();
             let b = self.stored(
@@ -257,6 +255,41 @@ impl<'a> Pi0GraphBuilder<'a> {
             parts.len(),
             vec![attr_int("axis", -1)],
         )
+    }
+
+    /// `x @ W^T` for float Linears `parts` (`[out, inp]` each), fused along `out` into one
+    /// `[inp, total]` weight `key`.
+    fn float_matmul(
+        &self,
+        g: &mut GraphBuilder<'a>,
+        x: &str,
+        key: &str,
+        parts: &[(String, usize)],
+        inp: usize,
+    ) -> String {
+        let ck = self.ck;
+        let total: usize = parts.iter().map(|p| p.1).sum();
+        let wparts = parts.to_vec();
+        let w = self.stored(
+            g,
+            key,
+            &[inp, total],
+            Box::new(move || {
+                let mut out = vec![0.0f32; inp * total];
+                let mut col = 0;
+                for (name, o) in &wparts {
+                    let t = ck.take(&[&format!("{name}.weight")], &[*o, inp])?;
+                    for r in 0..*o {
+                        for i in 0..inp {
+                            out[i * total + col + r] = t.data[r * inp + i];
+                        }
+                    }
+                    col += o;
+                }
+                Ok(out)
+            }),
+        );
+        g.op("MatMul", &[x, &w], vec![])
     }
 
     fn linear(
@@ -536,3 +569,4 @@ impl<'a> Pi0GraphBuilder<'a> {
 
 mod denoise;
 mod prefix;
+pub(crate) mod qlinear;

@@ -440,6 +440,7 @@ pub(crate) mod tests {
             max_period: 4.0,
             unrolled,
             rtc: false,
+            quant: None,
             graphs: Graphs {
                 prefix: entry("prefix.onnx", prefix_inputs, vec![kv]),
                 denoise: entry(
