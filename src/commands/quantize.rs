@@ -54,6 +54,11 @@ pub(crate) struct QuantizeArgs {
     /// Layer groups to quantize, comma-separated (default: all but the heads).
     #[arg(long, value_enum, value_delimiter = ',')]
     groups: Vec<GroupArg>,
+    /// `pi0d infer` inputs files (repeat the flag for several) to run the float model on: each
+    /// layer's input channels are then scaled (SmoothQuant for w8a8, AWQ for w4) where that
+    /// brings its quantized product nearer the float one on these inputs.
+    #[arg(long, value_name = "FILE")]
+    calibration: Vec<PathBuf>,
 }
 
 pub(crate) fn quantize(a: QuantizeArgs) -> Outcome {
@@ -83,6 +88,7 @@ pub(crate) fn quantize(a: QuantizeArgs) -> Outcome {
         },
         block: a.block,
         groups,
+        calibration: a.calibration,
     };
     let m = classified(quant::quantize(&opts))?.manifest;
     let names = |g: &[Group]| {
@@ -109,6 +115,16 @@ pub(crate) fn quantize(a: QuantizeArgs) -> Outcome {
         names(&m.quantized_groups),
         names(&m.float_groups)
     ));
+    if !m.calibration.is_empty() {
+        let scaled = m.smoothing.values().filter(|a| a.is_some()).count();
+        say(&format!(
+            "  calibrated on {} input file(s): {} of {} layer inputs scaled ({} weights)",
+            m.calibration.len(),
+            scaled,
+            m.smoothing.len(),
+            m.smoothed
+        ));
+    }
     if !m.stored_as_w8.is_empty() {
         say(&format!(
             "  {} weight(s) whose input width is not a multiple of {} stored as w8: {}",

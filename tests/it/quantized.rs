@@ -84,3 +84,78 @@ fn when_quantize_is_given_what_it_cannot_take_expect_exit_1_naming_it() {
     );
     assert!(!out.exists());
 }
+
+#[test]
+fn when_quantize_is_calibrated_expect_the_scales_in_the_checkpoint_and_every_misuse_refused() {
+    let dir = scratch_dir("quantized-calibrated");
+    let fixtures = root().join("tests/fixtures");
+    let model = fixtures.join("pi0_float32");
+    let inputs = fixtures.join("cases/pi0_f32_1cam_short/inputs.safetensors");
+    let calibration = inputs.to_str().unwrap();
+    let out = dir.join("w4");
+    let (code, text) = quantize(&model, &out, "w4", &["--calibration", calibration]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("calibrated on 1 input file(s):"), "{text}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("quantization.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["calibration"][0], calibration, "{manifest}");
+    assert!(
+        !manifest["smoothing"].as_object().unwrap().is_empty(),
+        "{manifest}"
+    );
+    // It runs as any checkpoint: its actions for another input, finite.
+    let actions = dir.join("actions.safetensors");
+    let other = fixtures.join("cases/pi0_f32_2cam_batch2/inputs.safetensors");
+    let (code, text) = pi0d(&[
+        "infer",
+        "--checkpoint",
+        out.to_str().unwrap(),
+        "--inputs",
+        other.to_str().unwrap(),
+        "--output",
+        actions.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(actions.exists());
+    // The graphs do not apply input scales: the export says so instead of dropping them.
+    let (code, text) = pi0d(&[
+        "export",
+        "--cameras",
+        "1",
+        "--checkpoint",
+        out.to_str().unwrap(),
+        "--out",
+        dir.join("graphs").to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("was quantized with calibration"), "{text}");
+    // Schemes calibration does not serve, and files that are not model inputs.
+    for scheme in ["w8", "bf16"] {
+        let (code, text) = quantize(
+            &model,
+            &dir.join(scheme),
+            scheme,
+            &["--calibration", calibration],
+        );
+        assert_eq!(code, Some(1), "{text}");
+        assert!(
+            text.contains(&format!("--calibration with --scheme {scheme}")),
+            "{text}"
+        );
+    }
+    let config = model.join("config.json");
+    let (code, text) = quantize(
+        &model,
+        &dir.join("bad"),
+        "w8a8",
+        &["--calibration", config.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(&format!("--calibration {}", config.display()))
+            && text.contains("expected a `pi0d infer` inputs file"),
+        "{text}"
+    );
+    assert!(!dir.join("bad").exists());
+}

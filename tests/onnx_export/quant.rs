@@ -27,6 +27,7 @@ fn quantized_in_blocks(test: &str, case: &str, scheme: Scheme, block: usize) -> 
         scheme,
         block,
         groups: Group::DEFAULT.to_vec(),
+        calibration: Vec::new(),
     })
     .unwrap();
     dir

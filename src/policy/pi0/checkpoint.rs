@@ -344,6 +344,9 @@ pub struct Checkpoint {
     /// Its `quantization.json` asks for int8 activations (`w8a8`): the int8 weights are
     /// multiplied by activations quantized per token.
     pub(crate) int8_activations: bool,
+    /// Set while `pi0d quantize --calibration` runs the float model: its linear layers report
+    /// their inputs here.
+    pub(crate) calibration: Option<Arc<super::quant::calibrate::Recorder>>,
     maps: Vec<(PathBuf, Arc<memmap2::Mmap>)>,
     tensors: HashMap<String, Entry>,
 }
@@ -521,6 +524,7 @@ impl Checkpoint {
             config,
             arch_file,
             int8_activations,
+            calibration: None,
             maps,
             tensors,
         })

@@ -3,9 +3,11 @@
 
 use super::checkpoint::{Checkpoint, CheckpointError, Tensor, WeightDtype};
 use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
 
 use super::packed::int8::{I8Activations, PackedI8Matrix};
 use super::packed::{PackedMatrix, Storage};
+use super::quant::calibrate::{observe, InputStats};
 use super::quant::load::LinearWeight;
 use super::vecmath::softmax_in_place;
 
@@ -19,6 +21,11 @@ pub(crate) struct Linear {
     pub(crate) b: Option<Vec<f32>>,
     pub(crate) out_dim: usize,
     pub(crate) in_dim: usize,
+    /// A calibrated checkpoint's `1 / s` per input channel: the weight was stored as
+    /// `W diag(s)`, so the input is multiplied by this first.
+    pub(crate) input_scale: Option<Box<[f32]>>,
+    /// Calibration only: where this layer reports its inputs.
+    observer: Option<Arc<Mutex<InputStats>>>,
 }
 
 /// A linear layer's packed weight: multiplied in f32 (whatever it is stored in), or int8 by
@@ -41,6 +48,8 @@ thread_local! {
     /// Each thread's quantized activations for `w8a8` products: grown to the largest input once,
     /// then reused (the denoising loop allocates nothing).
     static ACTIVATIONS: RefCell<I8Activations> = RefCell::new(I8Activations::new());
+    /// Each thread's inputs divided by a calibrated layer's `s`, grown once as above.
+    static SCALED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Linear {
@@ -54,6 +63,11 @@ impl Linear {
         let wn: Vec<String> = names.iter().map(|n| format!("{n}.weight")).collect();
         let wr: Vec<&str> = wn.iter().map(String::as_str).collect();
         let w = ck.take_linear(&wr, out_dim, in_dim)?;
+        let input_scale = ck.input_scale(&wr, in_dim)?;
+        let observer = match &ck.calibration {
+            Some(r) => Some(r.layer(&ck.find(&wr)?.name)),
+            None => None,
+        };
         let b = if bias {
             let bn: Vec<String> = names.iter().map(|n| format!("{n}.bias")).collect();
             let br: Vec<&str> = bn.iter().map(String::as_str).collect();
@@ -61,10 +75,10 @@ impl Linear {
         } else {
             None
         };
-        Ok(match w {
-            LinearWeight::Float(w) => Linear::new(w, b, out_dim, in_dim),
-            LinearWeight::Int8(q) if ck.int8_activations => {
-                Linear {
+        let mut linear =
+            match w {
+                LinearWeight::Float(w) => Linear::new(w, b, out_dim, in_dim),
+                LinearWeight::Int8(q) if ck.int8_activations => Linear {
                     w: Weights::W8a8(PackedI8Matrix::from_quant(&q, out_dim, in_dim).map_err(
                         |e| CheckpointError::File {
                             path: ck.path.clone(),
@@ -74,21 +88,29 @@ impl Linear {
                     b,
                     out_dim,
                     in_dim,
-                }
-            }
-            LinearWeight::Int8(q) => Linear {
-                w: Weights::F32(PackedMatrix::pack_i8(&q, out_dim, in_dim)),
-                b,
-                out_dim,
-                in_dim,
-            },
-            LinearWeight::Int4(q) => Linear {
-                w: Weights::F32(PackedMatrix::pack_i4(&q, out_dim, in_dim)),
-                b,
-                out_dim,
-                in_dim,
-            },
-        })
+                    input_scale: None,
+                    observer: None,
+                },
+                LinearWeight::Int8(q) => Linear {
+                    w: Weights::F32(PackedMatrix::pack_i8(&q, out_dim, in_dim)),
+                    b,
+                    out_dim,
+                    in_dim,
+                    input_scale: None,
+                    observer: None,
+                },
+                LinearWeight::Int4(q) => Linear {
+                    w: Weights::F32(PackedMatrix::pack_i4(&q, out_dim, in_dim)),
+                    b,
+                    out_dim,
+                    in_dim,
+                    input_scale: None,
+                    observer: None,
+                },
+            };
+        linear.input_scale = input_scale;
+        linear.observer = observer;
+        Ok(linear)
     }
 
     /// From a weight tensor (`[out_dim, in_dim]` values, any shape) and an optional bias. The
@@ -107,12 +129,49 @@ impl Linear {
             b,
             out_dim,
             in_dim,
+            input_scale: None,
+            observer: None,
         }
     }
 
     /// `out[rows, out_dim] = x[rows, in_dim] W^T (+ b)`, on up to `threads` threads.
     pub(crate) fn forward(&self, x: &[f32], rows: usize, out: &mut [f32], threads: usize) {
         debug_assert!(x.len() >= rows * self.in_dim && out.len() >= rows * self.out_dim);
+        if let Some(stats) = &self.observer {
+            observe(stats, x, rows, self.in_dim);
+        }
+        let Some(inv) = &self.input_scale else {
+            return self.product(x, rows, out, threads);
+        };
+        let n = rows * self.in_dim;
+        let scaled = |buf: &mut Vec<f32>| {
+            if buf.len() < n {
+                buf.resize(n, 0.0);
+            }
+            for (row, src) in buf[..n]
+                .chunks_exact_mut(self.in_dim)
+                .zip(x.chunks_exact(self.in_dim))
+            {
+                for ((d, v), i) in row.iter_mut().zip(src).zip(inv.iter()) {
+                    *d = v * i;
+                }
+            }
+        };
+        SCALED.with(|buf| match buf.try_borrow_mut() {
+            Ok(mut buf) => {
+                scaled(&mut buf);
+                self.product(&buf[..n], rows, out, threads)
+            }
+            Err(_) => {
+                let mut buf = Vec::new();
+                scaled(&mut buf);
+                self.product(&buf, rows, out, threads)
+            }
+        })
+    }
+
+    /// `forward` once the input is what the stored weight multiplies.
+    fn product(&self, x: &[f32], rows: usize, out: &mut [f32], threads: usize) {
         match &self.w {
             Weights::F32(w) => w.matmul(x, rows, out, threads),
             Weights::W8a8(w) => {

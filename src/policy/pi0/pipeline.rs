@@ -3,6 +3,7 @@
 //! tokenization from a local `tokenizer.json`, the model, action slicing and unnormalization.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tokenizers::Tokenizer;
 
@@ -229,8 +230,17 @@ fn robot_widths(ck: &Checkpoint, arch: &Arch) -> Result<Widths, PipelineError> {
 
 impl Pi0Pipeline {
     pub fn load(opts: &PipelineOptions) -> Result<Pi0Pipeline, PipelineError> {
+        Pi0Pipeline::load_observed(opts, None)
+    }
+
+    /// As `load`, its CPU model's linear layers reporting their inputs to `calibration`.
+    pub(crate) fn load_observed(
+        opts: &PipelineOptions,
+        calibration: Option<Arc<crate::policy::pi0::quant::calibrate::Recorder>>,
+    ) -> Result<Pi0Pipeline, PipelineError> {
         let overrides = opts.arch.as_deref().map(ArchOverrides::load).transpose()?;
-        let ck = Checkpoint::load(&opts.checkpoint)?;
+        let mut ck = Checkpoint::load(&opts.checkpoint)?;
+        ck.calibration = calibration;
         let arch = Arch::from_checkpoint(&ck, overrides)?;
         let dir = if opts.checkpoint.is_dir() {
             opts.checkpoint.clone()

@@ -8,7 +8,9 @@ fn floats(v: &[f32]) -> u64 {
 }
 
 fn linear(l: &Linear) -> u64 {
-    l.w.bytes() as u64 + l.b.as_deref().map_or(0, floats)
+    l.w.bytes() as u64
+        + l.b.as_deref().map_or(0, floats)
+        + l.input_scale.as_deref().map_or(0, floats)
 }
 
 fn layer_norm(n: &LayerNorm) -> u64 {

@@ -8,6 +8,9 @@ use crate::policy::pi0::checkpoint::{
     decode, Checkpoint, CheckpointError, Entry, Tensor, WeightDtype,
 };
 
+/// The suffix of a calibrated weight's per-input-channel scales, after the weight's name.
+pub(crate) const INPUT_SCALE: &str = "_input_scale";
+
 /// A linear layer's `[out, in]` weight as stored.
 pub(crate) enum LinearWeight {
     Float(Tensor),
@@ -79,6 +82,34 @@ impl Checkpoint {
             }
             _ => Ok(LinearWeight::Float(self.take(names, &[out, inp])?)),
         }
+    }
+
+    /// A calibrated weight's `s` per input channel (`NAME.weight_input_scale`, `[inp]`, f32,
+    /// finite and positive), as its reciprocal: what the input is multiplied by.
+    pub(crate) fn input_scale(
+        &self,
+        names: &[&str],
+        inp: usize,
+    ) -> Result<Option<Box<[f32]>>, CheckpointError> {
+        let e = self.find(names)?;
+        let Some(s) = self.entry(&format!("{}{INPUT_SCALE}", e.name)) else {
+            return Ok(None);
+        };
+        let values = self.scales(s, &[inp])?;
+        if let Some(i) = values
+            .iter()
+            .position(|v| !(*v > 0.0 && v.recip().is_finite()))
+        {
+            return Err(CheckpointError::Quantized {
+                path: self.file_of(s).to_path_buf(),
+                name: s.name.clone(),
+                problem: format!(
+                    "input scale {} at channel {i}: expected every input scale above 0 with a finite reciprocal",
+                    values[i]
+                ),
+            });
+        }
+        Ok(Some(values.iter().map(|v| 1.0 / v).collect()))
     }
 
     /// The `_scale` tensor beside a quantized weight.

@@ -13,9 +13,11 @@
 //! Everything else (norms, embeddings, the patch convolution) is copied as it was.
 //! `quantization.json` beside the weights names the scheme and the groups kept float.
 
+pub(crate) mod calibrate;
 pub(crate) mod load;
 mod write;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -169,6 +171,15 @@ pub struct Manifest {
     /// `w4` weights whose input width is not a multiple of the block, stored as `w8`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stored_as_w8: Vec<String>,
+    /// The `pi0d infer` inputs files calibration ran the float model on (none: uncalibrated).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calibration: Vec<PathBuf>,
+    /// Weights stored as `W diag(s)` with their `s` (`NAME.weight_input_scale`).
+    #[serde(default)]
+    pub smoothed: usize,
+    /// Per shared input, the exponent calibration chose (null: no scaling was nearer).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub smoothing: BTreeMap<String, Option<f32>>,
     /// Linear weights rewritten.
     pub tensors: usize,
     /// Bytes of the groups' weights before and after.

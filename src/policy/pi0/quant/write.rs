@@ -11,6 +11,8 @@ use pi0d_kernels::quant::{quantize_i4_blocks, quantize_i8_rows};
 use safetensors::tensor::View;
 use safetensors::Dtype;
 
+use super::calibrate::{self, Smoothing, Target};
+use super::load::INPUT_SCALE;
 use super::{Group, Manifest, QuantizeError, Scheme, FORMAT, MANIFEST};
 use crate::policy::pi0::checkpoint::{decode, Checkpoint, Entry, WeightDtype};
 use crate::policy::staging::Staging;
@@ -25,6 +27,9 @@ pub struct QuantizeOptions {
     pub block: usize,
     /// The groups quantized; the others stay as they are.
     pub groups: Vec<Group>,
+    /// `pi0d infer` inputs files the float model is run on to choose per-input-channel scales
+    /// (`calibrate`); none: every weight rounded as it is.
+    pub calibration: Vec<PathBuf>,
 }
 
 #[derive(Clone, Debug)]
@@ -36,13 +41,17 @@ pub struct QuantizeReport {
 enum Source<'a> {
     /// Copied byte for byte.
     Copy(&'a Entry),
-    /// A float weight `[out, in]` rewritten as `Part` of `Form`.
+    /// A float weight `[out, in]` rewritten as `Part` of `Form`, its columns multiplied by
+    /// `smooth` first when calibrated.
     Quantized {
         entry: &'a Entry,
         dtype: WeightDtype,
         form: Form,
         part: Part,
+        smooth: Option<&'a [f32]>,
     },
+    /// Values computed beforehand (a calibrated weight's input scales).
+    Floats(&'a [f32]),
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -79,18 +88,25 @@ impl View for &OutTensor<'_> {
         &self.shape
     }
     fn data(&self) -> Cow<'_, [u8]> {
-        let (entry, dtype, form, part) = match &self.source {
+        let (entry, dtype, form, part, smooth) = match &self.source {
             Source::Copy(e) => return Cow::Borrowed(self.ck.bytes(e)),
+            Source::Floats(v) => return Cow::Owned(f32_bytes(v)),
             Source::Quantized {
                 entry,
                 dtype,
                 form,
                 part,
-            } => (*entry, *dtype, *form, *part),
+                smooth,
+            } => (*entry, *dtype, *form, *part, *smooth),
         };
-        let w: Vec<f32> = decode(self.ck.bytes(entry), dtype).collect();
+        let mut w: Vec<f32> = decode(self.ck.bytes(entry), dtype).collect();
         self.ck.release(entry);
         let (n, k) = (entry.shape[0], entry.shape[1]);
+        if let Some(s) = smooth {
+            for row in w.chunks_exact_mut(k) {
+                row.iter_mut().zip(s).for_each(|(v, d)| *v *= d);
+            }
+        }
         let bytes = match (form, part) {
             (Form::Bf16, _) => w
                 .iter()
@@ -156,8 +172,68 @@ fn side_files(dir: &Path, weight_files: &BTreeSet<PathBuf>) -> Result<Vec<PathBu
     Ok(files)
 }
 
+/// How a float weight of `k` inputs is stored under `opts`.
+fn form_for(opts: &QuantizeOptions, k: usize) -> Form {
+    match opts.scheme {
+        Scheme::Bf16 => Form::Bf16,
+        Scheme::W8 | Scheme::W8a8 => Form::Int8,
+        Scheme::W4 if k.is_multiple_of(opts.block) => Form::Int4 { block: opts.block },
+        Scheme::W4 => Form::Int8,
+    }
+}
+
+/// The per-input-channel scales calibration chooses for the weights to be quantized (`None`
+/// without `--calibration`).
+fn smoothing(
+    opts: &QuantizeOptions,
+    ck: &Checkpoint,
+    groups: &BTreeSet<Group>,
+    collected: Option<calibrate::Calibration>,
+) -> Result<Option<Smoothing>, QuantizeError> {
+    if opts.calibration.is_empty() && collected.is_none() {
+        return Ok(None);
+    }
+    let targets: Vec<(String, Target)> = ck
+        .entries()
+        .filter_map(|e| {
+            let chosen = Group::of(&e.name).is_some_and(|g| groups.contains(&g));
+            let (true, Some(_), &[_, k]) = (chosen, WeightDtype::of(e.dtype), e.shape.as_slice())
+            else {
+                return None;
+            };
+            let target = match form_for(opts, k) {
+                Form::Int4 { block } => Target::Int4 { block },
+                _ => Target::Int8 {
+                    int8_activations: opts.scheme == Scheme::W8a8,
+                },
+            };
+            Some((e.name.clone(), target))
+        })
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cal = match collected {
+        Some(c) => c,
+        None => calibrate::collect(&opts.checkpoint, &opts.calibration, threads)?,
+    };
+    Ok(Some(calibrate::choose(
+        ck,
+        &cal,
+        &targets,
+        opts.scheme,
+        threads,
+    )?))
+}
+
 /// Writes the quantized checkpoint; returns its manifest.
 pub fn quantize(opts: &QuantizeOptions) -> Result<QuantizeReport, QuantizeError> {
+    quantize_with(opts, None)
+}
+
+/// As `quantize`, with calibration already collected (`opts.calibration` then only names it).
+pub(crate) fn quantize_with(
+    opts: &QuantizeOptions,
+    collected: Option<calibrate::Calibration>,
+) -> Result<QuantizeReport, QuantizeError> {
     if !opts.checkpoint.is_dir() {
         return Err(QuantizeError::Invalid(format!(
             "--checkpoint {}: expected a checkpoint directory (config.json beside model.safetensors)",
@@ -178,12 +254,20 @@ pub fn quantize(opts: &QuantizeOptions) -> Result<QuantizeReport, QuantizeError>
             opts.checkpoint.display()
         )));
     }
+    if matches!(opts.scheme, Scheme::Bf16 | Scheme::W8) && !opts.calibration.is_empty() {
+        return Err(QuantizeError::Invalid(format!(
+            "--calibration with --scheme {}: calibration serves w8a8 (activation outliers) and w4 (coarse blocks); {} rounds each weight within a fraction of a percent of its row, and calibrating it measured no better",
+            opts.scheme, opts.scheme
+        )));
+    }
     let ck = Checkpoint::load(&opts.checkpoint)?;
     let groups: BTreeSet<Group> = opts.groups.iter().copied().collect();
+    let smoothing = smoothing(opts, &ck, &groups, collected)?;
     let failed = RefCell::new(None);
     let mut tensors = Vec::new();
     let (mut count, mut before, mut after) = (0, 0u64, 0u64);
     let mut stored_as_w8 = Vec::new();
+    let mut smoothed = 0;
     let mut entries: Vec<&Entry> = ck.entries().collect();
     entries.sort_by(|a, b| a.stored.cmp(&b.stored));
     for e in entries {
@@ -195,7 +279,7 @@ pub fn quantize(opts: &QuantizeOptions) -> Result<QuantizeReport, QuantizeError>
             len,
             failed: &failed,
         };
-        if e.name.ends_with(".weight_scale") {
+        if e.name.ends_with(".weight_scale") || e.name.ends_with(".weight_input_scale") {
             return Err(QuantizeError::Invalid(format!(
                 "{}: tensor `{}` is a quantized weight's scales: this checkpoint is already quantized; quantize the float checkpoint it was made from",
                 ck.path.display(),
@@ -219,20 +303,20 @@ pub fn quantize(opts: &QuantizeOptions) -> Result<QuantizeReport, QuantizeError>
             ));
             continue;
         };
-        let form = match opts.scheme {
-            Scheme::Bf16 => Form::Bf16,
-            Scheme::W8 | Scheme::W8a8 => Form::Int8,
-            Scheme::W4 if k.is_multiple_of(opts.block) => Form::Int4 { block: opts.block },
-            Scheme::W4 => {
-                stored_as_w8.push(e.stored.clone());
-                Form::Int8
-            }
-        };
+        let form = form_for(opts, k);
+        if opts.scheme == Scheme::W4 && form == Form::Int8 {
+            stored_as_w8.push(e.stored.clone());
+        }
+        let smooth = smoothing
+            .as_ref()
+            .and_then(|s| s.scales.get(&e.name))
+            .map(Vec::as_slice);
         let quantized = |part| Source::Quantized {
             entry: e,
             dtype,
             form,
             part,
+            smooth,
         };
         let (values, scales) = match form {
             Form::Bf16 => (
@@ -264,6 +348,14 @@ pub fn quantize(opts: &QuantizeOptions) -> Result<QuantizeReport, QuantizeError>
         tensors.push((e.stored.clone(), values));
         if let Some(s) = scales {
             tensors.push((format!("{}_scale", e.stored), s));
+        }
+        if let Some(s) = smooth {
+            smoothed += 1;
+            after += 4 * k as u64;
+            tensors.push((
+                format!("{}{INPUT_SCALE}", e.stored),
+                out(Source::Floats(s), Dtype::F32, vec![k], 4 * k),
+            ));
         }
     }
     if count == 0 {
@@ -317,6 +409,9 @@ pub fn quantize(opts: &QuantizeOptions) -> Result<QuantizeReport, QuantizeError>
             .filter(|g| !groups.contains(g))
             .collect(),
         stored_as_w8,
+        calibration: opts.calibration.clone(),
+        smoothed,
+        smoothing: smoothing.map(|s| s.chosen).unwrap_or_default(),
         tensors: count,
         bytes_before: before,
         bytes_after: after,
