@@ -85,7 +85,8 @@ def build_full(out: Path):
     return policy, batch
 
 
-def build(kind: str, depth: int, out: Path):
+def use_shapes(kind: str, depth: int):
+    """Sets make_golden's module shapes so lerobot's classes build `kind` at `depth`."""
     s = shapes(kind, depth)
     if s:
         mg.LM.update(s["LM"])
@@ -93,6 +94,10 @@ def build(kind: str, depth: int, out: Path):
         mg.VISION.update(s["VISION"])
         mg.ARCH.clear()
         mg.ARCH.update(s["ARCH"])
+
+
+def build(kind: str, depth: int, out: Path):
+    use_shapes(kind, depth)
     torch.manual_seed(0)
     inputs, outputs = mg.features(2)
     cfg = mg.PI0Config(dtype="float32", device="cpu", input_features=inputs, output_features=outputs)
@@ -139,21 +144,34 @@ def torch_times(policy, batch, repeat: int):
     return {"prefix_ms": p, "step_ms": (tot - p) / 10, "total_ms": tot}
 
 
-def pi0d_times(ck: Path, threads: int, repeat: int):
-    out = ck / "actions.safetensors"
-    # /usr/bin/time reports the child's own peak RSS (ru_maxrss of a fork from this process
-    # would count the Python interpreter's pages before exec).
-    run = subprocess.run(
-        ["/usr/bin/time", "-f", "MAXRSS_KB %M", str(BIN), "infer", "--checkpoint", str(ck),
-         "--inputs", str(ck / "inputs.safetensors"), "--output", str(out),
-         "--repeat", str(repeat + 1), "--threads", str(threads)],
-        capture_output=True, text=True, check=True,
-    )
-    rss_kb = int(run.stderr.split("MAXRSS_KB")[-1].split()[0])
-    lines = [json.loads(line) for line in run.stdout.splitlines()][1:]  # first run is warm-up
+def median_times(stdout: str) -> dict:
+    """Median prefix / step / chunk of `pi0d infer --repeat` JSON lines, the first (warm-up) dropped."""
+    lines = [json.loads(line) for line in stdout.splitlines()][1:]
     p = statistics.median(x["prefix_ms"] for x in lines)
     s = statistics.median(x["steps_ms"] for x in lines)
-    return {"prefix_ms": p, "step_ms": s / 10, "total_ms": p + s, "rss_mb": rss_kb / 1024}
+    return {"prefix_ms": p, "step_ms": s / 10, "total_ms": p + s}
+
+
+def timed(cmd: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    """Runs cmd under /usr/bin/time; its output and its peak RSS in MiB."""
+    # /usr/bin/time reports the child's own peak RSS (ru_maxrss of a fork from this process
+    # would count the Python interpreter's pages before exec).
+    run = subprocess.run(["/usr/bin/time", "-f", "MAXRSS_KB %M", *cmd], capture_output=True, text=True)
+    if run.returncode:
+        raise subprocess.CalledProcessError(run.returncode, cmd, run.stdout, run.stderr)
+    rss_kb = int(run.stderr.split("MAXRSS_KB")[-1].split()[0])
+    return run, rss_kb / 1024
+
+
+def infer_times(args: list[str], threads: int, repeat: int) -> dict:
+    """`pi0d infer ARGS` run repeat + 1 times in one process: median times and peak RSS."""
+    run, rss_mb = timed([str(BIN), "infer", *args, "--repeat", str(repeat + 1), "--threads", str(threads)])
+    return {**median_times(run.stdout), "rss_mb": rss_mb}
+
+
+def pi0d_times(ck: Path, threads: int, repeat: int):
+    return infer_times(["--checkpoint", str(ck), "--inputs", str(ck / "inputs.safetensors"),
+                        "--output", str(ck / "actions.safetensors")], threads, repeat)
 
 
 def onnx_library() -> Path | None:
@@ -162,24 +180,24 @@ def onnx_library() -> Path | None:
     return None
 
 
-def onnx_times(ck: Path, threads: int, repeat: int, library: Path):
-    graphs = ck / "graphs"
+def export_graphs(ck: Path, out: Path, *extra: str):
+    """`pi0d export` of ck as the 2-camera, 48-token graphs the inputs file feeds."""
     subprocess.run(
         [str(BIN), "export", "--checkpoint", str(ck), "--cameras", "2", "--prompt-len", "48",
-         "--dtype", "f32", "--out", str(graphs)],
+         "--out", str(out), *extra],
         capture_output=True, text=True, check=True,
     )
-    run = subprocess.run(
-        [str(BIN), "infer", "--backend", "onnx", "--model-dir", str(graphs),
-         "--onnx-library", str(library), "--inputs", str(ck / "inputs.safetensors"),
-         "--output", str(ck / "onnx-actions.safetensors"), "--repeat", str(repeat + 1),
-         "--threads", str(threads)],
-        capture_output=True, text=True, check=True,
-    )
-    lines = [json.loads(line) for line in run.stdout.splitlines()][1:]
-    p = statistics.median(x["prefix_ms"] for x in lines)
-    s = statistics.median(x["steps_ms"] for x in lines)
-    return {"prefix_ms": p, "step_ms": s / 10, "total_ms": p + s}
+
+
+def onnx_run(graphs: Path, inputs: Path, output: Path, threads: int, repeat: int, library: Path):
+    return infer_times(["--backend", "onnx", "--model-dir", str(graphs), "--onnx-library", str(library),
+                        "--inputs", str(inputs), "--output", str(output)], threads, repeat)
+
+
+def onnx_times(ck: Path, threads: int, repeat: int, library: Path):
+    graphs = ck / "graphs"
+    export_graphs(ck, graphs, "--dtype", "f32")
+    return onnx_run(graphs, ck / "inputs.safetensors", ck / "onnx-actions.safetensors", threads, repeat, library)
 
 
 def prefix_flops(policy, tokens: int, cameras: int) -> float:
