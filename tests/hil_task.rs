@@ -67,7 +67,21 @@ fn when_pi0d_runs_the_trained_task_closed_loop_over_dds_expect_the_tool_to_follo
         let cube = (f(&r["cube"][0]), f(&r["cube"][1]));
         let at = format!("{},{}", cube.0, cube.1);
         let bot = robot(dom, &dir, 30.0, &["--cube", &at, "--episode-s", &episode_s]);
-        let cfg = hil_config_from("hil_task.toml", dom);
+        let mut cfg = hil_config_from("hil_task.toml", dom);
+        // tools/hil_quant.sh: the same placements with another checkpoint (a quantized copy of
+        // the model), and each episode recorded (calibration input).
+        if let Ok(other) = std::env::var("PI0D_HIL_CHECKPOINT") {
+            cfg["policy"]["checkpoint"] = toml::Value::String(other);
+        }
+        if let Ok(record) = std::env::var("PI0D_HIL_RECORD") {
+            cfg.insert(
+                "record".into(),
+                table(&[
+                    ("path", toml::Value::String(format!("{record}/"))),
+                    ("camera_hz", toml::Value::Float(10.0)),
+                ]),
+            );
+        }
         assert_eq!(
             cfg["policy"]["prompt"].as_str(),
             task["prompt"].as_str(),
@@ -138,7 +152,8 @@ fn when_pi0d_runs_the_trained_task_closed_loop_over_dds_expect_the_tool_to_follo
     let err = median(episodes.iter().map(|e| e.xy_error).collect());
     let reference_err = median(episodes.iter().map(|e| e.reference_xy_error).collect());
     println!(
-        "hil task: pi0d closed loop over DDS {wins}/{n} ({:.0} %, median {:.0} mm off), lerobot's synchronous rollout {reference_wins}/{n} ({:.0} %, median {:.0} mm off) on the same placements",
+        "hil task ({}): pi0d closed loop over DDS {wins}/{n} ({:.0} %, median {:.0} mm off), lerobot's synchronous rollout {reference_wins}/{n} ({:.0} %, median {:.0} mm off) on the same placements",
+        std::env::var("PI0D_HIL_CHECKPOINT").unwrap_or_else(|_| "models/hil-above-cube".into()),
         100.0 * wins as f64 / EPISODES as f64,
         err * 1e3,
         100.0 * reference_wins as f64 / EPISODES as f64,

@@ -6,6 +6,12 @@ lerobot's f32 actions, all measured in one run.
     ./tools/test.sh            # once: makes .venv (onnxruntime's library and its Python package)
     ~/venvs/golden/bin/python tools/bench_quant.py [--threads 2] [--depth 1] [--repeat 3]
         [--only pi0d,torch,ort] [--bin target/release/pi0d] [--onnx-library LIB]
+    ~/venvs/golden/bin/python tools/bench_quant.py --full [--repeat 1] [--workdir DIR]
+
+`--full` builds the real pi0 at full size as `tools/bench_pi0.py --full` does (lerobot's bf16
+mode, random weights) and prints pi0d's bf16, w8, w8a8 and w4 on it: the chunk's time, the
+actions against lerobot's own bf16 ones, the resident weights and the peak RSS (about 25 GB of
+disk and 16 GB of memory). Without it:
 
 Builds the pi0-shaped model of tools/bench_pi0.py (real widths: SigLIP 1152 x 4304, Gemma
 2048 x 16384, expert 1024 x 4096; depth reduced to --depth; random f32 weights; 2 cameras, 48
@@ -240,8 +246,43 @@ def measure(args, library: Path | None, tmp: Path):
     return results, src_weights
 
 
+def full(args, tmp: Path):
+    """The real pi0 at full size (bench_pi0.py --full: lerobot's bf16 mode, random weights), in
+    pi0d's schemes: time, accuracy against lerobot's bf16 actions, resident weights, peak RSS."""
+    src = tmp / "bf16"
+    policy, batch = bp.build_full(src)
+    want = lerobot_actions(policy, batch)
+    del policy
+    rows = []
+    for scheme in ["bf16", "w8", "w8a8", "w4"]:
+        ck = src
+        if scheme != "bf16":
+            ck = tmp / scheme
+            subprocess.run([str(bp.BIN), "quantize", "--checkpoint", str(src), "--out", str(ck),
+                            "--scheme", scheme], check=True, capture_output=True)
+            (ck / "inputs.safetensors").write_bytes((src / "inputs.safetensors").read_bytes())
+        r = bp.pi0d_times(ck, args.threads, args.repeat)
+        got = load_file(str(ck / "actions.safetensors"))["actions"]
+        cos, err = compare(got, want.float())
+        rows.append((scheme, r, cos, err, resident_bytes(ck) / 2**30))
+        if ck != src:
+            shutil.rmtree(ck)
+    base = rows[0][1]["total_ms"]
+    print(f"\nreal pi0 (SigLIP 27, Gemma 18, expert 18 layers), random bf16 weights, 2 cameras, 48 tokens, "
+          f"{args.threads} threads; actions against lerobot's bf16 (PyTorch CPU)")
+    print(f"  {'scheme':7} {'chunk ms':>9} {'x bf16':>7} {'cosine':>9} {'max err':>8} "
+          f"{'weights GiB':>12} {'peak RSS GiB':>13} {'RSS/weights':>12}")
+    for scheme, r, cos, err, weights in rows:
+        rss = r["rss_mb"] / 1024
+        print(f"  {scheme:7} {r['total_ms']:9.0f} {r['total_ms'] / base:7.2f} {cos:9.6f} {err:8.1e} "
+              f"{weights:12.2f} {rss:13.2f} {rss / weights:12.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--full", action="store_true",
+                    help="the real pi0 at full size in pi0d's schemes (about 25 GB of disk, 16 GB of memory)")
+    ap.add_argument("--workdir", type=Path, default=None, help="where --full writes (default: a temp dir)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--depth", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3)
@@ -264,6 +305,10 @@ def main():
         sys.exit("/usr/bin/time missing: apt-get install time")
     library = args.onnx_library or bp.onnx_library()
     torch.set_num_threads(args.threads)
+    if args.full:
+        with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+            full(args, Path(tmp))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         results, src_weights = measure(args, library, Path(tmp))
 

@@ -118,7 +118,8 @@ fn when_quantize_is_calibrated_expect_the_scales_in_the_checkpoint_and_every_mis
     ]);
     assert_eq!(code, Some(0), "{text}");
     assert!(actions.exists());
-    // The graphs do not apply input scales: the export says so instead of dropping them.
+    // The graphs divide the inputs by the scales too (checked against the CPU path in
+    // tests/onnx_export).
     let (code, text) = pi0d(&[
         "export",
         "--cameras",
@@ -128,8 +129,8 @@ fn when_quantize_is_calibrated_expect_the_scales_in_the_checkpoint_and_every_mis
         "--out",
         dir.join("graphs").to_str().unwrap(),
     ]);
-    assert_eq!(code, Some(1), "{text}");
-    assert!(text.contains("was quantized with calibration"), "{text}");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("w4 weights"), "{text}");
     // Schemes calibration does not serve, and files that are not model inputs.
     for scheme in ["w8", "bf16"] {
         let (code, text) = quantize(
@@ -158,4 +159,53 @@ fn when_quantize_is_calibrated_expect_the_scales_in_the_checkpoint_and_every_mis
         "{text}"
     );
     assert!(!dir.join("bad").exists());
+}
+
+#[test]
+fn when_quantize_is_calibrated_on_a_recording_expect_its_observations_run_and_a_cut_file_refused() {
+    let dir = scratch_dir("quantized-recorded");
+    let recording = dir.join("run.mcap");
+    let mut cfg = sim_model_config();
+    cfg.insert(
+        "record".into(),
+        table(&[
+            ("path", toml::Value::String(recording.display().to_string())),
+            ("camera_hz", toml::Value::Float(5.0)),
+        ]),
+    );
+    let run = run_daemon("quantized-recorded", &cfg, 3.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    let model = root().join("models/tiny-pi0");
+    let out = dir.join("w8a8");
+    let (code, text) = quantize(
+        &model,
+        &out,
+        "w8a8",
+        &["--calibration", recording.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("calibrated on 1 input file(s):"), "{text}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("quantization.json")).unwrap())
+            .unwrap();
+    assert!(
+        !manifest["smoothing"].as_object().unwrap().is_empty(),
+        "every layer saw the recorded observations: {manifest}"
+    );
+    // The recording's head alone (no frame, no metadata): refused naming it.
+    let cut = dir.join("cut.mcap");
+    let bytes = std::fs::read(&recording).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len().min(600)]).unwrap();
+    let (code, text) = quantize(
+        &model,
+        &dir.join("cut-out"),
+        "w4",
+        &["--calibration", cut.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(&format!("--calibration {}", cut.display())),
+        "{text}"
+    );
+    assert!(!dir.join("cut-out").exists());
 }

@@ -384,3 +384,39 @@ fn when_tiny_model_exported_with_quant_w4_expect_onnx_backend_to_match_cpu_backe
     let _ = std::fs::remove_dir_all(q);
     let _ = std::fs::remove_dir_all(graphs);
 }
+
+#[test]
+fn when_a_calibrated_checkpoint_is_exported_expect_the_graphs_to_divide_by_its_input_scales() {
+    // Calibrated on another case's inputs; measured on this one. (A w8a8 checkpoint's graphs
+    // keep f32 activations, so only w4 can be held to the CPU path's actions.)
+    for (case, calibration) in [
+        ("pi0_f32_1cam_short", "pi0_f32_2cam_batch2"),
+        ("pi05_f32_1cam", "pi05_f32_rtc_linear"),
+    ] {
+        let scheme = Scheme::W4;
+        let tag = format!("{case} {scheme} calibrated");
+        let q = scratch_dir(&format!("q-calibrated-{case}-{scheme}"));
+        let _ = std::fs::remove_dir_all(&q);
+        let m = quantize(&QuantizeOptions {
+            checkpoint: case_checkpoint(case),
+            out: q.to_path_buf(),
+            scheme,
+            block: 32,
+            groups: Group::DEFAULT.to_vec(),
+            calibration: vec![case_dir(calibration).join("inputs.safetensors")],
+        })
+        .unwrap()
+        .manifest;
+        assert!(m.smoothed > 0, "{tag}: {m:?}");
+        let cpu = cpu_actions(&q, case);
+        let graphs = scratch_dir(&format!("qx-calibrated-{case}-{scheme}"));
+        let mut opts = options_for(case, &graphs, ExportDtype::F32, false);
+        opts.checkpoint = q.to_path_buf();
+        export(&opts).unwrap();
+        let err = max_diff(&run_graphs(&graphs, case), &cpu);
+        eprintln!("{tag}: ONNX Runtime vs the CPU path {err:.2e}");
+        assert!(err <= SAME_WEIGHTS, "{tag}: {err}");
+        let scales = bytes_named(&graphs, &[".input_scale_inv"]);
+        assert!(scales > 0, "{tag}: no input scales in the graphs");
+    }
+}

@@ -16,7 +16,6 @@ use sha2::{Digest, Sha256};
 use crate::policy::graph::manifest::{self, CheckpointInfo, Graphs, Manifest};
 use crate::policy::pi0::checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
 use crate::policy::pi0::model::{Arch, Variant};
-use crate::policy::pi0::quant::load::INPUT_SCALE;
 use crate::policy::pi0::quant::Scheme;
 use crate::policy::staging::{Staging, StagingError};
 use pi0::{ExportDtype, GraphSizes, Pi0GraphBuilder};
@@ -287,13 +286,6 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
 /// refused.
 fn quant_scheme(ck: &Checkpoint, opts: &ExportOptions) -> Result<Option<Scheme>, ExportError> {
     let stored = pi0::qlinear::stored_scheme(ck);
-    if let Some(e) = ck.entries().find(|e| e.name.ends_with(INPUT_SCALE)) {
-        return Err(ExportError::Invalid(format!(
-            "{} was quantized with calibration (`{}` scales its layer's inputs), which the graphs do not apply: export the float checkpoint it was made from, with --quant",
-            opts.checkpoint.display(),
-            e.name
-        )));
-    }
     match (opts.quant, stored) {
         (Some(Scheme::Bf16), _) => {
             return Err(ExportError::Invalid(

@@ -14,9 +14,11 @@
 
 use super::builder::{attr_int, attr_ints, F32Source, GraphBuilder};
 use super::proto::data_type;
+use super::ExportError;
 use crate::policy::pi0::checkpoint::Checkpoint;
 use crate::policy::pi0::model::{Arch, Variant, EXPERT, LM, LM_HEAD, PROJECTOR, VISION};
 use crate::policy::pi0::ops::RMS_EPS;
+use crate::policy::pi0::quant::load::INPUT_SCALE;
 use crate::policy::pi0::quant::Scheme;
 use qlinear::Form;
 
@@ -215,7 +217,11 @@ impl<'a> Pi0GraphBuilder<'a> {
             format!("{}+{}parts.weight", parts[0].0, parts.len())
         };
         let forms: Vec<Form> = parts.iter().map(|p| self.form(p.0, inp)).collect();
-        if forms.iter().any(|f| *f != forms[0]) {
+        let scaled: Vec<bool> = parts
+            .iter()
+            .map(|p| ck.contains(&format!("{}.weight{INPUT_SCALE}", p.0)))
+            .collect();
+        if forms.iter().any(|f| *f != forms[0]) || scaled.iter().any(|s| *s != scaled[0]) {
             // Parts stored differently (a w4 checkpoint keeps some weights w8): one product
             // each.
             return parts
@@ -223,6 +229,34 @@ impl<'a> Pi0GraphBuilder<'a> {
                 .map(|&(name, out)| self.linear(g, x, name, out, inp, bias))
                 .collect();
         }
+        let scaled_x;
+        let x = if scaled[0] {
+            // Calibrated (`pi0d quantize --calibration`): the weight is stored as `W diag(s)`,
+            // so the input is divided by `s`, which the parts sharing it share.
+            let names: Vec<String> = parts.iter().map(|p| format!("{}.weight", p.0)).collect();
+            let inv = self.stored(
+                g,
+                &key.replace(".weight", ".input_scale_inv"),
+                &[inp],
+                Box::new(move || {
+                    let scale = |n: &String| ck.input_scale(&[n.as_str()], inp);
+                    let first = scale(&names[0])?.unwrap_or_default();
+                    for n in &names[1..] {
+                        if scale(n)?.unwrap_or_default() != first {
+                            return Err(ExportError::Invalid(format!(
+                                "`{n}{INPUT_SCALE}` differs from `{}{INPUT_SCALE}`: weights that share an input must share its scales",
+                                names[0]
+                            )));
+                        }
+                    }
+                    Ok(first.into_vec())
+                }),
+            );
+            scaled_x = g.op("Mul", &[x, &inv], vec![]);
+            scaled_x.as_str()
+        } else {
+            x
+        };
         let mut y = if forms[0] == Form::Float {
             self.float_matmul(g, x, &key, &owned, inp)
         } else {

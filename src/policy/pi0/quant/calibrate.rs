@@ -83,6 +83,25 @@ impl InputStats {
         }
     }
 
+    /// `other`'s rows and extremes added to these (same layer, same width).
+    fn absorb(&mut self, other: InputStats) {
+        if other.k != self.k {
+            return;
+        }
+        for (m, o) in self.absmax.iter_mut().zip(&other.absmax) {
+            *m = m.max(*o);
+        }
+        for (s, o) in self.abssum.iter_mut().zip(&other.abssum) {
+            *s += o;
+        }
+        // The sample: what fits of the other's after these (both already spread evenly).
+        let cap = MAX_ROWS.min(MAX_VALUES / self.k.max(1)).max(1);
+        let room = cap.saturating_sub(self.sample_rows()) * self.k;
+        self.rows
+            .extend_from_slice(&other.rows[..room.min(other.rows.len())]);
+        self.seen += other.seen;
+    }
+
     fn sample_rows(&self) -> usize {
         self.rows.len() / self.k.max(1)
     }
@@ -112,8 +131,23 @@ pub(crate) fn observe(stats: &Mutex<InputStats>, x: &[f32], rows: usize, k: usiz
 }
 
 /// Every calibrated layer's inputs, by weight name.
+#[derive(Default)]
 pub(crate) struct Calibration {
     layers: BTreeMap<String, InputStats>,
+}
+
+impl Calibration {
+    /// Adds what `other` recorded (another set of inputs on the same checkpoint).
+    pub(crate) fn merge(&mut self, other: Calibration) {
+        for (name, stats) in other.layers {
+            match self.layers.get_mut(&name) {
+                Some(mine) => mine.absorb(stats),
+                None => {
+                    self.layers.insert(name, stats);
+                }
+            }
+        }
+    }
 }
 
 /// Runs the float checkpoint `ck` on each `pi0d infer` inputs file and collects what its linear
@@ -123,6 +157,9 @@ pub(crate) fn collect(
     files: &[PathBuf],
     threads: usize,
 ) -> Result<Calibration, QuantizeError> {
+    if files.is_empty() {
+        return Ok(Calibration::default());
+    }
     let mut ck = Checkpoint::load(checkpoint)?;
     let recorder = Arc::new(Recorder::default());
     ck.calibration = Some(recorder.clone());

@@ -15,6 +15,7 @@
 
 pub(crate) mod calibrate;
 pub(crate) mod load;
+mod recorded;
 mod write;
 
 use std::collections::BTreeMap;
