@@ -18,11 +18,11 @@ pub enum Provenance {
 }
 
 /// The file that marks the bundled random-weight test model (`models/tiny-pi0`).
-pub const TEST_MODEL_MARKER: &str = "RANDOM_WEIGHTS";
+pub(crate) const TEST_MODEL_MARKER: &str = "RANDOM_WEIGHTS";
 
 /// `checkpoint`'s provenance: the bundled test model carries `TEST_MODEL_MARKER` beside its
 /// config.json (a bare .safetensors file looks in its directory).
-pub fn provenance(checkpoint: &Path) -> Provenance {
+pub(crate) fn provenance(checkpoint: &Path) -> Provenance {
     let dir = if checkpoint.is_dir() {
         checkpoint
     } else {

@@ -137,12 +137,12 @@ impl RosConfig {
         }
     }
 
-    pub fn shadow_topic(&self, group: &CommandGroup) -> String {
+    pub(crate) fn shadow_topic(&self, group: &CommandGroup) -> String {
         format!("{}{}", self.dry_run_prefix, group.topic)
     }
 
     /// Whether any output sends JointTrajectory.
-    pub fn sends_trajectories(&self) -> bool {
+    pub(crate) fn sends_trajectories(&self) -> bool {
         self.commands
             .iter()
             .any(|g| g.kind == CommandType::JointTrajectory)

@@ -269,7 +269,7 @@ impl Precision {
     }
 
     /// Bytes a weight takes, its scales included.
-    pub fn bytes_per_weight(self) -> f64 {
+    pub(crate) fn bytes_per_weight(self) -> f64 {
         match self {
             Precision::F16 => 2.0,
             Precision::W8 | Precision::W8A8 => 1.0,
