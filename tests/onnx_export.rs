@@ -4,6 +4,8 @@
 
 #![cfg(feature = "onnx")]
 
+#[path = "onnx_export/activations.rs"]
+mod activations;
 mod common;
 #[path = "onnx_export/quant.rs"]
 mod quant;

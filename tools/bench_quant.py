@@ -254,7 +254,7 @@ def full(args, tmp: Path):
     want = lerobot_actions(policy, batch)
     del policy
     rows = []
-    for scheme in ["bf16", "w8", "w8a8", "w4"]:
+    for scheme in args.schemes.split(","):
         ck = src
         if scheme != "bf16":
             ck = tmp / scheme
@@ -283,6 +283,8 @@ def main():
     ap.add_argument("--full", action="store_true",
                     help="the real pi0 at full size in pi0d's schemes (about 25 GB of disk, 16 GB of memory)")
     ap.add_argument("--workdir", type=Path, default=None, help="where --full writes (default: a temp dir)")
+    ap.add_argument("--schemes", default="bf16,w8,w8a8,w4",
+                    help="--full: the schemes measured, bf16 (the checkpoint itself) first")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--depth", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3)

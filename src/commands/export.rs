@@ -74,6 +74,11 @@ pub(crate) struct ExportArgs {
     /// them when `atc` is on the PATH.
     #[arg(long, value_name = "SOC")]
     atc: Option<String>,
+    /// A recording (`[record]`) or `pi0d infer` inputs file (repeat the flag for several) to run
+    /// the float model on: prints the largest activations per layer group against float16's
+    /// range and the precision the graphs need.
+    #[arg(long, value_name = "FILE")]
+    calibration: Vec<PathBuf>,
 }
 
 pub(crate) fn export(a: ExportArgs) -> Outcome {
@@ -109,6 +114,7 @@ pub(crate) fn export(a: ExportArgs) -> Outcome {
         }),
         for_atc: a.atc.is_some(),
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        calibration: a.calibration,
     };
     let report = classified(export(&opts))?;
     let m = &report.manifest;
@@ -143,6 +149,29 @@ pub(crate) fn export(a: ExportArgs) -> Outcome {
                 .map(|d| format!(" in {d}"))
                 .unwrap_or_default()
         ));
+    }
+    if !report.activations.is_empty() {
+        say(&format!(
+            "  largest activations on {} calibration file(s), f32 on the CPU (float16 holds {}):",
+            opts.calibration.len(),
+            atc::F16_MAX
+        ));
+        for r in &report.activations {
+            // The projector and the heads have no norms: no residual stream of their own.
+            let stream = match r.stream {
+                s if s > 0.0 => format!("{s:>10.1}"),
+                _ => format!("{:>10}", "-"),
+            };
+            say(&format!(
+                "    {:<10} residual stream {stream}   linear inputs {:>10.1}   linear outputs {:>10.1}",
+                r.group.name(),
+                r.linear_in,
+                r.linear_out
+            ));
+        }
+        if let Some(fit) = atc::F16Fit::of(&report.activations) {
+            say(&format!("  {}", fit.advice()));
+        }
     }
     if let Some(soc) = &a.atc {
         if !atc::KNOWN_SOCS.contains(&soc.as_str()) {

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use super::proto::ModelProto;
 use crate::policy::graph::manifest::Manifest;
+use crate::policy::pi0::quant::{ActivationRange, Group};
 
 /// Operators the exported graphs may contain (opset 13, default domain).
 pub const ATC_OPS: &[&str] = &[
@@ -76,4 +77,62 @@ pub fn atc_commands(manifest: &Manifest, dir: &Path, soc: &str) -> Vec<Vec<Strin
             ]
         })
         .collect()
+}
+
+/// float16's largest finite value.
+pub const F16_MAX: f32 = 65504.0;
+/// Activations within this factor of `F16_MAX` on the calibration inputs may pass it on others.
+const F16_NEAR: f32 = 16.0;
+
+/// Whether float16 holds the activations calibration measured (`pi0d export --calibration`),
+/// and so which precision ATC may compile the graphs in.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum F16Fit {
+    /// Every group's largest activation is at least `F16_NEAR` times below `F16_MAX`: f16
+    /// graphs, or ATC's default `force_fp16` on f32 graphs.
+    Holds { margin: f32 },
+    /// `group` comes within `F16_NEAR` of `F16_MAX`: f32 graphs with `origin` precision.
+    Near { group: Group, largest: f32 },
+    /// `group` passes `F16_MAX`: f16 would give infinities there.
+    Overflows { group: Group, largest: f32 },
+}
+
+impl F16Fit {
+    /// The verdict on `ranges` (none when nothing was measured).
+    pub fn of(ranges: &[ActivationRange]) -> Option<F16Fit> {
+        let worst = ranges
+            .iter()
+            .max_by(|a, b| a.largest().total_cmp(&b.largest()))?;
+        let largest = worst.largest();
+        Some(if !(largest <= F16_MAX) {
+            F16Fit::Overflows {
+                group: worst.group,
+                largest,
+            }
+        } else if largest * F16_NEAR > F16_MAX {
+            F16Fit::Near {
+                group: worst.group,
+                largest,
+            }
+        } else {
+            F16Fit::Holds {
+                margin: F16_MAX / largest.max(f32::MIN_POSITIVE),
+            }
+        })
+    }
+
+    /// The precision the graphs need, for a person.
+    pub fn advice(self) -> String {
+        match self {
+            F16Fit::Holds { margin } => format!(
+                "float16 holds these activations {margin:.0}x below its largest value: --dtype f16, or ATC's default precision (force_fp16) on f32 graphs"
+            ),
+            F16Fit::Near { group, largest } => format!(
+                "the {group} group reaches {largest:.0}, within {F16_NEAR}x of float16's {F16_MAX}: export --dtype f32 and keep ATC's --precision_mode_v2=origin (other inputs may overflow float16)"
+            ),
+            F16Fit::Overflows { group, largest } => format!(
+                "the {group} group reaches {largest:.0}, past float16's {F16_MAX}: float16 gives infinities there; export --dtype f32 and keep ATC's --precision_mode_v2=origin"
+            ),
+        }
+    }
 }

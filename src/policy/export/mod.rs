@@ -16,7 +16,8 @@ use sha2::{Digest, Sha256};
 use crate::policy::graph::manifest::{self, CheckpointInfo, Graphs, Manifest};
 use crate::policy::pi0::checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
 use crate::policy::pi0::model::{Arch, Variant};
-use crate::policy::pi0::quant::Scheme;
+use crate::policy::pi0::quant::calibrate::collect_any;
+use crate::policy::pi0::quant::{ActivationRange, QuantizeError, Scheme};
 use crate::policy::staging::{Staging, StagingError};
 use pi0::{ExportDtype, GraphSizes, Pi0GraphBuilder};
 pub(crate) use write::ClampReport;
@@ -61,6 +62,9 @@ pub enum ExportError {
     },
     #[error("{0}")]
     Invalid(String),
+    /// Running the float model on `--calibration`'s inputs failed.
+    #[error(transparent)]
+    Calibration(#[from] QuantizeError),
 }
 
 impl From<StagingError> for ExportError {
@@ -100,6 +104,9 @@ pub struct ExportOptions {
     /// The graphs are for Ascend's ATC (`--atc`), which takes no quantized weights.
     pub for_atc: bool,
     pub progress: bool,
+    /// Recordings or `pi0d infer` inputs the float model is run on to measure its activations'
+    /// magnitudes against float16's range (`ExportReport::activations`).
+    pub calibration: Vec<PathBuf>,
 }
 
 impl ExportOptions {
@@ -121,6 +128,7 @@ impl ExportOptions {
             quant: None,
             for_atc: false,
             progress: false,
+            calibration: Vec::new(),
         }
     }
 }
@@ -129,6 +137,8 @@ impl ExportOptions {
 pub struct ExportReport {
     pub manifest: Manifest,
     pub clamped: Vec<ClampReport>,
+    /// With `--calibration`: the largest activations per layer group, on the CPU in f32.
+    pub activations: Vec<ActivationRange>,
 }
 
 fn checkpoint_hash(ck: &Checkpoint) -> String {
@@ -170,6 +180,12 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         prompt_len,
     };
     let quant = quant_scheme(&ck, opts)?;
+    let activations = if opts.calibration.is_empty() {
+        Vec::new()
+    } else {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        collect_any(&opts.checkpoint, &opts.calibration, threads)?.ranges()
+    };
     let mut b = Pi0GraphBuilder::new(&ck, arch.clone(), opts.dtype, sizes);
     b.quant = quant;
     let prefix = b.prefix_graph();
@@ -278,6 +294,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
     Ok(ExportReport {
         manifest: m,
         clamped,
+        activations,
     })
 }
 

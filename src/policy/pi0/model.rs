@@ -7,7 +7,7 @@ pub use super::arch::Variant;
 pub(crate) use super::arch::{check_vocabulary, Arch, TokenError};
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, MappedRows};
 use super::ops::{
-    attention, grow, time_embedding, AttentionScratch, LayerNorm, Linear, Norm, Rope,
+    attention, grow, time_embedding, AttentionScratch, LayerNorm, Linear, Norm, Probe, Rope,
 };
 use super::vecmath;
 use crate::policy::rtc::Guidance;
@@ -113,19 +113,19 @@ fn load_gemma(
     adaptive: bool,
 ) -> Result<Gemma, CheckpointError> {
     let norm = |name: &str| -> Result<Norm, CheckpointError> {
+        // The residual stream's magnitudes, where calibration asks for them.
+        let probe = Probe::of(ck, &format!("{name}.weight"));
         if adaptive {
-            Ok(Norm::Adaptive(Linear::load(
-                ck,
-                &[&format!("{name}.dense")],
-                3 * width,
-                width,
-                true,
-            )?))
+            Ok(Norm::Adaptive(
+                Linear::load(ck, &[&format!("{name}.dense")], 3 * width, width, true)?,
+                probe,
+            ))
         } else {
             Ok(Norm::Rms(
                 ck.take(&[&format!("{name}.weight")], &[width])?
                     .data
                     .to_vec(),
+                probe,
             ))
         }
     };

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::packed::int8::{I8Activations, PackedI8Matrix};
 use super::packed::{PackedMatrix, Storage};
-use super::quant::calibrate::{observe, InputStats};
+use super::quant::calibrate::{observe, observe_output, InputStats};
 use super::quant::load::LinearWeight;
 use super::vecmath::softmax_in_place;
 
@@ -194,6 +194,9 @@ impl Linear {
                 }
             }
         }
+        if let Some(stats) = &self.observer {
+            observe_output(stats, &out[..rows * self.out_dim]);
+        }
     }
 
     pub(crate) fn apply(&self, x: &[f32], rows: usize, threads: usize) -> Vec<f32> {
@@ -203,11 +206,29 @@ impl Linear {
     }
 }
 
+/// Calibration only: where a norm reports the magnitudes of its input (the residual stream).
+#[derive(Default)]
+pub(crate) struct Probe(Option<Arc<Mutex<InputStats>>>);
+
+impl Probe {
+    /// The probe of the norm `name` while `ck` is being calibrated, else none.
+    pub(crate) fn of(ck: &Checkpoint, name: &str) -> Probe {
+        Probe(ck.calibration.as_ref().map(|r| r.layer(name)))
+    }
+
+    fn see(&self, x: &[f32], dim: usize) {
+        if let Some(stats) = &self.0 {
+            observe(stats, x, x.len() / dim.max(1), dim);
+        }
+    }
+}
+
 /// SigLIP LayerNorm (biased variance, affine).
 pub(crate) struct LayerNorm {
     pub(crate) w: Vec<f32>,
     pub(crate) b: Vec<f32>,
     pub(crate) eps: f32,
+    probe: Probe,
 }
 
 impl LayerNorm {
@@ -220,11 +241,13 @@ impl LayerNorm {
             w: ck.take(&[&format!("{name}.weight")], &[dim])?.data.to_vec(),
             b: ck.take(&[&format!("{name}.bias")], &[dim])?.data.to_vec(),
             eps: 1e-6,
+            probe: Probe::of(ck, &format!("{name}.weight")),
         })
     }
 
     pub(crate) fn forward(&self, x: &[f32], out: &mut [f32]) {
         let d = self.w.len();
+        self.probe.see(x, d);
         for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
             let mean = xr.iter().sum::<f32>() / d as f32;
             let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
@@ -239,8 +262,8 @@ impl LayerNorm {
 /// Gemma RMSNorm `x * rsqrt(mean(x²) + eps) * (1 + w)`, or pi0.5's adaptive form where a dense
 /// layer of the condition gives scale, shift and a residual gate.
 pub(crate) enum Norm {
-    Rms(Vec<f32>),
-    Adaptive(Linear),
+    Rms(Vec<f32>, Probe),
+    Adaptive(Linear, Probe),
 }
 
 pub(crate) const RMS_EPS: f32 = 1e-6;
@@ -249,34 +272,35 @@ impl Norm {
     /// Normalizes rows of `x` into `out`; for the adaptive form `modulation` is `dense(cond)`
     /// (`[scale | shift | gate]`, 3 x dim).
     pub(crate) fn forward(&self, x: &[f32], out: &mut [f32], modulation: Option<&[f32]>) {
-        let dim = match self {
-            Norm::Rms(w) => w.len(),
-            Norm::Adaptive(l) => l.out_dim / 3,
+        let (dim, probe) = match self {
+            Norm::Rms(w, probe) => (w.len(), probe),
+            Norm::Adaptive(l, probe) => (l.out_dim / 3, probe),
         };
+        probe.see(x, dim);
         for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
             let var = xr.iter().map(|v| v * v).sum::<f32>() / dim as f32;
             let inv = 1.0 / (var + RMS_EPS).sqrt();
             match (self, modulation) {
-                (Norm::Rms(w), _) => {
+                (Norm::Rms(w, _), _) => {
                     for i in 0..dim {
                         or[i] = xr[i] * inv * (1.0 + w[i]);
                     }
                 }
-                (Norm::Adaptive(_), Some(m)) => {
+                (Norm::Adaptive(..), Some(m)) => {
                     let (scale, shift) = (&m[..dim], &m[dim..2 * dim]);
                     for i in 0..dim {
                         or[i] = xr[i] * inv * (1.0 + scale[i]) + shift[i];
                     }
                 }
-                (Norm::Adaptive(_), None) => unreachable!("adaptive norm needs its condition"),
+                (Norm::Adaptive(..), None) => unreachable!("adaptive norm needs its condition"),
             }
         }
     }
 
     pub(crate) fn dense(&self) -> Option<&Linear> {
         match self {
-            Norm::Adaptive(l) => Some(l),
-            Norm::Rms(_) => None,
+            Norm::Adaptive(l, _) => Some(l),
+            Norm::Rms(..) => None,
         }
     }
 }

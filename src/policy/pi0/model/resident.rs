@@ -19,8 +19,8 @@ fn layer_norm(n: &LayerNorm) -> u64 {
 
 fn norm(n: &Norm) -> u64 {
     match n {
-        Norm::Rms(w) => floats(w),
-        Norm::Adaptive(l) => linear(l),
+        Norm::Rms(w, _) => floats(w),
+        Norm::Adaptive(l, _) => linear(l),
     }
 }
 

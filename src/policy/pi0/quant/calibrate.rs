@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use pi0d_kernels::packed::PackedMatrix;
 use pi0d_kernels::quant::{dequantize_i4, dequantize_i8, quantize_i4_blocks, quantize_i8_rows};
 
-use super::{QuantizeError, Scheme};
+use super::{Group, QuantizeError, Scheme};
 use crate::policy::pi0::checkpoint::{decode, Checkpoint, WeightDtype};
 use crate::policy::pi0::infer::{try_run_batch, Batch};
 use crate::policy::pi0::model::Pi0Model;
@@ -45,6 +45,8 @@ pub(crate) struct InputStats {
     k: usize,
     /// Largest `|x_j|` per input channel, and the sum of `|x_j|` (for the mean).
     absmax: Vec<f32>,
+    /// Largest `|y|` of the layer's output (a linear layer's; 0 for a norm's probe).
+    out_absmax: f32,
     abssum: Vec<f64>,
     /// Rows seen, and a sample of them (reservoir, fixed seed: a rerun chooses the same).
     seen: u64,
@@ -94,6 +96,7 @@ impl InputStats {
         for (s, o) in self.abssum.iter_mut().zip(&other.abssum) {
             *s += o;
         }
+        self.out_absmax = self.out_absmax.max(other.out_absmax);
         // The sample: what fits of the other's after these (both already spread evenly).
         let cap = MAX_ROWS.min(MAX_VALUES / self.k.max(1)).max(1);
         let room = cap.saturating_sub(self.sample_rows()) * self.k;
@@ -130,6 +133,46 @@ pub(crate) fn observe(stats: &Mutex<InputStats>, x: &[f32], rows: usize, k: usiz
         .record(x, rows, k);
 }
 
+/// Records the largest magnitude of a layer's output `y`.
+pub(crate) fn observe_output(stats: &Mutex<InputStats>, y: &[f32]) {
+    let largest = y.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let mut s = stats.lock().unwrap_or_else(PoisonError::into_inner);
+    s.out_absmax = s.out_absmax.max(largest);
+}
+
+/// The largest activation magnitudes calibration saw in one layer group.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ActivationRange {
+    pub group: Group,
+    /// The residual stream (what the group's norms take).
+    pub stream: f32,
+    /// The linear layers' inputs and outputs.
+    pub linear_in: f32,
+    pub linear_out: f32,
+}
+
+impl ActivationRange {
+    pub fn largest(&self) -> f32 {
+        self.stream.max(self.linear_in).max(self.linear_out)
+    }
+}
+
+/// The group of any tensor of the model, by where it lies (norms included).
+fn group_of(name: &str) -> Option<Group> {
+    use crate::policy::pi0::model::{EXPERT, LM, PROJECTOR, VISION};
+    Group::of(name).or_else(|| {
+        [
+            (VISION, Group::Vision),
+            (PROJECTOR, Group::Projector),
+            (LM, Group::Language),
+            (EXPERT, Group::Expert),
+        ]
+        .into_iter()
+        .find(|(prefix, _)| name.starts_with(prefix))
+        .map(|(_, g)| g)
+    })
+}
+
 /// Every calibrated layer's inputs, by weight name.
 #[derive(Default)]
 pub(crate) struct Calibration {
@@ -137,6 +180,39 @@ pub(crate) struct Calibration {
 }
 
 impl Calibration {
+    /// The largest magnitudes per layer group, in `Group::ALL`'s order (groups seen only).
+    pub(crate) fn ranges(&self) -> Vec<ActivationRange> {
+        let mut out: Vec<ActivationRange> = Vec::new();
+        for (name, stats) in &self.layers {
+            let Some(group) = group_of(name) else {
+                continue;
+            };
+            let input = stats.absmax.iter().fold(0.0f32, |m, v| m.max(*v));
+            let is_linear = Group::of(name).is_some();
+            let i = match out.iter().position(|r| r.group == group) {
+                Some(i) => i,
+                None => {
+                    out.push(ActivationRange {
+                        group,
+                        stream: 0.0,
+                        linear_in: 0.0,
+                        linear_out: 0.0,
+                    });
+                    out.len() - 1
+                }
+            };
+            let r = &mut out[i];
+            if is_linear {
+                r.linear_in = r.linear_in.max(input);
+                r.linear_out = r.linear_out.max(stats.out_absmax);
+            } else {
+                r.stream = r.stream.max(input);
+            }
+        }
+        out.sort_by_key(|r| r.group);
+        out
+    }
+
     /// Adds what `other` recorded (another set of inputs on the same checkpoint).
     pub(crate) fn merge(&mut self, other: Calibration) {
         for (name, stats) in other.layers {
@@ -193,6 +269,7 @@ impl Recorder {
                         InputStats {
                             k: s.k,
                             absmax: s.absmax.clone(),
+                            out_absmax: s.out_absmax,
                             abssum: s.abssum.clone(),
                             seen: s.seen,
                             rows: s.rows.clone(),
@@ -220,6 +297,24 @@ impl Recorder {
             .collect();
         Calibration { layers }
     }
+}
+
+/// Runs the float checkpoint on `files`, each a `[record]` recording or a `pi0d infer` inputs
+/// file, and collects what its layers see.
+pub(crate) fn collect_any(
+    checkpoint: &Path,
+    files: &[PathBuf],
+    threads: usize,
+) -> Result<Calibration, QuantizeError> {
+    let (recordings, inputs): (Vec<PathBuf>, Vec<PathBuf>) = files
+        .iter()
+        .cloned()
+        .partition(|p| super::recorded::is_recording(p));
+    let mut cal = collect(checkpoint, &inputs, threads)?;
+    if !recordings.is_empty() {
+        cal.merge(super::recorded::collect(checkpoint, &recordings, threads)?);
+    }
+    Ok(cal)
 }
 
 /// The layers that read the same input as `name` share its key (attention's q, k and v; the

@@ -144,6 +144,8 @@ impl Checkpoint {
             });
         }
         let scales: Vec<f32> = decode(self.bytes(s), WeightDtype::F32).collect();
+        // Copied: the file's pages go (int4's scales are an eighth of a byte a value).
+        self.release(s);
         if let Some(index) = scales.iter().position(|x| !x.is_finite()) {
             return Err(CheckpointError::NonFinite {
                 path,

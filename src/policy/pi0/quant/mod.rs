@@ -14,6 +14,7 @@
 //! `quantization.json` beside the weights names the scheme and the groups kept float.
 
 pub(crate) mod calibrate;
+pub use calibrate::ActivationRange;
 pub(crate) mod load;
 mod recorded;
 mod write;

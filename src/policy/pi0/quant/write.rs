@@ -13,7 +13,6 @@ use safetensors::Dtype;
 
 use super::calibrate::{self, Smoothing, Target};
 use super::load::INPUT_SCALE;
-use super::recorded;
 use super::{Group, Manifest, QuantizeError, Scheme, FORMAT, MANIFEST};
 use crate::policy::pi0::checkpoint::{decode, Checkpoint, Entry, WeightDtype};
 use crate::policy::staging::Staging;
@@ -214,18 +213,7 @@ fn smoothing(
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cal = match collected {
         Some(c) => c,
-        None => {
-            let (recordings, inputs): (Vec<PathBuf>, Vec<PathBuf>) = opts
-                .calibration
-                .iter()
-                .cloned()
-                .partition(|p| recorded::is_recording(p));
-            let mut cal = calibrate::collect(&opts.checkpoint, &inputs, threads)?;
-            if !recordings.is_empty() {
-                cal.merge(recorded::collect(&opts.checkpoint, &recordings, threads)?);
-            }
-            cal
-        }
+        None => calibrate::collect_any(&opts.checkpoint, &opts.calibration, threads)?,
     };
     Ok(Some(calibrate::choose(
         ck,
