@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
+
 use clap::{Args, ValueEnum};
 
 use pi0d::daemon::exit::ExitReason;
@@ -183,7 +185,24 @@ pub(crate) fn export(a: ExportArgs) -> Outcome {
         let have_atc = std::env::var_os("PATH")
             .map(|p| std::env::split_paths(&p).any(|d| d.join("atc").is_file()))
             .unwrap_or(false);
-        for cmd in atc::atc_commands(m, &opts.out, soc) {
+        let calibration = if report.atc_calibration.is_empty() {
+            None
+        } else {
+            use pi0d::policy::export::calibration;
+            let cfg = opts.out.join(calibration::DIR).join("prefix.cfg");
+            let text = calibration::config(&opts.out, &report.atc_calibration, soc);
+            runtime(
+                std::fs::write(&cfg, text)
+                    .with_context(|| format!("{}: cannot write it", cfg.display())),
+            )?;
+            say(&format!(
+                "  ATC int8 calibration of the prefix graph: {} input file(s) and {}",
+                report.atc_calibration.len(),
+                cfg.display()
+            ));
+            Some(cfg)
+        };
+        for cmd in atc::atc_commands(m, &opts.out, soc, calibration.as_deref()) {
             say(&cmd.join(" "));
             if have_atc {
                 let status = runtime(std::process::Command::new(&cmd[0]).args(&cmd[1..]).status())?;

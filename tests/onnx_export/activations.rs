@@ -87,3 +87,122 @@ fn when_activations_are_judged_expect_the_boundaries_of_float16() {
     ));
     assert!(matches!(fit(f32::INFINITY), Some(F16Fit::Overflows { .. })));
 }
+
+#[test]
+fn when_atc_is_given_calibration_expect_the_prefix_inputs_written_as_the_graph_takes_them() {
+    let dir = scratch_dir("atc-calibration");
+    let bin = env!("CARGO_BIN_EXE_pi0d");
+    let case = "pi0_f32_1cam_short";
+    let inputs = case_dir(case).join("inputs.safetensors");
+    let out = Command::new(bin)
+        .args([
+            "export",
+            "--cameras",
+            "1",
+            "--atc",
+            "Ascend310B1",
+            "--checkpoint",
+        ])
+        .arg(case_checkpoint(case))
+        .arg("--out")
+        .arg(&dir)
+        .arg("--calibration")
+        .arg(&inputs)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cfg = dir.join("calibration/prefix.cfg");
+    // The prefix is calibrated by ATC (no `origin` then), the denoise graph compiled as before.
+    assert!(
+        stdout.contains(&format!(
+            "--soc_version=Ascend310B1 --compression_optimize_conf={}",
+            cfg.display()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("denoise_step --soc_version=Ascend310B1 --precision_mode_v2=origin"),
+        "{stdout}"
+    );
+    // Every input of the prefix graph, in its order, type and shape.
+    let m = Manifest::load(&dir).unwrap();
+    let model = read_model(&dir.join(&m.graphs.prefix.file)).unwrap();
+    let graph_inputs = model.input_names();
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let files: Vec<&str> = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("input_data_dir: "))
+        .unwrap()
+        .split(',')
+        .collect();
+    let shapes: Vec<&str> = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("input_shape: "))
+        .unwrap()
+        .split(';')
+        .collect();
+    assert!(text.contains("infer_soc: Ascend310B1"), "{text}");
+    assert_eq!(files.len(), graph_inputs.len(), "{text}");
+    let given = TensorFile::read(&inputs).unwrap();
+    for ((file, shape), name) in files.iter().zip(&shapes).zip(&graph_inputs) {
+        let (shape_name, dims) = shape.split_once(':').unwrap();
+        assert_eq!(shape_name, name);
+        let count: usize = dims
+            .split(',')
+            .map(|d| d.parse::<usize>().unwrap())
+            .product();
+        let bytes = std::fs::read(file).unwrap();
+        let width = if name == "lang_tokens" { 8 } else { 4 };
+        assert_eq!(bytes.len(), count * width, "{name}");
+        // The image and the tokens are the inputs file's own values.
+        match name.as_str() {
+            "image0" => {
+                let (_, want) = given.f32("image0", &[None, None, None, None]).unwrap();
+                let got: Vec<f32> = bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                    .collect();
+                assert_eq!(got, want, "{name}");
+            }
+            "lang_tokens" => {
+                let (_, want) = given.i64("lang_tokens", &[None, None]).unwrap();
+                let got: Vec<i64> = bytes
+                    .chunks_exact(8)
+                    .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+                    .collect();
+                assert_eq!(got, want, "{name}");
+            }
+            _ => {}
+        }
+    }
+    // A recording alone cannot give ATC's inputs; the export says so.
+    let recording = dir.join("not-inputs.mcap");
+    std::fs::write(&recording, b"\x89MCAP0\r\n").unwrap();
+    let out = Command::new(bin)
+        .args([
+            "export",
+            "--cameras",
+            "1",
+            "--atc",
+            "Ascend310B1",
+            "--checkpoint",
+        ])
+        .arg(case_checkpoint(case))
+        .arg("--out")
+        .arg(dir.join("again"))
+        .arg("--calibration")
+        .arg(&recording)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--calibration") || stderr.contains("recording"),
+        "{stderr}"
+    );
+}

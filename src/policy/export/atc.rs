@@ -60,19 +60,31 @@ pub fn unsupported_ops(model: &ModelProto) -> Vec<(String, usize)> {
 
 /// The ATC command lines compiling each exported graph in `dir` for `soc`. The graphs' shapes
 /// are static and their precision is already chosen at export, so `origin` keeps it.
-pub fn atc_commands(manifest: &Manifest, dir: &Path, soc: &str) -> Vec<Vec<String>> {
+/// With `calibration` (a `--compression_optimize_conf` file for the prefix graph), the prefix is
+/// quantized to int8 by ATC's own calibration, which takes no `origin` precision.
+pub fn atc_commands(
+    manifest: &Manifest,
+    dir: &Path,
+    soc: &str,
+    calibration: Option<&Path>,
+) -> Vec<Vec<String>> {
     [&manifest.graphs.prefix, &manifest.graphs.denoise]
         .iter()
-        .map(|g| {
+        .enumerate()
+        .map(|(i, g)| {
             let model = dir.join(&g.file);
             let output = dir.join(g.file.trim_end_matches(".onnx"));
+            let precision = match calibration {
+                Some(cfg) if i == 0 => format!("--compression_optimize_conf={}", cfg.display()),
+                _ => "--precision_mode_v2=origin".into(),
+            };
             vec![
                 "atc".to_string(),
                 format!("--model={}", model.display()),
                 "--framework=5".into(),
                 format!("--output={}", output.display()),
                 format!("--soc_version={soc}"),
-                "--precision_mode_v2=origin".into(),
+                precision,
                 "--log=error".into(),
             ]
         })

@@ -4,6 +4,7 @@
 
 pub mod atc;
 pub(crate) mod builder;
+pub mod calibration;
 pub mod cost;
 pub mod pi0;
 pub mod proto;
@@ -17,6 +18,7 @@ use crate::policy::graph::manifest::{self, CheckpointInfo, Graphs, Manifest};
 use crate::policy::pi0::checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
 use crate::policy::pi0::model::{Arch, Variant};
 use crate::policy::pi0::quant::calibrate::collect_any;
+use crate::policy::pi0::quant::is_recording;
 use crate::policy::pi0::quant::{ActivationRange, QuantizeError, Scheme};
 use crate::policy::staging::{Staging, StagingError};
 use pi0::{ExportDtype, GraphSizes, Pi0GraphBuilder};
@@ -139,6 +141,9 @@ pub struct ExportReport {
     pub clamped: Vec<ClampReport>,
     /// With `--calibration`: the largest activations per layer group, on the CPU in f32.
     pub activations: Vec<ActivationRange>,
+    /// With `--atc` and `--calibration`: the prefix graph's inputs written for ATC's int8
+    /// calibration.
+    pub atc_calibration: Vec<calibration::CalibrationInput>,
 }
 
 fn checkpoint_hash(ck: &Checkpoint) -> String {
@@ -290,11 +295,23 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
     let text = serde_json::to_string_pretty(&m)
         .map_err(|e| ExportError::Invalid(format!("the manifest does not serialize: {e}")))?;
     std::fs::write(&path, text + "\n").map_err(|e| ExportError::Io { path, source: e })?;
+    let atc_calibration = match (opts.for_atc, opts.calibration.as_slice()) {
+        (false, _) | (true, []) => Vec::new(),
+        (true, files) => {
+            let Some(file) = files.iter().find(|f| !is_recording(f)) else {
+                return Err(ExportError::Invalid(
+                    "--atc with --calibration: ATC's int8 calibration reads the prefix graph's inputs, written from a `pi0d infer` inputs file; a recording gives the activation report only".into(),
+                ));
+            };
+            calibration::write_prefix_inputs(&staging.tmp, &m, file)?
+        }
+    };
     staging.commit()?;
     Ok(ExportReport {
         manifest: m,
         clamped,
         activations,
+        atc_calibration,
     })
 }
 

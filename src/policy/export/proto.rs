@@ -198,6 +198,15 @@ impl ModelProto {
             .map(|o| (o.domain.clone(), o.version))
             .collect()
     }
+
+    /// The names of the graph's inputs, in order.
+    pub fn input_names(&self) -> Vec<String> {
+        self.graph
+            .iter()
+            .flat_map(|g| &g.input)
+            .map(|i| i.name.clone())
+            .collect()
+    }
 }
 
 impl NodeProto {

@@ -17,6 +17,7 @@ pub(crate) mod calibrate;
 pub use calibrate::ActivationRange;
 pub(crate) mod load;
 mod recorded;
+pub(crate) use recorded::is_recording;
 mod write;
 
 use std::collections::BTreeMap;
