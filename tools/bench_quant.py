@@ -196,12 +196,7 @@ def measure(args, library: Path | None, tmp: Path):
 
     # Each row: a function giving (timings with rss_mb, actions file, weights MiB).
     def pi0d(scheme):
-        ck = src
-        if scheme != "f32":
-            ck = tmp / scheme
-            subprocess.run([str(bp.BIN), "quantize", "--checkpoint", str(src), "--out", str(ck),
-                            "--scheme", scheme], check=True, capture_output=True, text=True)
-            shutil.copy(inputs, ck / "inputs.safetensors")
+        ck = src if scheme == "f32" else quantized(src, tmp / scheme, scheme)
         return bp.pi0d_times(ck, args.threads, args.repeat), ck / "actions.safetensors", resident_bytes(ck) / 2**20
 
     def torch_peer(dyn_int8):
@@ -246,6 +241,14 @@ def measure(args, library: Path | None, tmp: Path):
     return results, src_weights
 
 
+def quantized(src: Path, out: Path, scheme: str) -> Path:
+    """`src` quantized by `pi0d quantize` into `out`, with the same inputs file beside it."""
+    subprocess.run([str(bp.BIN), "quantize", "--checkpoint", str(src), "--out", str(out),
+                    "--scheme", scheme], check=True, capture_output=True, text=True)
+    shutil.copy(src / "inputs.safetensors", out / "inputs.safetensors")
+    return out
+
+
 def full(args, tmp: Path):
     """The real pi0 at full size (bench_pi0.py --full: lerobot's bf16 mode, random weights), in
     pi0d's schemes: time, accuracy against lerobot's bf16 actions, resident weights, peak RSS."""
@@ -255,12 +258,7 @@ def full(args, tmp: Path):
     del policy
     rows = []
     for scheme in args.schemes.split(","):
-        ck = src
-        if scheme != "bf16":
-            ck = tmp / scheme
-            subprocess.run([str(bp.BIN), "quantize", "--checkpoint", str(src), "--out", str(ck),
-                            "--scheme", scheme], check=True, capture_output=True)
-            (ck / "inputs.safetensors").write_bytes((src / "inputs.safetensors").read_bytes())
+        ck = src if scheme == "bf16" else quantized(src, tmp / scheme, scheme)
         r = bp.pi0d_times(ck, args.threads, args.repeat)
         got = load_file(str(ck / "actions.safetensors"))["actions"]
         cos, err = compare(got, want.float())

@@ -33,6 +33,11 @@ fn quantize(checkpoint: &Path, out: &Path, scheme: &str, more: &[&str]) -> (Opti
     pi0d(&[&args[..], more].concat())
 }
 
+/// The `quantization.json` of the checkpoint `pi0d quantize` wrote into `dir`.
+fn manifest(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("quantization.json")).unwrap()).unwrap()
+}
+
 #[test]
 fn when_the_bundled_model_is_quantized_expect_it_checked_and_driving_the_sim_arm() {
     let dir = scratch_dir("quantized-run");
@@ -96,9 +101,7 @@ fn when_quantize_is_calibrated_expect_the_scales_in_the_checkpoint_and_every_mis
     let (code, text) = quantize(&model, &out, "w4", &["--calibration", calibration]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("calibrated on 1 input file(s):"), "{text}");
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("quantization.json")).unwrap())
-            .unwrap();
+    let manifest = manifest(&out);
     assert_eq!(manifest["calibration"][0], calibration, "{manifest}");
     assert!(
         !manifest["smoothing"].as_object().unwrap().is_empty(),
@@ -185,9 +188,7 @@ fn when_quantize_is_calibrated_on_a_recording_expect_its_observations_run_and_a_
     );
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("calibrated on 1 input file(s):"), "{text}");
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("quantization.json")).unwrap())
-            .unwrap();
+    let manifest = manifest(&out);
     assert!(
         !manifest["smoothing"].as_object().unwrap().is_empty(),
         "every layer saw the recorded observations: {manifest}"

@@ -94,22 +94,25 @@ fn when_atc_is_given_calibration_expect_the_prefix_inputs_written_as_the_graph_t
     let bin = env!("CARGO_BIN_EXE_pi0d");
     let case = "pi0_f32_1cam_short";
     let inputs = case_dir(case).join("inputs.safetensors");
-    let out = Command::new(bin)
-        .args([
-            "export",
-            "--cameras",
-            "1",
-            "--atc",
-            "Ascend310B1",
-            "--checkpoint",
-        ])
-        .arg(case_checkpoint(case))
-        .arg("--out")
-        .arg(&dir)
-        .arg("--calibration")
-        .arg(&inputs)
-        .output()
-        .unwrap();
+    let atc_export = |out: &Path, calibration: &Path| {
+        Command::new(bin)
+            .args([
+                "export",
+                "--cameras",
+                "1",
+                "--atc",
+                "Ascend310B1",
+                "--checkpoint",
+            ])
+            .arg(case_checkpoint(case))
+            .arg("--out")
+            .arg(out)
+            .arg("--calibration")
+            .arg(calibration)
+            .output()
+            .unwrap()
+    };
+    let out = atc_export(&dir, &inputs);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -183,26 +186,13 @@ fn when_atc_is_given_calibration_expect_the_prefix_inputs_written_as_the_graph_t
     // A recording alone cannot give ATC's inputs; the export says so.
     let recording = dir.join("not-inputs.mcap");
     std::fs::write(&recording, b"\x89MCAP0\r\n").unwrap();
-    let out = Command::new(bin)
-        .args([
-            "export",
-            "--cameras",
-            "1",
-            "--atc",
-            "Ascend310B1",
-            "--checkpoint",
-        ])
-        .arg(case_checkpoint(case))
-        .arg("--out")
-        .arg(dir.join("again"))
-        .arg("--calibration")
-        .arg(&recording)
-        .output()
-        .unwrap();
+    let out = atc_export(&dir.join("again"), &recording);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("--calibration") || stderr.contains("recording"),
+        stderr.contains("--atc with --calibration")
+            && stderr.contains("a recording gives the activation report only"),
         "{stderr}"
     );
+    assert!(!dir.join("again").exists());
 }

@@ -185,6 +185,15 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         prompt_len,
     };
     let quant = quant_scheme(&ck, opts)?;
+    // ATC's inputs need a `pi0d infer` inputs file: refused before the model runs on the rest.
+    let atc_inputs = match (opts.for_atc, opts.calibration.as_slice()) {
+        (false, _) | (true, []) => None,
+        (true, files) => Some(files.iter().find(|f| !is_recording(f)).ok_or_else(|| {
+            ExportError::Invalid(
+                "--atc with --calibration: ATC's int8 calibration reads the prefix graph's inputs, written from a `pi0d infer` inputs file; a recording gives the activation report only".into(),
+            )
+        })?),
+    };
     let activations = if opts.calibration.is_empty() {
         Vec::new()
     } else {
@@ -295,16 +304,9 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
     let text = serde_json::to_string_pretty(&m)
         .map_err(|e| ExportError::Invalid(format!("the manifest does not serialize: {e}")))?;
     std::fs::write(&path, text + "\n").map_err(|e| ExportError::Io { path, source: e })?;
-    let atc_calibration = match (opts.for_atc, opts.calibration.as_slice()) {
-        (false, _) | (true, []) => Vec::new(),
-        (true, files) => {
-            let Some(file) = files.iter().find(|f| !is_recording(f)) else {
-                return Err(ExportError::Invalid(
-                    "--atc with --calibration: ATC's int8 calibration reads the prefix graph's inputs, written from a `pi0d infer` inputs file; a recording gives the activation report only".into(),
-                ));
-            };
-            calibration::write_prefix_inputs(&staging.tmp, &m, file)?
-        }
+    let atc_calibration = match atc_inputs {
+        Some(file) => calibration::write_prefix_inputs(&staging.tmp, &m, file)?,
+        None => Vec::new(),
     };
     staging.commit()?;
     Ok(ExportReport {

@@ -44,6 +44,19 @@ impl Weights {
     }
 }
 
+/// A float weight packed in the checkpoint's own width (bf16/f16 weights take half the memory of
+/// f32); the checkpoint's pages of it are released once packed.
+fn pack_float(w: Tensor, out_dim: usize, in_dim: usize) -> PackedMatrix {
+    let storage = match w.dtype {
+        WeightDtype::F32 => Storage::F32,
+        WeightDtype::Bf16 => Storage::Bf16,
+        WeightDtype::F16 => Storage::F16,
+    };
+    let packed = PackedMatrix::pack_as(storage, &w.data, out_dim, in_dim);
+    w.data.release();
+    packed
+}
+
 thread_local! {
     /// Each thread's quantized activations for `w8a8` products: grown to the largest input once,
     /// then reused (the denoising loop allocates nothing).
@@ -75,57 +88,34 @@ impl Linear {
         } else {
             None
         };
-        let mut linear =
-            match w {
-                LinearWeight::Float(w) => Linear::new(w, b, out_dim, in_dim),
-                LinearWeight::Int8(q) if ck.int8_activations => Linear {
-                    w: Weights::W8a8(PackedI8Matrix::from_quant(&q, out_dim, in_dim).map_err(
-                        |e| CheckpointError::File {
-                            path: ck.path.clone(),
-                            message: format!("{}: {e}", wr[0]),
-                        },
-                    )?),
-                    b,
-                    out_dim,
-                    in_dim,
-                    input_scale: None,
-                    observer: None,
-                },
-                LinearWeight::Int8(q) => Linear {
-                    w: Weights::F32(PackedMatrix::pack_i8(&q, out_dim, in_dim)),
-                    b,
-                    out_dim,
-                    in_dim,
-                    input_scale: None,
-                    observer: None,
-                },
-                LinearWeight::Int4(q) => Linear {
-                    w: Weights::F32(PackedMatrix::pack_i4(&q, out_dim, in_dim)),
-                    b,
-                    out_dim,
-                    in_dim,
-                    input_scale: None,
-                    observer: None,
-                },
-            };
-        linear.input_scale = input_scale;
-        linear.observer = observer;
-        Ok(linear)
+        let w = match w {
+            LinearWeight::Float(w) => Weights::F32(pack_float(w, out_dim, in_dim)),
+            LinearWeight::Int8(q) if ck.int8_activations => Weights::W8a8(
+                PackedI8Matrix::from_quant(&q, out_dim, in_dim).map_err(|e| {
+                    CheckpointError::File {
+                        path: ck.path.clone(),
+                        message: format!("{}: {e}", wr[0]),
+                    }
+                })?,
+            ),
+            LinearWeight::Int8(q) => Weights::F32(PackedMatrix::pack_i8(&q, out_dim, in_dim)),
+            LinearWeight::Int4(q) => Weights::F32(PackedMatrix::pack_i4(&q, out_dim, in_dim)),
+        };
+        Ok(Linear {
+            w,
+            b,
+            out_dim,
+            in_dim,
+            input_scale,
+            observer,
+        })
     }
 
     /// From a weight tensor (`[out_dim, in_dim]` values, any shape) and an optional bias. The
     /// checkpoint's pages of the weight are released once packed: the packed copy replaces them.
     pub(crate) fn new(w: Tensor, b: Option<Vec<f32>>, out_dim: usize, in_dim: usize) -> Linear {
-        // Kept in the checkpoint's own width: bf16/f16 weights take half the memory of f32.
-        let storage = match w.dtype {
-            WeightDtype::F32 => Storage::F32,
-            WeightDtype::Bf16 => Storage::Bf16,
-            WeightDtype::F16 => Storage::F16,
-        };
-        let packed = PackedMatrix::pack_as(storage, &w.data, out_dim, in_dim);
-        w.data.release();
         Linear {
-            w: Weights::F32(packed),
+            w: Weights::F32(pack_float(w, out_dim, in_dim)),
             b,
             out_dim,
             in_dim,

@@ -40,7 +40,7 @@ const MAX_SCALE: f32 = 1e4;
 const MIN_GAIN: f64 = 0.1;
 
 /// One linear layer's inputs, as calibration saw them.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct InputStats {
     k: usize,
     /// Largest `|x_j|` per input channel, and the sum of `|x_j|` (for the mean).
@@ -54,6 +54,11 @@ pub(crate) struct InputStats {
     rng: u64,
 }
 
+/// Input rows of width `k` a layer's sample keeps.
+fn sample_cap(k: usize) -> usize {
+    MAX_ROWS.min(MAX_VALUES / k.max(1)).max(1)
+}
+
 impl InputStats {
     fn record(&mut self, x: &[f32], rows: usize, k: usize) {
         if self.absmax.is_empty() {
@@ -62,7 +67,7 @@ impl InputStats {
             self.abssum = vec![0.0; k];
             self.rng = 0x9E37_79B9_7F4A_7C15;
         }
-        let cap = MAX_ROWS.min(MAX_VALUES / k.max(1)).max(1);
+        let cap = sample_cap(k);
         for row in x.chunks_exact(k).take(rows) {
             for ((m, s), v) in self.absmax.iter_mut().zip(&mut self.abssum).zip(row) {
                 *m = m.max(v.abs());
@@ -98,8 +103,7 @@ impl InputStats {
         }
         self.out_absmax = self.out_absmax.max(other.out_absmax);
         // The sample: what fits of the other's after these (both already spread evenly).
-        let cap = MAX_ROWS.min(MAX_VALUES / self.k.max(1)).max(1);
-        let room = cap.saturating_sub(self.sample_rows()) * self.k;
+        let room = sample_cap(self.k).saturating_sub(self.sample_rows()) * self.k;
         self.rows
             .extend_from_slice(&other.rows[..room.min(other.rows.len())]);
         self.seen += other.seen;
@@ -182,35 +186,26 @@ pub(crate) struct Calibration {
 impl Calibration {
     /// The largest magnitudes per layer group, in `Group::ALL`'s order (groups seen only).
     pub(crate) fn ranges(&self) -> Vec<ActivationRange> {
-        let mut out: Vec<ActivationRange> = Vec::new();
+        let mut out: BTreeMap<Group, ActivationRange> = BTreeMap::new();
         for (name, stats) in &self.layers {
             let Some(group) = group_of(name) else {
                 continue;
             };
             let input = stats.absmax.iter().fold(0.0f32, |m, v| m.max(*v));
-            let is_linear = Group::of(name).is_some();
-            let i = match out.iter().position(|r| r.group == group) {
-                Some(i) => i,
-                None => {
-                    out.push(ActivationRange {
-                        group,
-                        stream: 0.0,
-                        linear_in: 0.0,
-                        linear_out: 0.0,
-                    });
-                    out.len() - 1
-                }
-            };
-            let r = &mut out[i];
-            if is_linear {
+            let r = out.entry(group).or_insert(ActivationRange {
+                group,
+                stream: 0.0,
+                linear_in: 0.0,
+                linear_out: 0.0,
+            });
+            if Group::of(name).is_some() {
                 r.linear_in = r.linear_in.max(input);
                 r.linear_out = r.linear_out.max(stats.out_absmax);
             } else {
                 r.stream = r.stream.max(input);
             }
         }
-        out.sort_by_key(|r| r.group);
-        out
+        out.into_values().collect()
     }
 
     /// Adds what `other` recorded (another set of inputs on the same checkpoint).
@@ -258,40 +253,22 @@ impl Recorder {
     /// What was recorded so far, the recorder left as it is.
     #[cfg(test)]
     pub(crate) fn snapshot(&self) -> Calibration {
-        let layers = self.layers.lock().unwrap();
-        Calibration {
-            layers: layers
-                .iter()
-                .map(|(n, s)| {
-                    let s = s.lock().unwrap();
-                    (
-                        n.clone(),
-                        InputStats {
-                            k: s.k,
-                            absmax: s.absmax.clone(),
-                            out_absmax: s.out_absmax,
-                            abssum: s.abssum.clone(),
-                            seen: s.seen,
-                            rows: s.rows.clone(),
-                            rng: s.rng,
-                        },
-                    )
-                })
-                .filter(|(_, s)| s.seen > 0)
-                .collect(),
-        }
+        self.gather(|s| s.clone())
     }
 
     /// What was recorded, once the model that recorded it is gone.
     pub(crate) fn finish(&self) -> Calibration {
-        let layers =
-            std::mem::take(&mut *self.layers.lock().unwrap_or_else(PoisonError::into_inner));
+        self.gather(std::mem::take)
+    }
+
+    /// Every layer that saw something, its statistics as `each` hands them over.
+    fn gather(&self, each: impl Fn(&mut InputStats) -> InputStats) -> Calibration {
+        let layers = self.layers.lock().unwrap_or_else(PoisonError::into_inner);
         let layers = layers
-            .into_iter()
+            .iter()
             .map(|(name, stats)| {
-                let stats =
-                    std::mem::take(&mut *stats.lock().unwrap_or_else(PoisonError::into_inner));
-                (name, stats)
+                let mut stats = stats.lock().unwrap_or_else(PoisonError::into_inner);
+                (name.clone(), each(&mut stats))
             })
             .filter(|(_, s)| s.seen > 0)
             .collect();

@@ -172,6 +172,15 @@ fn side_files(dir: &Path, weight_files: &BTreeSet<PathBuf>) -> Result<Vec<PathBu
     Ok(files)
 }
 
+/// A float `[n, k]` linear weight of one of `groups`: its type, `n` and `k`.
+fn to_quantize(e: &Entry, groups: &BTreeSet<Group>) -> Option<(WeightDtype, usize, usize)> {
+    let chosen = Group::of(&e.name).is_some_and(|g| groups.contains(&g));
+    match (chosen, WeightDtype::of(e.dtype), e.shape.as_slice()) {
+        (true, Some(dtype), &[n, k]) => Some((dtype, n, k)),
+        _ => None,
+    }
+}
+
 /// How a float weight of `k` inputs is stored under `opts`.
 fn form_for(opts: &QuantizeOptions, k: usize) -> Form {
     match opts.scheme {
@@ -196,11 +205,7 @@ fn smoothing(
     let targets: Vec<(String, Target)> = ck
         .entries()
         .filter_map(|e| {
-            let chosen = Group::of(&e.name).is_some_and(|g| groups.contains(&g));
-            let (true, Some(_), &[_, k]) = (chosen, WeightDtype::of(e.dtype), e.shape.as_slice())
-            else {
-                return None;
-            };
+            let (_, _, k) = to_quantize(e, groups)?;
             let target = match form_for(opts, k) {
                 Form::Int4 { block } => Target::Int4 { block },
                 _ => Target::Int8 {
@@ -286,10 +291,8 @@ pub(crate) fn quantize_with(
                 e.stored
             )));
         }
-        let group = Group::of(&e.name).filter(|g| groups.contains(g));
-        let float = WeightDtype::of(e.dtype);
-        let (Some(_), Some(dtype), &[n, k]) = (group, float, e.shape.as_slice()) else {
-            if Group::of(&e.name).is_some() && float.is_none() {
+        let Some((dtype, n, k)) = to_quantize(e, &groups) else {
+            if Group::of(&e.name).is_some() && WeightDtype::of(e.dtype).is_none() {
                 return Err(QuantizeError::Invalid(format!(
                     "{}: tensor `{}` is stored as {:?}: this checkpoint is already quantized; quantize the float checkpoint it was made from",
                     ck.path.display(),
