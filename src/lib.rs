@@ -57,6 +57,11 @@ pub mod record;
 pub mod remote;
 pub mod robot;
 pub mod safety;
+/// Scripted demonstrations of the simulator's reaching task (`[sim.task]`), written for
+/// training a policy on what the simulator shows (`examples/sim_demos.rs`).
+pub mod sim {
+    pub use crate::io::sim::demos::{write_demonstrations, DemoError, DemoOptions, DemoReport};
+}
 pub(crate) mod telemetry;
 mod test_dirs;
 pub mod time;

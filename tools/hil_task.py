@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "tests/hil"))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import mujoco  # noqa: E402
+import lerobot_tiny  # noqa: E402
 from robot import PHYSICS_DT, load_urdf, mjcf  # noqa: E402
 
 FPS = 50
@@ -70,7 +71,6 @@ MOVE_S = 2.0
 # pi0d 0.05 inside them and brakes the arm for a target that runs into that edge, so a
 # demonstration there teaches the policy to drive the arm into its limits.
 LIMIT_MARGIN = 0.15  # `collect --limit-margin`
-TOKENIZER = ROOT / "models/tiny-pi0/tokenizer.json"
 EPISODE_S = 3.0
 
 
@@ -255,64 +255,8 @@ def collect(args):
     print(json.dumps(summary))
 
 
-def tiny_pi0():
-    """make_golden's tiny widths patched into lerobot's pi0 (on import) and the bundled
-    tokenizer in its processors (no hub): the tokenizer, for loading saved processors."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    import make_golden  # noqa: F401
-    import lerobot.policies.pi0.processor_pi0 as proc
-    from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    fast = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(str(TOKENIZER)),
-                                   bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
-    real_step = proc.TokenizerProcessorStep
-    proc.TokenizerProcessorStep = lambda **kw: real_step(
-        tokenizer=fast, **{k: v for k, v in kw.items() if k != "tokenizer_name"})
-    return fast
-
-
 def train(args):
-    import shutil
-
-    tiny_pi0()
-    import make_golden
-    from lerobot.configs.default import DatasetConfig
-    from lerobot.configs.train import TrainPipelineConfig
-    from lerobot.policies.pi0.configuration_pi0 import PI0Config
-    import lerobot.scripts.lerobot_train as lerobot_train_module
-    from lerobot.scripts.lerobot_train import train as lerobot_train
-
-    work = Path(args.work)
-    if work.exists():
-        shutil.rmtree(work)
-    policy = PI0Config(device="cpu", dtype="float32", push_to_hub=False,
-                       image_resolution=(args.resolution, args.resolution),
-                       optimizer_lr=args.lr, scheduler_warmup_steps=min(200, args.steps // 10),
-                       scheduler_decay_steps=args.steps, scheduler_decay_lr=args.lr / 10)
-    cfg = TrainPipelineConfig(
-        dataset=DatasetConfig(repo_id="pi0d/hil-above-cube", root=str(args.data)),
-        policy=policy, output_dir=work, job_name="hil-above-cube", seed=args.seed,
-        steps=args.steps, batch_size=args.batch_size, num_workers=args.workers,
-        log_freq=args.log_every, save_freq=min(args.save_every, args.steps), save_checkpoint=True, env_eval_freq=0,
-        persistent_workers=False, prefetch_factor=2 if args.workers else None)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    # lerobot's training sets logging up afresh (init_logging): its own log file goes next to
-    # the checkpoint (the training log committed with it).
-    real_init = lerobot_train_module.init_logging
-    (out / "train.log").unlink(missing_ok=True)
-    lerobot_train_module.init_logging = lambda **kw: real_init(log_file=out / "train.log", file_level="INFO", **kw)
-    lerobot_train(cfg)
-
-    # The last checkpoint as pi0d reads it.
-    trained = work / "checkpoints" / "last" / "pretrained_model"
-    for f in trained.iterdir():
-        if f.is_file():
-            shutil.copy(f, out / f.name)
-    shutil.copy(TOKENIZER, out / "tokenizer.json")
-    (out / "arch.json").write_text(json.dumps(make_golden.ARCH, indent=2) + "\n")
-    print(f"checkpoint: {out}")
+    lerobot_tiny.train(args, "hil-above-cube")
 
 
 def rollout(args):
@@ -321,7 +265,7 @@ def rollout(args):
     loop)."""
     import torch
 
-    fast = tiny_pi0()
+    fast = lerobot_tiny.tiny_pi0()
     from lerobot.policies.factory import make_pre_post_processors
     from lerobot.policies.pi0.modeling_pi0 import PI0Policy
 
@@ -377,7 +321,7 @@ def golden(args):
     import torch
     from safetensors.torch import save_file
 
-    fast = tiny_pi0()
+    fast = lerobot_tiny.tiny_pi0()
     from lerobot.policies.factory import make_pre_post_processors
     from lerobot.policies.pi0.modeling_pi0 import PI0Policy
 

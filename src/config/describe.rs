@@ -208,7 +208,17 @@ pub fn describe(cfg: &Config) -> Vec<String> {
         ));
     }
     match &cfg.io {
-        Io::Sim => out.push(format!("io: sim, {} camera(s)", cfg.sim.cameras.len())),
+        Io::Sim => {
+            out.push(format!("io: sim, {} camera(s)", cfg.sim.cameras.len()));
+            if let Some(t) = &cfg.sim.task {
+                out.push(format!(
+                    "sim task: the cameras show a red target on the table; reached when the tool's centre stays within {:.0} mm of it for {} s, missed after {} s, then the next one (the status line and the summary's `sim_task` say how it goes)",
+                    t.radius_m * 1e3,
+                    t.hold_s,
+                    t.timeout_s
+                ));
+            }
+        }
         Io::Ros(r) => {
             out.push(format!(
                 "io: ros ({:?}), node {}/{}, {} camera(s)",

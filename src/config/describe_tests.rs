@@ -72,14 +72,31 @@ fn when_the_io_is_sim_expect_no_ros_topics() {
 
 #[test]
 fn when_the_checkpoint_is_the_bundled_random_model_expect_it_said_and_a_trained_one_not() {
-    let lines = described("config/sim.toml");
+    let lines = described("config/ur5e.toml");
     let model = line_with(&lines, "model: ");
     assert!(model.contains("RANDOM weights"), "{model}");
     assert!(model.contains("tiny-pi0"), "{model}");
-    let lines = described("config/hil_task.toml");
-    let model = line_with(&lines, "model: ");
-    assert!(model.contains("checkpoint"), "{model}");
-    assert!(!model.contains("RANDOM"), "{model}");
+    for trained in ["config/hil_task.toml", "config/sim.toml"] {
+        let lines = described(trained);
+        let model = line_with(&lines, "model: ");
+        assert!(model.contains("checkpoint"), "{trained}: {model}");
+        assert!(!model.contains("RANDOM"), "{trained}: {model}");
+    }
+}
+
+#[test]
+fn when_the_simulator_has_a_task_expect_it_described_with_its_numbers() {
+    let lines = described("config/sim.toml");
+    let task = line_with(&lines, "sim task: ");
+    assert!(
+        task.contains("within 40 mm of it for 1 s, missed after 8 s"),
+        "{task}"
+    );
+    let lines = described("config/hil.toml");
+    assert!(
+        !lines.iter().any(|l| l.starts_with("sim task")),
+        "{lines:#?}"
+    );
 }
 
 #[test]

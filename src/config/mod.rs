@@ -24,6 +24,7 @@ pub(crate) mod rtc;
 pub(crate) mod safety;
 pub mod serve;
 pub(crate) mod sim;
+pub(crate) mod sim_task;
 pub(crate) mod workspace;
 
 use std::path::{Path, PathBuf};
@@ -287,7 +288,12 @@ impl Config {
                 Io::Ros(Box::new(ros::validate(&c, r, &limits, control.rate_hz)?))
             }
         };
-        let sim = sim::validate(&c, raw.sim.as_ref().unwrap_or(&Default::default()), &limits)?;
+        let sim = sim::validate(
+            &c,
+            raw.sim.as_ref().unwrap_or(&Default::default()),
+            &limits,
+            workspace.as_ref(),
+        )?;
         if matches!(io, Io::Sim) && !(sim.measurement_delay_s < safety.joint_state_timeout_s) {
             return c.fail(
                 "sim.measurement_delay_s",

@@ -323,6 +323,37 @@ pub(crate) struct RawSim {
     pub(crate) cameras: Vec<RawCamera>,
     #[serde(default)]
     pub(crate) events: Vec<RawEvent>,
+    pub(crate) task: Option<RawSimTask>,
+}
+
+/// `[sim.task]`: a target the simulator draws and moves between episodes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSimTask {
+    #[serde(default)]
+    pub(crate) seed: u64,
+    #[serde(default)]
+    pub(crate) reach: BTreeMap<String, [f64; 2]>,
+    #[serde(default)]
+    pub(crate) sweep: BTreeMap<String, [f64; 2]>,
+    #[serde(default = "default_task_radius")]
+    pub(crate) radius_m: f64,
+    #[serde(default = "default_task_hold")]
+    pub(crate) hold_s: f64,
+    #[serde(default = "default_task_timeout")]
+    pub(crate) timeout_s: f64,
+    pub(crate) view_min: [f64; 2],
+    pub(crate) view_max: [f64; 2],
+}
+
+fn default_task_radius() -> f64 {
+    0.04
+}
+fn default_task_hold() -> f64 {
+    1.0
+}
+fn default_task_timeout() -> f64 {
+    8.0
 }
 
 impl Default for RawSim {
@@ -334,6 +365,7 @@ impl Default for RawSim {
             initial_position: BTreeMap::new(),
             cameras: Vec::new(),
             events: Vec::new(),
+            task: None,
         }
     }
 }

@@ -4,7 +4,7 @@ use super::check::Check;
 use super::raw::{RawSim, SimEventName};
 use super::ConfigError;
 use crate::joints::JointVector;
-use crate::robot::RobotLimits;
+use crate::robot::{RobotLimits, Workspace};
 
 #[derive(Clone, Debug)]
 pub struct CameraConfig {
@@ -48,12 +48,14 @@ pub struct SimConfig {
     pub initial_position: JointVector,
     pub cameras: Vec<CameraConfig>,
     pub(crate) events: Vec<SimEvent>,
+    pub(crate) task: Option<super::sim_task::SimTask>,
 }
 
 pub(crate) fn validate(
     c: &Check,
     raw: &RawSim,
     limits: &RobotLimits,
+    workspace: Option<&Workspace>,
 ) -> Result<SimConfig, ConfigError> {
     let mut initial = JointVector::zeros(limits.len());
     for (name, value) in &raw.initial_position {
@@ -134,6 +136,11 @@ pub(crate) fn validate(
             ),
         );
     }
+    let task = raw
+        .task
+        .as_ref()
+        .map(|t| super::sim_task::validate(c, t, limits, workspace, &initial))
+        .transpose()?;
     Ok(SimConfig {
         tau_s: raw.tau_s,
         measurement_delay_s: raw.measurement_delay_s,
@@ -141,5 +148,6 @@ pub(crate) fn validate(
         initial_position: initial,
         cameras,
         events,
+        task,
     })
 }

@@ -22,6 +22,8 @@ pub mod rt;
 #[cfg(test)]
 mod safety_properties_tests;
 pub mod signals;
+#[cfg(test)]
+mod sim_task_tests;
 mod status_line;
 pub(crate) mod summary;
 pub mod supervise;
@@ -643,7 +645,14 @@ fn supervise(
         }
         if step.show_status {
             let t = lifecycle.elapsed_s(now);
-            status_line.show(live, &worker_stats, t, &board.command.load().1, &cfg.limits);
+            status_line.show(
+                live,
+                &worker_stats,
+                t,
+                &board.command.load().1,
+                &cfg.limits,
+                board.inputs.task.load(),
+            );
             // When stderr has failed, systemd's status line is where the loss still shows.
             let lost = log::lost_lines();
             notifier.status(&format!(
@@ -709,6 +718,7 @@ fn supervise(
     summary.faults = faults;
     summary.recording = recording;
     summary.waiting_for = (waiting != Waiting::Nothing).then(|| waiting.name().to_string());
+    summary.sim_task = board.inputs.task.load();
     Ok(summary)
 }
 

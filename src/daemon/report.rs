@@ -1,6 +1,7 @@
 //! What the supervisor tells people while the daemon runs and after: state transitions and chunk
 //! outcomes from the control thread (`EventLog`), the live status line, and the JSON summary.
 
+use crate::io::sim::task::TaskProgress;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
@@ -442,6 +443,7 @@ impl StatusLine {
         t: f64,
         command: &crate::joints::MotionState,
         limits: &crate::robot::RobotLimits,
+        task: Option<TaskProgress>,
     ) {
         let remote = ws.remote.lock().ok().and_then(|r| r.clone());
         if let Some(r) = &remote {
@@ -497,6 +499,7 @@ impl StatusLine {
             safety_events: LiveStats::get(&live.safety_events),
             motion: motion(command, limits),
             server: remote.as_ref().map(|r| (r.rtt_ms_p50, r.connected)),
+            task: task.map(|t| t.text()).unwrap_or_default(),
         };
         // Measured at every line: the terminal may have been resized.
         let width = super::status_line::stderr_width(self.tty);

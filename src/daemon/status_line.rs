@@ -35,6 +35,9 @@ pub(crate) struct StatusFields {
     pub motion: String,
     /// The remote policy server's round trip (ms) and whether it is connected.
     pub server: Option<(f64, bool)>,
+    /// How the simulator's task is going ("target 4: 23 mm off, reached 2 of 3"); empty
+    /// without one.
+    pub task: String,
 }
 
 /// A field of the line, in the order shown.
@@ -52,10 +55,11 @@ enum Field {
     Safety,
     Motion,
     Server,
+    Task,
 }
 
 /// Shown left to right.
-const ORDER: [Field; 12] = [
+const ORDER: [Field; 13] = [
     Field::Time,
     Field::Rate,
     Field::Jitter,
@@ -64,14 +68,16 @@ const ORDER: [Field; 12] = [
     Field::Latency,
     Field::Infer,
     Field::State,
+    Field::Task,
     Field::Chunks,
     Field::Safety,
     Field::Motion,
     Field::Server,
 ];
 
-/// Dropped first to last while the line is too wide; time, rate and state always stay.
-const DROP_ORDER: [Field; 9] = [
+/// Dropped first to last while the line is too wide; time, rate and state always stay (the
+/// task's progress last of the rest: it is what a person watching the demo looks for).
+const DROP_ORDER: [Field; 10] = [
     Field::JitterRun,
     Field::Infer,
     Field::Latency,
@@ -81,6 +87,7 @@ const DROP_ORDER: [Field; 9] = [
     Field::Safety,
     Field::Overruns,
     Field::Jitter,
+    Field::Task,
 ];
 
 /// "5 ms", "3.33 ms", "500 us".
@@ -126,6 +133,7 @@ fn field_text(f: Field, s: &StatusFields, period: Duration) -> String {
         Field::Chunks => format!("chunks {} ({} rejected)", s.chunks, s.rejected),
         Field::Safety => format!("safety events {}", s.safety_events),
         Field::Motion => s.motion.clone(),
+        Field::Task => s.task.clone(),
         Field::Server => match s.server {
             Some((rtt, up)) => format!("server rtt {rtt:.1} ms{}", if up { "" } else { " (down)" }),
             None => String::new(),
@@ -195,6 +203,7 @@ mod tests {
             safety_events: 0,
             motion: "moving: elbow 0.42 rad/s (13% of its limit)".into(),
             server: Some((12.3, true)),
+            task: String::new(),
         }
     }
 
@@ -308,6 +317,37 @@ mod tests {
         assert!(status_text("", &f, 400, PERIOD).contains("server rtt 0.0 ms (down)"));
         f.server = None;
         assert!(!status_text("", &f, 400, PERIOD).contains("server"));
+    }
+
+    #[test]
+    fn when_a_task_runs_expect_its_progress_kept_after_everything_but_time_rate_and_state() {
+        let mut f = busy();
+        f.task = "target 4: 23 mm off, reached 2 of 3".into();
+        assert!(status_text("", &f, 400, PERIOD)
+            .contains("running | target 4: 23 mm off, reached 2 of 3 | chunks"));
+        let line = status_text("", &f, 100, PERIOD);
+        assert!(line.chars().count() <= 100, "{line}");
+        assert!(
+            line.contains("target 4: 23 mm off, reached 2 of 3"),
+            "{line}"
+        );
+        // At a width that leaves room for one more field than time, rate and state: the task.
+        let bare = status_text(
+            "",
+            &StatusFields {
+                task: String::new(),
+                ..f.clone()
+            },
+            0,
+            PERIOD,
+        );
+        let width = bare.chars().count() + " | target 4: 23 mm off, reached 2 of 3".len();
+        let line = status_text("", &f, width, PERIOD);
+        assert!(
+            line.ends_with("running | target 4: 23 mm off, reached 2 of 3"),
+            "{line}"
+        );
+        assert!(!line.contains("jitter"), "{line}");
     }
 
     #[test]

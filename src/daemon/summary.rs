@@ -78,6 +78,10 @@ pub struct Summary {
     pub latency_ms: Percentiles,
     pub(crate) safety_events: BTreeMap<String, u64>,
     pub limit_violations: u64,
+    /// `[sim.task]`: the target shown at the end, the tool's distance from it, the targets
+    /// reached and missed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sim_task: Option<crate::io::sim::task::TaskProgress>,
     pub(crate) max_abs_velocity: BTreeMap<String, f64>,
     pub(crate) max_abs_acceleration: BTreeMap<String, f64>,
     pub(crate) max_abs_jerk: BTreeMap<String, f64>,

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::sim::task::TaskProgress;
 use super::Latest;
 use crate::joints::{JointMeasurement, MotionState, StateLayout};
 use crate::observation::{CameraFrame, Observation};
@@ -51,6 +52,8 @@ pub(crate) struct RobotInputs {
     /// Until the first joint state: what the transport saw instead (messages refused, or the
     /// topics on the graph), for the start-up error.
     pub(crate) startup_note: Mutex<String>,
+    /// How the simulator's task is going (`[sim.task]`), for the status line and the summary.
+    pub(crate) task: Latest<Option<TaskProgress>>,
 }
 
 impl RobotInputs {
@@ -64,6 +67,7 @@ impl RobotInputs {
             estop_presses: AtomicU64::new(0),
             resets: AtomicU64::new(0),
             startup_note: Mutex::new(String::new()),
+            task: Latest::new(None),
         }
     }
 

@@ -97,8 +97,25 @@ impl KinematicChain {
 
     /// Position of the tool link's origin in the base frame for the command vector `q`.
     pub(crate) fn tool_position(&self, q: &[f64]) -> Point3<f64> {
+        self.walk(q, |_| {})
+    }
+
+    /// The origin of each moving joint from the base out, then the tool's: the arm as a
+    /// polyline (what the simulator's camera draws).
+    pub(crate) fn joint_positions(&self, q: &[f64], out: &mut Vec<Point3<f64>>) {
+        out.clear();
+        let tool = self.walk(q, |p| out.push(p));
+        out.push(tool);
+    }
+
+    /// Walks the chain for `q`, calling `joint` with each moving joint's origin, and returns
+    /// the tool's.
+    fn walk(&self, q: &[f64], mut joint: impl FnMut(Point3<f64>)) -> Point3<f64> {
         let mut pose = Isometry3::identity();
         for link in &self.links {
+            if !matches!(link.motion, Motion::Fixed) {
+                joint(pose * link.origin * Point3::origin());
+            }
             pose *= link.origin;
             let value = link.command_index.map_or(0.0, |i| q[i]);
             match &link.motion {

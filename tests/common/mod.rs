@@ -20,7 +20,8 @@ pub fn root() -> &'static Path {
 /// do not starve each other on a 2-core machine.
 pub static SERIAL: Mutex<()> = Mutex::new(());
 
-/// `config/sim.toml` as a TOML table with paths made absolute, to be edited by a test.
+/// `config/sim.toml` as a TOML table with paths made absolute and the bundled random-weight
+/// model (`models/tiny-pi0`), to be edited by a test.
 pub fn sim_model_config() -> toml::Table {
     let text = std::fs::read_to_string(root().join("config/sim.toml")).unwrap();
     let mut t: toml::Table = text.parse().unwrap();
@@ -28,6 +29,8 @@ pub fn sim_model_config() -> toml::Table {
     t["robot"]["urdf"] = toml::Value::String(urdf.display().to_string());
     let model = root().join("models/tiny-pi0");
     t["policy"]["checkpoint"] = toml::Value::String(model.display().to_string());
+    // The random-weight model's camera is `front`; the demo's, above the table, `top`.
+    t["sim"]["cameras"][0]["name"] = toml::Value::String("front".into());
     t
 }
 

@@ -104,18 +104,59 @@ fn when_sim_config_loaded_expect_urdf_limits_merged_with_config() {
 fn sim_toml_with(extra: &str) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join("config/sim.toml")).unwrap();
-    let urdf = root.join("urdf/sim_arm.urdf");
-    let ck = root.join("models/tiny-pi0");
-    let text = text
-        .replace(
-            "\"../urdf/sim_arm.urdf\"",
-            &format!("{:?}", urdf.display().to_string()),
-        )
-        .replace(
-            "\"../models/tiny-pi0\"",
-            &format!("{:?}", ck.display().to_string()),
-        );
+    // Its paths (the URDF, the bundled model) made absolute.
+    let text = text.replace("\"../", &format!("\"{}/", root.display()));
     format!("{text}\n{extra}")
+}
+
+#[test]
+fn when_the_sim_task_is_wrong_expect_its_field_and_what_was_expected() {
+    let workspace = "[workspace]\nbase_link = \"base_link\"\ntool_link = \"tool0\"\nmin = [-0.8, -0.8, 0.0]\nmax = [0.8, 0.8, 1.0]\n";
+    let cases = [
+        (
+            "elbow = [0.4, 1.0]",
+            "elbw = [0.4, 1.0]",
+            "`sim.task.reach.elbw`: no such joint in robot.joints",
+        ),
+        (
+            "elbow = [0.4, 1.0]",
+            "elbow = [0.4, 3.0]",
+            "`sim.task.reach.elbow`: 3 is outside the joint's limits",
+        ),
+        (
+            "shoulder_pan = [-0.9, 0.9]",
+            "shoulder_pan = [-0.9, 0.9]\nelbow = [0.4, 0.5]",
+            "`sim.task.sweep.elbow`: is also in sim.task.reach",
+        ),
+        (
+            "view_max = [0.75, 0.5]",
+            "view_max = [0.75, 0.2]",
+            "lies outside the view",
+        ),
+        (
+            "view_max = [0.75, 0.5]",
+            "view_max = [-0.3, 0.5]",
+            "`sim.task.view_min`: [0] = -0.25 must be below",
+        ),
+        (workspace, "", "`sim.task`: needs a [workspace] section"),
+        ("radius_m = 0.04", "radius_m = 0.0", "`sim.task.radius_m`"),
+    ];
+    for (from, to, want) in cases {
+        let text = sim_toml_with("");
+        assert!(text.contains(from), "config/sim.toml lacks {from:?}");
+        let err = Config::parse(Path::new("task.toml"), &text.replacen(from, to, 1))
+            .err()
+            .unwrap_or_else(|| panic!("{to:?} accepted"))
+            .to_string();
+        assert!(
+            err.contains("task.toml") && err.contains(want),
+            "{to:?}: {err}"
+        );
+    }
+    // Without [sim.task] the simulator draws its pattern: no task, no error.
+    let start = sim_toml_with("").find("[sim.task]").unwrap();
+    let cfg = Config::parse(Path::new("task.toml"), &sim_toml_with("")[..start]).unwrap();
+    assert!(cfg.sim.cameras.len() == 1);
 }
 
 #[test]
@@ -230,10 +271,15 @@ fn when_ros_parameter_is_bad_expect_parameter_blamed_not_file() {
 
 #[test]
 fn when_prompt_too_long_expect_refused() {
-    let text = sim_toml_with("").replace(
-        "prompt = \"pick up the red cube and put it in the bowl\"",
-        &format!("prompt = \"{}\"", "a".repeat(5000)),
-    );
+    let long = format!("prompt = \"{}\"", "a".repeat(5000));
+    let text: Vec<String> = sim_toml_with("")
+        .lines()
+        .map(|l| match l.starts_with("prompt = ") {
+            true => long.clone(),
+            false => l.to_string(),
+        })
+        .collect();
+    let text = text.join("\n");
     let e = Config::parse(Path::new("w.toml"), &text)
         .unwrap_err()
         .to_string();

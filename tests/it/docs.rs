@@ -480,7 +480,7 @@ fn example_keys(text: &str) -> Vec<String> {
             any = live.clone();
         }
         let full = match any.as_str() {
-            "sim.initial_position" => "sim.initial_position.*".to_string(),
+            "sim.initial_position" | "sim.task.reach" | "sim.task.sweep" => format!("{any}.*"),
             "" => k.to_string(),
             s => format!("{s}.{k}"),
         };

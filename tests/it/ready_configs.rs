@@ -39,13 +39,13 @@ impl Drop for Server {
     }
 }
 
-/// `pi0d serve --checkpoint models/tiny-pi0` as config/remote.toml's comment starts it (one
+/// `pi0d serve --checkpoint models/sim-reach` as config/remote.toml's comment starts it (one
 /// thread, on a port the kernel picks): the server and its port, read from its log.
 fn serve_as_documented() -> (Server, u16) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_pi0d"))
         .arg("serve")
         .arg("--checkpoint")
-        .arg(root().join("models/tiny-pi0"))
+        .arg(root().join("models/sim-reach"))
         .args(["--threads", "1", "--listen", "127.0.0.1:0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -139,4 +139,30 @@ fn when_remote_config_runs_with_no_server_expect_exit_8_naming_the_server() {
     let s = run.summary();
     assert_eq!(s["exit"], "start_timeout", "{s}");
     assert_eq!(s["chunks_accepted"], 0, "{s}");
+}
+
+#[test]
+fn when_the_default_demo_runs_expect_the_task_progress_in_the_status_line_and_the_summary() {
+    // The README's first command: config/sim.toml as written.
+    let cfg = shipped("sim.toml", &[]);
+    let run = run_daemon_with("ready-demo", &cfg, 5.0, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    let task = &run.summary()["sim_task"];
+    assert!(task["target"].as_u64().unwrap() >= 1, "{task}");
+    let off = task["distance_m"].as_f64().unwrap();
+    // The tool is on the table the camera sees (1 m across).
+    assert!((0.0..1.5).contains(&off), "{task}");
+    let shown = task["reached"].as_u64().unwrap() + task["missed"].as_u64().unwrap();
+    assert_eq!(shown + 1, task["target"].as_u64().unwrap(), "{task}");
+    let lines: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains(" Hz | "))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("target ") && l.contains(" mm off, reached ")),
+        "{lines:?}"
+    );
 }

@@ -174,9 +174,14 @@ fn when_a_run_is_recorded_expect_every_channel_read_back_and_agreeing_with_the_s
         "{} frames in 4 s at 5 Hz",
         frames.len()
     );
+    let cam = &cfg["sim"]["cameras"][0];
+    let size = serde_json::json!([
+        cam["width"].as_integer().unwrap(),
+        cam["height"].as_integer().unwrap()
+    ]);
     for f in frames {
         assert_eq!(f["format"], "jpeg");
-        assert_eq!(f["size"], serde_json::json!([320, 240]), "{f}");
+        assert_eq!(f["size"], size, "{f}");
     }
     // Diagnostics once a second, as the ROS node publishes them.
     let diags = back["diagnostics"].as_array().unwrap();

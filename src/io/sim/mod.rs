@@ -1,6 +1,11 @@
 //! The simulated arm: first-order position tracking under the URDF velocity limits, a delayed
-//! joint-state measurement, synthetic camera images, and scripted operator events (e-stop,
-//! reset, stalled sensors, a crash of the simulator thread) for scenario tests.
+//! joint-state measurement, camera images (the table from above with the arm and the task's
+//! target when `[sim.task]` is set, else a synthetic pattern), and scripted operator events
+//! (e-stop, reset, stalled sensors, a crash of the simulator thread) for scenario tests.
+
+pub(crate) mod demos;
+pub(crate) mod scene;
+pub(crate) mod task;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,6 +18,8 @@ use crate::joints::JointVector;
 use crate::observation::{CameraFrame, PixelFormat};
 use crate::robot::RobotLimits;
 use crate::time::{sleep_until, MonoTime};
+use scene::Scene;
+use task::{Episode, Outcome, Targets, TaskProgress};
 
 pub(crate) struct SimArm {
     /// A dry run: the arm ignores the commands and stays where it is.
@@ -20,16 +27,97 @@ pub(crate) struct SimArm {
     cfg: SimConfig,
     velocity_limit: JointVector,
     position: JointVector,
+    task: Option<TaskRun>,
+}
+
+/// `[sim.task]` while it runs: the scene, the target sequence, the target shown.
+struct TaskRun {
+    scene: Scene,
+    targets: Targets,
+    episode: Episode,
+    progress: TaskProgress,
+    /// The first target's clock starts with the first command, not while the policy loads.
+    started: bool,
+}
+
+impl TaskRun {
+    fn new(scene: Scene, base: &JointVector, now: f64) -> TaskRun {
+        let mut targets = Targets::new(scene.task().seed);
+        let episode = next_episode(&scene, &mut targets, base, now);
+        TaskRun {
+            scene,
+            targets,
+            episode,
+            progress: TaskProgress {
+                target: 1,
+                ..TaskProgress::default()
+            },
+            started: false,
+        }
+    }
+
+    /// The tool is where `q` puts it at `now`: the progress, a new target when this one is done.
+    fn observe(&mut self, q: &JointVector, base: &JointVector, now: f64) -> TaskProgress {
+        if !self.started {
+            self.started = true;
+            self.episode.restart(now);
+        }
+        let tool = self.scene.tool_xy(q.as_slice());
+        let (d, outcome) = self.episode.observe(self.scene.task(), tool, now);
+        self.progress.distance_m = d;
+        match outcome {
+            Outcome::Going => {}
+            Outcome::Reached | Outcome::Missed => {
+                if outcome == Outcome::Reached {
+                    self.progress.reached += 1;
+                } else {
+                    self.progress.missed += 1;
+                }
+                tracing::info!(
+                    target = self.progress.target,
+                    outcome = ?outcome,
+                    distance_mm = (d * 1e3).round(),
+                    "sim task"
+                );
+                self.episode = next_episode(&self.scene, &mut self.targets, base, now);
+                self.progress.target += 1;
+            }
+        }
+        self.progress
+    }
+}
+
+/// A new target drawn, placed where its pose puts the tool.
+pub(crate) fn next_episode(
+    scene: &Scene,
+    targets: &mut Targets,
+    base: &JointVector,
+    now: f64,
+) -> Episode {
+    let pose = targets.next(scene.task(), base);
+    let xy = scene.tool_xy(pose.as_slice());
+    Episode::new(pose, xy, now)
 }
 
 impl SimArm {
     pub(crate) fn new(cfg: SimConfig, limits: &RobotLimits) -> SimArm {
+        let task = cfg
+            .task
+            .clone()
+            .map(|t| TaskRun::new(Scene::new(t), &cfg.initial_position, 0.0));
         SimArm {
             dry_run: false,
             position: cfg.initial_position,
             velocity_limit: limits.velocity,
             cfg,
+            task,
         }
+    }
+
+    /// Where the arm is.
+    #[cfg(test)]
+    pub(crate) fn position(&self) -> &JointVector {
+        &self.position
     }
 
     /// Advances the arm by `dt` toward the commanded positions.
@@ -101,6 +189,10 @@ impl SimArm {
             if !self.dry_run && command.position.len() == self.position.len() {
                 self.step(&command.position, dt);
             }
+            if let (Some(task), true) = (&mut self.task, !command.position.is_empty()) {
+                let progress = task.observe(&self.position, &self.cfg.initial_position, elapsed);
+                board.inputs.task.store(Some(progress));
+            }
             history.push_back(JointMeasurement {
                 stamp: now,
                 position: self.position,
@@ -132,12 +224,25 @@ impl SimArm {
         }
     }
 
-    /// A synthetic RGB image: a gradient background with a bright square whose place follows the
-    /// first two joints, so the pixels change as the arm moves.
-    fn render(&self, camera: usize, stamp: MonoTime, count: u64) -> CameraFrame {
+    /// The camera's image: the task's scene, or without a task a synthetic one (a gradient
+    /// background with a bright square whose place follows the first two joints, so the
+    /// pixels change as the arm moves).
+    fn render(&mut self, camera: usize, stamp: MonoTime, count: u64) -> CameraFrame {
         let cam = &self.cfg.cameras[camera];
         let (w, h) = (cam.width as usize, cam.height as usize);
         let mut data = vec![0u8; w * h * 3];
+        if let Some(task) = &mut self.task {
+            let target = Some(task.episode.xy);
+            task.scene
+                .render(self.position.as_slice(), target, w, h, &mut data);
+            return CameraFrame {
+                stamp,
+                width: cam.width,
+                height: cam.height,
+                format: PixelFormat::Rgb8,
+                data,
+            };
+        }
         let q0 = self.position.as_slice().first().copied().unwrap_or(0.0);
         let q1 = self.position.as_slice().get(1).copied().unwrap_or(0.0);
         let cx = ((0.5 + 0.25 * q0.sin()) * w as f64) as usize;
@@ -168,4 +273,17 @@ impl SimArm {
             data,
         }
     }
+}
+
+/// config/sim.toml's task, with the random-weight model (no trained checkpoint needed).
+#[cfg(test)]
+pub(crate) fn demo_task() -> crate::config::sim_task::SimTask {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("config/sim.toml"))
+        .unwrap()
+        .replace("\"../", &format!("\"{}/", root.display()))
+        .replace("models/sim-reach", "models/tiny-pi0")
+        .replace("name = \"top\"", "name = \"front\"");
+    let cfg = crate::config::Config::parse(&root.join("config/sim.toml"), &text).unwrap();
+    cfg.sim.task.unwrap()
 }
