@@ -149,6 +149,8 @@ fn from_pattern(pattern: &str) -> Leaf {
         let (k, indices) = part.split_at(part.find('[').unwrap_or(part.len()));
         let k = match (k, i) {
             ("*", _) if pattern.starts_with("ros.qos") => "commands",
+            // config/sim.toml sweeps the pan (reaching with the elbow).
+            ("*", _) if pattern.starts_with("sim.task.sweep") => "shoulder_pan",
             ("*", _) => "elbow",
             _ => k,
         };

@@ -101,7 +101,7 @@ fn when_openpis_server_drives_the_arm_and_then_fails_every_way_expect_holds_name
     assert_eq!(seen["bad_requests"], serde_json::json!([]), "{seen}");
     assert_eq!(
         strings(&seen["prompts"]),
-        ["pick up the red cube and put it in the bowl"]
+        [cfg["policy"]["prompt"].as_str().unwrap()]
     );
     assert_eq!(seen["extra"], 1.0);
     // Every fault was served, each ended as a hold with its reason, none moved the arm.

@@ -53,7 +53,7 @@ fn joints(
                 return c.fail(
                     &field,
                     format!(
-                        "{v} is outside the joint's limits ({} to {})",
+                        "{v} is outside the joint's position limits (lower {}, upper {}: the URDF's, narrowed by [limits])",
                         j.lower, j.upper
                     ),
                 );
@@ -123,11 +123,18 @@ pub(crate) fn validate(
             let p = workspace.chain.tool_position(q.as_slice());
             let xy = [p.x, p.y];
             if (0..2).any(|i| xy[i] < raw.view_min[i] || xy[i] > raw.view_max[i]) {
+                let pose: Vec<String> = reach
+                    .iter()
+                    .chain(&sweep)
+                    .map(|j| format!("{} {}", limits.joints[j.joint].name, q[j.joint]))
+                    .collect();
                 return c.fail(
                     "sim.task",
                     format!(
-                        "a target at x {:.3} m, y {:.3} m (its joints at the ends of sim.task.reach / sweep) lies outside the view (sim.task.view_min .. view_max)",
-                        p.x, p.y
+                        "the target at {} (the ends of sim.task.reach and sweep) puts the tool at x {:.3} m, y {:.3} m, outside the view (sim.task.view_min .. view_max)",
+                        pose.join(", "),
+                        p.x,
+                        p.y
                     ),
                 );
             }

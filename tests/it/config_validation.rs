@@ -121,7 +121,7 @@ fn when_the_sim_task_is_wrong_expect_its_field_and_what_was_expected() {
         (
             "elbow = [0.4, 1.0]",
             "elbow = [0.4, 3.0]",
-            "`sim.task.reach.elbow`: 3 is outside the joint's limits",
+            "`sim.task.reach.elbow`: 3 is outside the joint's position limits",
         ),
         (
             "shoulder_pan = [-0.9, 0.9]",
@@ -131,7 +131,7 @@ fn when_the_sim_task_is_wrong_expect_its_field_and_what_was_expected() {
         (
             "view_max = [0.75, 0.5]",
             "view_max = [0.75, 0.2]",
-            "lies outside the view",
+            "outside the view (sim.task.view_min",
         ),
         (
             "view_max = [0.75, 0.5]",

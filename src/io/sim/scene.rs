@@ -76,22 +76,13 @@ impl Scene {
             let (u, v, _) = project(t);
             (u, v)
         });
-        let grid = self.grid_lines(w, h);
+        let [columns, rows] = self.grid(w, h);
         let link_r = LINK_RADIUS_M * px_per_m;
         for y in 0..h {
             for x in 0..w {
                 let (u, v) = (x as f64 + 0.5, y as f64 + 0.5);
                 let mut c = TABLE;
-                let on_grid = grid
-                    .iter()
-                    .map(|&(vertical, at)| {
-                        if vertical {
-                            (u - at).abs()
-                        } else {
-                            (v - at).abs()
-                        }
-                    })
-                    .fold(f64::INFINITY, f64::min);
+                let on_grid = columns.distance(u).min(rows.distance(v));
                 c = blend(c, GRID, coverage(0.5 - on_grid));
                 if let Some((tu, tv)) = target {
                     let d = (u - tu).hypot(v - tv);
@@ -115,24 +106,39 @@ impl Scene {
         self.joints = joints;
     }
 
-    /// The table's grid lines in pixels: (vertical, column or row).
-    fn grid_lines(&self, w: usize, h: usize) -> Vec<(bool, f64)> {
-        let project = self.projection(w, h);
+    /// The table's grid lines: per axis the view's far edge (m), pixels per metre and the
+    /// range of line indices inside the view (a line every `GRID_SPACING_M`).
+    fn grid(&self, w: usize, h: usize) -> [GridAxis; 2] {
         let [x0, y0] = self.task.view_min;
         let [x1, y1] = self.task.view_max;
-        let mut lines = Vec::new();
-        let steps = |a: f64, b: f64| {
-            let first = (a / GRID_SPACING_M).ceil() as i64;
-            let last = (b / GRID_SPACING_M).floor() as i64;
-            (first..=last).map(|k| k as f64 * GRID_SPACING_M)
+        let axis = |lo: f64, hi: f64, px: f64| GridAxis {
+            far: hi,
+            scale: px / (hi - lo),
+            first: (lo / GRID_SPACING_M).ceil(),
+            last: (hi / GRID_SPACING_M).floor(),
         };
-        for y in steps(y0, y1) {
-            lines.push((true, project([x0, y]).0));
+        [axis(y0, y1, w as f64), axis(x0, x1, h as f64)]
+    }
+}
+
+/// The grid lines across one image axis.
+struct GridAxis {
+    far: f64,
+    scale: f64,
+    first: f64,
+    last: f64,
+}
+
+impl GridAxis {
+    /// Pixels from `p` (a column or row centre) to the nearest line inside the view: constant
+    /// time, however many lines the view holds.
+    fn distance(&self, p: f64) -> f64 {
+        let at = self.far - p / self.scale;
+        let k = (at / GRID_SPACING_M).round().clamp(self.first, self.last);
+        if self.first > self.last {
+            return f64::INFINITY;
         }
-        for x in steps(x0, x1) {
-            lines.push((false, project([x, y0]).1));
-        }
-        lines
+        (p - (self.far - k * GRID_SPACING_M) * self.scale).abs()
     }
 }
 
