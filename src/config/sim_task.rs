@@ -16,6 +16,13 @@ pub(crate) struct TaskJoint {
     pub(crate) to: f64,
 }
 
+impl TaskJoint {
+    /// The joint's position `fraction` of the way from `from` to `to`.
+    pub(crate) fn at(&self, fraction: f64) -> f64 {
+        self.from + fraction * (self.to - self.from)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct SimTask {
     pub(crate) seed: u64,
@@ -115,10 +122,10 @@ pub(crate) fn validate(
         for corner in 0..corners {
             let mut q = *initial;
             for r in &reach {
-                q[r.joint] = r.from + end * (r.to - r.from);
+                q[r.joint] = r.at(end);
             }
             for (k, s) in sweep.iter().enumerate() {
-                q[s.joint] = if corner >> k & 1 == 0 { s.from } else { s.to };
+                q[s.joint] = s.at((corner >> k & 1) as f64);
             }
             let p = workspace.chain.tool_position(q.as_slice());
             let xy = [p.x, p.y];

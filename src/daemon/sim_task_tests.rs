@@ -29,11 +29,10 @@ fn when_the_bundled_demo_model_runs_expect_it_to_reach_targets_it_never_saw() {
     let (w, h) = (camera.width as usize, camera.height as usize);
     let mut policy = crate::policy::from_config(&cfg).unwrap();
     let mut arm = SimArm::new(cfg.sim.clone(), &cfg.limits);
-    let mut scene = Scene::new(task.clone());
+    let scene = Scene::new(task.clone());
     let mut targets = Targets::new(SEED);
     let base = cfg.sim.initial_position;
     let dt = cfg.policy.step_period_s;
-    let substeps = (dt * cfg.sim.rate_hz).round() as usize;
     // The daemon asks for the next chunk control.request_threshold_s before the running one
     // ends: what runs of each chunk before the next one takes over.
     let horizon = cfg.policy.chunk_steps as f64 * dt;
@@ -82,36 +81,23 @@ fn when_the_bundled_demo_model_runs_expect_it_to_reach_targets_it_never_saw() {
             }
             let mut done = None;
             for _ in 0..executed {
-                // Past the running chunk's end: hold (the daemon decelerates and holds).
-                let Some(next) = running.positions.get(next_step).copied() else {
-                    break;
-                };
-                next_step += 1;
-                let next = next.as_slice();
-                for s in 1..=substeps {
-                    let f = s as f64 / substeps as f64;
-                    let mut c = last;
-                    for j in 0..c.len() {
-                        c[j] += (next[j] - last[j]) * f;
+                // Past the running chunk's end the command holds (the daemon decelerates and
+                // holds until a chunk passes its checks).
+                let next = match running.positions.get(next_step) {
+                    Some(p) => {
+                        next_step += 1;
+                        *p
                     }
-                    arm.step(&c, dt / substeps as f64);
-                }
-                last = crate::joints::JointVector::from_slice(next);
+                    None => last,
+                };
+                arm.follow(&last, &next, dt);
+                last = next;
                 t += dt;
                 let tool = scene.tool_xy(arm.position().as_slice());
                 let (d, outcome) = episode.observe(&task, tool, t);
                 if outcome != Outcome::Going {
                     done = Some((d, outcome));
                     break;
-                }
-            }
-            if next_step >= running.positions.len() {
-                // Nothing left to run: the daemon would hold until a chunk passes its checks.
-                t += executed as f64 * dt;
-                let tool = scene.tool_xy(arm.position().as_slice());
-                let (d, outcome) = episode.observe(&task, tool, t);
-                if outcome != Outcome::Going {
-                    done = Some((d, outcome));
                 }
             }
             if let Some(d) = done {

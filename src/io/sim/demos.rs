@@ -108,13 +108,16 @@ pub fn write_demonstrations(
         path: out.into(),
         source,
     })?;
-    let mut scene = Scene::new(task);
+    let scene = Scene::new(task);
     let mut targets = Targets::new(opts.seed);
-    let mut arm = SimArm::new(cfg.sim.clone(), &cfg.limits);
-    arm.task = None;
+    // The arm's dynamics only: the demonstrations draw their own targets.
+    let sim = crate::config::SimConfig {
+        task: None,
+        ..cfg.sim.clone()
+    };
+    let mut arm = SimArm::new(sim, &cfg.limits);
     let base = cfg.sim.initial_position;
     let dt = cfg.policy.step_period_s;
-    let substeps = ((dt * cfg.sim.rate_hz).round() as usize).max(1);
     let frame_every = (1.0 / (camera.fps * dt)).round().max(1.0) as usize;
     let steps = (opts.episode_s / dt).round() as usize;
     let (w, h) = (camera.width as usize, camera.height as usize);
@@ -146,21 +149,10 @@ pub fn write_demonstrations(
             states.extend(arm.position.as_slice().iter().map(|&x| x as f32));
             let next = expert_step(&command, &goal, &mut speed, dt);
             actions.extend(next.as_slice().iter().map(|&x| x as f32));
-            // The command moves linearly over the step, as pi0d's interpolation between
-            // chunk steps does.
-            for s in 1..=substeps {
-                let f = s as f64 / substeps as f64;
-                let mut c = command;
-                for j in 0..n {
-                    c[j] += (next[j] - command[j]) * f;
-                }
-                arm.step(&c, dt / substeps as f64);
-            }
+            arm.follow(&command, &next, dt);
             command = next;
         }
-        let tool = scene.tool_xy(arm.position.as_slice());
-        let off = (tool[0] - episode.xy[0]).hypot(tool[1] - episode.xy[1]);
-        if off <= scene.task().radius_m {
+        if episode.distance(scene.tool_xy(arm.position.as_slice())) <= scene.task().radius_m {
             report.reached += 1;
         }
         let path = out.join(format!("episode_{e:05}.safetensors"));

@@ -66,23 +66,18 @@ impl TaskRun {
         let (d, outcome) = self.episode.observe(self.scene.task(), tool, now);
         self.progress.distance_m = d;
         match outcome {
-            Outcome::Going => {}
-            Outcome::Reached | Outcome::Missed => {
-                if outcome == Outcome::Reached {
-                    self.progress.reached += 1;
-                } else {
-                    self.progress.missed += 1;
-                }
-                tracing::info!(
-                    target = self.progress.target,
-                    outcome = ?outcome,
-                    distance_mm = (d * 1e3).round(),
-                    "sim task"
-                );
-                self.episode = next_episode(&self.scene, &mut self.targets, base, now);
-                self.progress.target += 1;
-            }
+            Outcome::Going => return self.progress,
+            Outcome::Reached => self.progress.reached += 1,
+            Outcome::Missed => self.progress.missed += 1,
         }
+        tracing::info!(
+            target = self.progress.target,
+            outcome = ?outcome,
+            distance_mm = (d * 1e3).round(),
+            "sim task"
+        );
+        self.episode = next_episode(&self.scene, &mut self.targets, base, now);
+        self.progress.target += 1;
         self.progress
     }
 }
@@ -118,6 +113,20 @@ impl SimArm {
     #[cfg(test)]
     pub(crate) fn position(&self) -> &JointVector {
         &self.position
+    }
+
+    /// Advances the arm over `dt` while its command moves linearly from `from` to `to`, as
+    /// pi0d's interpolation between chunk steps moves it (one simulation step at a time).
+    pub(crate) fn follow(&mut self, from: &JointVector, to: &JointVector, dt: f64) {
+        let substeps = ((dt * self.cfg.rate_hz).round() as usize).max(1);
+        for s in 1..=substeps {
+            let f = s as f64 / substeps as f64;
+            let mut c = *from;
+            for j in 0..c.len() {
+                c[j] += (to[j] - from[j]) * f;
+            }
+            self.step(&c, dt / substeps as f64);
+        }
     }
 
     /// Advances the arm by `dt` toward the commanded positions.
@@ -227,22 +236,29 @@ impl SimArm {
     /// The camera's image: the task's scene, or without a task a synthetic one (a gradient
     /// background with a bright square whose place follows the first two joints, so the
     /// pixels change as the arm moves).
-    fn render(&mut self, camera: usize, stamp: MonoTime, count: u64) -> CameraFrame {
+    fn render(&self, camera: usize, stamp: MonoTime, count: u64) -> CameraFrame {
         let cam = &self.cfg.cameras[camera];
         let (w, h) = (cam.width as usize, cam.height as usize);
         let mut data = vec![0u8; w * h * 3];
-        if let Some(task) = &mut self.task {
-            let target = Some(task.episode.xy);
-            task.scene
-                .render(self.position.as_slice(), target, w, h, &mut data);
-            return CameraFrame {
-                stamp,
-                width: cam.width,
-                height: cam.height,
-                format: PixelFormat::Rgb8,
-                data,
-            };
+        match &self.task {
+            Some(task) => {
+                let target = Some(task.episode.xy);
+                task.scene
+                    .render(self.position.as_slice(), target, w, h, &mut data);
+            }
+            None => self.pattern(camera, count, w, h, &mut data),
         }
+        CameraFrame {
+            stamp,
+            width: cam.width,
+            height: cam.height,
+            format: PixelFormat::Rgb8,
+            data,
+        }
+    }
+
+    /// The synthetic image without a task.
+    fn pattern(&self, camera: usize, count: u64, w: usize, h: usize, data: &mut [u8]) {
         let q0 = self.position.as_slice().first().copied().unwrap_or(0.0);
         let q1 = self.position.as_slice().get(1).copied().unwrap_or(0.0);
         let cx = ((0.5 + 0.25 * q0.sin()) * w as f64) as usize;
@@ -264,13 +280,6 @@ impl SimArm {
                 };
                 data[i + 2] = ((count + camera as u64 * 40) % 256) as u8;
             }
-        }
-        CameraFrame {
-            stamp,
-            width: cam.width,
-            height: cam.height,
-            format: PixelFormat::Rgb8,
-            data,
         }
     }
 }

@@ -4,8 +4,6 @@
 //! the red disc is "reached"). Edges are anti-aliased so that a position moves the
 //! picture smoothly, not in whole pixels: a policy can read positions finer than a pixel.
 
-use nalgebra::Point3;
-
 use crate::config::sim_task::SimTask;
 
 /// Colours (RGB).
@@ -23,15 +21,11 @@ const TOOL_RADIUS_M: f64 = 0.025;
 /// Draws the scene of `task` into RGB8 images.
 pub(crate) struct Scene {
     task: SimTask,
-    joints: Vec<Point3<f64>>,
 }
 
 impl Scene {
     pub(crate) fn new(task: SimTask) -> Scene {
-        Scene {
-            task,
-            joints: Vec::new(),
-        }
+        Scene { task }
     }
 
     pub(crate) fn task(&self) -> &SimTask {
@@ -54,14 +48,14 @@ impl Scene {
 
     /// Renders the arm at `q` and the target at `target` (m) into `rgb` (`w` x `h`, RGB8).
     pub(crate) fn render(
-        &mut self,
+        &self,
         q: &[f64],
         target: Option<[f64; 2]>,
         w: usize,
         h: usize,
         rgb: &mut [u8],
     ) {
-        let mut joints = std::mem::take(&mut self.joints);
+        let mut joints = Vec::new();
         self.task.workspace.chain.joint_positions(q, &mut joints);
         let project = self.projection(w, h);
         let px_per_m = project([0.0, 0.0]).2;
@@ -103,7 +97,6 @@ impl Scene {
                 }
             }
         }
-        self.joints = joints;
     }
 
     /// The table's grid lines: per axis the view's far edge (m), pixels per metre and the
@@ -191,7 +184,7 @@ mod tests {
     #[test]
     fn when_drawn_expect_the_tool_and_the_target_where_the_kinematics_and_the_view_put_them() {
         let task = demo_task();
-        let mut scene = Scene::new(task.clone());
+        let scene = Scene::new(task.clone());
         let q = [0.5, 0.4, 0.8, -0.4, 0.0, 0.0, 0.02];
         let target = [0.3, -0.2];
         let mut rgb = vec![0u8; W * W * 3];
@@ -224,7 +217,7 @@ mod tests {
 
     #[test]
     fn when_the_arm_moves_less_than_a_pixel_expect_the_picture_to_change() {
-        let mut scene = Scene::new(demo_task());
+        let scene = Scene::new(demo_task());
         let (mut a, mut b) = (vec![0u8; W * W * 3], vec![0u8; W * W * 3]);
         let q = [0.2, 0.4, 0.8, -0.4, 0.0, 0.0, 0.02];
         scene.render(&q, None, W, W, &mut a);

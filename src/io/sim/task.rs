@@ -49,10 +49,10 @@ impl Targets {
         let mut q = *base;
         let s: f64 = self.rng.random();
         for r in &task.reach {
-            q[r.joint] = r.from + s * (r.to - r.from);
+            q[r.joint] = r.at(s);
         }
         for w in &task.sweep {
-            q[w.joint] = w.from + self.rng.random::<f64>() * (w.to - w.from);
+            q[w.joint] = w.at(self.rng.random());
         }
         q
     }
@@ -90,9 +90,14 @@ impl Episode {
         self.inside_since = None;
     }
 
+    /// The tool's distance (m) from the target across the table.
+    pub(crate) fn distance(&self, tool: [f64; 2]) -> f64 {
+        (tool[0] - self.xy[0]).hypot(tool[1] - self.xy[1])
+    }
+
     /// The tool is at `tool` (m) at `now` (s): the distance, and whether the episode is over.
     pub(crate) fn observe(&mut self, task: &SimTask, tool: [f64; 2], now: f64) -> (f64, Outcome) {
-        let d = (tool[0] - self.xy[0]).hypot(tool[1] - self.xy[1]);
+        let d = self.distance(tool);
         if d <= task.radius_m {
             let since = *self.inside_since.get_or_insert(now);
             if now - since >= task.hold_s {
