@@ -27,7 +27,7 @@ impl MonoTime {
         MonoTime(ns)
     }
 
-    pub const fn as_nanos(self) -> u64 {
+    pub(crate) const fn as_nanos(self) -> u64 {
         self.0
     }
 

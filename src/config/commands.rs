@@ -13,7 +13,7 @@ use crate::robot::RobotLimits;
 
 /// One command output.
 #[derive(Clone, Debug, PartialEq)]
-pub struct CommandGroup {
+pub(crate) struct CommandGroup {
     /// Its joints, in the order the message lists them.
     pub joints: Vec<String>,
     /// Where each is in `robot.joints` (the governed command's order).

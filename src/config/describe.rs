@@ -10,7 +10,7 @@ use crate::robot::JointKind;
 
 /// Where a pi0 checkpoint comes from, as far as `pi0d check` can tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Provenance {
+pub(crate) enum Provenance {
     /// The repository's `models/tiny-pi0`: random weights, for plumbing only.
     BundledTestModel,
     /// Anything else: taken to be trained weights.

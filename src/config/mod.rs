@@ -38,7 +38,7 @@ pub use openpi::OpenpiOptions;
 pub use policy::{AclOptions, BackendOptions, ExecutionProvider, OnnxOptions, PolicySource};
 pub(crate) use policy::{FaultConfig, FaultKind, PolicyConfig};
 pub(crate) use realtime::RealtimeConfig;
-pub use ros::{CommandType, Middleware};
+pub(crate) use ros::{CommandType, Middleware};
 pub(crate) use ros::{RosConfig, ServiceMappingKind, TopicQos};
 pub(crate) use rtc::RtcConfig;
 pub use rtc::{RtcSettings, Schedule};
@@ -78,7 +78,7 @@ pub enum ConfigError {
 
 /// What the daemon commands: the simulated arm, or a robot over ROS 2.
 #[derive(Clone, Debug)]
-pub enum Io {
+pub(crate) enum Io {
     Sim,
     Ros(Box<RosConfig>),
 }
@@ -99,10 +99,10 @@ pub struct Config {
     pub limits: RobotLimits,
     pub workspace: Option<Workspace>,
     pub control: ControlConfig,
-    pub safety: SafetyConfig,
+    pub(crate) safety: SafetyConfig,
     pub policy: PolicyConfig,
     pub sim: SimConfig,
-    pub io: Io,
+    pub(crate) io: Io,
     pub realtime: RealtimeConfig,
     /// `[serve]`: read by `pi0d serve --config` only.
     pub serve: serve::ServeConfig,

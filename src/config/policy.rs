@@ -159,7 +159,7 @@ pub enum PolicySource {
 
 impl PolicySource {
     /// One line for people (`pi0d check`); a key is never shown.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             PolicySource::Scripted {
                 amplitude,

@@ -35,7 +35,7 @@ pub(crate) struct RosQos {
 /// The ROS 2 middleware pi0d speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Middleware {
+pub(crate) enum Middleware {
     /// DDS (RTPS), interoperating with Fast DDS and Cyclone DDS nodes.
     Dds,
     /// Zenoh with rmw_zenoh's key expressions, attachments and liveliness tokens.
@@ -55,7 +55,7 @@ pub(crate) enum ServiceMappingKind {
 /// The message commands are published as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum CommandType {
+pub(crate) enum CommandType {
     /// trajectory_msgs/JointTrajectory, one point (joint_trajectory_controller).
     JointTrajectory,
     /// std_msgs/Float64MultiArray of positions in robot.joints order (forward_command_controller).
@@ -82,7 +82,7 @@ impl CommandType {
 }
 
 #[derive(Clone, Debug)]
-pub struct RosConfig {
+pub(crate) struct RosConfig {
     pub(crate) domain_id: u16,
     pub node: String,
     pub namespace: String,

@@ -3,7 +3,7 @@
 use super::raw::RawSafety;
 
 #[derive(Clone, Debug)]
-pub struct SafetyConfig {
+pub(crate) struct SafetyConfig {
     pub joint_state_timeout_s: f64,
     pub camera_timeout_s: f64,
     pub overrun_streak: u32,

@@ -59,7 +59,7 @@ pub enum ChunkOutcome {
 /// What one tick did; `Copy`, so reporting it never allocates.
 #[derive(Clone, Copy, Debug)]
 pub struct TickReport {
-    pub mode: Mode,
+    pub(crate) mode: Mode,
     pub command: MotionState,
     pub(crate) request_inference: bool,
     pub(crate) transitions: Transitions,
@@ -73,7 +73,7 @@ pub struct TickReport {
     /// The `seq` of the chunk being executed, if one is.
     pub(crate) running_chunk: Option<u64>,
     /// What became of reloaded limits, in the tick that decided it.
-    pub reconfigured: Option<Reconfigure>,
+    pub(crate) reconfigured: Option<Reconfigure>,
     /// The independent monitor found this tick's command outside the limits: it was not
     /// commanded, the arm brakes from the last command that kept them, and the daemon stops.
     pub limit_violation: bool,
@@ -125,7 +125,7 @@ pub struct Controller {
 }
 
 impl Controller {
-    pub fn from_config(
+    pub(crate) fn from_config(
         cfg: &Config,
         start: &JointMeasurement,
         now: MonoTime,

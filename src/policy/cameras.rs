@@ -36,19 +36,45 @@ impl ModelCameras<'_> {
     }
 }
 
+/// Why the inputs' cameras cannot feed the model's: both sides named, as the configuration and
+/// the checkpoint name them.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("policy.optional_cameras: `{name}` is not a camera of the model, which has {model}")]
+    NotInModel { name: String, model: String },
+    #[error("{input}: the model does not name its cameras ({model}), so cameras are matched by position: list the topics as ros.cameras = [...] in the model's order")]
+    ModelUnnamed { input: String, model: String },
+    #[error("{input}: the model has no camera `{name}`; it has {model}")]
+    NoSuchCamera {
+        input: String,
+        name: String,
+        model: String,
+    },
+    #[error("{input}: one camera too many; the model has {model}")]
+    TooMany { input: String, model: String },
+    #[error("{first} and {second} both feed the model's camera {camera}")]
+    Twice {
+        first: String,
+        second: String,
+        camera: String,
+    },
+    #[error("the model's camera {camera} has no source: {hint}")]
+    NoSource { camera: String, hint: String },
+}
+
 /// Per model camera, the slot of `sources` that feeds it (`None`: an optional camera with no
 /// source). `optional` names model cameras that may go without one.
 pub(crate) fn bind(
     model: &ModelCameras,
     sources: &[CameraSource],
     optional: &[String],
-) -> Result<Vec<Option<usize>>, String> {
+) -> Result<Vec<Option<usize>>, BindError> {
     for name in optional {
         if !model.names.contains(name) {
-            return Err(format!(
-                "policy.optional_cameras: `{name}` is not a camera of the model, which has {}",
-                model.describe()
-            ));
+            return Err(BindError::NotInModel {
+                name: name.clone(),
+                model: model.describe(),
+            });
         }
     }
     let mut slots: Vec<Option<usize>> = vec![None; model.count];
@@ -57,35 +83,33 @@ pub(crate) fn bind(
             Some(name) => match model.names.iter().position(|n| n == name) {
                 Some(k) => k,
                 None if model.names.is_empty() => {
-                    return Err(format!(
-                        "{}: the model does not name its cameras ({}), so cameras are matched by position: list the topics as ros.cameras = [...] in the model's order",
-                        src.shown, model.source
-                    ))
+                    return Err(BindError::ModelUnnamed {
+                        input: src.shown.clone(),
+                        model: model.source.to_string(),
+                    })
                 }
                 None => {
-                    return Err(format!(
-                        "{}: the model has no camera `{name}`; it has {}",
-                        src.shown,
-                        model.describe()
-                    ))
+                    return Err(BindError::NoSuchCamera {
+                        input: src.shown.clone(),
+                        name: name.clone(),
+                        model: model.describe(),
+                    })
                 }
             },
             None if i < model.count => i,
             None => {
-                return Err(format!(
-                    "{}: one camera too many; the model has {}",
-                    src.shown,
-                    model.describe()
-                ))
+                return Err(BindError::TooMany {
+                    input: src.shown.clone(),
+                    model: model.describe(),
+                })
             }
         };
         if let Some(j) = slots[k] {
-            return Err(format!(
-                "{} and {} both feed the model's camera {}",
-                sources[j].shown,
-                src.shown,
-                model.shown(k)
-            ));
+            return Err(BindError::Twice {
+                first: sources[j].shown.clone(),
+                second: src.shown.clone(),
+                camera: model.shown(k),
+            });
         }
         slots[k] = Some(i);
     }
@@ -98,10 +122,10 @@ pub(crate) fn bind(
                 ),
                 None => "add its topic to ros.cameras".to_string(),
             };
-            return Err(format!(
-                "the model's camera {} has no source: {hint}",
-                model.shown(k)
-            ));
+            return Err(BindError::NoSource {
+                camera: model.shown(k),
+                hint,
+            });
         }
     }
     Ok(slots)
@@ -148,7 +172,9 @@ mod tests {
     #[test]
     fn when_a_model_camera_has_no_source_expect_refused_unless_optional() {
         let names = vec!["base".to_string(), "wrist".to_string()];
-        let e = bind(&model(&names, 2), &named(&["base"]), &[]).unwrap_err();
+        let e = bind(&model(&names, 2), &named(&["base"]), &[])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("`wrist` (observation.images.wrist in ck/config.json) has no source")
                 && e.contains("policy.optional_cameras"),
@@ -161,20 +187,28 @@ mod tests {
     #[test]
     fn when_a_source_is_extra_or_unknown_expect_both_sides_named() {
         let names = vec!["front".to_string()];
-        let e = bind(&model(&names, 1), &named(&["front", "top"]), &[]).unwrap_err();
+        let e = bind(&model(&names, 1), &named(&["front", "top"]), &[])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("ros.cameras.top = \"/top\"")
                 && e.contains("`front` (observation.images.front)"),
             "{e}"
         );
-        let e = bind(&model(&names, 1), &positional(2), &[]).unwrap_err();
+        let e = bind(&model(&names, 1), &positional(2), &[])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("ros.cameras[1]") && e.contains("one camera too many"),
             "{e}"
         );
-        let e = bind(&model(&names, 1), &positional(0), &[]).unwrap_err();
+        let e = bind(&model(&names, 1), &positional(0), &[])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("`front`") && e.contains("has no source"), "{e}");
-        let e = bind(&model(&names, 1), &named(&["front"]), &["wrist".into()]).unwrap_err();
+        let e = bind(&model(&names, 1), &named(&["front"]), &["wrist".into()])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("policy.optional_cameras: `wrist`"), "{e}");
     }
 
@@ -182,7 +216,9 @@ mod tests {
     fn when_the_model_names_no_cameras_expect_positions_and_names_refused() {
         let slots = bind(&model(&[], 2), &positional(2), &[]).unwrap();
         assert_eq!(slots, [Some(0), Some(1)]);
-        let e = bind(&model(&[], 1), &named(&["front"]), &[]).unwrap_err();
+        let e = bind(&model(&[], 1), &named(&["front"]), &[])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("matched by position"), "{e}");
     }
 }

@@ -151,8 +151,11 @@ pub enum PolicyBuildError {
         /// Where the model's width came from.
         width_source: String,
     },
-    #[error("{checkpoint}: {message}")]
-    Cameras { checkpoint: String, message: String },
+    #[error("{checkpoint}: {cause}")]
+    Cameras {
+        checkpoint: String,
+        cause: cameras::BindError,
+    },
     #[error("policy.openpi ({url})")]
     Remote {
         url: String,
@@ -256,9 +259,9 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
                 source: &names_from,
             };
             let slots = cameras::bind(&model, &cfg.camera_sources(), &p.optional_cameras).map_err(
-                |message| PolicyBuildError::Cameras {
+                |cause| PolicyBuildError::Cameras {
                     checkpoint: checkpoint.display().to_string(),
-                    message,
+                    cause,
                 },
             )?;
             pipeline.set_camera_slots(slots);

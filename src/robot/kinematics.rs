@@ -22,7 +22,7 @@ struct ChainLink {
 
 /// The serial chain base -> tool, evaluated for a command vector without allocating.
 #[derive(Clone, Debug)]
-pub struct KinematicChain {
+pub(crate) struct KinematicChain {
     links: Vec<ChainLink>,
     pub base_link: String,
     pub tool_link: String,

@@ -102,7 +102,7 @@ impl RobotLimits {
         self.joints.len()
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.joints.iter().map(|j| j.name.as_str())
     }
 

@@ -5,7 +5,7 @@ use super::KinematicChain;
 
 #[derive(Clone, Debug)]
 pub struct Workspace {
-    pub chain: KinematicChain,
+    pub(crate) chain: KinematicChain,
     pub min: [f64; 3],
     pub max: [f64; 3],
 }

@@ -13,7 +13,7 @@ use crate::robot::RobotLimits;
 
 /// A joint whose command lies (or would come to rest) outside a new position range.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct OutsideRange {
+pub(crate) struct OutsideRange {
     /// Index in command order.
     pub joint: usize,
     pub position: f64,
@@ -23,7 +23,7 @@ pub struct OutsideRange {
 
 /// What became of reloaded limits; reported once per reload.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Reconfigure {
+pub(crate) enum Reconfigure {
     /// In force from this tick: the arm stood at rest inside them.
     Applied,
     /// The command would come to rest (or stood at rest) outside the new range of a joint:

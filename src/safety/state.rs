@@ -4,7 +4,7 @@ use std::fmt;
 
 /// Why the arm is holding still.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HoldReason {
+pub(crate) enum HoldReason {
     /// The executing chunk ran out before a usable new one arrived.
     ChunkStarved,
     StaleJointState,
@@ -27,7 +27,7 @@ pub enum HoldReason {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// At rest at the measured position, waiting for the first chunk.
     Starting,
     Running,

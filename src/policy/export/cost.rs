@@ -7,23 +7,23 @@ use crate::policy::pi0::model::{Arch, Variant};
 
 /// Work and traffic of one graph run.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct GraphCost {
+pub(crate) struct GraphCost {
     /// Floating-point operations (2 per multiply-add).
-    pub flops: f64,
+    pub(crate) flops: f64,
     /// Weight bytes read (each weight once per run).
-    pub weight_bytes: f64,
+    pub(crate) weight_bytes: f64,
     /// KV cache bytes written (prefix) or read (step).
-    pub kv_bytes: f64,
+    pub(crate) kv_bytes: f64,
 }
 
 impl GraphCost {
-    pub fn bytes(&self) -> f64 {
+    pub(crate) fn bytes(&self) -> f64 {
         self.weight_bytes + self.kv_bytes
     }
 }
 
 /// The real pi0 (PaliGemma 3B + Gemma 300M expert, see the spec's table).
-pub fn real_pi0() -> Arch {
+pub(crate) fn real_pi0() -> Arch {
     Arch {
         variant: Variant::Pi0,
         image_size: 224,
@@ -91,7 +91,7 @@ pub(crate) fn language_cost(a: &Arch, seq: usize, bytes_per_weight: f64) -> Grap
 }
 
 /// The prefix graph for `cameras` images and `prompt_len` tokens.
-pub fn prefix_cost(
+pub(crate) fn prefix_cost(
     a: &Arch,
     cameras: usize,
     prompt_len: usize,
@@ -110,7 +110,7 @@ pub fn prefix_cost(
 }
 
 /// One denoising step over a prefix of `prefix_len` tokens.
-pub fn step_cost(a: &Arch, prefix_len: usize, bytes_per_weight: f64) -> GraphCost {
+pub(crate) fn step_cost(a: &Arch, prefix_len: usize, bytes_per_weight: f64) -> GraphCost {
     let pi0 = a.variant == Variant::Pi0;
     let n = (a.chunk + usize::from(pi0)) as f64;
     let t = prefix_len as f64 + n;
@@ -149,18 +149,18 @@ pub fn step_cost(a: &Arch, prefix_len: usize, bytes_per_weight: f64) -> GraphCos
 
 /// An accelerator's roofline: dense fp16 (and int8) throughput, memory bandwidth and size.
 #[derive(Clone, Copy, Debug)]
-pub struct Chip {
-    pub name: &'static str,
-    pub fp16_tflops: f64,
+pub(crate) struct Chip {
+    pub(crate) name: &'static str,
+    pub(crate) fp16_tflops: f64,
     /// Dense int8 throughput; `None` where none is published (int8 then runs at the fp16 rate).
-    pub int8_tops: Option<f64>,
-    pub bandwidth_gbs: f64,
+    pub(crate) int8_tops: Option<f64>,
+    pub(crate) bandwidth_gbs: f64,
     /// The memory the board has; `None` where it comes in several sizes or is not published.
-    pub memory_gb: Option<f64>,
+    pub(crate) memory_gb: Option<f64>,
 }
 
 /// Published peak figures of the Ascend chips pi0d targets (one chip).
-pub const ASCEND: &[Chip] = &[
+pub(crate) const ASCEND: &[Chip] = &[
     // Atlas 300I Pro (one 310P3): 140 TOPS int8, 70 TFLOPS fp16, LPDDR4X 204.8 GB/s, 24 GB.
     Chip {
         name: "Ascend 310P",
@@ -199,7 +199,7 @@ pub const ASCEND: &[Chip] = &[
 
 /// Published dense fp16 tensor peaks (no sparsity) and memory bandwidths of NVIDIA GPUs pi0
 /// is run on, for the same roofline.
-pub const GPU: &[Chip] = &[
+pub(crate) const GPU: &[Chip] = &[
     // Jetson AGX Orin 64GB: 170 sparse int8 TOPS on the GPU, so 85 dense int8 and 42.5 dense
     // fp16; LPDDR5 204.8 GB/s.
     Chip {
@@ -239,7 +239,7 @@ pub const GPU: &[Chip] = &[
 
 /// How the weights are stored and multiplied: what a run reads and at which rate it computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Precision {
+pub(crate) enum Precision {
     /// 16-bit weights and activations (an NPU's or GPU's default).
     F16,
     /// int8 weights, one scale per output channel, computed in 16 bit (for memory).
@@ -252,14 +252,14 @@ pub enum Precision {
 }
 
 impl Precision {
-    pub const ALL: [Precision; 4] = [
+    pub(crate) const ALL: [Precision; 4] = [
         Precision::F16,
         Precision::W8,
         Precision::W4,
         Precision::W8A8,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Precision::F16 => "f16",
             Precision::W8 => "w8",
@@ -288,8 +288,8 @@ impl Precision {
 
 /// Fractions of peak a well-fused static graph reaches: matmul-heavy work at half the dense
 /// peak, streaming at 70 % of the bandwidth.
-pub const COMPUTE_EFFICIENCY: f64 = 0.5;
-pub const BANDWIDTH_EFFICIENCY: f64 = 0.7;
+pub(crate) const COMPUTE_EFFICIENCY: f64 = 0.5;
+pub(crate) const BANDWIDTH_EFFICIENCY: f64 = 0.7;
 
 /// Roofline latency of one run in milliseconds: the slower of compute and memory traffic.
 fn predict_ms_at(c: &GraphCost, chip: &Chip, precision: Precision) -> f64 {
@@ -299,12 +299,12 @@ fn predict_ms_at(c: &GraphCost, chip: &Chip, precision: Precision) -> f64 {
 }
 
 /// Whole-chunk prediction in 16 bit: prefix plus every step.
-pub fn chunk_ms(a: &Arch, cameras: usize, prompt_len: usize, chip: &Chip) -> (f64, f64) {
+pub(crate) fn chunk_ms(a: &Arch, cameras: usize, prompt_len: usize, chip: &Chip) -> (f64, f64) {
     chunk_ms_at(a, cameras, prompt_len, chip, Precision::F16)
 }
 
 /// The same with the weights stored as `precision` says (the KV cache stays 16 bit).
-pub fn chunk_ms_at(
+pub(crate) fn chunk_ms_at(
     a: &Arch,
     cameras: usize,
     prompt_len: usize,
@@ -330,7 +330,7 @@ pub fn chunk_ms_at(
 /// The weights a run holds in memory (bytes): the vision tower and projector, every language
 /// layer, the action expert and its heads, stored as `precision` says. The token embedding is
 /// not counted: only the prompt's rows are read from the mapped file.
-pub fn resident_weight_bytes(a: &Arch, precision: Precision) -> f64 {
+pub(crate) fn resident_weight_bytes(a: &Arch, precision: Precision) -> f64 {
     let vision = vision_cost(a, 1.0).weight_bytes;
     let language = a.layers as f64 * language_layer(a, 1).1;
     let expert = step_cost(a, 0, 1.0).weight_bytes;
@@ -338,18 +338,119 @@ pub fn resident_weight_bytes(a: &Arch, precision: Precision) -> f64 {
 }
 
 /// Memory kept for the system, the activations and the KV cache on a board (GB).
-pub const MEMORY_RESERVE_GB: f64 = 1.0;
+pub(crate) const MEMORY_RESERVE_GB: f64 = 1.0;
 
 /// Whether the weights fit `chip`'s memory with `MEMORY_RESERVE_GB` to spare; `None` where
 /// the memory is not known.
-pub fn fits(a: &Arch, precision: Precision, chip: &Chip) -> Option<bool> {
+pub(crate) fn fits(a: &Arch, precision: Precision, chip: &Chip) -> Option<bool> {
     let need = resident_weight_bytes(a, precision) / 1e9 + MEMORY_RESERVE_GB;
     chip.memory_gb.map(|have| need <= have)
+}
+
+/// The cost model's tables as docs/ascend.md shows them (markdown): the real pi0's work per
+/// graph, the roofline latency per chip, and memory and latency per weight scheme.
+pub fn report() -> String {
+    let mut out = String::new();
+    let mut line = |s: &str| {
+        out.push_str(s);
+        out.push('\n');
+    };
+    let a = real_pi0();
+    let prompt = 48;
+    line(&format!(
+        "Real pi0, {prompt} prompt tokens, f16 weights and KV cache (2 bytes):\n"
+    ));
+    line("| cameras | prefix TFLOP | prefix GB read | step GFLOP | step GB read | KV cache MB |");
+    line("|---|---|---|---|---|---|");
+    for cams in 1..=3 {
+        let p = prefix_cost(&a, cams, prompt, 2.0);
+        let s = step_cost(&a, cams * a.tokens_per_image() + prompt, 2.0);
+        line(&format!(
+            "| {cams} | {:.2} | {:.2} | {:.1} | {:.3} | {:.1} |",
+            p.flops / 1e12,
+            p.weight_bytes / 1e9,
+            s.flops / 1e9,
+            s.bytes() / 1e9,
+            p.kv_bytes / 1e6
+        ));
+    }
+    line(&format!(
+        "\nRoofline at {:.0} % of the fp16 peak and {:.0} % of the memory bandwidth (ms):\n",
+        COMPUTE_EFFICIENCY * 100.0,
+        BANDWIDTH_EFFICIENCY * 100.0
+    ));
+    line("| chip | fp16 TFLOPS | GB/s | cameras | prefix | 10 steps | chunk |");
+    line("|---|---|---|---|---|---|---|");
+    for chip in ASCEND.iter().chain(GPU) {
+        for cams in 1..=3 {
+            let (p, s) = chunk_ms(&a, cams, prompt, chip);
+            line(&format!(
+                "| {} | {:.0} | {:.0} | {cams} | {p:.1} | {s:.1} | {:.1} |",
+                chip.name,
+                chip.fp16_tflops,
+                chip.bandwidth_gbs,
+                p + s
+            ));
+        }
+    }
+    line(&format!(
+        "\nPer weight scheme, 2 cameras (w8 and w4 compute in fp16; w8a8 at the int8 rate where one is published); fits: the weights plus {MEMORY_RESERVE_GB} GB in the board's memory:\n"
+    ));
+    line("| chip | scheme | weights GB | prefix | 10 steps | chunk | fits |");
+    line("|---|---|---|---|---|---|---|");
+    for chip in ASCEND.iter().chain(GPU) {
+        for p in Precision::ALL {
+            let (pre, steps) = chunk_ms_at(&a, 2, prompt, chip, p);
+            let fit = match fits(&a, p, chip) {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "?",
+            };
+            line(&format!(
+                "| {} | {} | {:.2} | {pre:.0} | {steps:.0} | {:.0} | {fit} |",
+                chip.name,
+                p.name(),
+                resident_weight_bytes(&a, p) / 1e9,
+                pre + steps
+            ));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_report_prints_the_work_table_docs_ascend_shows() {
+        let report = report();
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ascend.md"),
+        )
+        .unwrap();
+        // The first table (work per graph) is shown there as printed; the others are
+        // abridged with published figures beside them.
+        let table: Vec<&str> = report
+            .lines()
+            .skip_while(|l| !l.starts_with("| cameras"))
+            .take_while(|l| l.starts_with('|'))
+            .collect();
+        assert_eq!(table.len(), 5, "{report}");
+        assert!(doc.contains(&table.join("\n")), "{}", table.join("\n"));
+        // One row per chip and camera count, one per chip and scheme.
+        let rows = |head: &str| {
+            report
+                .lines()
+                .skip_while(|l| !l.starts_with(head))
+                .skip(2)
+                .take_while(|l| l.starts_with('|'))
+                .count()
+        };
+        let chips = ASCEND.len() + GPU.len();
+        assert_eq!(rows("| chip | fp16"), chips * 3);
+        assert_eq!(rows("| chip | scheme"), chips * Precision::ALL.len());
+    }
 
     #[test]
     fn flops_match_the_spec_figures_for_real_pi0() {

@@ -55,6 +55,9 @@ pub enum PipelineError {
     Input(String),
     #[error(transparent)]
     Graph(#[from] GraphError),
+    /// The graphs failed on a batch: each of its elements carries the error.
+    #[error(transparent)]
+    GraphBatch(Arc<PipelineError>),
     #[error(transparent)]
     NonFiniteActions(#[from] NonFiniteActions),
 }
@@ -65,22 +68,11 @@ impl PipelineError {
     pub fn is_input_error(&self) -> bool {
         match self {
             PipelineError::Graph(e) => e.is_input_error(),
+            PipelineError::GraphBatch(e) => e.is_input_error(),
             PipelineError::NonFiniteActions(_) => false,
             _ => true,
         }
     }
-}
-
-/// `e` and its sources, as `{:#}` shows them (for callers that keep only a string).
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut next = e.source();
-    while let Some(c) = next {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        next = c.source();
-    }
-    s
 }
 
 pub struct PipelineOptions {
@@ -513,7 +505,9 @@ impl Pi0Pipeline {
                 .zip(items)
                 .filter_map(|(p, i)| p.as_ref().ok().map(|p| (p, i.guidance)))
                 .collect();
-            let mut rows: Vec<Result<(Vec<f32>, Timing), String>> = Vec::new();
+            // One row per element; a group's error is shared by its elements.
+            type Row = Result<(Vec<f32>, Timing), Arc<PipelineError>>;
+            let mut rows: Vec<Row> = Vec::new();
             for group in ok.chunks(g.manifest.batch.max(1)) {
                 match sample_graphs(g, group) {
                     Ok((x, t)) => rows.extend(
@@ -521,7 +515,10 @@ impl Pi0Pipeline {
                             .take(group.len())
                             .map(|r| Ok((r.to_vec(), t))),
                     ),
-                    Err(e) => rows.extend(group.iter().map(|_| Err(error_chain(&e)))),
+                    Err(e) => {
+                        let e = Arc::new(e);
+                        rows.extend(group.iter().map(|_| Err(e.clone())))
+                    }
                 }
             }
             let mut rows = rows.into_iter();
@@ -531,7 +528,7 @@ impl Pi0Pipeline {
                     p?;
                     match rows.next() {
                         Some(Ok((x, t))) => Ok((self.finish(&x)?, t)),
-                        Some(Err(m)) => Err(PipelineError::Input(m)),
+                        Some(Err(e)) => Err(PipelineError::GraphBatch(e)),
                         None => Err(PipelineError::Input("no result".into())),
                     }
                 })

@@ -49,7 +49,7 @@ impl TensorFileError {
 
 /// A tensor read from a file, with its values widened to the kind the model needs.
 #[derive(Clone, Debug)]
-pub enum Values {
+pub(crate) enum Values {
     F32(Vec<f32>),
     I64(Vec<i64>),
     U8(Vec<u8>),
@@ -58,7 +58,7 @@ pub enum Values {
 #[derive(Clone, Debug)]
 pub struct NamedTensor {
     pub shape: Vec<usize>,
-    pub values: Values,
+    pub(crate) values: Values,
 }
 
 pub struct TensorFile {

@@ -44,7 +44,7 @@ impl Pi0Model {
     /// Bytes of weights held in memory once loaded: the packed linear layers (in the width the
     /// checkpoint stores them: f32, bf16, int8 or int4 with their scales), norms and biases.
     /// The text embedding is read from the mapped file a row at a time and is not counted.
-    pub fn weight_bytes(&self) -> u64 {
+    pub(crate) fn weight_bytes(&self) -> u64 {
         let vision: u64 = self
             .vision_layers
             .iter()

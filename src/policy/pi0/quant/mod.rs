@@ -52,7 +52,7 @@ pub enum Scheme {
 }
 
 impl Scheme {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Scheme::W8 => "w8",
             Scheme::W8a8 => "w8a8",
@@ -221,7 +221,7 @@ pub enum QuantizeError {
 
 impl QuantizeError {
     /// The checkpoint or the options were at fault (exit 1), rather than writing (exit 9).
-    pub fn is_input_error(&self) -> bool {
+    pub(crate) fn is_input_error(&self) -> bool {
         !matches!(self, QuantizeError::Io { .. } | QuantizeError::Write { .. })
     }
 }

@@ -98,7 +98,9 @@ fn read(path: &Path) -> Result<(Vec<Recorded>, String), QuantizeError> {
                     };
                     let (img, _) = from_bytes::<msgs::CompressedImage, LittleEndian>(body)
                         .map_err(|e| refused(path, format!("a camera frame: {e}")))?;
-                    latest[k] = Some(Arc::new(decode(&img.data).map_err(|e| refused(path, e))?));
+                    latest[k] = Some(Arc::new(decode(&img.data).map_err(|e| {
+                        refused(path, format!("a camera frame does not decode: {e}"))
+                    })?));
                     if let (0, Some(s)) = (k, &state) {
                         out.push(Recorded {
                             frames: latest.clone(),
@@ -126,17 +128,12 @@ fn read(path: &Path) -> Result<(Vec<Recorded>, String), QuantizeError> {
 }
 
 /// A recorded JPEG or PNG frame, as RGB8.
-fn decode(data: &[u8]) -> Result<CameraFrame, String> {
-    let mut reader = image::ImageReader::new(Cursor::new(data))
-        .with_guessed_format()
-        .map_err(|e| e.to_string())?;
+fn decode(data: &[u8]) -> Result<CameraFrame, image::ImageError> {
+    let mut reader = image::ImageReader::new(Cursor::new(data)).with_guessed_format()?;
     let mut limits = image::Limits::default();
     limits.max_alloc = Some(MAX_FRAME_BYTES);
     reader.limits(limits);
-    let rgb = reader
-        .decode()
-        .map_err(|e| format!("a camera frame does not decode: {e}"))?
-        .into_rgb8();
+    let rgb = reader.decode()?.into_rgb8();
     Ok(CameraFrame {
         stamp: crate::time::MonoTime::ZERO,
         width: rgb.width(),
