@@ -14,13 +14,14 @@
 //! `quantization.json` beside the weights names the scheme and the groups kept float.
 
 pub(crate) mod calibrate;
+mod fold;
 pub use calibrate::ActivationRange;
 pub(crate) mod load;
 mod recorded;
 pub(crate) use recorded::is_recording;
 mod write;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -177,9 +178,14 @@ pub struct Manifest {
     /// The `pi0d infer` inputs files calibration ran the float model on (none: uncalibrated).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calibration: Vec<PathBuf>,
-    /// Weights stored as `W diag(s)` with their `s` (`NAME.weight_input_scale`).
+    /// Weights stored as `W diag(s)`; their `s` is folded into the norm before them
+    /// (`folded_norms`) or kept as `NAME.weight_input_scale`.
     #[serde(default)]
     pub smoothed: usize,
+    /// Norm tensors that hold `1 / s` for the weights after them (the model divides nothing at
+    /// run time for those).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub folded_norms: BTreeSet<String>,
     /// Per shared input, the exponent calibration chose (null: no scaling was nearer).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub smoothing: BTreeMap<String, Option<f32>>,

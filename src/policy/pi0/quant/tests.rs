@@ -420,6 +420,38 @@ const CALIBRATION: [(&str, &[&str]); 2] = [
     ("pi05_float32", &["pi05_f32_1cam", "pi05_f32_rtc_linear"]),
 ];
 
+/// Every calibrated weight's `s` is in exactly one place: folded into the norm before it (one
+/// folded norm weight holds the `s` of the weights its output feeds) or kept beside it as
+/// `NAME.weight_input_scale`; folded norms are stored as f32. Returns how many were folded.
+fn assert_scales_placed_once(dir: &Path, m: &Manifest) -> usize {
+    let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let kept = st
+        .names()
+        .iter()
+        .filter(|n| n.ends_with(".weight_input_scale"))
+        .count();
+    let mut folded = 0;
+    for name in &m.folded_norms {
+        assert_eq!(
+            st.tensor(name).unwrap().dtype(),
+            safetensors::Dtype::F32,
+            "{name}"
+        );
+        folded += [
+            (".input_layernorm.weight", 3),
+            (".layer_norm1.weight", 3),
+            (".post_attention_layernorm.weight", 2),
+            (".layer_norm2.weight", 1),
+        ]
+        .iter()
+        .find(|(end, _)| name.ends_with(end))
+        .map_or(0, |(_, feeds)| *feeds);
+    }
+    assert_eq!(kept + folded, m.smoothed, "{m:?}");
+    folded
+}
+
 #[test]
 fn when_random_weights_are_calibrated_on_other_inputs_expect_every_scheme_within_its_bounds() {
     let tmp = TempDir::new("quant-calibrated");
@@ -442,6 +474,7 @@ fn when_random_weights_are_calibrated_on_other_inputs_expect_every_scheme_within
             opts.calibration = files.clone();
             let m = quantize(&opts).unwrap().manifest;
             assert_eq!(m.calibration, files);
+            assert_scales_placed_once(&calibrated, &m);
             let (pc, pm) = against_lerobot(&plain, case);
             let (cc, cm) = against_lerobot(&calibrated, case);
             table.push(format!(
@@ -538,6 +571,8 @@ fn when_the_trained_checkpoint_is_calibrated_expect_w4_at_its_target() {
             .unwrap()
             .manifest;
         assert!(m.smoothed > 0, "{m:?}");
+        // The trained model's q/k/v and gate/up take their `s` in the norm before them.
+        assert!(assert_scales_placed_once(&opts.out, &m) > 0, "{m:?}");
         let (pc, pm) = hil_against_lerobot(&plain);
         let (cc, cm) = hil_against_lerobot(&opts.out);
         table.push(format!(

@@ -12,6 +12,7 @@ use safetensors::tensor::View;
 use safetensors::Dtype;
 
 use super::calibrate::{self, Smoothing, Target};
+use super::fold::{fold, Folds};
 use super::load::INPUT_SCALE;
 use super::{Group, Manifest, QuantizeError, Scheme, FORMAT, MANIFEST};
 use crate::policy::pi0::checkpoint::{decode, Checkpoint, Entry, WeightDtype};
@@ -268,6 +269,10 @@ pub(crate) fn quantize_with(
     let ck = Checkpoint::load(&opts.checkpoint)?;
     let groups: BTreeSet<Group> = opts.groups.iter().copied().collect();
     let smoothing = smoothing(opts, &ck, &groups, collected)?;
+    let folds = match &smoothing {
+        Some(s) => fold(&ck, &s.scales)?,
+        None => Folds::default(),
+    };
     let failed = RefCell::new(None);
     let mut tensors = Vec::new();
     let (mut count, mut before, mut after) = (0, 0u64, 0u64);
@@ -290,6 +295,13 @@ pub(crate) fn quantize_with(
                 ck.path.display(),
                 e.stored
             )));
+        }
+        if let Some(v) = folds.tensors.get(&e.name) {
+            tensors.push((
+                e.stored.clone(),
+                out(Source::Floats(v), Dtype::F32, e.shape.clone(), 4 * v.len()),
+            ));
+            continue;
         }
         let Some((dtype, n, k)) = to_quantize(e, &groups) else {
             if Group::of(&e.name).is_some() && WeightDtype::of(e.dtype).is_none() {
@@ -352,8 +364,10 @@ pub(crate) fn quantize_with(
         if let Some(s) = scales {
             tensors.push((format!("{}_scale", e.stored), s));
         }
-        if let Some(s) = smooth {
+        if smooth.is_some() {
             smoothed += 1;
+        }
+        if let Some(s) = smooth.filter(|_| !folds.weights.contains(&e.name)) {
             after += 4 * k as u64;
             tensors.push((
                 format!("{}{INPUT_SCALE}", e.stored),
@@ -414,6 +428,7 @@ pub(crate) fn quantize_with(
         stored_as_w8,
         calibration: opts.calibration.clone(),
         smoothed,
+        folded_norms: folds.stored,
         smoothing: smoothing.map(|s| s.chosen).unwrap_or_default(),
         tensors: count,
         bytes_before: before,
