@@ -140,31 +140,36 @@ struct Judge {
 }
 
 impl Judge {
-    fn check(&mut self, k: usize, limits: &RobotLimits, c: &JointVector) -> Result<(), String> {
+    fn check(
+        &mut self,
+        k: usize,
+        limits: &RobotLimits,
+        c: &JointVector,
+    ) -> Result<(), TestCaseError> {
         let mut v = vec![0.0; c.len()];
         for (j, l) in limits.joints.iter().enumerate() {
             let p = c[j];
             if !(p >= l.lower - 1e-9 && p <= l.upper + 1e-9) {
-                return Err(format!(
+                return Err(TestCaseError::fail(format!(
                     "tick {k} joint {j}: {p} outside [{}, {}]",
                     l.lower, l.upper
-                ));
+                )));
             }
             if let Some(prev) = &self.prev {
                 v[j] = (p - prev[j]) / self.dt;
                 if v[j].abs() > l.velocity * (1.0 + 1e-6) + 1e-9 {
-                    return Err(format!(
+                    return Err(TestCaseError::fail(format!(
                         "tick {k} joint {j}: velocity {} > {}",
                         v[j], l.velocity
-                    ));
+                    )));
                 }
                 if let Some(pv) = &self.prev_v {
                     let a = (v[j] - pv[j]) / self.dt;
                     if a.abs() > l.acceleration * (1.0 + 1e-6) + 1e-5 {
-                        return Err(format!(
+                        return Err(TestCaseError::fail(format!(
                             "tick {k} joint {j}: acceleration {a} > {}",
                             l.acceleration
-                        ));
+                        )));
                     }
                 }
             }
@@ -187,7 +192,7 @@ fn run_with_reload(
     motion: &Motion,
     reload_at_s: f64,
     duration_s: f64,
-) -> Result<Vec<Reconfigure>, String> {
+) -> Result<Vec<Reconfigure>, TestCaseError> {
     let mut rig = Rig::new(old.clone(), rate_hz, start);
     let mut judge = Judge {
         dt: rig.dt,
@@ -215,10 +220,10 @@ fn run_with_reload(
         judge.check(k, &in_force, &report.command.position)?;
         check_tail(k, &in_force, &rig.ctl.lookahead(), &report.command)?;
         if rig.ctl.monitor().violations != 0 {
-            return Err(format!(
+            return Err(TestCaseError::fail(format!(
                 "tick {k}: the monitor counted {} violations",
                 rig.ctl.monitor().violations
-            ));
+            )));
         }
     }
     Ok(outcomes)
@@ -232,7 +237,7 @@ fn check_tail(
     limits: &RobotLimits,
     lookahead: &Lookahead,
     command: &MotionState,
-) -> Result<(), String> {
+) -> Result<(), TestCaseError> {
     let mut plan = Vec::new();
     lookahead.plan(command, 0.005, &mut plan);
     for point in &plan {
@@ -244,11 +249,11 @@ fn check_tail(
                 || v.abs() > limits.velocity[j] * (1.0 + 1e-9)
                 || a.abs() > limits.acceleration[j] * (1.0 + 1e-9)
             {
-                return Err(format!(
+                return Err(TestCaseError::fail(format!(
                     "tick {k}: the tail of {command:?} reaches {p} rad, {v} rad/s, {a} rad/s² \
                      on joint {j} at {} s, outside {:?}",
                     point.t_s, limits.joints[j]
-                ));
+                )));
             }
         }
     }

@@ -351,7 +351,7 @@ fn simulate(case: &Case) -> Outcome {
 }
 
 /// Checks finite differences of the commands against the limits; returns the first failure.
-fn check(case: &Case, o: &Outcome, jerk_everywhere: bool) -> Result<(), String> {
+fn check(case: &Case, o: &Outcome, jerk_everywhere: bool) -> Result<(), TestCaseError> {
     let dt = o.dt;
     let n = case.limits.len();
     let mut prev = JointVector::from_slice(&case.start);
@@ -361,32 +361,37 @@ fn check(case: &Case, o: &Outcome, jerk_everywhere: bool) -> Result<(), String> 
             let l = &case.limits[j];
             let p = c[j];
             if !p.is_finite() {
-                return Err(format!("tick {k} joint {j}: non-finite command {p}"));
+                return Err(TestCaseError::fail(format!(
+                    "tick {k} joint {j}: non-finite command {p}"
+                )));
             }
             if p < l.lower - 1e-9 || p > l.upper + 1e-9 {
-                return Err(format!(
+                return Err(TestCaseError::fail(format!(
                     "tick {k} joint {j}: position {p} outside [{}, {}]",
                     l.lower, l.upper
-                ));
+                )));
             }
             let v = (p - prev[j]) / dt;
             let a = (v - pv[j]) / dt;
             let jerk = (a - pa[j]) / dt;
             if v.abs() > l.velocity * (1.0 + 1e-6) + 1e-9 {
-                return Err(format!("tick {k} joint {j}: velocity {v} > {}", l.velocity));
+                return Err(TestCaseError::fail(format!(
+                    "tick {k} joint {j}: velocity {v} > {}",
+                    l.velocity
+                )));
             }
             if a.abs() > l.acceleration * (1.0 + 1e-6) + 1e-5 {
-                return Err(format!(
+                return Err(TestCaseError::fail(format!(
                     "tick {k} joint {j}: acceleration {a} > {}",
                     l.acceleration
-                ));
+                )));
             }
             let jerk_checked = jerk_everywhere || !o.overridden[k];
             if jerk_checked && jerk.abs() > l.jerk * (1.0 + 1e-6) + 1e-2 {
-                return Err(format!(
+                return Err(TestCaseError::fail(format!(
                     "tick {k} joint {j}: jerk {jerk} > {} (overridden: {})",
                     l.jerk, o.overridden[k]
-                ));
+                )));
             }
             pv[j] = v;
             pa[j] = a;
@@ -394,10 +399,10 @@ fn check(case: &Case, o: &Outcome, jerk_everywhere: bool) -> Result<(), String> 
         prev = *c;
     }
     if o.violations != 0 {
-        return Err(format!(
+        return Err(TestCaseError::fail(format!(
             "the controller's own monitor counted {} violations",
             o.violations
-        ));
+        )));
     }
     Ok(())
 }
