@@ -126,11 +126,12 @@ impl GridAxis {
     /// Pixels from `p` (a column or row centre) to the nearest line inside the view: constant
     /// time, however many lines the view holds.
     fn distance(&self, p: f64) -> f64 {
-        let at = self.far - p / self.scale;
-        let k = (at / GRID_SPACING_M).round().clamp(self.first, self.last);
+        // No line inside the view (checked first: `clamp` panics on an empty range).
         if self.first > self.last {
             return f64::INFINITY;
         }
+        let at = self.far - p / self.scale;
+        let k = (at / GRID_SPACING_M).round().clamp(self.first, self.last);
         (p - (self.far - k * GRID_SPACING_M) * self.scale).abs()
     }
 }
@@ -225,5 +226,18 @@ mod tests {
         moved[0] += 0.005; // about 2 mm at the tool: a quarter of a pixel
         scene.render(&moved, None, W, W, &mut b);
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn when_the_view_holds_no_grid_line_expect_the_table_drawn_without_one() {
+        let mut task = demo_task();
+        // Narrower than the grid's spacing on both axes, between two lines.
+        task.view_min = [0.31, 0.11];
+        task.view_max = [0.39, 0.19];
+        let scene = Scene::new(task);
+        let mut rgb = vec![0u8; W * W * 3];
+        scene.render(&[0.0; 7], None, W, W, &mut rgb);
+        assert_eq!(centroid(&rgb, GRID).2, 0);
+        assert!(centroid(&rgb, TABLE).2 > 0);
     }
 }
