@@ -11,11 +11,11 @@ mod common;
 mod quant;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use common::{
     assert_safe, edited_checkpoint, ort_library, root, run_daemon, scratch_dir, sim_model_config,
-    with_backend,
+    table, with_backend,
 };
 use pi0d::config::OnnxOptions;
 use pi0d::policy::export::atc::{unsupported_ops, ATC_OPS};

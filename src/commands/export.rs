@@ -78,7 +78,8 @@ pub(crate) struct ExportArgs {
     atc: Option<String>,
     /// A recording (`[record]`) or `pi0d infer` inputs file (repeat the flag for several) to run
     /// the float model on: prints the largest activations per layer group against float16's
-    /// range and the precision the graphs need.
+    /// range and the precision the graphs need; with --atc, also writes both graphs' inputs
+    /// for ATC's int8 calibration.
     #[arg(long, value_name = "FILE")]
     calibration: Vec<PathBuf>,
 }
@@ -185,24 +186,33 @@ pub(crate) fn export(a: ExportArgs) -> Outcome {
         let have_atc = std::env::var_os("PATH")
             .map(|p| std::env::split_paths(&p).any(|d| d.join("atc").is_file()))
             .unwrap_or(false);
-        let calibration = if report.atc_calibration.is_empty() {
-            None
-        } else {
+        // Each calibrated graph: its ATC configuration and AMCT's sample count beside it.
+        let mut calibration: [Option<PathBuf>; 2] = [None, None];
+        for (c, slot) in report.atc_calibration.iter().zip(&mut calibration) {
             use pi0d::policy::export::calibration;
-            let cfg = opts.out.join(calibration::DIR).join("prefix.cfg");
-            let text = calibration::config(&opts.out, &report.atc_calibration, soc);
-            runtime(
-                std::fs::write(&cfg, text)
-                    .with_context(|| format!("{}: cannot write it", cfg.display())),
-            )?;
+            let folder = opts.out.join(calibration::DIR);
+            let cfg = folder.join(format!("{}.cfg", c.graph.name()));
+            let simple = folder.join(format!("{}_amct.cfg", c.graph.name()));
+            for (path, text) in [
+                (&simple, calibration::simple_config(c)),
+                (&cfg, calibration::config(&opts.out, c, soc, &simple)),
+            ] {
+                runtime(
+                    std::fs::write(path, text)
+                        .with_context(|| format!("{}: cannot write it", path.display())),
+                )?;
+            }
             say(&format!(
-                "  ATC int8 calibration of the prefix graph: {} input file(s) and {}",
-                report.atc_calibration.len(),
+                "  ATC int8 calibration of the {} graph: {} sample(s) of its {} input(s), {}",
+                c.graph.name(),
+                c.samples,
+                c.inputs.len(),
                 cfg.display()
             ));
-            Some(cfg)
-        };
-        for cmd in atc::atc_commands(m, &opts.out, soc, calibration.as_deref()) {
+            *slot = Some(cfg);
+        }
+        let [p, d] = &calibration;
+        for cmd in atc::atc_commands(m, &opts.out, soc, [p.as_deref(), d.as_deref()]) {
             say(&cmd.join(" "));
             if have_atc {
                 let status = runtime(std::process::Command::new(&cmd[0]).args(&cmd[1..]).status())?;

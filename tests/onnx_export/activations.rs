@@ -88,111 +88,170 @@ fn when_activations_are_judged_expect_the_boundaries_of_float16() {
     assert!(matches!(fit(f32::INFINITY), Some(F16Fit::Overflows { .. })));
 }
 
+/// `pi0d export --atc Ascend310B1 --calibration FILE` of `checkpoint` with `cameras`.
+fn atc_export(checkpoint: &Path, cameras: &str, out: &Path, calibration: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["export", "--cameras", cameras, "--atc", "Ascend310B1"])
+        .arg("--checkpoint")
+        .arg(checkpoint)
+        .arg("--out")
+        .arg(out)
+        .arg("--calibration")
+        .arg(calibration)
+        .output()
+        .unwrap()
+}
+
+/// The denoising steps of the graphs exported in `dir`.
+fn manifest_steps(dir: &Path) -> usize {
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+    m["steps"].as_u64().unwrap() as usize
+}
+
+/// The calibration inputs read back as ATC would and run on ONNX Runtime
+/// (tests/peers/atc_calibration_check.py).
+fn check_calibration(dir: &Path, expected: Option<&Path>) -> serde_json::Value {
+    let mut cmd = Command::new(python());
+    cmd.arg(root().join("tests/peers/atc_calibration_check.py"))
+        .arg(dir);
+    if let Some(e) = expected {
+        cmd.arg("--expected").arg(e);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
-fn when_atc_is_given_calibration_expect_the_prefix_inputs_written_as_the_graph_takes_them() {
+fn when_atc_is_given_an_inputs_file_expect_both_graphs_inputs_that_reproduce_lerobots_actions() {
     let dir = scratch_dir("atc-calibration");
-    let bin = env!("CARGO_BIN_EXE_pi0d");
     let case = "pi0_f32_1cam_short";
     let inputs = case_dir(case).join("inputs.safetensors");
-    let atc_export = |out: &Path, calibration: &Path| {
-        Command::new(bin)
-            .args([
-                "export",
-                "--cameras",
-                "1",
-                "--atc",
-                "Ascend310B1",
-                "--checkpoint",
-            ])
-            .arg(case_checkpoint(case))
-            .arg("--out")
-            .arg(out)
-            .arg("--calibration")
-            .arg(calibration)
-            .output()
-            .unwrap()
-    };
-    let out = atc_export(&dir, &inputs);
+    let out = atc_export(&case_checkpoint(case), "1", &dir, &inputs);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let cfg = dir.join("calibration/prefix.cfg");
-    // The prefix is calibrated by ATC (no `origin` then), the denoise graph compiled as before.
-    assert!(
-        stdout.contains(&format!(
-            "--soc_version=Ascend310B1 --compression_optimize_conf={}",
-            cfg.display()
-        )),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("denoise_step --soc_version=Ascend310B1 --precision_mode_v2=origin"),
-        "{stdout}"
-    );
-    // Every input of the prefix graph, in its order, type and shape.
-    let m = Manifest::load(&dir).unwrap();
-    let model = read_model(&dir.join(&m.graphs.prefix.file)).unwrap();
-    let graph_inputs = model.input_names();
-    let text = std::fs::read_to_string(&cfg).unwrap();
-    let files: Vec<&str> = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("input_data_dir: "))
-        .unwrap()
-        .split(',')
-        .collect();
-    let shapes: Vec<&str> = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("input_shape: "))
-        .unwrap()
-        .split(';')
-        .collect();
-    assert!(text.contains("infer_soc: Ascend310B1"), "{text}");
-    assert_eq!(files.len(), graph_inputs.len(), "{text}");
-    let given = TensorFile::read(&inputs).unwrap();
-    for ((file, shape), name) in files.iter().zip(&shapes).zip(&graph_inputs) {
-        let (shape_name, dims) = shape.split_once(':').unwrap();
-        assert_eq!(shape_name, name);
-        let count: usize = dims
-            .split(',')
-            .map(|d| d.parse::<usize>().unwrap())
-            .product();
-        let bytes = std::fs::read(file).unwrap();
-        let width = if name == "lang_tokens" { 8 } else { 4 };
-        assert_eq!(bytes.len(), count * width, "{name}");
-        // The image and the tokens are the inputs file's own values.
-        match name.as_str() {
-            "image0" => {
-                let (_, want) = given.f32("image0", &[None, None, None, None]).unwrap();
-                let got: Vec<f32> = bytes
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-                    .collect();
-                assert_eq!(got, want, "{name}");
-            }
-            "lang_tokens" => {
-                let (_, want) = given.i64("lang_tokens", &[None, None]).unwrap();
-                let got: Vec<i64> = bytes
-                    .chunks_exact(8)
-                    .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
-                    .collect();
-                assert_eq!(got, want, "{name}");
-            }
-            _ => {}
-        }
+    // Both graphs are calibrated by ATC (no `origin` then).
+    for (graph, file) in [("prefix", "prefix"), ("denoise", "denoise_step")] {
+        let cfg = dir.join(format!("calibration/{graph}.cfg"));
+        assert!(
+            stdout.contains(&format!(
+                "{file} --soc_version=Ascend310B1 --compression_optimize_conf={}",
+                cfg.display()
+            )),
+            "{stdout}"
+        );
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        assert!(text.contains("infer_soc: Ascend310B1"), "{text}");
     }
-    // A recording alone cannot give ATC's inputs; the export says so.
-    let recording = dir.join("not-inputs.mcap");
-    std::fs::write(&recording, b"\x89MCAP0\r\n").unwrap();
-    let out = atc_export(&dir.join("again"), &recording);
+    assert!(!stdout.contains("origin"), "{stdout}");
+    // The prefix's first sample holds the file's own image and tokens.
+    let given = TensorFile::read(&inputs).unwrap();
+    let read =
+        |name: &str| std::fs::read(dir.join(format!("calibration/prefix/{name}.bin"))).unwrap();
+    let (_, image) = given.f32("image0", &[None, None, None, None]).unwrap();
+    let got: Vec<f32> = read("image0")
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, image);
+    let (_, tokens) = given.i64("lang_tokens", &[None, None]).unwrap();
+    let got: Vec<i64> = read("lang_tokens")
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, tokens);
+    // On ONNX Runtime: the KV caches are the prefix graph's, each step's output is the next
+    // sample's x_t, and the last step gives lerobot's actions.
+    let expected = case_dir(case).join("expected.safetensors");
+    let r = check_calibration(&dir, Some(&expected));
+    let steps = manifest_steps(&dir);
+    assert_eq!(r["prefix_samples"], 1, "{r}");
+    assert_eq!(
+        r["denoise_samples"], steps,
+        "one observation: every step; {r}"
+    );
+    assert_eq!(r["finite"], true, "{r}");
+    assert!(r["kv_error"].as_f64().unwrap() < 1e-4, "{r}");
+    let chain: Vec<f64> = r["chain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_f64().unwrap())
+        .collect();
+    assert_eq!(chain.len(), steps - 1, "{r}");
+    assert!(chain.iter().all(|e| *e < 1e-4), "{r}");
+    assert!(r["last_vs_expected"].as_f64().unwrap() < 1e-4, "{r}");
+
+    // Another batch than the graphs': refused naming the file, nothing written.
+    let other = case_dir("pi0_f32_2cam_batch2").join("inputs.safetensors");
+    let out = atc_export(&case_checkpoint(case), "1", &dir.join("again"), &other);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("--atc with --calibration")
-            && stderr.contains("a recording gives the activation report only"),
+        stderr.contains(&format!("--calibration {}", other.display()))
+            && stderr.contains("it holds a batch of 2, the graphs take 1"),
         "{stderr}"
     );
     assert!(!dir.join("again").exists());
+}
+
+#[test]
+fn when_atc_is_given_a_recording_expect_its_observations_preprocessed_into_both_graphs_inputs() {
+    let dir = scratch_dir("atc-recorded");
+    let recording = dir.join("run.mcap");
+    let mut cfg = sim_model_config();
+    cfg.insert(
+        "record".into(),
+        table(&[
+            ("path", toml::Value::String(recording.display().to_string())),
+            ("camera_hz", toml::Value::Float(5.0)),
+        ]),
+    );
+    let run = run_daemon("atc-recorded", &cfg, 3.0);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    let out_dir = dir.join("graphs");
+    let model = root().join("models/tiny-pi0");
+    let out = atc_export(&model, "1", &out_dir, &recording);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = check_calibration(&out_dir, None);
+    let steps = manifest_steps(&out_dir);
+    // One sample per recorded observation (at most 32); the steps spread over them.
+    let n = r["prefix_samples"].as_u64().unwrap() as usize;
+    assert!((2..=32).contains(&n), "{r}");
+    assert_eq!(
+        r["denoise_samples"].as_u64().unwrap() as usize,
+        n * (32 / n).clamp(1, steps),
+        "{r}"
+    );
+    assert!(
+        stdout.contains(&format!("prefix graph: {n} sample(s)")),
+        "{stdout}"
+    );
+    assert_eq!(r["finite"], true, "{r}");
+    assert!(r["kv_error"].as_f64().unwrap() < 1e-4, "{r}");
+    // Camera frames preprocessed into the model's [-1, 1].
+    let range: Vec<f64> = r["image_range"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(
+        range[0] >= -1.0 && range[1] <= 1.0 && range[0] < range[1],
+        "{r}"
+    );
 }

@@ -60,23 +60,24 @@ pub fn unsupported_ops(model: &ModelProto) -> Vec<(String, usize)> {
 
 /// The ATC command lines compiling each exported graph in `dir` for `soc`. The graphs' shapes
 /// are static and their precision is already chosen at export, so `origin` keeps it.
-/// With `calibration` (a `--compression_optimize_conf` file for the prefix graph), the prefix is
-/// quantized to int8 by ATC's own calibration, which takes no `origin` precision.
+/// A graph given a `--compression_optimize_conf` file (`calibration`: the prefix's, then the
+/// denoise graph's) is quantized to int8 by ATC's own calibration instead, which takes no
+/// `origin` precision.
 pub fn atc_commands(
     manifest: &Manifest,
     dir: &Path,
     soc: &str,
-    calibration: Option<&Path>,
+    calibration: [Option<&Path>; 2],
 ) -> Vec<Vec<String>> {
     [&manifest.graphs.prefix, &manifest.graphs.denoise]
         .iter()
-        .enumerate()
-        .map(|(i, g)| {
+        .zip(calibration)
+        .map(|(g, cfg)| {
             let model = dir.join(&g.file);
             let output = dir.join(g.file.trim_end_matches(".onnx"));
-            let precision = match calibration {
-                Some(cfg) if i == 0 => format!("--compression_optimize_conf={}", cfg.display()),
-                _ => "--precision_mode_v2=origin".into(),
+            let precision = match cfg {
+                Some(cfg) => format!("--compression_optimize_conf={}", cfg.display()),
+                None => "--precision_mode_v2=origin".into(),
             };
             vec![
                 "atc".to_string(),

@@ -18,7 +18,6 @@ use crate::policy::graph::manifest::{self, CheckpointInfo, Graphs, Manifest};
 use crate::policy::pi0::checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
 use crate::policy::pi0::model::{Arch, Variant};
 use crate::policy::pi0::quant::calibrate::collect_any;
-use crate::policy::pi0::quant::is_recording;
 use crate::policy::pi0::quant::{ActivationRange, QuantizeError, Scheme};
 use crate::policy::staging::{Staging, StagingError};
 use pi0::{ExportDtype, GraphSizes, Pi0GraphBuilder};
@@ -141,9 +140,9 @@ pub struct ExportReport {
     pub clamped: Vec<ClampReport>,
     /// With `--calibration`: the largest activations per layer group, on the CPU in f32.
     pub activations: Vec<ActivationRange>,
-    /// With `--atc` and `--calibration`: the prefix graph's inputs written for ATC's int8
-    /// calibration.
-    pub atc_calibration: Vec<calibration::CalibrationInput>,
+    /// With `--atc` and `--calibration`: each graph's inputs written for ATC's int8
+    /// calibration (prefix, then denoise).
+    pub atc_calibration: Vec<calibration::GraphCalibration>,
 }
 
 fn checkpoint_hash(ck: &Checkpoint) -> String {
@@ -185,15 +184,6 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         prompt_len,
     };
     let quant = quant_scheme(&ck, opts)?;
-    // ATC's inputs need a `pi0d infer` inputs file: refused before the model runs on the rest.
-    let atc_inputs = match (opts.for_atc, opts.calibration.as_slice()) {
-        (false, _) | (true, []) => None,
-        (true, files) => Some(files.iter().find(|f| !is_recording(f)).ok_or_else(|| {
-            ExportError::Invalid(
-                "--atc with --calibration: ATC's int8 calibration reads the prefix graph's inputs, written from a `pi0d infer` inputs file; a recording gives the activation report only".into(),
-            )
-        })?),
-    };
     let activations = if opts.calibration.is_empty() {
         Vec::new()
     } else {
@@ -304,9 +294,19 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
     let text = serde_json::to_string_pretty(&m)
         .map_err(|e| ExportError::Invalid(format!("the manifest does not serialize: {e}")))?;
     std::fs::write(&path, text + "\n").map_err(|e| ExportError::Io { path, source: e })?;
-    let atc_calibration = match atc_inputs {
-        Some(file) => calibration::write_prefix_inputs(&staging.tmp, &m, file)?,
-        None => Vec::new(),
+    let atc_calibration = if opts.for_atc && !opts.calibration.is_empty() {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        calibration::write_inputs(
+            &staging.tmp,
+            &m,
+            &opts.checkpoint,
+            opts.arch.as_deref(),
+            &opts.calibration,
+            threads,
+        )?
+        .to_vec()
+    } else {
+        Vec::new()
     };
     staging.commit()?;
     Ok(ExportReport {

@@ -150,6 +150,19 @@ pub struct Batch {
     guidance: Vec<Guidance>,
 }
 
+/// A batch's model inputs, each concatenated over its elements as an inputs file holds them.
+pub(crate) struct BatchParts {
+    pub(crate) batch: usize,
+    /// Per camera: `[B, 3, S, S]`.
+    pub(crate) images: Vec<Vec<f32>>,
+    /// Per camera: `[B]`.
+    pub(crate) image_masks: Vec<Vec<bool>>,
+    pub(crate) tokens: Vec<i64>,
+    pub(crate) token_masks: Vec<bool>,
+    pub(crate) state: Vec<f32>,
+    pub(crate) noise: Vec<f32>,
+}
+
 /// lerobot's `execution_horizon` default, for files without `rtc_execution_horizon`.
 const DEFAULT_EXECUTION_HORIZON: usize = 10;
 
@@ -252,6 +265,26 @@ impl Batch {
                 source,
             })?;
         Ok(out)
+    }
+
+    /// A batch of already preprocessed observations (no real-time chunking).
+    pub(crate) fn from_parts(p: BatchParts, a: &BatchDims) -> Batch {
+        Batch {
+            batch: p.batch,
+            seq: p.tokens.len() / p.batch.max(1),
+            images: p.images,
+            image_masks: p.image_masks,
+            tokens: p.tokens,
+            token_masks: p.token_masks,
+            state: p.state,
+            noise: p.noise,
+            state_dim: a.state_dim,
+            noise_len: a.chunk * a.action_dim,
+            chunk: a.chunk,
+            action_dim: a.action_dim,
+            rtc: Vec::new(),
+            guidance: Vec::new(),
+        }
     }
 
     /// Drops the file's real-time-chunking inputs: plain denoising.

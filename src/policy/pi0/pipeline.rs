@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokenizers::Tokenizer;
 
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, PolicyConfigJson};
-use super::infer::{check_actions, NonFiniteActions};
+use super::infer::{check_actions, Batch, BatchDims, BatchParts, NonFiniteActions};
 use super::model::{prompt_len, Arch, Pi0Input, Pi0Model, Timing, Variant, Workspace};
 use super::normalize::{Normalizer, Widths};
 use super::preprocess::{frame_to_model_input, FrameError};
@@ -629,6 +629,51 @@ impl Pi0Pipeline {
             state: padded,
             noise: noise.to_vec(),
         })
+    }
+
+    /// Observations checked and preprocessed into one batch of `size` (the last repeated to
+    /// fill it), as a `pi0d infer` inputs file would hold them.
+    pub(crate) fn prepare_batch(
+        &self,
+        items: &[BatchItem],
+        size: usize,
+    ) -> Result<Batch, PipelineError> {
+        let prepared = items
+            .iter()
+            .map(|i| self.prepare(i.frames, i.state, i.task, i.noise))
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(last) = prepared.last() else {
+            return Err(PipelineError::Input("nothing to prepare".into()));
+        };
+        let all: Vec<&Prepared> = prepared
+            .iter()
+            .chain(std::iter::repeat(last))
+            .take(size.max(1))
+            .collect();
+        let cat = |f: &dyn Fn(&Prepared) -> &[f32]| -> Vec<f32> {
+            all.iter().flat_map(|p| f(p).iter().copied()).collect()
+        };
+        let parts = BatchParts {
+            batch: all.len(),
+            images: (0..self.cameras)
+                .map(|c| {
+                    all.iter()
+                        .flat_map(|p| p.images[c].iter().copied())
+                        .collect()
+                })
+                .collect(),
+            image_masks: (0..self.cameras)
+                .map(|c| all.iter().map(|p| p.masks[c]).collect())
+                .collect(),
+            tokens: all.iter().flat_map(|p| p.tokens.iter().copied()).collect(),
+            token_masks: all
+                .iter()
+                .flat_map(|p| p.token_masks.iter().copied())
+                .collect(),
+            state: cat(&|p| &p.state),
+            noise: cat(&|p| &p.noise),
+        };
+        Ok(Batch::from_parts(parts, &BatchDims::from(&self.arch)))
     }
 
     /// The model's output `[chunk, model action width]` checked and unnormalized to the

@@ -17,7 +17,7 @@ pub(crate) mod calibrate;
 mod fold;
 pub use calibrate::ActivationRange;
 pub(crate) mod load;
-mod recorded;
+pub(crate) mod recorded;
 pub(crate) use recorded::is_recording;
 mod write;
 

@@ -42,9 +42,9 @@ pub(crate) fn is_recording(path: &Path) -> bool {
 }
 
 /// One observation as recorded.
-struct Recorded {
-    frames: Vec<Option<Arc<CameraFrame>>>,
-    state: Vec<f32>,
+pub(crate) struct Recorded {
+    pub(crate) frames: Vec<Option<Arc<CameraFrame>>>,
+    pub(crate) state: Vec<f32>,
 }
 
 fn refused(path: &Path, reason: impl std::fmt::Display) -> QuantizeError {
@@ -55,7 +55,7 @@ fn refused(path: &Path, reason: impl std::fmt::Display) -> QuantizeError {
 }
 
 /// The observations of the recording at `path`, and its prompt.
-fn read(path: &Path) -> Result<(Vec<Recorded>, String), QuantizeError> {
+pub(crate) fn read(path: &Path) -> Result<(Vec<Recorded>, String), QuantizeError> {
     let bytes = std::fs::read(path).map_err(|source| QuantizeError::Io {
         path: path.into(),
         source,
