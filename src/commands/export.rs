@@ -154,27 +154,13 @@ pub(crate) fn export(a: ExportArgs) -> Outcome {
         ));
     }
     if !report.activations.is_empty() {
-        say(&format!(
-            "  largest activations on {} calibration file(s), f32 on the CPU (float16 holds {}):",
-            opts.calibration.len(),
-            atc::F16_MAX
-        ));
-        for r in &report.activations {
-            // The projector and the heads have no norms: no residual stream of their own.
-            let stream = match r.stream {
-                s if s > 0.0 => format!("{s:>10.1}"),
-                _ => format!("{:>10}", "-"),
-            };
-            say(&format!(
-                "    {:<10} residual stream {stream}   linear inputs {:>10.1}   linear outputs {:>10.1}",
-                r.group.name(),
-                r.linear_in,
-                r.linear_out
-            ));
-        }
-        if let Some(fit) = atc::F16Fit::of(&report.activations) {
-            say(&format!("  {}", fit.advice()));
-        }
+        print_activations(
+            &report.activations,
+            &format!(
+                "largest activations on {} calibration file(s), f32 on the CPU",
+                opts.calibration.len()
+            ),
+        );
     }
     if let Some(soc) = &a.atc {
         if !atc::KNOWN_SOCS.contains(&soc.as_str()) {
@@ -231,4 +217,27 @@ pub(crate) fn export(a: ExportArgs) -> Outcome {
         }
     }
     Ok(ExitReason::Clean)
+}
+
+/// The largest activations per layer group against float16's range, and the precision the
+/// graphs need.
+pub(crate) fn print_activations(ranges: &[pi0d::policy::pi0::quant::ActivationRange], what: &str) {
+    use pi0d::policy::export::atc;
+    say(&format!("  {what} (float16 holds {}):", atc::F16_MAX));
+    for r in ranges {
+        // The projector and the heads have no norms: no residual stream of their own.
+        let stream = match r.stream {
+            s if s > 0.0 || s.is_nan() => format!("{s:>10.1}"),
+            _ => format!("{:>10}", "-"),
+        };
+        say(&format!(
+            "    {:<10} residual stream {stream}   linear inputs {:>10.1}   linear outputs {:>10.1}",
+            r.group.name(),
+            r.linear_in,
+            r.linear_out
+        ));
+    }
+    if let Some(fit) = atc::F16Fit::of(ranges) {
+        say(&format!("  {}", fit.advice()));
+    }
 }

@@ -70,6 +70,11 @@ pub(crate) struct InferArgs {
     /// AscendCL's libascendcl.so (default: $ASCEND_HOME_PATH/lib64, CANN's install paths).
     #[arg(long)]
     acl_library: Option<PathBuf>,
+    /// With the onnx backend: measure the largest activation per layer group in the graphs'
+    /// own precision (an f16 graph's overflow shows as inf) and print it against float16's
+    /// range, even when the run then fails on non-finite actions.
+    #[arg(long)]
+    activations: bool,
     /// Real-time chunking's prefix schedule, for inputs with `rtc_prev_chunk` [default: linear].
     #[arg(long, value_parser = ["zeros", "ones", "linear", "exp"])]
     rtc_schedule: Option<String>,
@@ -123,6 +128,12 @@ pub(crate) fn infer(a: InferArgs) -> Outcome {
     compute_threads(threads)?;
     let repeat = a.repeat as usize;
     let rtc = a.rtc();
+    if a.activations && a.backend != Backend::Onnx {
+        return Err(Failure::new(
+            ExitReason::Usage,
+            anyhow::anyhow!("--activations measures exported graphs on ONNX Runtime: it goes with --backend onnx (the CPU model's are printed by `pi0d export --calibration`)"),
+        ));
+    }
     match (a.backend, a.checkpoint, a.model_dir) {
         (Backend::Onnx | Backend::Acl, _, Some(dir)) => {
             let runtime = match a.backend {
@@ -130,11 +141,14 @@ pub(crate) fn infer(a: InferArgs) -> Outcome {
                     library: a.acl_library,
                     device_id: a.device_id,
                 }),
-                _ => GraphBackend::Onnx(pi0d::config::OnnxOptions {
-                    library: a.onnx_library,
-                    provider: provider(a.provider, a.device_id),
-                    threads: a.threads.map_or(0, usize::from),
-                }),
+                _ => GraphBackend::Onnx {
+                    options: pi0d::config::OnnxOptions {
+                        library: a.onnx_library,
+                        provider: provider(a.provider, a.device_id),
+                        threads: a.threads.map_or(0, usize::from),
+                    },
+                    activations: a.activations,
+                },
             };
             infer_graphs(&dir, &a.inputs, &a.output, repeat, &runtime, rtc)
         }
@@ -199,7 +213,11 @@ pub(crate) fn infer_cpu(
 
 /// The runtime `pi0d infer` runs exported graphs on.
 pub(crate) enum GraphBackend {
-    Onnx(pi0d::config::OnnxOptions),
+    /// With `activations`: measured per layer group (`--activations`).
+    Onnx {
+        options: pi0d::config::OnnxOptions,
+        activations: bool,
+    },
     Acl(pi0d::config::AclOptions),
 }
 
@@ -224,16 +242,33 @@ pub(crate) fn infer_graphs(
         },
     ))?;
     with_rtc(&mut batch, rtc, inputs)?;
+    let dtype = format!("{:?}", m.dtype).to_lowercase();
     let mut model = match backend {
-        GraphBackend::Onnx(opts) => classified(pi0d::policy::graph::load_onnx(dir, m, opts))?,
+        GraphBackend::Onnx {
+            options,
+            activations: false,
+        } => classified(pi0d::policy::graph::load_onnx(dir, m, options))?,
+        GraphBackend::Onnx {
+            options,
+            activations: true,
+        } => classified(pi0d::policy::graph::load_onnx_probed(dir, m, options))?,
         GraphBackend::Acl(opts) => classified(pi0d::policy::graph::load_acl(dir, m, opts))?,
     };
     let mut last = None;
-    for _ in 0..repeat {
+    for run in 0..repeat {
         let pre = std::time::Instant::now();
         let inputs = batch.graph_inputs();
         let preprocess_ms = pre.elapsed().as_secs_f64() * 1e3;
-        let (actions, t) = classified(model.sample(&inputs))?;
+        let sampled = model.sample(&inputs);
+        let probed = model.activations();
+        // Over every run; said once, or before a failed run's error.
+        if !probed.is_empty() && (sampled.is_err() || run + 1 == repeat) {
+            crate::commands::export::print_activations(
+                &probed,
+                &format!("largest activations, {dtype} graphs on ONNX Runtime"),
+            );
+        }
+        let (actions, t) = classified(sampled)?;
         let postprocess_ms = classified(infer::check_graph_actions(&actions, &batch))?;
         if repeat > 1 {
             let timing = infer::RunTiming {

@@ -3,7 +3,8 @@
 
 use super::*;
 use pi0d::policy::export::atc::{F16Fit, F16_MAX};
-use pi0d::policy::pi0::quant::Group;
+use pi0d::policy::graph::load_onnx_probed;
+use pi0d::policy::pi0::quant::{ActivationRange, Group};
 
 fn with_calibration(case: &str, checkpoint: &Path, out: &Path) -> ExportOptions {
     let mut opts = options_for(case, out, ExportDtype::F32, false);
@@ -254,4 +255,123 @@ fn when_atc_is_given_a_recording_expect_its_observations_preprocessed_into_both_
         range[0] >= -1.0 && range[1] <= 1.0 && range[0] < range[1],
         "{r}"
     );
+}
+
+/// Runs `dir`'s graphs on `case`'s inputs with every marked activation measured.
+fn probed_run(dir: &Path, case: &str) -> (Result<Vec<f32>, GraphError>, Vec<ActivationRange>) {
+    let m = Manifest::load(dir).unwrap();
+    let batch = Batch::read_for(
+        &case_dir(case).join("inputs.safetensors"),
+        &BatchDims {
+            image_size: m.image_size,
+            state_dim: m.state_dim,
+            chunk: m.chunk,
+            action_dim: m.action_dim,
+        },
+    )
+    .unwrap();
+    let opts = OnnxOptions {
+        library: Some(ort_library()),
+        threads: 2,
+        ..Default::default()
+    };
+    let mut model = load_onnx_probed(dir, m, &opts).unwrap();
+    let actions = model.sample(&batch.graph_inputs()).map(|(a, _)| a);
+    (actions, model.activations())
+}
+
+#[test]
+fn when_graphs_run_with_activations_expect_the_cpu_models_in_f32_and_float16s_overflow_in_f16() {
+    // f32 graphs measure what the CPU model measures on the same inputs.
+    let case = "pi0_f32_1cam_short";
+    let out = scratch_dir("activations-probed-f32");
+    let mut opts = with_calibration(case, &case_checkpoint(case), &out);
+    opts.calibration = vec![case_dir(case).join("inputs.safetensors")];
+    let cpu = export(&opts).unwrap().activations;
+    let (actions, graphs) = probed_run(&out, case);
+    assert!(actions.is_ok(), "{actions:?}");
+    assert_eq!(graphs.len(), cpu.len(), "{graphs:?}");
+    for (g, c) in graphs.iter().zip(&cpu) {
+        assert_eq!(g.group, c.group);
+        for (got, want) in [
+            (g.stream, c.stream),
+            (g.linear_in, c.linear_in),
+            (g.linear_out, c.linear_out),
+        ] {
+            assert!(
+                (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                "{:?}: graphs {g:?}, CPU {c:?}",
+                g.group
+            );
+        }
+    }
+
+    // f16 graphs (weights in an external file) of a checkpoint whose first language MLP is a
+    // hundred thousand times larger: the language group overflows float16 on the run itself.
+    let big = edited_checkpoint("activations-probed-big", |tensors| {
+        let t = tensors
+            .iter_mut()
+            .find(|t| {
+                t.0.ends_with("language_model.layers.0.mlp.down_proj.weight")
+            })
+            .unwrap();
+        for v in t.3.chunks_exact_mut(4) {
+            let x = f32::from_le_bytes(v.try_into().unwrap()) * 1e5;
+            v.copy_from_slice(&x.to_le_bytes());
+        }
+    });
+    let out16 = scratch_dir("activations-probed-f16");
+    let mut opts = options_for(case, &out16, ExportDtype::F16, false);
+    opts.checkpoint = big.to_path_buf();
+    opts.external = ExternalData::Always;
+    export(&opts).unwrap();
+    let (_, graphs) = probed_run(&out16, case);
+    let language = graphs.iter().find(|r| r.group == Group::Language).unwrap();
+    assert!(
+        language.linear_out > F16_MAX || language.linear_out.is_nan(),
+        "{language:?}"
+    );
+    match F16Fit::of(&graphs) {
+        Some(F16Fit::Overflows { group, .. }) => assert_eq!(group, Group::Language),
+        other => panic!("{other:?}: {graphs:?}"),
+    }
+    // The vision tower comes before it and holds.
+    let vision = graphs.iter().find(|r| r.group == Group::Vision).unwrap();
+    assert!(vision.largest() < F16_MAX, "{vision:?}");
+
+    // The command prints the report, then fails on the run's non-finite actions if it has any.
+    let infer = |dir: &Path, backend: &str| {
+        Command::new(env!("CARGO_BIN_EXE_pi0d"))
+            .args([
+                "infer",
+                "--activations",
+                "--backend",
+                backend,
+                "--model-dir",
+            ])
+            .arg(dir)
+            .arg("--checkpoint")
+            .arg(&big)
+            .arg("--onnx-library")
+            .arg(ort_library())
+            .arg("--inputs")
+            .arg(case_dir(case).join("inputs.safetensors"))
+            .arg("--output")
+            .arg(dir.join("actions.safetensors"))
+            .output()
+            .unwrap()
+    };
+    let run = infer(&out16, "onnx");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        stdout.contains("largest activations, f16 graphs on ONNX Runtime")
+            && stdout.contains("the language group reaches")
+            && stdout.contains("past float16's 65504"),
+        "{stdout}"
+    );
+    // On the CPU model there is nothing to probe: refused as a usage error.
+    let run = infer(&out16, "cpu");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--activations"), "{stderr}");
 }

@@ -8,6 +8,26 @@ use super::proto::{
     attribute_type, data_type, AttributeProto, NodeProto, TensorProto, ValueInfoProto,
 };
 use super::ExportError;
+use crate::policy::pi0::quant::Group;
+
+/// What a probed value is (`GraphBuilder::probe`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProbeKind {
+    /// The residual stream, as a norm takes it.
+    Stream,
+    LinearIn,
+    LinearOut,
+}
+
+impl ProbeKind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ProbeKind::Stream => "stream",
+            ProbeKind::LinearIn => "linear_in",
+            ProbeKind::LinearOut => "linear_out",
+        }
+    }
+}
 
 /// Produces a weight's values (row-major f32) when the graph is written.
 pub(crate) type F32Source<'a> = Box<dyn Fn() -> Result<Vec<f32>, ExportError> + 'a>;
@@ -61,7 +81,13 @@ pub(crate) struct GraphBuilder<'a> {
     /// Other nodes made once from initializers (a quantized weight's DequantizeLinear).
     shared: HashMap<String, String>,
     next: usize,
+    /// Values whose magnitude `pi0d infer --activations` reports, with their label
+    /// (`GROUP/KIND`): written into the model's metadata (`PROBES_KEY`).
+    pub(crate) probes: Vec<(String, String)>,
 }
+
+/// The model metadata key listing the probed values (a JSON object: value name -> label).
+pub(crate) const PROBES_KEY: &str = "pi0d.probes";
 
 pub(crate) fn attr_int(name: &str, i: i64) -> AttributeProto {
     AttributeProto {
@@ -93,6 +119,16 @@ impl<'a> GraphBuilder<'a> {
             casts: HashMap::new(),
             shared: HashMap::new(),
             next: 0,
+            probes: Vec::new(),
+        }
+    }
+
+    /// Marks `value` for the activation report: `group`'s residual stream, or a linear layer's
+    /// input or output.
+    pub(crate) fn probe(&mut self, value: &str, group: Option<Group>, kind: ProbeKind) {
+        if let Some(group) = group {
+            self.probes
+                .push((value.into(), format!("{}/{}", group.name(), kind.name())));
         }
     }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use prost::Message;
 
-use super::builder::{encode_f32, GraphBuilder, InitData, Initializer};
+use super::builder::{encode_f32, GraphBuilder, InitData, Initializer, PROBES_KEY};
 use super::pi0::qlinear::MS_DOMAIN;
 use super::proto::{
     data_type, GraphProto, ModelProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
@@ -201,6 +201,17 @@ impl GraphWriter<'_> {
             weight_bytes,
             nodes: g.nodes.len(),
         };
+        let probes: Option<(String, String)> = (!g.probes.is_empty()).then(|| {
+            let map: serde_json::Map<String, serde_json::Value> = g
+                .probes
+                .iter()
+                .map(|(v, l)| (v.clone(), serde_json::Value::String(l.clone())))
+                .collect();
+            (
+                PROBES_KEY.to_string(),
+                serde_json::Value::Object(map).to_string(),
+            )
+        });
         let mut opset_import = vec![OperatorSetIdProto {
             domain: String::new(),
             version: OPSET,
@@ -228,10 +239,9 @@ impl GraphWriter<'_> {
             metadata_props: self
                 .metadata
                 .iter()
-                .map(|(k, v)| StringStringEntryProto {
-                    key: k.to_string(),
-                    value: v.clone(),
-                })
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .chain(probes)
+                .map(|(key, value)| StringStringEntryProto { key, value })
                 .collect(),
             ..Default::default()
         };

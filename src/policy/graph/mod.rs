@@ -7,6 +7,8 @@ pub(crate) mod acl;
 pub mod manifest;
 #[cfg(feature = "onnx")]
 pub(crate) mod onnx;
+#[cfg(feature = "onnx")]
+mod onnx_probes;
 pub(crate) mod provider;
 pub(crate) mod tables;
 
@@ -16,6 +18,7 @@ use manifest::Manifest;
 use tables::{PrefixTables, SuffixTables};
 
 use crate::policy::pi0::infer::{check_actions, NonFiniteActions};
+use crate::policy::pi0::quant::ActivationRange;
 use crate::policy::rtc::Guidance;
 
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +76,12 @@ pub trait GraphRuntime: Send {
         tables: &SuffixTables,
         guide: Option<&mut StepHook<'_>>,
     ) -> Result<(), GraphError>;
+
+    /// The largest activations per layer group measured so far, for runtimes that measure
+    /// them (`load_onnx_probed`).
+    fn activations(&self) -> Vec<ActivationRange> {
+        Vec::new()
+    }
 }
 
 /// Called between looped denoising runs: `(run, x before, x after)`.
@@ -98,6 +107,10 @@ impl GraphRuntime for Box<dyn GraphRuntime> {
     ) -> Result<(), GraphError> {
         (**self).run_denoise(state, x, time, tables, guide)
     }
+
+    fn activations(&self) -> Vec<ActivationRange> {
+        (**self).activations()
+    }
 }
 
 /// The exported graphs in `dir` on ONNX Runtime.
@@ -106,14 +119,33 @@ pub fn load_onnx(
     manifest: Manifest,
     opts: &provider::OnnxOptions,
 ) -> Result<GraphModel<Box<dyn GraphRuntime>>, GraphError> {
+    load_onnx_with(dir, manifest, opts, false)
+}
+
+/// As `load_onnx`, measuring the largest activation per layer group in the graphs' own
+/// precision on every run (`GraphModel::activations`).
+pub fn load_onnx_probed(
+    dir: &std::path::Path,
+    manifest: Manifest,
+    opts: &provider::OnnxOptions,
+) -> Result<GraphModel<Box<dyn GraphRuntime>>, GraphError> {
+    load_onnx_with(dir, manifest, opts, true)
+}
+
+fn load_onnx_with(
+    dir: &std::path::Path,
+    manifest: Manifest,
+    opts: &provider::OnnxOptions,
+    probed: bool,
+) -> Result<GraphModel<Box<dyn GraphRuntime>>, GraphError> {
     #[cfg(feature = "onnx")]
     {
-        let rt = onnx::OnnxRuntime::load(dir, &manifest, opts)?;
+        let rt = onnx::OnnxRuntime::load(dir, &manifest, opts, probed)?;
         Ok(GraphModel::new(manifest, Box::new(rt)))
     }
     #[cfg(not(feature = "onnx"))]
     {
-        let _ = (dir, manifest, opts);
+        let _ = (dir, manifest, opts, probed);
         Err(GraphError::Load(
             "this pi0d was built without the `onnx` feature (cargo build --features onnx)".into(),
         ))
@@ -181,6 +213,12 @@ impl<R: GraphRuntime> GraphModel<R> {
                 ),
             })
         }
+    }
+
+    /// The largest activations per layer group the runtime measured over every run so far
+    /// (empty unless loaded with `load_onnx_probed`).
+    pub fn activations(&self) -> Vec<ActivationRange> {
+        self.runtime.activations()
     }
 
     /// Actions `[B, chunk, action_dim]` (normalized space) for `inputs`: refused when the inputs

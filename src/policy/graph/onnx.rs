@@ -17,11 +17,15 @@ use ort::session::builder::GraphOptimizationLevel;
 use ort::session::Session;
 use ort::value::{DynValue, Tensor};
 
+use std::collections::BTreeMap;
+
 use super::manifest::Manifest;
+use super::onnx_probes::Probes;
 use super::provider::{ExecutionProvider, OnnxOptions};
 use super::tables::{PrefixTables, SuffixTables};
 use super::{GraphError, GraphRuntime};
 use crate::policy::export::pi0::names;
+use crate::policy::pi0::quant::{ActivationRange, Group};
 
 /// The ONNX Runtime API version `ort` was built against (1.22): older libraries lack entries.
 const MIN_MINOR: u32 = 22;
@@ -205,6 +209,10 @@ pub(crate) struct OnnxRuntime {
     rtc: Option<[HostInput<f32>; 3]>,
     /// The prefix's output, kept on the provider's device between runs.
     kv: Option<DynValue>,
+    /// With `--activations`: the prefix's and the denoise graph's probe outputs, and the
+    /// largest magnitudes they measured so far.
+    probes: Option<[Probes; 2]>,
+    ranges: BTreeMap<Group, ActivationRange>,
     /// Graph runs per denoising: one when unrolled, else one per step.
     runs: usize,
     /// The provider (its memory info is made per run: `MemoryInfo` is not `Send`).
@@ -213,17 +221,20 @@ pub(crate) struct OnnxRuntime {
 }
 
 impl OnnxRuntime {
+    /// The graphs in `dir`; with `probed`, each marked value's largest magnitude is measured
+    /// on every run (`activations`).
     pub(crate) fn load(
         dir: &Path,
         m: &Manifest,
         opts: &OnnxOptions,
+        probed: bool,
     ) -> Result<OnnxRuntime, GraphError> {
         let lib = load_library(opts)?;
         ort::init_from(lib.display().to_string())
             .with_name("pi0d")
             .commit()
             .map_err(ld("ONNX Runtime environment"))?;
-        let session = |file: &str| -> Result<Session, GraphError> {
+        let session = |file: &str| -> Result<(Session, Option<Probes>), GraphError> {
             let path = dir.join(file);
             let mut b = Session::builder()
                 .map_err(ld("session builder"))?
@@ -234,13 +245,36 @@ impl OnnxRuntime {
             if opts.threads > 0 {
                 b = b.with_intra_threads(opts.threads).map_err(ld("threads"))?;
             }
-            b.commit_from_file(&path)
-                .map_err(ld(&format!("loading {}", path.display())))
+            if !probed {
+                let s = b
+                    .commit_from_file(&path)
+                    .map_err(ld(&format!("loading {}", path.display())))?;
+                return Ok((s, None));
+            }
+            let (bytes, probes) = Probes::instrument(&path)?;
+            // Loaded from memory: external weights are looked for beside the file.
+            let s = b
+                .with_config_entry(
+                    "session.model_external_initializers_file_folder_path",
+                    dir.display().to_string(),
+                )
+                .map_err(ld("external data folder"))?
+                .commit_from_memory(&bytes)
+                .map_err(ld(&format!("loading {}", path.display())))?;
+            Ok((s, Some(probes)))
         };
-        let prefix = session(&m.graphs.prefix.file)?;
-        let denoise = session(&m.graphs.denoise.file)?;
-        let prefix_binding = prefix.create_binding().map_err(ld("prefix binding"))?;
+        let (prefix, prefix_probes) = session(&m.graphs.prefix.file)?;
+        let (denoise, denoise_probes) = session(&m.graphs.denoise.file)?;
+        let mut prefix_binding = prefix.create_binding().map_err(ld("prefix binding"))?;
         let mut denoise_binding = denoise.create_binding().map_err(ld("denoise binding"))?;
+        let probes = match (prefix_probes, denoise_probes) {
+            (Some(p), Some(d)) => {
+                p.bind(&mut prefix_binding)?;
+                d.bind(&mut denoise_binding)?;
+                Some([p, d])
+            }
+            _ => None,
+        };
         let (b, s, p, n, hd) = (
             m.batch,
             m.image_size,
@@ -300,6 +334,8 @@ impl OnnxRuntime {
             prefix_binding,
             denoise_binding,
             kv: None,
+            probes,
+            ranges: BTreeMap::new(),
             runs: if m.unrolled { 1 } else { m.steps },
             out_name,
         })
@@ -307,6 +343,10 @@ impl OnnxRuntime {
 }
 
 impl GraphRuntime for OnnxRuntime {
+    fn activations(&self) -> Vec<ActivationRange> {
+        self.ranges.values().cloned().collect()
+    }
+
     fn run_prefix(
         &mut self,
         images: &[&[f32]],
@@ -328,6 +368,9 @@ impl GraphRuntime for OnnxRuntime {
             .prefix
             .run_binding(bind)
             .map_err(rt("running the prefix graph"))?;
+        if let Some([p, _]) = &self.probes {
+            p.read(&out, &mut self.ranges)?;
+        }
         let kv = out
             .remove(names::KV_CACHE)
             .ok_or_else(|| GraphError::Runtime("the prefix graph returned no kv_cache".into()))?;
@@ -383,6 +426,9 @@ impl GraphRuntime for OnnxRuntime {
                 .denoise
                 .run_binding(&self.denoise_binding)
                 .map_err(rt("running the denoise graph"))?;
+            if let Some([_, d]) = &self.probes {
+                d.read(&out, &mut self.ranges)?;
+            }
             let v = out
                 .get(self.out_name)
                 .ok_or_else(|| GraphError::Runtime(format!("no `{}` output", self.out_name)))?;

@@ -190,6 +190,7 @@ impl<'a> Pi0GraphBuilder<'a> {
             x = nx;
         }
         let norm = final_norm.unwrap_or_else(|| self.rms_weight(g, &format!("{EXPERT}.norm"), ew));
+        g.probe(&x, Some(Group::Expert), ProbeKind::Stream);
         let x = self.rms_norm(g, &x, &norm);
         let x = if n > a.chunk {
             let starts = g.i64s(&[(n - a.chunk) as i64]);

@@ -12,14 +12,15 @@
 //! depends only on the pad masks or the fixed step times computed on the host. Norm statistics
 //! and softmax run in f32 whatever the compute type.
 
-use super::builder::{attr_int, attr_ints, F32Source, GraphBuilder};
+use super::builder::{attr_int, attr_ints, F32Source, GraphBuilder, ProbeKind};
 use super::proto::data_type;
 use super::ExportError;
 use crate::policy::pi0::checkpoint::Checkpoint;
 use crate::policy::pi0::model::{Arch, Variant, EXPERT, LM, LM_HEAD, PROJECTOR, VISION};
 use crate::policy::pi0::ops::RMS_EPS;
+use crate::policy::pi0::quant::calibrate::group_of;
 use crate::policy::pi0::quant::load::INPUT_SCALE;
-use crate::policy::pi0::quant::Scheme;
+use crate::policy::pi0::quant::{Group, Scheme};
 use qlinear::Form;
 
 /// How weights are stored and activations computed in the exported graphs.
@@ -257,6 +258,8 @@ impl<'a> Pi0GraphBuilder<'a> {
         } else {
             x
         };
+        let group = group_of(&key);
+        g.probe(x, group, ProbeKind::LinearIn);
         let mut y = if forms[0] == Form::Float {
             self.float_matmul(g, x, &key, &owned, inp)
         } else {
@@ -278,6 +281,7 @@ impl<'a> Pi0GraphBuilder<'a> {
             );
             y = g.op("Add", &[&y, &b], vec![]);
         }
+        g.probe(&y, group, ProbeKind::LinearOut);
         if parts.len() == 1 {
             return vec![y];
         }
@@ -434,6 +438,7 @@ impl<'a> Pi0GraphBuilder<'a> {
             &[width],
             self.tensor_src(format!("{base}.bias"), vec![width]),
         );
+        g.probe(x, group_of(base), ProbeKind::Stream);
         let x32 = Self::cast(g, x, ct, data_type::FLOAT);
         let axes = vec![attr_ints("axes", &[-1]), attr_int("keepdims", 1)];
         let mean = g.op("ReduceMean", &[&x32], axes.clone());
@@ -535,6 +540,7 @@ impl<'a> Pi0GraphBuilder<'a> {
             Some(m) => NormKind::Adaptive(m[0].clone(), m[1].clone()),
             None => self.rms_weight(g, &format!("{base}.input_layernorm"), width),
         };
+        g.probe(x, group_of(base), ProbeKind::Stream);
         let hn = self.rms_norm(g, x, &in_norm);
         let qkv = self.linears(
             g,
@@ -579,6 +585,7 @@ impl<'a> Pi0GraphBuilder<'a> {
             Some(m) => NormKind::Adaptive(m[3].clone(), m[4].clone()),
             None => self.rms_weight(g, &format!("{base}.post_attention_layernorm"), width),
         };
+        g.probe(&x, group_of(base), ProbeKind::Stream);
         let hn = self.rms_norm(g, &x, &post_norm);
         let gu = self.linears(
             g,

@@ -162,7 +162,7 @@ impl ActivationRange {
 }
 
 /// The group of any tensor of the model, by where it lies (norms included).
-fn group_of(name: &str) -> Option<Group> {
+pub(crate) fn group_of(name: &str) -> Option<Group> {
     use crate::policy::pi0::model::{EXPERT, LM, PROJECTOR, VISION};
     Group::of(name).or_else(|| {
         [
