@@ -223,7 +223,7 @@ def measure(args, library: Path | None, tmp: Path):
         ("torch dyn-int8", lambda: torch_peer(True)),
         ("ort f32", lambda: ort("f32", lambda g: bp.export_graphs(src, g, "--dtype", "f32"))),
         ("ort w8 (DQ+MatMul)", lambda: ort("w8", lambda g: bp.export_graphs(src, g, "--quant", "w8"))),
-        ("ort w4 (MatMulNBits)", lambda: ort("w4", lambda g: bp.export_graphs(src, g, "--quant", "w4"))),
+        ("ort w4 (MatMulNBits)", lambda: ort("w4", lambda g: bp.export_graphs(src, g, "--quant", "w4", "--round-to-nearest"))),
         ("ort dyn-int8", lambda: ort("dyn-int8", ort_dyn_int8)),
     ]
     if args.only:
@@ -243,8 +243,9 @@ def measure(args, library: Path | None, tmp: Path):
 
 def quantized(src: Path, out: Path, scheme: str) -> Path:
     """`src` quantized by `pi0d quantize` into `out`, with the same inputs file beside it."""
+    rtn = ["--round-to-nearest"] if scheme == "w4" else []  # random weights: nothing to calibrate
     subprocess.run([str(bp.BIN), "quantize", "--checkpoint", str(src), "--out", str(out),
-                    "--scheme", scheme], check=True, capture_output=True, text=True)
+                    "--scheme", scheme, *rtn], check=True, capture_output=True, text=True)
     shutil.copy(src / "inputs.safetensors", out / "inputs.safetensors")
     return out
 

@@ -22,7 +22,8 @@ run() { # label [env...]
 }
 run f32 PI0D_HIL_RECORD="$out/recordings"
 for scheme in w8 w8a8 w4; do
-    "$bin" quantize --checkpoint "$model" --out "$out/$scheme" --scheme "$scheme" > /dev/null
+    rtn=(); [ "$scheme" = w4 ] && rtn=(--round-to-nearest)  # plain w4, beside the calibrated one below
+    "$bin" quantize --checkpoint "$model" --out "$out/$scheme" --scheme "$scheme" "${rtn[@]}" > /dev/null
     run "$scheme" PI0D_HIL_CHECKPOINT="$out/$scheme"
 done
 # Calibrated on the first five f32 episodes' recordings (the robot's camera and joints).

@@ -72,6 +72,10 @@ pub(crate) struct ExportArgs {
     /// `pi0d quantize` keeps its scheme without it.
     #[arg(long, value_enum, conflicts_with = "atc")]
     quant: Option<QuantArg>,
+    /// With --quant w4: round a float checkpoint's int4 blocks to nearest, accepting what it
+    /// loses (a checkpoint `pi0d quantize --calibration` wrote keeps its scheme without --quant).
+    #[arg(long, requires = "quant")]
+    round_to_nearest: bool,
     /// Print the ATC commands compiling the graphs for this SoC (e.g. Ascend310P1), and run
     /// them when `atc` is on the PATH.
     #[arg(long, value_name = "SOC")]
@@ -85,6 +89,12 @@ pub(crate) struct ExportArgs {
 }
 
 pub(crate) fn export(a: ExportArgs) -> Outcome {
+    if a.quant == Some(QuantArg::W4) && !a.round_to_nearest {
+        return Err(Failure::new(
+            ExitReason::Usage,
+            anyhow::anyhow!("--quant w4 rounds the checkpoint's weights without calibration: {}. Quantize it with `pi0d quantize --scheme w4 --calibration FILE` and export that without --quant (it keeps its scheme), or add --round-to-nearest to accept that loss", crate::commands::quantize::W4_NEEDS_CALIBRATION),
+        ));
+    }
     use pi0d::policy::export::pi0::ExportDtype;
     use pi0d::policy::export::{atc, export, ExportOptions, ExternalData};
     use pi0d::policy::pi0::quant::Scheme;

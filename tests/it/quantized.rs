@@ -44,7 +44,13 @@ fn when_the_bundled_model_is_quantized_expect_it_checked_and_driving_the_sim_arm
     let model = root().join("models/tiny-pi0");
     for scheme in ["w8", "w8a8", "w4"] {
         let out = dir.join(format!("tiny-pi0-{scheme}"));
-        let (code, text) = quantize(&model, &out, scheme, &[]);
+        // w4 needs calibration, or to be told it is not wanted.
+        let rtn: &[&str] = if scheme == "w4" {
+            &["--round-to-nearest"]
+        } else {
+            &[]
+        };
+        let (code, text) = quantize(&model, &out, scheme, rtn);
         assert_eq!(code, Some(0), "{text}");
         assert!(
             text.contains(&format!("linear weights to {scheme}")),
@@ -73,7 +79,7 @@ fn when_the_bundled_model_is_quantized_expect_it_checked_and_driving_the_sim_arm
 }
 
 #[test]
-fn when_quantize_is_given_what_it_cannot_take_expect_exit_1_naming_it() {
+fn when_quantize_is_given_what_it_cannot_take_expect_a_refusal_naming_it() {
     let dir = scratch_dir("quantized-refusals");
     let out = dir.join("out");
     let bare = root().join("tests/fixtures/pi0_float32/model.safetensors");
@@ -81,7 +87,17 @@ fn when_quantize_is_given_what_it_cannot_take_expect_exit_1_naming_it() {
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("expected a checkpoint directory"), "{text}");
     let model = root().join("models/tiny-pi0");
-    let (code, text) = quantize(&model, &out, "w4", &["--block", "24"]);
+    // w4 without calibration: refused with the reason, and how to go on.
+    let (code, text) = quantize(&model, &out, "w4", &[]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("--scheme w4 without --calibration")
+            && text.contains("cosine 0.988")
+            && text.contains("--round-to-nearest"),
+        "{text}"
+    );
+    assert!(!out.exists());
+    let (code, text) = quantize(&model, &out, "w4", &["--round-to-nearest", "--block", "24"]);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("--block 24: expected a power of two"),

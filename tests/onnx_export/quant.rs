@@ -326,14 +326,48 @@ fn when_tiny_model_exported_with_quant_w4_expect_onnx_backend_to_match_cpu_backe
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     ok(Command::new(bin)
-        .args(["quantize", "--scheme", "w4", "--checkpoint"])
+        .args([
+            "quantize",
+            "--scheme",
+            "w4",
+            "--round-to-nearest",
+            "--checkpoint",
+        ])
         .arg(&tiny)
         .arg("--out")
         .arg(&q)
         .output()
         .unwrap());
-    let said = ok(Command::new(bin)
+    // --quant w4 rounds to nearest: said on the command line, or refused with the reason.
+    let refused = Command::new(bin)
         .args(["export", "--cameras", "1", "--quant", "w4", "--checkpoint"])
+        .arg(&tiny)
+        .arg("--out")
+        .arg(&graphs)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--quant w4 rounds the checkpoint's weights without calibration")
+            && stderr.contains("--round-to-nearest"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&*graphs).unwrap().count(),
+        0,
+        "nothing written"
+    );
+    let said = ok(Command::new(bin)
+        .args([
+            "export",
+            "--cameras",
+            "1",
+            "--quant",
+            "w4",
+            "--round-to-nearest",
+            "--checkpoint",
+        ])
         .arg(&tiny)
         .arg("--out")
         .arg(&graphs)
