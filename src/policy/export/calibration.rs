@@ -34,7 +34,7 @@ use crate::policy::pi0::quant::{is_recording, recorded};
 pub const DIR: &str = "calibration";
 /// Samples per graph, at most: ATC runs the graph once per sample on the board, and a sample
 /// of the full-size pi0's denoise graph is tens of MB (its KV cache).
-pub const MAX_SAMPLES: usize = 32;
+const MAX_SAMPLES: usize = 32;
 
 /// Which graph a calibration is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

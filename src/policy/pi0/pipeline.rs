@@ -650,29 +650,7 @@ impl Pi0Pipeline {
             .chain(std::iter::repeat(last))
             .take(size.max(1))
             .collect();
-        let cat = |f: &dyn Fn(&Prepared) -> &[f32]| -> Vec<f32> {
-            all.iter().flat_map(|p| f(p).iter().copied()).collect()
-        };
-        let parts = BatchParts {
-            batch: all.len(),
-            images: (0..self.cameras)
-                .map(|c| {
-                    all.iter()
-                        .flat_map(|p| p.images[c].iter().copied())
-                        .collect()
-                })
-                .collect(),
-            image_masks: (0..self.cameras)
-                .map(|c| all.iter().map(|p| p.masks[c]).collect())
-                .collect(),
-            tokens: all.iter().flat_map(|p| p.tokens.iter().copied()).collect(),
-            token_masks: all
-                .iter()
-                .flat_map(|p| p.token_masks.iter().copied())
-                .collect(),
-            state: cat(&|p| &p.state),
-            noise: cat(&|p| &p.noise),
-        };
+        let parts = concat(&all);
         Ok(Batch::from_parts(parts, &BatchDims::from(&self.arch)))
     }
 
@@ -712,33 +690,8 @@ fn sample_graphs(
         .chain(std::iter::repeat(last))
         .take(b)
         .collect();
-    let cameras = last.0.images.len();
-    let images: Vec<Vec<f32>> = (0..cameras)
-        .map(|c| {
-            padded
-                .iter()
-                .flat_map(|(p, _)| p.images[c].iter().copied())
-                .collect()
-        })
-        .collect();
-    let masks: Vec<Vec<bool>> = (0..cameras)
-        .map(|c| padded.iter().map(|(p, _)| p.masks[c]).collect())
-        .collect();
-    let cat = |f: &dyn Fn(&Prepared) -> &[f32]| -> Vec<f32> {
-        padded
-            .iter()
-            .flat_map(|(p, _)| f(p).iter().copied())
-            .collect()
-    };
-    let tokens: Vec<i64> = padded
-        .iter()
-        .flat_map(|(p, _)| p.tokens.iter().copied())
-        .collect();
-    let token_masks: Vec<bool> = padded
-        .iter()
-        .flat_map(|(p, _)| p.token_masks.iter().copied())
-        .collect();
-    let (state, noise) = (cat(&|p| &p.state), cat(&|p| &p.noise));
+    let prepared: Vec<&Prepared> = padded.iter().map(|(p, _)| *p).collect();
+    let parts = concat(&prepared);
     // Guidance for all or none: an unguided one among guided ones gets zero weights.
     let guidance: Vec<Guidance> = if padded.iter().any(|(_, g)| g.is_some()) {
         padded
@@ -752,12 +705,12 @@ fn sample_graphs(
         Vec::new()
     };
     let (x, t) = g.sample(&GraphInputs {
-        images: images.iter().map(Vec::as_slice).collect(),
-        image_masks: masks,
-        tokens: &tokens,
-        token_masks: &token_masks,
-        state: &state,
-        noise: &noise,
+        images: parts.images.iter().map(Vec::as_slice).collect(),
+        image_masks: parts.image_masks,
+        tokens: &parts.tokens,
+        token_masks: &parts.token_masks,
+        state: &parts.state,
+        noise: &parts.noise,
         guidance: &guidance,
     })?;
     Ok((
@@ -767,6 +720,34 @@ fn sample_graphs(
             steps_ms: t.steps_ms,
         },
     ))
+}
+
+/// Observations' inputs side by side, as a batch holds them.
+fn concat(all: &[&Prepared]) -> BatchParts {
+    let cameras = all.first().map_or(0, |p| p.images.len());
+    let cat = |f: &dyn Fn(&Prepared) -> &[f32]| -> Vec<f32> {
+        all.iter().flat_map(|p| f(p).iter().copied()).collect()
+    };
+    BatchParts {
+        batch: all.len(),
+        images: (0..cameras)
+            .map(|c| {
+                all.iter()
+                    .flat_map(|p| p.images[c].iter().copied())
+                    .collect()
+            })
+            .collect(),
+        image_masks: (0..cameras)
+            .map(|c| all.iter().map(|p| p.masks[c]).collect())
+            .collect(),
+        tokens: all.iter().flat_map(|p| p.tokens.iter().copied()).collect(),
+        token_masks: all
+            .iter()
+            .flat_map(|p| p.token_masks.iter().copied())
+            .collect(),
+        state: cat(&|p| &p.state),
+        noise: cat(&|p| &p.noise),
+    }
 }
 
 /// One observation's actions `[chunk][action_dim]` and the model's timing, or why not.
