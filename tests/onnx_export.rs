@@ -14,15 +14,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{
-    assert_safe, edited_checkpoint, ort_library, root, run_daemon, scratch_dir, sim_model_config,
-    table, with_backend,
+    assert_safe, edited_checkpoint, ort_library, recording_config, root, run_daemon, scratch_dir,
+    sim_model_config, with_backend,
 };
 use pi0d::config::OnnxOptions;
 use pi0d::policy::export::atc::{unsupported_ops, ATC_OPS};
 use pi0d::policy::export::pi0::ExportDtype;
 use pi0d::policy::export::{export, read_model, ExportError, ExportOptions, ExternalData};
 use pi0d::policy::graph::manifest::Manifest;
-use pi0d::policy::graph::{load_onnx, GraphError};
+use pi0d::policy::graph::{load_onnx, load_onnx_probed, GraphError, GraphModel, GraphRuntime};
 use pi0d::policy::pi0::infer::{Batch, BatchDims};
 use pi0d::policy::pi0::tensorfile::TensorFile;
 
@@ -59,8 +59,9 @@ fn options_for(case: &str, out: &Path, dtype: ExportDtype, unroll: bool) -> Expo
     }
 }
 
-/// Runs the exported graphs in `dir` on a case's inputs.
-fn run_graphs(dir: &Path, case: &str) -> Vec<f32> {
+/// The exported graphs in `dir` on ONNX Runtime (`probed`: measuring their activations), and a
+/// case's inputs for them.
+fn graphs_for(dir: &Path, case: &str, probed: bool) -> (GraphModel<Box<dyn GraphRuntime>>, Batch) {
     let m = Manifest::load(dir).unwrap();
     let batch = Batch::read_for(
         &case_dir(case).join("inputs.safetensors"),
@@ -77,7 +78,13 @@ fn run_graphs(dir: &Path, case: &str) -> Vec<f32> {
         threads: 2,
         ..Default::default()
     };
-    let mut model = load_onnx(dir, m, &opts).unwrap();
+    let load = if probed { load_onnx_probed } else { load_onnx };
+    (load(dir, m, &opts).unwrap(), batch)
+}
+
+/// Runs the exported graphs in `dir` on a case's inputs.
+fn run_graphs(dir: &Path, case: &str) -> Vec<f32> {
+    let (mut model, batch) = graphs_for(dir, case, false);
     model.sample(&batch.graph_inputs()).unwrap().0
 }
 

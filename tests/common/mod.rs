@@ -46,6 +46,20 @@ pub fn sim_config() -> toml::Table {
     t
 }
 
+/// `sim_model_config` recording into `path` (`[record]`, camera frames at 5 Hz): a run's
+/// observations for calibration.
+pub fn recording_config(path: &Path) -> toml::Table {
+    let mut cfg = sim_model_config();
+    cfg.insert(
+        "record".into(),
+        table(&[
+            ("path", toml::Value::String(path.display().to_string())),
+            ("camera_hz", toml::Value::Float(5.0)),
+        ]),
+    );
+    cfg
+}
+
 pub fn table(pairs: &[(&str, toml::Value)]) -> toml::Value {
     let mut t = toml::Table::new();
     for (k, v) in pairs {

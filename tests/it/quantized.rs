@@ -184,14 +184,7 @@ fn when_quantize_is_calibrated_expect_the_scales_in_the_checkpoint_and_every_mis
 fn when_quantize_is_calibrated_on_a_recording_expect_its_observations_run_and_a_cut_file_refused() {
     let dir = scratch_dir("quantized-recorded");
     let recording = dir.join("run.mcap");
-    let mut cfg = sim_model_config();
-    cfg.insert(
-        "record".into(),
-        table(&[
-            ("path", toml::Value::String(recording.display().to_string())),
-            ("camera_hz", toml::Value::Float(5.0)),
-        ]),
-    );
+    let cfg = recording_config(&recording);
     let run = run_daemon("quantized-recorded", &cfg, 3.0);
     assert_eq!(run.code(), 0, "{}", run.stderr);
     let model = root().join("models/tiny-pi0");

@@ -3,7 +3,6 @@
 
 use super::*;
 use pi0d::policy::export::atc::{F16Fit, F16_MAX};
-use pi0d::policy::graph::load_onnx_probed;
 use pi0d::policy::pi0::quant::{ActivationRange, Group};
 
 fn with_calibration(case: &str, checkpoint: &Path, out: &Path) -> ExportOptions {
@@ -12,6 +11,23 @@ fn with_calibration(case: &str, checkpoint: &Path, out: &Path) -> ExportOptions 
     // Another case's inputs than the graphs' own shapes come from: any inputs file fits.
     opts.calibration = vec![case_dir("pi0_f32_2cam_batch2").join("inputs.safetensors")];
     opts
+}
+
+/// The golden pi0 with its first language layer's MLP output weights a hundred thousand times
+/// larger: its outputs, and the residual stream after them, pass float16's range.
+fn big_language_mlp(name: &str) -> common::TempDir {
+    edited_checkpoint(name, |tensors| {
+        let t = tensors
+            .iter_mut()
+            .find(|t| {
+                t.0.ends_with("language_model.layers.0.mlp.down_proj.weight")
+            })
+            .unwrap();
+        for v in t.3.chunks_exact_mut(4) {
+            let x = f32::from_le_bytes(v.try_into().unwrap()) * 1e5;
+            v.copy_from_slice(&x.to_le_bytes());
+        }
+    })
 }
 
 #[test]
@@ -40,18 +56,7 @@ fn when_exported_with_calibration_expect_every_group_measured_and_float16_judged
 
     // One language layer's MLP output weights a hundred thousand times larger: its outputs,
     // and the residual stream after it, pass float16's range.
-    let big = edited_checkpoint("activations-big", |tensors| {
-        let t = tensors
-            .iter_mut()
-            .find(|t| {
-                t.0.ends_with("language_model.layers.0.mlp.down_proj.weight")
-            })
-            .unwrap();
-        for v in t.3.chunks_exact_mut(4) {
-            let x = f32::from_le_bytes(v.try_into().unwrap()) * 1e5;
-            v.copy_from_slice(&x.to_le_bytes());
-        }
-    });
+    let big = big_language_mlp("activations-big");
     let out = scratch_dir("activations-big-graphs");
     let report = export(&with_calibration(case, &big, &out)).unwrap();
     let language = report
@@ -209,14 +214,7 @@ fn when_atc_is_given_an_inputs_file_expect_both_graphs_inputs_that_reproduce_ler
 fn when_atc_is_given_a_recording_expect_its_observations_preprocessed_into_both_graphs_inputs() {
     let dir = scratch_dir("atc-recorded");
     let recording = dir.join("run.mcap");
-    let mut cfg = sim_model_config();
-    cfg.insert(
-        "record".into(),
-        table(&[
-            ("path", toml::Value::String(recording.display().to_string())),
-            ("camera_hz", toml::Value::Float(5.0)),
-        ]),
-    );
+    let cfg = recording_config(&recording);
     let run = run_daemon("atc-recorded", &cfg, 3.0);
     assert_eq!(run.code(), 0, "{}", run.stderr);
     let out_dir = dir.join("graphs");
@@ -259,23 +257,7 @@ fn when_atc_is_given_a_recording_expect_its_observations_preprocessed_into_both_
 
 /// Runs `dir`'s graphs on `case`'s inputs with every marked activation measured.
 fn probed_run(dir: &Path, case: &str) -> (Result<Vec<f32>, GraphError>, Vec<ActivationRange>) {
-    let m = Manifest::load(dir).unwrap();
-    let batch = Batch::read_for(
-        &case_dir(case).join("inputs.safetensors"),
-        &BatchDims {
-            image_size: m.image_size,
-            state_dim: m.state_dim,
-            chunk: m.chunk,
-            action_dim: m.action_dim,
-        },
-    )
-    .unwrap();
-    let opts = OnnxOptions {
-        library: Some(ort_library()),
-        threads: 2,
-        ..Default::default()
-    };
-    let mut model = load_onnx_probed(dir, m, &opts).unwrap();
+    let (mut model, batch) = graphs_for(dir, case, true);
     let actions = model.sample(&batch.graph_inputs()).map(|(a, _)| a);
     (actions, model.activations())
 }
@@ -308,18 +290,7 @@ fn when_graphs_run_with_activations_expect_the_cpu_models_in_f32_and_float16s_ov
 
     // f16 graphs (weights in an external file) of a checkpoint whose first language MLP is a
     // hundred thousand times larger: the language group overflows float16 on the run itself.
-    let big = edited_checkpoint("activations-probed-big", |tensors| {
-        let t = tensors
-            .iter_mut()
-            .find(|t| {
-                t.0.ends_with("language_model.layers.0.mlp.down_proj.weight")
-            })
-            .unwrap();
-        for v in t.3.chunks_exact_mut(4) {
-            let x = f32::from_le_bytes(v.try_into().unwrap()) * 1e5;
-            v.copy_from_slice(&x.to_le_bytes());
-        }
-    });
+    let big = big_language_mlp("activations-probed-big");
     let out16 = scratch_dir("activations-probed-f16");
     let mut opts = options_for(case, &out16, ExportDtype::F16, false);
     opts.checkpoint = big.to_path_buf();
