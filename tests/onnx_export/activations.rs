@@ -197,6 +197,30 @@ fn when_atc_is_given_an_inputs_file_expect_both_graphs_inputs_that_reproduce_ler
     assert!(chain.iter().all(|e| *e < 1e-4), "{r}");
     assert!(r["last_vs_expected"].as_f64().unwrap() < 1e-4, "{r}");
 
+    // Unrolled graphs with real-time chunking's inputs: one denoise sample, the noise and the
+    // guidance the host computes from the file's leftover, giving lerobot's guided actions.
+    let rtc = "pi0_f32_rtc_linear";
+    let unrolled = dir.join("unrolled");
+    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["export", "--cameras", "1", "--unroll", "--rtc"])
+        .args(["--atc", "Ascend310B1", "--checkpoint"])
+        .arg(case_checkpoint(rtc))
+        .arg("--out")
+        .arg(&unrolled)
+        .arg("--calibration")
+        .arg(case_dir(rtc).join("inputs.safetensors"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = check_calibration(&unrolled, Some(&case_dir(rtc).join("expected.safetensors")));
+    assert_eq!(r["denoise_samples"], 1, "{r}");
+    assert!(r["kv_error"].as_f64().unwrap() < 1e-4, "{r}");
+    assert!(r["last_vs_expected"].as_f64().unwrap() < 1e-4, "{r}");
+
     // Another batch than the graphs': refused naming the file, nothing written.
     let other = case_dir("pi0_f32_2cam_batch2").join("inputs.safetensors");
     let out = atc_export(&case_checkpoint(case), "1", &dir.join("again"), &other);
