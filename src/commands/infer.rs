@@ -70,9 +70,9 @@ pub(crate) struct InferArgs {
     /// AscendCL's libascendcl.so (default: $ASCEND_HOME_PATH/lib64, CANN's install paths).
     #[arg(long)]
     acl_library: Option<PathBuf>,
-    /// With the onnx backend: measure the largest activation per layer group in the graphs'
-    /// own precision (an f16 graph's overflow shows as inf) and print it against float16's
-    /// range, even when the run then fails on non-finite actions.
+    /// With the onnx backend: measure the largest activation per layer group inside the graphs
+    /// and print it against float16's range with the precision the graphs need, even when the
+    /// run then fails on non-finite actions.
     #[arg(long)]
     activations: bool,
     /// Real-time chunking's prefix schedule, for inputs with `rtc_prev_chunk` [default: linear].

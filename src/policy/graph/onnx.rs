@@ -3,6 +3,7 @@
 //! a device output of the prefix and as an input of the denoise graph, so it stays wherever the
 //! execution provider keeps it (GPU / NPU memory) for all steps.
 
+use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
@@ -16,8 +17,6 @@ use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, Memory
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::Session;
 use ort::value::{DynValue, Tensor};
-
-use std::collections::BTreeMap;
 
 use super::manifest::Manifest;
 use super::onnx_probes::Probes;
