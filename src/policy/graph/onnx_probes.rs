@@ -41,6 +41,8 @@ impl Probes {
             .map_err(|e| GraphError::Load(format!("{}: cannot read it: {e}", path.display())))?;
         let mut model = crate::policy::export::proto::decode_model(&bytes)
             .map_err(|e| GraphError::Load(format!("{}: not an ONNX model: {e}", path.display())))?;
+        // The decoded model holds its own copy of the weights (up to 1.9 GB inline).
+        drop(bytes);
         let marked: BTreeMap<String, String> = model
             .metadata_props
             .iter()
