@@ -182,6 +182,16 @@ pub(crate) fn export(a: ExportArgs) -> Outcome {
         let have_atc = std::env::var_os("PATH")
             .map(|p| std::env::split_paths(&p).any(|d| d.join("atc").is_file()))
             .unwrap_or(false);
+        // ATC's calibration takes no `origin` precision: what it leaves in float runs in f16.
+        if let (false, Some(fit @ (atc::F16Fit::Near { .. } | atc::F16Fit::Overflows { .. }))) = (
+            report.atc_calibration.is_empty(),
+            atc::F16Fit::of(&report.activations),
+        ) {
+            tracing::warn!(
+                "ATC's int8 calibration compiles what it does not quantize in float16 (it takes no origin precision), and {}: the calibrated graphs may give infinities; compile these graphs without --calibration",
+                fit.describe()
+            );
+        }
         // Each calibrated graph: its ATC configuration and AMCT's sample count beside it.
         let mut calibration: [Option<PathBuf>; 2] = [None, None];
         for (c, slot) in report.atc_calibration.iter().zip(&mut calibration) {

@@ -221,6 +221,22 @@ fn when_atc_is_given_an_inputs_file_expect_both_graphs_inputs_that_reproduce_ler
     assert!(r["kv_error"].as_f64().unwrap() < 1e-4, "{r}");
     assert!(r["last_vs_expected"].as_f64().unwrap() < 1e-4, "{r}");
 
+    // ATC's calibration leaves the rest in float16: where the activations pass it, said.
+    let big = big_language_mlp("atc-calibration-big");
+    let out = atc_export(&big, "1", &dir.join("big"), &inputs);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the language group reaches")
+            && stderr.contains("the calibrated graphs may give infinities"),
+        "{stderr}"
+    );
+    let plain = String::from_utf8_lossy(
+        &atc_export(&case_checkpoint(case), "1", &dir.join("plain"), &inputs).stderr,
+    )
+    .into_owned();
+    assert!(!plain.contains("may give infinities"), "{plain}");
+
     // Another batch than the graphs': refused naming the file, nothing written.
     let other = case_dir("pi0_f32_2cam_batch2").join("inputs.safetensors");
     let out = atc_export(&case_checkpoint(case), "1", &dir.join("again"), &other);

@@ -134,17 +134,36 @@ impl F16Fit {
         })
     }
 
+    /// What was measured, for a person: how far below float16's largest value, or which group
+    /// comes near it or passes it.
+    pub fn describe(self) -> String {
+        match self {
+            F16Fit::Holds { margin } => {
+                format!("float16 holds these activations {margin:.0}x below its largest value")
+            }
+            F16Fit::Near { group, largest } => format!(
+                "the {group} group reaches {largest:.0}, within {F16_NEAR}x of float16's {F16_MAX}"
+            ),
+            F16Fit::Overflows { group, largest } => {
+                format!("the {group} group reaches {largest:.0}, past float16's {F16_MAX}")
+            }
+        }
+    }
+
     /// The precision the graphs need, for a person.
     pub fn advice(self) -> String {
         match self {
-            F16Fit::Holds { margin } => format!(
-                "float16 holds these activations {margin:.0}x below its largest value: --dtype f16, or ATC's default precision (force_fp16) on f32 graphs"
+            F16Fit::Holds { .. } => format!(
+                "{}: --dtype f16, or ATC's default precision (force_fp16) on f32 graphs",
+                self.describe()
             ),
-            F16Fit::Near { group, largest } => format!(
-                "the {group} group reaches {largest:.0}, within {F16_NEAR}x of float16's {F16_MAX}: export --dtype f32 and keep ATC's --precision_mode_v2=origin (other inputs may overflow float16)"
+            F16Fit::Near { .. } => format!(
+                "{}: export --dtype f32 and keep ATC's --precision_mode_v2=origin (other inputs may overflow float16)",
+                self.describe()
             ),
-            F16Fit::Overflows { group, largest } => format!(
-                "the {group} group reaches {largest:.0}, past float16's {F16_MAX}: float16 gives infinities there; export --dtype f32 and keep ATC's --precision_mode_v2=origin"
+            F16Fit::Overflows { .. } => format!(
+                "{}: float16 gives infinities there; export --dtype f32 and keep ATC's --precision_mode_v2=origin",
+                self.describe()
             ),
         }
     }
