@@ -246,12 +246,16 @@ pub(crate) fn infer_graphs(
     let mut model = match backend {
         GraphBackend::Onnx {
             options,
-            activations: false,
-        } => classified(pi0d::policy::graph::load_onnx(dir, m, options))?,
-        GraphBackend::Onnx {
-            options,
-            activations: true,
-        } => classified(pi0d::policy::graph::load_onnx_probed(dir, m, options))?,
+            activations,
+        } => {
+            use pi0d::policy::graph::{load_onnx, load_onnx_probed};
+            let load = if *activations {
+                load_onnx_probed
+            } else {
+                load_onnx
+            };
+            classified(load(dir, m, options))?
+        }
         GraphBackend::Acl(opts) => classified(pi0d::policy::graph::load_acl(dir, m, opts))?,
     };
     let mut last = None;

@@ -96,8 +96,20 @@ fn when_activations_are_judged_expect_the_boundaries_of_float16() {
 
 /// `pi0d export --atc Ascend310B1 --calibration FILE` of `checkpoint` with `cameras`.
 fn atc_export(checkpoint: &Path, cameras: &str, out: &Path, calibration: &Path) -> Output {
+    atc_export_with(checkpoint, cameras, out, calibration, &[])
+}
+
+/// As `atc_export`, with `more` arguments.
+fn atc_export_with(
+    checkpoint: &Path,
+    cameras: &str,
+    out: &Path,
+    calibration: &Path,
+    more: &[&str],
+) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pi0d"))
         .args(["export", "--cameras", cameras, "--atc", "Ascend310B1"])
+        .args(more)
         .arg("--checkpoint")
         .arg(checkpoint)
         .arg("--out")
@@ -201,16 +213,13 @@ fn when_atc_is_given_an_inputs_file_expect_both_graphs_inputs_that_reproduce_ler
     // guidance the host computes from the file's leftover, giving lerobot's guided actions.
     let rtc = "pi0_f32_rtc_linear";
     let unrolled = dir.join("unrolled");
-    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args(["export", "--cameras", "1", "--unroll", "--rtc"])
-        .args(["--atc", "Ascend310B1", "--checkpoint"])
-        .arg(case_checkpoint(rtc))
-        .arg("--out")
-        .arg(&unrolled)
-        .arg("--calibration")
-        .arg(case_dir(rtc).join("inputs.safetensors"))
-        .output()
-        .unwrap();
+    let out = atc_export_with(
+        &case_checkpoint(rtc),
+        "1",
+        &unrolled,
+        &case_dir(rtc).join("inputs.safetensors"),
+        &["--unroll", "--rtc"],
+    );
     assert!(
         out.status.success(),
         "{}",

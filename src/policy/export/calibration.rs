@@ -13,10 +13,11 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use half::f16;
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 
+use super::builder::encode_f32;
+use super::proto::data_type;
 use super::ExportError;
 use crate::config::BackendOptions;
 use crate::observation::CameraFrame;
@@ -26,7 +27,7 @@ use crate::policy::graph::tables::{PrefixTables, SuffixTables};
 use crate::policy::graph::{GraphError, GraphModel, GraphRuntime, StepHook};
 use crate::policy::pi0::checkpoint::{ArchOverrides, Checkpoint};
 use crate::policy::pi0::infer::Batch;
-use crate::policy::pi0::model::{KvCache, Pi0Model, Workspace};
+use crate::policy::pi0::model::{Euler, KvCache, Pi0Model, Workspace};
 use crate::policy::pi0::pipeline::{Backend, BatchItem, Pi0Pipeline, PipelineOptions};
 use crate::policy::pi0::quant::{is_recording, recorded};
 
@@ -91,11 +92,8 @@ impl Values<'_> {
             return None;
         }
         Some(match (self, dtype) {
-            (Values::F32(v), "float32") => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            (Values::F32(v), "float16") => v
-                .iter()
-                .flat_map(|x| f16::from_f32(*x).to_le_bytes())
-                .collect(),
+            (Values::F32(v), "float32") => encode_f32(v, data_type::FLOAT),
+            (Values::F32(v), "float16") => encode_f32(v, data_type::FLOAT16),
             (Values::I64(v), "int64") => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             _ => return None,
         })
@@ -268,7 +266,7 @@ impl GraphRuntime for Capture<'_> {
         self.out.state = state.map(<[f32]>::to_vec);
         let per_run = time.len() / self.runs.max(1);
         let last = self.keep.iter().max().copied().unwrap_or(0);
-        let dt = -1.0 / self.model.arch.steps as f64;
+        let euler = Euler::new(self.model.arch.steps);
         let per = x.len() / self.caches.len().max(1);
         let sd = self.model.arch.state_dim;
         let mut v = vec![0.0f32; per];
@@ -283,12 +281,12 @@ impl GraphRuntime for Capture<'_> {
                 break;
             }
             before.copy_from_slice(x);
-            let t = (1.0 + run as f64 * dt) as f32;
+            let t = euler.time(run) as f32;
             for (e, (cache, ws)) in self.caches.iter_mut().enumerate() {
                 let s = state.map_or(&[][..], |s| &s[e * sd..(e + 1) * sd]);
                 let xe = &mut x[e * per..(e + 1) * per];
                 self.model.denoise_step(cache, s, xe, t, ws, &mut v);
-                xe.iter_mut().zip(&v).for_each(|(x, v)| *x += dt as f32 * v);
+                euler.advance(xe, &v);
             }
             if let Some(g) = guide.as_mut() {
                 g(run, &before, x);

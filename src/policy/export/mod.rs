@@ -184,10 +184,11 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         prompt_len,
     };
     let quant = quant_scheme(&ck, opts)?;
+    // The float model runs calibration's inputs on every core.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let activations = if opts.calibration.is_empty() {
         Vec::new()
     } else {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         collect_any(&opts.checkpoint, &opts.calibration, threads)?.ranges()
     };
     let mut b = Pi0GraphBuilder::new(&ck, arch.clone(), opts.dtype, sizes);
@@ -295,7 +296,6 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         .map_err(|e| ExportError::Invalid(format!("the manifest does not serialize: {e}")))?;
     std::fs::write(&path, text + "\n").map_err(|e| ExportError::Io { path, source: e })?;
     let atc_calibration = if opts.for_atc && !opts.calibration.is_empty() {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         calibration::write_inputs(
             &staging.tmp,
             &m,

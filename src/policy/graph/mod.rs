@@ -18,6 +18,7 @@ use manifest::Manifest;
 use tables::{PrefixTables, SuffixTables};
 
 use crate::policy::pi0::infer::{check_actions, NonFiniteActions};
+use crate::policy::pi0::model::Euler;
 use crate::policy::pi0::quant::ActivationRange;
 use crate::policy::rtc::Guidance;
 
@@ -311,12 +312,12 @@ fn rtc_hook<'a>(
         });
     }
     let per = m.chunk * m.action_dim;
-    let dt = -1.0 / m.steps as f64;
+    let euler = Euler::new(m.steps);
     let mut v = vec![0.0f32; per];
     Ok(Some(Box::new(
         move |run: usize, before: &[f32], after: &mut [f32]| {
-            let time = 1.0 + run as f64 * dt;
-            let dtf = dt as f32;
+            let time = euler.time(run);
+            let dtf = euler.dt as f32;
             for (e, g) in guidance.iter().enumerate() {
                 let r = e * per..(e + 1) * per;
                 let (x0, x1) = (&before[r.clone()], &mut after[r]);

@@ -4,6 +4,7 @@
 //! f16 graph use an f16-safe mask value).
 
 use super::manifest::Manifest;
+use crate::policy::pi0::model::Euler;
 use crate::policy::pi0::ops::{time_embedding, Rope};
 use crate::policy::rtc::{guidance_weight, Guidance};
 
@@ -135,11 +136,11 @@ pub(crate) fn suffix_tables(m: &Manifest, pad: &[bool]) -> SuffixTables {
 /// `t = 1 + k * dt` as lerobot steps it.
 pub(crate) fn time_embeddings(m: &Manifest) -> Vec<f32> {
     let ew = m.expert_width;
-    let dt = -1.0 / m.steps as f64;
+    let euler = Euler::new(m.steps);
     let mut out = vec![0.0f32; m.steps * m.batch * ew];
     let mut row = vec![0.0f32; ew];
     for k in 0..m.steps {
-        let t = (1.0 + k as f64 * dt) as f32;
+        let t = euler.time(k) as f32;
         time_embedding(t, m.min_period, m.max_period, &mut row);
         for e in 0..m.batch {
             out[(k * m.batch + e) * ew..][..ew].copy_from_slice(&row);

@@ -404,3 +404,29 @@ impl Arch {
         })
     }
 }
+
+/// lerobot's Euler schedule for the flow: `steps` steps of `dt = -1 / steps` from time 1, in
+/// f64 as its Python floats are (the real-time chunking weight is computed from the time).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Euler {
+    pub(crate) dt: f64,
+}
+
+impl Euler {
+    pub(crate) fn new(steps: usize) -> Euler {
+        Euler {
+            dt: -1.0 / steps as f64,
+        }
+    }
+
+    /// The time at the start of `step`.
+    pub(crate) fn time(self, step: usize) -> f64 {
+        1.0 + step as f64 * self.dt
+    }
+
+    /// One step: `x += dt * v`.
+    pub(crate) fn advance(self, x: &mut [f32], v: &[f32]) {
+        let dt = self.dt as f32;
+        x.iter_mut().zip(v).for_each(|(x, v)| *x += dt * v);
+    }
+}

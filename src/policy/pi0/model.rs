@@ -4,7 +4,7 @@
 
 pub(crate) use super::arch::prompt_len;
 pub use super::arch::Variant;
-pub(crate) use super::arch::{check_vocabulary, Arch, TokenError};
+pub(crate) use super::arch::{check_vocabulary, Arch, Euler, TokenError};
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, MappedRows};
 use super::ops::{
     attention, grow, time_embedding, AttentionScratch, LayerNorm, Linear, Norm, Probe, Rope,

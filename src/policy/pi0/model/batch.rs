@@ -2,7 +2,7 @@
 //! requests): every layer's products run over all of their rows, so the weights are read once
 //! for the batch, while attention stays within each observation.
 
-use super::{KvCache, Pi0Input, Pi0Model, Timing, Workspace};
+use super::{Euler, KvCache, Pi0Input, Pi0Model, Timing, Workspace};
 use crate::policy::rtc::Guidance;
 
 impl Pi0Model {
@@ -17,11 +17,9 @@ impl Pi0Model {
         v: &mut [f32],
         ws: &mut Workspace,
     ) {
-        let steps = self.arch.steps;
-        let dt = -1.0 / steps as f64;
-        for step in 0..steps {
-            // lerobot's time is a Python float: the guidance weight is computed from it.
-            let time = 1.0 + step as f64 * dt;
+        let euler = Euler::new(self.arch.steps);
+        for step in 0..self.arch.steps {
+            let time = euler.time(step);
             self.denoise_batch_step(cache, states, x, time as f32, ws, v);
             let per = x.len() / states.len().max(1);
             for (e, g) in guidance.iter().enumerate() {
@@ -30,8 +28,7 @@ impl Pi0Model {
                     g.apply(&x[r.clone()], time, &mut v[r]);
                 }
             }
-            let dtf = dt as f32;
-            x.iter_mut().zip(v.iter()).for_each(|(x, v)| *x += dtf * v);
+            euler.advance(x, v);
         }
     }
 
