@@ -189,7 +189,13 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
     let activations = if opts.calibration.is_empty() {
         Vec::new()
     } else {
-        collect_any(&opts.checkpoint, &opts.calibration, threads)?.ranges()
+        collect_any(
+            &opts.checkpoint,
+            opts.arch.as_deref(),
+            &opts.calibration,
+            threads,
+        )?
+        .ranges()
     };
     let mut b = Pi0GraphBuilder::new(&ck, arch.clone(), opts.dtype, sizes);
     b.quant = quant;

@@ -23,6 +23,7 @@ use pi0d_kernels::quant::{dequantize_i4, dequantize_i8, quantize_i4_blocks, quan
 
 use super::{Group, QuantizeError, Scheme};
 use crate::policy::pi0::checkpoint::{decode, Checkpoint, WeightDtype};
+use crate::policy::pi0::config_json::ArchOverrides;
 use crate::policy::pi0::infer::{try_run_batch, Batch};
 use crate::policy::pi0::model::Pi0Model;
 
@@ -221,20 +222,22 @@ impl Calibration {
     }
 }
 
-/// Runs the float checkpoint `ck` on each `pi0d infer` inputs file and collects what its linear
-/// layers see.
+/// Runs the float checkpoint `ck` (its shapes overridden by the `arch` file, if any) on each
+/// `pi0d infer` inputs file and collects what its linear layers see.
 pub(crate) fn collect(
     checkpoint: &Path,
+    arch: Option<&Path>,
     files: &[PathBuf],
     threads: usize,
 ) -> Result<Calibration, QuantizeError> {
     if files.is_empty() {
         return Ok(Calibration::default());
     }
+    let overrides = arch.map(ArchOverrides::load).transpose()?;
     let mut ck = Checkpoint::load(checkpoint)?;
     let recorder = Arc::new(Recorder::default());
     ck.calibration = Some(recorder.clone());
-    let model = Pi0Model::load(&ck, None, threads)?;
+    let model = Pi0Model::load(&ck, overrides, threads)?;
     for file in files {
         let refused = |reason: String| {
             QuantizeError::Invalid(format!(
@@ -277,9 +280,11 @@ impl Recorder {
 }
 
 /// Runs the float checkpoint on `files`, each a `[record]` recording or a `pi0d infer` inputs
-/// file, and collects what its layers see.
+/// file, and collects what its layers see. `arch` overrides the checkpoint's shapes as
+/// `--arch` does everywhere else.
 pub(crate) fn collect_any(
     checkpoint: &Path,
+    arch: Option<&Path>,
     files: &[PathBuf],
     threads: usize,
 ) -> Result<Calibration, QuantizeError> {
@@ -287,9 +292,14 @@ pub(crate) fn collect_any(
         .iter()
         .cloned()
         .partition(|p| super::recorded::is_recording(p));
-    let mut cal = collect(checkpoint, &inputs, threads)?;
+    let mut cal = collect(checkpoint, arch, &inputs, threads)?;
     if !recordings.is_empty() {
-        cal.merge(super::recorded::collect(checkpoint, &recordings, threads)?);
+        cal.merge(super::recorded::collect(
+            checkpoint,
+            arch,
+            &recordings,
+            threads,
+        )?);
     }
     Ok(cal)
 }

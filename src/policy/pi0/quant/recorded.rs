@@ -147,6 +147,7 @@ fn decode(data: &[u8]) -> Result<CameraFrame, image::ImageError> {
 /// so a rerun calibrates the same) and collects what its linear layers see.
 pub(crate) fn collect(
     checkpoint: &Path,
+    arch: Option<&Path>,
     recordings: &[PathBuf],
     threads: usize,
 ) -> Result<Calibration, QuantizeError> {
@@ -154,7 +155,7 @@ pub(crate) fn collect(
     let mut pipeline = Pi0Pipeline::load_observed(
         &PipelineOptions {
             checkpoint: checkpoint.into(),
-            arch: None,
+            arch: arch.map(Path::to_path_buf),
             tokenizer: None,
             threads,
             backend: BackendOptions::Cpu,

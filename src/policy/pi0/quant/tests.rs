@@ -593,3 +593,24 @@ fn when_the_trained_checkpoint_is_calibrated_expect_w4_at_its_target() {
         "calibrated outside the targets: {failed:?}"
     );
 }
+
+#[test]
+fn when_the_shapes_come_from_an_arch_file_elsewhere_expect_calibration_to_use_them() {
+    // `pi0d export --arch FILE --calibration ...` on a checkpoint without its own arch.json:
+    // the float model that calibration runs must have the overridden shapes too.
+    let tmp = TempDir::new("quant-arch");
+    let src = fixtures().join("pi0_float32");
+    let bare = tmp.join("bare");
+    edited(&src, &bare, |_| {});
+    std::fs::remove_file(bare.join("arch.json")).unwrap();
+    let inputs = [fixtures().join("cases/pi0_f32_1cam_short/inputs.safetensors")];
+    let Err(without) = calibrate::collect_any(&bare, None, &inputs, 2) else {
+        panic!("calibrated a checkpoint without its shapes");
+    };
+    assert!(without.to_string().contains("--arch"), "{without}");
+    let arch = src.join("arch.json");
+    let with = calibrate::collect_any(&bare, Some(&arch), &inputs, 2).unwrap();
+    let same = calibrate::collect_any(&src, None, &inputs, 2).unwrap();
+    assert!(!with.ranges().is_empty());
+    assert_eq!(with.ranges(), same.ranges());
+}

@@ -219,7 +219,7 @@ fn smoothing(
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cal = match collected {
         Some(c) => c,
-        None => calibrate::collect_any(&opts.checkpoint, &opts.calibration, threads)?,
+        None => calibrate::collect_any(&opts.checkpoint, None, &opts.calibration, threads)?,
     };
     Ok(Some(calibrate::choose(
         ck,
