@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The closed-loop HIL task (tests/hil_task.rs: 20 cube placements, the MuJoCo robot over
 # Cyclone DDS) run with the trained model in f32 and quantized with each scheme, one after the
-# other on the same placements; w4 also calibrated on recordings of the f32 episodes.
+# other on the same placements; each also calibrated on recordings of the f32 episodes.
 #
 #   ./tools/hil_quant.sh [OUT_DIR]     (after ./tools/test.sh has made .venv; a quiet machine:
 #                                       the robot renders and steps in real time)
@@ -26,10 +26,10 @@ for scheme in w8 w8a8 w4; do
     "$bin" quantize --checkpoint "$model" --out "$out/$scheme" --scheme "$scheme" "${rtn[@]}" > /dev/null
     run "$scheme" PI0D_HIL_CHECKPOINT="$out/$scheme"
 done
-# Calibrated on the first five f32 episodes' recordings (the robot's camera and joints).
+# Calibrated (GPTQ) on the first five f32 episodes' recordings (the robot's camera and joints).
 calibration=()
 for f in $(ls "$out"/recordings/*.mcap | head -5); do calibration+=(--calibration "$f"); done
-for scheme in w4 w8a8; do
+for scheme in w8 w8a8 w4; do
     "$bin" quantize --checkpoint "$model" --out "$out/$scheme-calibrated" --scheme "$scheme" "${calibration[@]}"
     run "$scheme-calibrated" PI0D_HIL_CHECKPOINT="$out/$scheme-calibrated"
 done

@@ -93,10 +93,7 @@ pub fn quantize_i4_blocks(
     for r in 0..n {
         for b in 0..blocks {
             let x = &w[r * k + b * block..][..block];
-            let m = x
-                .iter()
-                .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
-            let d = if m == 0.0 { 0.0 } else { best_int4_scale(x, m) };
+            let d = int4_block_scale(x);
             scales[r * blocks + b] = d;
             for (i, pair) in x.chunks_exact(2).enumerate() {
                 let code = |v: f32| {
@@ -115,6 +112,19 @@ pub fn quantize_i4_blocks(
         scales,
         block,
     })
+}
+
+/// The scale `d` of one int4 block `x` (codes `round(x / d) + 8`, clamped to 0..=15; 0 for a
+/// block of zeros), by the rule `quantize_i4_blocks` documents.
+pub fn int4_block_scale(x: &[f32]) -> f32 {
+    let m = x
+        .iter()
+        .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    if m == 0.0 {
+        0.0
+    } else {
+        best_int4_scale(x, m)
+    }
 }
 
 /// Whichever of Q4_0's `d = m / -8` (the block's largest magnitude `m` on code 0, its opposite

@@ -55,9 +55,10 @@ pub(crate) struct QuantizeArgs {
     #[arg(long, value_enum, value_delimiter = ',')]
     groups: Vec<GroupArg>,
     /// Recordings made with [record] or `pi0d infer` inputs files (repeat the flag for
-    /// several) to run the float model on: each layer's input channels are then scaled
-    /// (SmoothQuant for w8a8, AWQ for w4) where that brings its quantized product nearer the
-    /// float one on these inputs. w4 needs it (or --round-to-nearest).
+    /// several) to run the float model on: the integers are then rounded by GPTQ on what each
+    /// layer saw, and its input channels scaled (SmoothQuant for w8a8, AWQ for w4 and w8)
+    /// where that brings its quantized product nearer the float one on these inputs. w4 needs
+    /// it (or --round-to-nearest); w8 and w8a8 gain from it. Not for bf16.
     #[arg(long, value_name = "FILE")]
     calibration: Vec<PathBuf>,
     /// w4 without calibration: every block rounded to nearest, accepting what it loses.
@@ -66,7 +67,7 @@ pub(crate) struct QuantizeArgs {
 }
 
 /// Why w4 is not written without calibration unless asked: what it lost on the trained model.
-pub(crate) const W4_NEEDS_CALIBRATION: &str = "int4 blocks rounded to nearest lose more than noise on a trained pi0 (the HIL suite's model: cosine 0.988 and 0.21 rad against f32, the closed-loop task lost; calibrated: 0.9991, docs/models.md)";
+pub(crate) const W4_NEEDS_CALIBRATION: &str = "int4 blocks rounded to nearest lose more than noise on a trained pi0 (the HIL suite's model: cosine 0.988 and 0.21 rad against f32, the closed-loop task lost; calibrated: 0.9996, docs/models.md)";
 
 pub(crate) fn quantize(a: QuantizeArgs) -> Outcome {
     if a.scheme == SchemeArg::W4 && a.calibration.is_empty() && !a.round_to_nearest {
@@ -131,7 +132,7 @@ pub(crate) fn quantize(a: QuantizeArgs) -> Outcome {
     if !m.calibration.is_empty() {
         let scaled = m.smoothing.values().filter(|a| a.is_some()).count();
         say(&format!(
-            "  calibrated on {} input file(s): {} of {} layer inputs scaled ({} weights)",
+            "  calibrated on {} input file(s): rounded by GPTQ; {} of {} layer inputs scaled ({} weights)",
             m.calibration.len(),
             scaled,
             m.smoothing.len(),

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use pi0d_kernels::packed::PackedMatrix;
 use pi0d_kernels::quant::{dequantize_i4, dequantize_i8, quantize_i4_blocks, quantize_i8_rows};
 
+use super::gptq::{gptq_i4, gptq_i8, Gram};
 use super::{Group, QuantizeError, Scheme};
 use crate::policy::pi0::checkpoint::{decode, Checkpoint, WeightDtype};
 use crate::policy::pi0::config_json::ArchOverrides;
@@ -53,6 +54,8 @@ pub(crate) struct InputStats {
     seen: u64,
     rows: Vec<f32>,
     rng: u64,
+    /// `X^T X` over every row (GPTQ's rounding).
+    gram: Gram,
 }
 
 /// Input rows of width `k` a layer's sample keeps.
@@ -67,7 +70,9 @@ impl InputStats {
             self.absmax = vec![0.0; k];
             self.abssum = vec![0.0; k];
             self.rng = 0x9E37_79B9_7F4A_7C15;
+            self.gram = Gram::new(k);
         }
+        self.gram.add(&x[..rows * k]);
         let cap = sample_cap(k);
         for row in x.chunks_exact(k).take(rows) {
             for ((m, s), v) in self.absmax.iter_mut().zip(&mut self.abssum).zip(row) {
@@ -103,6 +108,7 @@ impl InputStats {
             *s += o;
         }
         self.out_absmax = self.out_absmax.max(other.out_absmax);
+        self.gram.absorb(&other.gram);
         // The sample: what fits of the other's after these (both already spread evenly).
         let room = sample_cap(self.k).saturating_sub(self.sample_rows()) * self.k;
         self.rows
@@ -179,12 +185,20 @@ pub(crate) fn group_of(name: &str) -> Option<Group> {
 }
 
 /// Every calibrated layer's inputs, by weight name.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Calibration {
     layers: BTreeMap<String, InputStats>,
 }
 
 impl Calibration {
+    /// The sums of layer `name`'s input rows' products, if calibration saw it.
+    pub(crate) fn gram(&self, name: &str) -> Option<&Gram> {
+        self.layers
+            .get(name)
+            .filter(|s| s.seen > 0)
+            .map(|s| &s.gram)
+    }
+
     /// The largest magnitudes per layer group, in `Group::ALL`'s order (groups seen only).
     pub(crate) fn ranges(&self) -> Vec<ActivationRange> {
         let mut out: BTreeMap<Group, ActivationRange> = BTreeMap::new();
@@ -253,25 +267,15 @@ pub(crate) fn collect(
 }
 
 impl Recorder {
-    /// What was recorded so far, the recorder left as it is.
-    #[cfg(test)]
-    pub(crate) fn snapshot(&self) -> Calibration {
-        self.gather(|s| s.clone())
-    }
-
-    /// What was recorded, once the model that recorded it is gone.
+    /// What was recorded (every layer that saw something), once the model that recorded it
+    /// is gone.
     pub(crate) fn finish(&self) -> Calibration {
-        self.gather(std::mem::take)
-    }
-
-    /// Every layer that saw something, its statistics as `each` hands them over.
-    fn gather(&self, each: impl Fn(&mut InputStats) -> InputStats) -> Calibration {
         let layers = self.layers.lock().unwrap_or_else(PoisonError::into_inner);
         let layers = layers
             .iter()
             .map(|(name, stats)| {
                 let mut stats = stats.lock().unwrap_or_else(PoisonError::into_inner);
-                (name.clone(), each(&mut stats))
+                (name.clone(), std::mem::take(&mut *stats))
             })
             .filter(|(_, s)| s.seen > 0)
             .collect();
@@ -458,6 +462,7 @@ fn search(
         }) {
             round_rows_to_int8(&mut xs, k);
         }
+        let hessian = stats.gram.hessian(Some(s));
         let mut total = 0.0;
         for ((name, w, n, target), want) in weights.iter().zip(&reference) {
             let scaled: Vec<f32> = w
@@ -470,13 +475,19 @@ fn search(
             };
             let deq = match target {
                 Target::Int8 { .. } => {
-                    dequantize_i8(&quantize_i8_rows(&scaled, *n, k).map_err(failed)?, *n, k)
+                    let q = match gptq_i8(&scaled, *n, k, &hessian, threads) {
+                        Some(q) => q,
+                        None => quantize_i8_rows(&scaled, *n, k).map_err(failed)?,
+                    };
+                    dequantize_i8(&q, *n, k)
                 }
-                Target::Int4 { block } => dequantize_i4(
-                    &quantize_i4_blocks(&scaled, *n, k, *block).map_err(failed)?,
-                    *n,
-                    k,
-                ),
+                Target::Int4 { block } => {
+                    let q = match gptq_i4(&scaled, *n, k, *block, &hessian, threads) {
+                        Some(q) => q,
+                        None => quantize_i4_blocks(&scaled, *n, k, *block).map_err(failed)?,
+                    };
+                    dequantize_i4(&q, *n, k)
+                }
             };
             let got = product(&xs, m, &deq, *n, k, threads);
             total += got

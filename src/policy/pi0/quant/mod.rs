@@ -15,6 +15,7 @@
 
 pub(crate) mod calibrate;
 mod fold;
+mod gptq;
 pub use calibrate::ActivationRange;
 pub(crate) mod load;
 pub(crate) mod recorded;
@@ -161,6 +162,18 @@ impl std::fmt::Display for Group {
     }
 }
 
+/// How a scheme's integers were chosen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rounding {
+    /// Each weight to its nearest code (no calibration; bf16).
+    #[default]
+    Nearest,
+    /// GPTQ: column by column, each one's error moved onto the next on the correlation of the
+    /// inputs calibration recorded (layers calibration did not see: to nearest).
+    Gptq,
+}
+
 /// `quantization.json`: what was quantized, how, and from what.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -186,6 +199,9 @@ pub struct Manifest {
     /// run time for those).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub folded_norms: BTreeSet<String>,
+    /// How the integers were rounded: to nearest, or by GPTQ on calibration's inputs.
+    #[serde(default)]
+    pub rounding: Rounding,
     /// Per shared input, the exponent calibration chose (null: no scaling was nearer).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub smoothing: BTreeMap<String, Option<f32>>,

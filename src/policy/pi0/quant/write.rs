@@ -13,8 +13,9 @@ use safetensors::Dtype;
 
 use super::calibrate::{self, Smoothing, Target};
 use super::fold::{fold, Folds};
+use super::gptq::{gptq_i4, gptq_i8, Gram};
 use super::load::INPUT_SCALE;
-use super::{Group, Manifest, QuantizeError, Scheme, FORMAT, MANIFEST};
+use super::{Group, Manifest, QuantizeError, Rounding, Scheme, FORMAT, MANIFEST};
 use crate::policy::pi0::checkpoint::{decode, Checkpoint, Entry, WeightDtype};
 use crate::policy::staging::Staging;
 
@@ -50,6 +51,8 @@ enum Source<'a> {
         form: Form,
         part: Part,
         smooth: Option<&'a [f32]>,
+        /// Its inputs' sums from calibration (GPTQ's rounding); none: to nearest.
+        gram: Option<&'a Gram>,
     },
     /// Values computed beforehand (a calibrated weight's input scales).
     Floats(&'a [f32]),
@@ -89,7 +92,7 @@ impl View for &OutTensor<'_> {
         &self.shape
     }
     fn data(&self) -> Cow<'_, [u8]> {
-        let (entry, dtype, form, part, smooth) = match &self.source {
+        let (entry, dtype, form, part, smooth, gram) = match &self.source {
             Source::Copy(e) => return Cow::Borrowed(self.ck.bytes(e)),
             Source::Floats(v) => return Cow::Owned(f32_bytes(v)),
             Source::Quantized {
@@ -98,7 +101,8 @@ impl View for &OutTensor<'_> {
                 form,
                 part,
                 smooth,
-            } => (*entry, *dtype, *form, *part, *smooth),
+                gram,
+            } => (*entry, *dtype, *form, *part, *smooth, *gram),
         };
         let mut w: Vec<f32> = decode(self.ck.bytes(entry), dtype).collect();
         self.ck.release(entry);
@@ -108,17 +112,26 @@ impl View for &OutTensor<'_> {
                 row.iter_mut().zip(s).for_each(|(v, d)| *v *= d);
             }
         }
+        let hessian = gram.map(|g| g.hessian(smooth));
         let bytes = match (form, part) {
             (Form::Bf16, _) => w
                 .iter()
                 .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
                 .collect(),
-            (Form::Int8, _) => match quantize_i8_rows(&w, n, k) {
+            (Form::Int8, _) => match hessian
+                .as_ref()
+                .and_then(|h| gptq_i8(&w, n, k, h, threads()))
+                .map_or_else(|| quantize_i8_rows(&w, n, k), Ok)
+            {
                 Ok(q) if part == Part::Values => q.q.iter().map(|v| *v as u8).collect(),
                 Ok(q) => f32_bytes(&q.scales),
                 Err(source) => return self.fail(entry, source),
             },
-            (Form::Int4 { block }, _) => match quantize_i4_blocks(&w, n, k, block) {
+            (Form::Int4 { block }, _) => match hessian
+                .as_ref()
+                .and_then(|h| gptq_i4(&w, n, k, block, h, threads()))
+                .map_or_else(|| quantize_i4_blocks(&w, n, k, block), Ok)
+            {
                 Ok(q) if part == Part::Values => q.packed,
                 Ok(q) => f32_bytes(&q.scales),
                 Err(source) => return self.fail(entry, source),
@@ -199,7 +212,7 @@ fn smoothing(
     ck: &Checkpoint,
     groups: &BTreeSet<Group>,
     collected: Option<calibrate::Calibration>,
-) -> Result<Option<Smoothing>, QuantizeError> {
+) -> Result<Option<(Smoothing, calibrate::Calibration)>, QuantizeError> {
     if opts.calibration.is_empty() && collected.is_none() {
         return Ok(None);
     }
@@ -216,18 +229,18 @@ fn smoothing(
             Some((e.name.clone(), target))
         })
         .collect();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = threads();
     let cal = match collected {
         Some(c) => c,
         None => calibrate::collect_any(&opts.checkpoint, None, &opts.calibration, threads)?,
     };
-    Ok(Some(calibrate::choose(
-        ck,
-        &cal,
-        &targets,
-        opts.scheme,
-        threads,
-    )?))
+    let chosen = calibrate::choose(ck, &cal, &targets, opts.scheme, threads)?;
+    Ok(Some((chosen, cal)))
+}
+
+/// Calibration's model and GPTQ run on every core.
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Writes the quantized checkpoint; returns its manifest.
@@ -260,15 +273,15 @@ pub(crate) fn quantize_with(
             opts.checkpoint.display()
         )));
     }
-    if matches!(opts.scheme, Scheme::Bf16 | Scheme::W8) && !opts.calibration.is_empty() {
-        return Err(QuantizeError::Invalid(format!(
-            "--calibration with --scheme {}: calibration serves w8a8 (activation outliers) and w4 (coarse blocks); {} rounds each weight within a fraction of a percent of its row, and calibrating it measured no better",
-            opts.scheme, opts.scheme
-        )));
+    if opts.scheme == Scheme::Bf16 && !opts.calibration.is_empty() {
+        return Err(QuantizeError::Invalid(
+            "--calibration with --scheme bf16: calibration chooses how integers are rounded; bf16 rounds each weight to its nearest 16-bit float and has nothing to choose"
+                .into(),
+        ));
     }
     let ck = Checkpoint::load(&opts.checkpoint)?;
     let groups: BTreeSet<Group> = opts.groups.iter().copied().collect();
-    let smoothing = smoothing(opts, &ck, &groups, collected)?;
+    let (smoothing, cal) = smoothing(opts, &ck, &groups, collected)?.unzip();
     let folds = match &smoothing {
         Some(s) => fold(&ck, &s.scales)?,
         None => Folds::default(),
@@ -326,12 +339,14 @@ pub(crate) fn quantize_with(
             .as_ref()
             .and_then(|s| s.scales.get(&e.name))
             .map(Vec::as_slice);
+        let gram = cal.as_ref().and_then(|c| c.gram(&e.name));
         let quantized = |part| Source::Quantized {
             entry: e,
             dtype,
             form,
             part,
             smooth,
+            gram,
         };
         let (values, scales) = match form {
             Form::Bf16 => (
@@ -427,6 +442,11 @@ pub(crate) fn quantize_with(
             .collect(),
         stored_as_w8,
         calibration: opts.calibration.clone(),
+        rounding: if cal.is_some() {
+            Rounding::Gptq
+        } else {
+            Rounding::Nearest
+        },
         smoothed,
         folded_norms: folds.stored,
         smoothing: smoothing.map(|s| s.chosen).unwrap_or_default(),
