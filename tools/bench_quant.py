@@ -19,6 +19,9 @@ prompt tokens) and runs lerobot's `sample_actions` on it once for the reference 
 on the same inputs and noise, each row:
 
 * `pi0d f32`, and `pi0d bf16|w8|w8a8|w4` on the checkpoint `pi0d quantize` writes: `pi0d infer`.
+* `pi0d w8|w8a8|w4 calibrated`: the same with `--calibration` on two other inputs files (other
+  images, prompt, state and noise than the measured one's; GPTQ rounding and the scale search);
+  the time `pi0d quantize` took is printed below the table.
 * `torch f32`: lerobot's `sample_actions`, the policy loaded by lerobot's `from_pretrained`.
 * `torch dyn-int8`: the same after `torch.ao.quantization.quantize_dynamic` of every nn.Linear
   to qint8 (int8 weights per tensor, activations quantized per call; compute in f32 around them).
@@ -53,6 +56,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import types
 from pathlib import Path
 
@@ -194,9 +198,15 @@ def measure(args, library: Path | None, tmp: Path):
     del policy
     src_weights = resident_bytes(src) / 2**20
 
+    calibration = calibration_inputs(tmp, args.calibration_files)
+
     # Each row: a function giving (timings with rss_mb, actions file, weights MiB).
-    def pi0d(scheme):
-        ck = src if scheme == "f32" else quantized(src, tmp / scheme, scheme)
+    def pi0d(scheme, calibrated=False):
+        if scheme == "f32":
+            ck = src
+        else:
+            ck = quantized(src, tmp / f"{scheme}{'-calibrated' * calibrated}", scheme,
+                           calibration if calibrated else [])
         return bp.pi0d_times(ck, args.threads, args.repeat), ck / "actions.safetensors", resident_bytes(ck) / 2**20
 
     def torch_peer(dyn_int8):
@@ -218,6 +228,7 @@ def measure(args, library: Path | None, tmp: Path):
                         str(tmp / "ort-f32"), str(graphs)], check=True, capture_output=True, text=True)
 
     rows = [(f"pi0d {s}", lambda s=s: pi0d(s)) for s in ["f32", "bf16", "w8", "w8a8", "w4"]]
+    rows += [(f"pi0d {s} calibrated", lambda s=s: pi0d(s, True)) for s in ["w8", "w8a8", "w4"]]
     rows += [
         ("torch f32", lambda: torch_peer(False)),
         ("torch dyn-int8", lambda: torch_peer(True)),
@@ -241,11 +252,31 @@ def measure(args, library: Path | None, tmp: Path):
     return results, src_weights
 
 
-def quantized(src: Path, out: Path, scheme: str) -> Path:
-    """`src` quantized by `pi0d quantize` into `out`, with the same inputs file beside it."""
-    rtn = ["--round-to-nearest"] if scheme == "w4" else []  # random weights: nothing to calibrate
+QUANTIZE_SECONDS: dict[str, float] = {}
+
+
+def calibration_inputs(tmp: Path, count: int) -> list[Path]:
+    """`count` `pi0d infer` inputs files shaped as the measured one, drawn from other seeds."""
+    files = []
+    for i in range(count):
+        gen = torch.Generator().manual_seed(100 + i)
+        batch = bp.mg.make_inputs(gen, 2, [], 1, [20 + 3 * i], 48, False)
+        path = tmp / f"calibration-{i}.safetensors"
+        save_file({k: v.contiguous() for k, v in batch.items()}, str(path))
+        files.append(path)
+    return files
+
+
+def quantized(src: Path, out: Path, scheme: str, calibration: list[Path] = ()) -> Path:
+    """`src` quantized by `pi0d quantize` into `out` (calibrated on `calibration`, else rounded
+    to nearest), with the same inputs file beside it."""
+    extra = [a for f in calibration for a in ("--calibration", str(f))]
+    if not extra and scheme == "w4":
+        extra = ["--round-to-nearest"]
+    t = time.perf_counter()
     subprocess.run([str(bp.BIN), "quantize", "--checkpoint", str(src), "--out", str(out),
-                    "--scheme", scheme, *rtn], check=True, capture_output=True, text=True)
+                    "--scheme", scheme, *extra], check=True, capture_output=True, text=True)
+    QUANTIZE_SECONDS[out.name] = time.perf_counter() - t
     shutil.copy(src / "inputs.safetensors", out / "inputs.safetensors")
     return out
 
@@ -258,8 +289,11 @@ def full(args, tmp: Path):
     want = lerobot_actions(policy, batch)
     del policy
     rows = []
+    calibration = calibration_inputs(tmp, args.calibration_files)
     for scheme in args.schemes.split(","):
-        ck = src if scheme == "bf16" else quantized(src, tmp / scheme, scheme)
+        base_scheme, _, calibrated = scheme.partition("-")
+        ck = src if scheme == "bf16" else quantized(
+            src, tmp / scheme, base_scheme, calibration if calibrated == "calibrated" else [])
         r = bp.pi0d_times(ck, args.threads, args.repeat)
         got = load_file(str(ck / "actions.safetensors"))["actions"]
         cos, err = compare(got, want.float())
@@ -269,12 +303,14 @@ def full(args, tmp: Path):
     base = rows[0][1]["total_ms"]
     print(f"\nreal pi0 (SigLIP 27, Gemma 18, expert 18 layers), random bf16 weights, 2 cameras, 48 tokens, "
           f"{args.threads} threads; actions against lerobot's bf16 (PyTorch CPU)")
-    print(f"  {'scheme':7} {'chunk ms':>9} {'x bf16':>7} {'cosine':>9} {'max err':>8} "
+    print(f"  {'scheme':16} {'chunk ms':>9} {'x bf16':>7} {'cosine':>9} {'max err':>8} "
           f"{'weights GiB':>12} {'peak RSS GiB':>13} {'RSS/weights':>12}")
     for scheme, r, cos, err, weights in rows:
         rss = r["rss_mb"] / 1024
-        print(f"  {scheme:7} {r['total_ms']:9.0f} {r['total_ms'] / base:7.2f} {cos:9.6f} {err:8.1e} "
+        print(f"  {scheme:16} {r['total_ms']:9.0f} {r['total_ms'] / base:7.2f} {cos:9.6f} {err:8.1e} "
               f"{weights:12.2f} {rss:13.2f} {rss / weights:12.2f}")
+    for name, secs in QUANTIZE_SECONDS.items():
+        print(f"  pi0d quantize to {name}: {secs:.0f} s")
 
 
 def main():
@@ -283,12 +319,15 @@ def main():
                     help="the real pi0 at full size in pi0d's schemes (about 25 GB of disk, 16 GB of memory)")
     ap.add_argument("--workdir", type=Path, default=None, help="where --full writes (default: a temp dir)")
     ap.add_argument("--schemes", default="bf16,w8,w8a8,w4",
-                    help="--full: the schemes measured, bf16 (the checkpoint itself) first")
+                    help="--full: the schemes measured, bf16 (the checkpoint itself) first; "
+                         "SCHEME-calibrated for one calibrated on --calibration-files other inputs")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--depth", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--onnx-library", type=Path, default=None)
     ap.add_argument("--bin", type=Path, default=bp.BIN, help="the pi0d to measure (built with --features onnx)")
+    ap.add_argument("--calibration-files", type=int, default=2,
+                    help="inputs files the calibrated rows are calibrated on (other seeds than the measured one)")
     ap.add_argument("--only", default=None,
                     help="comma-separated row prefixes to measure (pi0d, torch, ort, `ort w4`...); default all")
     # Internal: one torch row, run by main() in a child process.
@@ -316,14 +355,14 @@ def main():
     base = next((r["total_ms"] for label, r, *_ in results if label == "pi0d f32" and r), None)
     print(f"\npi0-shaped, depth {args.depth}, 2 cameras, 48 tokens, {args.threads} threads, f32 weights "
           f"{src_weights:.0f} MiB; actions against lerobot's f32 (PyTorch {torch.__version__} CPU)")
-    print(f"  {'':20} {'chunk ms':>9} {'x pi0d f32':>10} {'cosine':>9} {'max err':>8} "
+    print(f"  {'':24} {'chunk ms':>9} {'x pi0d f32':>10} {'cosine':>9} {'max err':>8} "
           f"{'weights MiB':>12} {'peak RSS MiB':>13} {'RSS/weights':>12}")
     for label, r, cos, err, weights, fail in results:
         if fail:
-            print(f"  {label:20} failed: {fail}")
+            print(f"  {label:24} failed: {fail}")
             continue
         ratio = f"{r['total_ms'] / base:10.2f}" if base else f"{'-':>10}"
-        print(f"  {label:20} {r['total_ms']:9.1f} {ratio} {cos:9.6f} {err:8.1e} "
+        print(f"  {label:24} {r['total_ms']:9.1f} {ratio} {cos:9.6f} {err:8.1e} "
               f"{weights:12.0f} {r['rss_mb']:13.0f} {r['rss_mb'] / weights:12.2f}")
     if any(label.startswith("ort") and not fail for label, *_, fail in results):
         print("  ort weights: the graph files, without the last language layer's unused query, output and MLP")
@@ -332,6 +371,8 @@ def main():
             print(f"  {label} peak RSS: {r['import_rss_mb']:.0f} MiB with torch and lerobot imported; "
                   f"{r['load_rss_mb']:.0f} MiB up to the model loaded{' and quantized' * ('int8' in label)}; "
                   f"{r['run_rss_mb']:.0f} MiB over the runs alone")
+    for name, secs in QUANTIZE_SECONDS.items():
+        print(f"  pi0d quantize to {name}: {secs:.0f} s")
 
 
 if __name__ == "__main__":

@@ -5,10 +5,10 @@
 //! correlate (every transformer's), GPTQ's product error is several times smaller for the same
 //! integers' format: the storage and the kernels do not change.
 //!
-//! The correlation is `H = X^T X` over the calibration rows, dampened by 1 % of its mean
-//! diagonal (the rows are fewer than the channels in the widest layers). The update for column
-//! `i` is `W[:, j] -= (W[:, i] - q_i) / U_ii * U_ij` for `j > i`, `U` the upper Cholesky factor
-//! of `H^-1`. The scale rules are the round-to-nearest ones: int8's per row from the float
+//! The correlation is `H = X^T X` over every calibration row, in diagonal windows of `WINDOW`
+//! channels, dampened (`DAMPING`). The update for column `i` is
+//! `W[:, j] -= (W[:, i] - q_i) / U_ii * U_ij` for the window's `j > i`, `U` the upper Cholesky
+//! factor of `H^-1`. The scale rules are the round-to-nearest ones: int8's per row from the float
 //! row's largest value (so the integers never clip more than there), int4's per block from the
 //! block's values as they stand when its first column is reached.
 
@@ -23,7 +23,7 @@ const DAMPING: f64 = 0.1;
 /// this many input channels. The whole `k x k` would cost `k^3` to factor and `k^2` values
 /// per layer to hold (16384 wide in Gemma's MLP); the windows keep GPTQ's gain on the
 /// neighbouring columns at a fraction of that. A multiple of every int4 block.
-pub(crate) const WINDOW: usize = 256;
+const WINDOW: usize = 256;
 
 /// The sums `X^T X` of a layer's inputs over every calibration row, in the diagonal windows
 /// of `WINDOW` channels (`k x WINDOW` values).
