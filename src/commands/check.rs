@@ -174,15 +174,23 @@ fn check_inner(a: CheckArgs, ros: &RosArgs, found: &mut Findings) -> Result<(), 
 /// How a pi0 checkpoint stores its weights (its `quantization.json`), what they take in memory
 /// once loaded, and whether that fits the memory this machine has available now.
 fn weights_line(checkpoint: &std::path::Path, bytes: Option<u64>) -> String {
-    use pi0d::policy::pi0::quant::{Manifest, MANIFEST};
+    use pi0d::policy::pi0::quant::{Manifest, Rounding, Scheme, MANIFEST};
     let manifest = std::fs::read_to_string(checkpoint.join(MANIFEST))
         .ok()
         .and_then(|t| serde_json::from_str::<Manifest>(&t).ok());
     let stored = match manifest {
         Some(m) => format!(
-            "{}{} (quantized: {}; as the checkpoint had them: {})",
+            "{}{}{} (quantized: {}; as the checkpoint had them: {})",
             m.scheme,
             m.block.map(|b| format!(" in blocks of {b}")).unwrap_or_default(),
+            match (m.scheme, m.rounding) {
+                (Scheme::Bf16, _) => String::new(),
+                (_, Rounding::Gptq) => format!(
+                    ", calibrated on {} file(s) (GPTQ rounding)",
+                    m.calibration.len()
+                ),
+                (_, Rounding::Nearest) => ", rounded to nearest (not calibrated)".into(),
+            },
             list(m.quantized_groups.iter().map(|g| g.name())),
             list(m.float_groups.iter().map(|g| g.name())),
         ),

@@ -67,6 +67,7 @@ fn when_the_bundled_model_is_quantized_expect_it_checked_and_driving_the_sim_arm
         let (code, text) = check_config(&format!("quantized-{scheme}"), &cfg);
         assert_eq!(code, Some(0), "{text}");
         assert!(text.contains(&format!("weights: {scheme}")), "{text}");
+        assert!(text.contains("rounded to nearest"), "{text}");
         let run = run_daemon(&format!("quantized-{scheme}"), &cfg, 3.0);
         assert_eq!(run.code(), 0, "{}", run.stderr);
         assert!(
@@ -117,12 +118,9 @@ fn when_quantize_is_calibrated_expect_the_scales_in_the_checkpoint_and_every_mis
     let (code, text) = quantize(&model, &out, "w4", &["--calibration", calibration]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("calibrated on 1 input file(s):"), "{text}");
-    let manifest = manifest(&out);
-    assert_eq!(manifest["calibration"][0], calibration, "{manifest}");
-    assert!(
-        !manifest["smoothing"].as_object().unwrap().is_empty(),
-        "{manifest}"
-    );
+    let m = manifest(&out);
+    assert_eq!(m["calibration"][0], calibration, "{m}");
+    assert!(!m["smoothing"].as_object().unwrap().is_empty(), "{m}");
     // It runs as any checkpoint: its actions for another input, finite.
     let actions = dir.join("actions.safetensors");
     let other = fixtures.join("cases/pi0_f32_2cam_batch2/inputs.safetensors");
@@ -150,20 +148,26 @@ fn when_quantize_is_calibrated_expect_the_scales_in_the_checkpoint_and_every_mis
     ]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("w4 weights"), "{text}");
-    // Schemes calibration does not serve, and files that are not model inputs.
-    for scheme in ["w8", "bf16"] {
-        let (code, text) = quantize(
-            &model,
-            &dir.join(scheme),
-            scheme,
-            &["--calibration", calibration],
-        );
-        assert_eq!(code, Some(1), "{text}");
-        assert!(
-            text.contains(&format!("--calibration with --scheme {scheme}")),
-            "{text}"
-        );
-    }
+    assert_eq!(m["rounding"], "gptq", "{m}");
+    // w8 is calibrated too (GPTQ's rounding); bf16 has nothing to choose; files that are not
+    // model inputs are refused.
+    let (code, text) = quantize(
+        &model,
+        &dir.join("w8"),
+        "w8",
+        &["--calibration", calibration],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("rounded by GPTQ"), "{text}");
+    assert_eq!(manifest(&dir.join("w8"))["rounding"], "gptq");
+    let (code, text) = quantize(
+        &model,
+        &dir.join("bf16"),
+        "bf16",
+        &["--calibration", calibration],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("--calibration with --scheme bf16"), "{text}");
     let config = model.join("config.json");
     let (code, text) = quantize(
         &model,
