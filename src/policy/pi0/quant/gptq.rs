@@ -437,4 +437,42 @@ mod tests {
         bad.add(&vec![f32::NAN; k]);
         assert!(gptq_i8(&w, n, k, &bad.hessian(None), 1).is_none());
     }
+
+    #[test]
+    fn when_rows_come_in_several_calls_expect_the_windows_of_x_transpose_x_over_all_of_them() {
+        let k = 300;
+        let x = correlated_rows(40, k, 2, 3);
+        let mut gram = Gram::new(k);
+        gram.add(&x[..7 * k]);
+        gram.add(&x[7 * k..]);
+        let mut other = Gram::new(k);
+        other.add(&x[..5 * k]);
+        gram.absorb(&other);
+        let rows: Vec<&[f32]> = x
+            .chunks_exact(k)
+            .chain(x[..5 * k].chunks_exact(k))
+            .collect();
+        let h = gram.hessian(None);
+        assert_eq!(h.blocks.len(), 2);
+        for (block, (c0, size)) in h.blocks.iter().zip([(0, 256), (256, 44)]) {
+            assert_eq!(block.len(), size * size);
+            for i in 0..size {
+                for j in 0..size {
+                    let want: f64 = rows
+                        .iter()
+                        .map(|r| f64::from(r[c0 + i]) * f64::from(r[c0 + j]))
+                        .sum::<f64>()
+                        / rows.len() as f64;
+                    assert!((block[i * size + j] - want).abs() <= 1e-5 * want.abs().max(1e-3));
+                }
+            }
+        }
+        // Scaled for a weight stored as W diag(s): the inputs x / s.
+        let s: Vec<f32> = (0..k).map(|c| 1.0 + c as f32 / 100.0).collect();
+        let hs = gram.hessian(Some(&s));
+        let (i, j) = (260, 299);
+        let (bi, bj) = (i - 256, j - 256);
+        let want = h.blocks[1][bi * 44 + bj] / (f64::from(s[i]) * f64::from(s[j]));
+        assert!((hs.blocks[1][bi * 44 + bj] - want).abs() <= 1e-9 * want.abs().max(1e-6));
+    }
 }
