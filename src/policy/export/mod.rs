@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use crate::policy::graph::manifest::{self, CheckpointInfo, Graphs, Manifest};
 use crate::policy::pi0::checkpoint::{ArchOverrides, Checkpoint, CheckpointError};
 use crate::policy::pi0::model::{Arch, Variant};
-use crate::policy::pi0::quant::calibrate::collect_any;
+use crate::policy::pi0::quant::calibrate::{collect_any, Purpose};
 use crate::policy::pi0::quant::{ActivationRange, QuantizeError, Scheme};
 use crate::policy::staging::{Staging, StagingError};
 use pi0::{ExportDtype, GraphSizes, Pi0GraphBuilder};
@@ -193,6 +193,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
             &opts.checkpoint,
             opts.arch.as_deref(),
             &opts.calibration,
+            Purpose::Ranges,
             threads,
         )?
         .ranges()

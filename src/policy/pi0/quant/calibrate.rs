@@ -54,8 +54,8 @@ pub(crate) struct InputStats {
     seen: u64,
     rows: Vec<f32>,
     rng: u64,
-    /// `X^T X` over every row (GPTQ's rounding).
-    gram: Gram,
+    /// `X^T X` over every row (GPTQ's rounding), when the recorder keeps it.
+    gram: Option<Gram>,
 }
 
 /// Input rows of width `k` a layer's sample keeps.
@@ -70,9 +70,13 @@ impl InputStats {
             self.absmax = vec![0.0; k];
             self.abssum = vec![0.0; k];
             self.rng = 0x9E37_79B9_7F4A_7C15;
-            self.gram = Gram::new(k);
         }
-        self.gram.add(&x[..rows * k]);
+        if let Some(g) = &mut self.gram {
+            if g.is_empty() {
+                *g = Gram::new(k);
+            }
+            g.add(&x[..rows * k]);
+        }
         let cap = sample_cap(k);
         for row in x.chunks_exact(k).take(rows) {
             for ((m, s), v) in self.absmax.iter_mut().zip(&mut self.abssum).zip(row) {
@@ -108,7 +112,9 @@ impl InputStats {
             *s += o;
         }
         self.out_absmax = self.out_absmax.max(other.out_absmax);
-        self.gram.absorb(&other.gram);
+        if let (Some(mine), Some(theirs)) = (&mut self.gram, &other.gram) {
+            mine.absorb(theirs);
+        }
         // The sample: what fits of the other's after these (both already spread evenly).
         let room = sample_cap(self.k).saturating_sub(self.sample_rows()) * self.k;
         self.rows
@@ -121,18 +127,45 @@ impl InputStats {
     }
 }
 
+/// What calibration is for: the activations' ranges only (`pi0d export --calibration`), or
+/// quantizing (the ranges, a sample of rows and GPTQ's `X^T X`, which takes `k x 256` values a
+/// layer and a product per row).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    #[default]
+    Ranges,
+    Quantizing,
+}
+
 /// Where the float model's layers report their inputs while calibration runs: set on the
 /// checkpoint before the model is loaded (`Checkpoint::calibration`).
 #[derive(Debug, Default)]
 pub(crate) struct Recorder {
     layers: Mutex<HashMap<String, Arc<Mutex<InputStats>>>>,
+    purpose: Purpose,
 }
 
 impl Recorder {
+    pub(crate) fn new(purpose: Purpose) -> Recorder {
+        Recorder {
+            layers: Mutex::default(),
+            purpose,
+        }
+    }
+
     /// The statistics layer `name` (its weight's canonical name) records into.
     pub(crate) fn layer(&self, name: &str) -> Arc<Mutex<InputStats>> {
         let mut layers = self.layers.lock().unwrap_or_else(PoisonError::into_inner);
-        layers.entry(name.to_string()).or_default().clone()
+        let gram = (self.purpose == Purpose::Quantizing).then(Gram::default);
+        layers
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                Arc::new(Mutex::new(InputStats {
+                    gram,
+                    ..InputStats::default()
+                }))
+            })
+            .clone()
     }
 }
 
@@ -191,12 +224,13 @@ pub(crate) struct Calibration {
 }
 
 impl Calibration {
-    /// The sums of layer `name`'s input rows' products, if calibration saw it.
+    /// The sums of layer `name`'s input rows' products, if calibration saw it (and was for
+    /// quantizing).
     pub(crate) fn gram(&self, name: &str) -> Option<&Gram> {
         self.layers
             .get(name)
             .filter(|s| s.seen > 0)
-            .map(|s| &s.gram)
+            .and_then(|s| s.gram.as_ref())
     }
 
     /// The largest magnitudes per layer group, in `Group::ALL`'s order (groups seen only).
@@ -242,6 +276,7 @@ pub(crate) fn collect(
     checkpoint: &Path,
     arch: Option<&Path>,
     files: &[PathBuf],
+    purpose: Purpose,
     threads: usize,
 ) -> Result<Calibration, QuantizeError> {
     if files.is_empty() {
@@ -249,7 +284,7 @@ pub(crate) fn collect(
     }
     let overrides = arch.map(ArchOverrides::load).transpose()?;
     let mut ck = Checkpoint::load(checkpoint)?;
-    let recorder = Arc::new(Recorder::default());
+    let recorder = Arc::new(Recorder::new(purpose));
     ck.calibration = Some(recorder.clone());
     let model = Pi0Model::load(&ck, overrides, threads)?;
     for file in files {
@@ -290,18 +325,20 @@ pub(crate) fn collect_any(
     checkpoint: &Path,
     arch: Option<&Path>,
     files: &[PathBuf],
+    purpose: Purpose,
     threads: usize,
 ) -> Result<Calibration, QuantizeError> {
     let (recordings, inputs): (Vec<PathBuf>, Vec<PathBuf>) = files
         .iter()
         .cloned()
         .partition(|p| super::recorded::is_recording(p));
-    let mut cal = collect(checkpoint, arch, &inputs, threads)?;
+    let mut cal = collect(checkpoint, arch, &inputs, purpose, threads)?;
     if !recordings.is_empty() {
         cal.merge(super::recorded::collect(
             checkpoint,
             arch,
             &recordings,
+            purpose,
             threads,
         )?);
     }
@@ -462,7 +499,7 @@ fn search(
         }) {
             round_rows_to_int8(&mut xs, k);
         }
-        let hessian = stats.gram.hessian(Some(s));
+        let hessian = stats.gram.as_ref().map(|g| g.hessian(Some(s)));
         let mut total = 0.0;
         for ((name, w, n, target), want) in weights.iter().zip(&reference) {
             let scaled: Vec<f32> = w
@@ -475,14 +512,20 @@ fn search(
             };
             let deq = match target {
                 Target::Int8 { .. } => {
-                    let q = match gptq_i8(&scaled, *n, k, &hessian, threads) {
+                    let gptq = hessian
+                        .as_ref()
+                        .and_then(|h| gptq_i8(&scaled, *n, k, h, threads));
+                    let q = match gptq {
                         Some(q) => q,
                         None => quantize_i8_rows(&scaled, *n, k).map_err(failed)?,
                     };
                     dequantize_i8(&q, *n, k)
                 }
                 Target::Int4 { block } => {
-                    let q = match gptq_i4(&scaled, *n, k, *block, &hessian, threads) {
+                    let gptq = hessian
+                        .as_ref()
+                        .and_then(|h| gptq_i4(&scaled, *n, k, *block, h, threads));
+                    let q = match gptq {
                         Some(q) => q,
                         None => quantize_i4_blocks(&scaled, *n, k, *block).map_err(failed)?,
                     };

@@ -50,6 +50,11 @@ impl Gram {
         }
     }
 
+    /// No rows of any width added yet.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.sums.is_empty()
+    }
+
     /// Adds `x`'s rows (`k` values each).
     pub(crate) fn add(&mut self, x: &[f32]) {
         let k = self.k;

@@ -19,7 +19,7 @@ use mcap::records::Record;
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 
-use super::calibrate::{Calibration, Recorder};
+use super::calibrate::{Calibration, Purpose, Recorder};
 use super::QuantizeError;
 use crate::config::BackendOptions;
 use crate::io::ros::msgs;
@@ -149,9 +149,10 @@ pub(crate) fn collect(
     checkpoint: &Path,
     arch: Option<&Path>,
     recordings: &[PathBuf],
+    purpose: Purpose,
     threads: usize,
 ) -> Result<Calibration, QuantizeError> {
-    let recorder = Arc::new(Recorder::default());
+    let recorder = Arc::new(Recorder::new(purpose));
     let mut pipeline = Pi0Pipeline::load_observed(
         &PipelineOptions {
             checkpoint: checkpoint.into(),

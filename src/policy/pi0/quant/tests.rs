@@ -516,7 +516,7 @@ fn hil_calibration() -> calibrate::Calibration {
     use crate::policy::pi0::quant::calibrate::Recorder;
     use std::sync::Arc;
     let src = fixtures().join(HIL);
-    let recorder = Arc::new(Recorder::default());
+    let recorder = Arc::new(Recorder::new(calibrate::Purpose::Quantizing));
     let mut p = Pi0Pipeline::load_observed(
         &PipelineOptions {
             checkpoint: src.clone(),
@@ -620,13 +620,21 @@ fn when_the_shapes_come_from_an_arch_file_elsewhere_expect_calibration_to_use_th
     edited(&src, &bare, |_| {});
     std::fs::remove_file(bare.join("arch.json")).unwrap();
     let inputs = [fixtures().join("cases/pi0_f32_1cam_short/inputs.safetensors")];
-    let Err(without) = calibrate::collect_any(&bare, None, &inputs, 2) else {
+    let Err(without) = calibrate::collect_any(&bare, None, &inputs, calibrate::Purpose::Ranges, 2)
+    else {
         panic!("calibrated a checkpoint without its shapes");
     };
     assert!(without.to_string().contains("--arch"), "{without}");
     let arch = src.join("arch.json");
-    let with = calibrate::collect_any(&bare, Some(&arch), &inputs, 2).unwrap();
-    let same = calibrate::collect_any(&src, None, &inputs, 2).unwrap();
+    let with =
+        calibrate::collect_any(&bare, Some(&arch), &inputs, calibrate::Purpose::Ranges, 2).unwrap();
+    let same = calibrate::collect_any(&src, None, &inputs, calibrate::Purpose::Ranges, 2).unwrap();
     assert!(!with.ranges().is_empty());
     assert_eq!(with.ranges(), same.ranges());
+    // For ranges only, no GPTQ sums are kept; for quantizing, every linear layer's.
+    let up = format!("paligemma_with_expert.{UP}");
+    assert!(with.gram(&up).is_none());
+    let quantizing =
+        calibrate::collect_any(&src, None, &inputs, calibrate::Purpose::Quantizing, 2).unwrap();
+    assert!(quantizing.gram(&up).is_some());
 }

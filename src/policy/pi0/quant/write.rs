@@ -232,7 +232,13 @@ fn smoothing(
     let threads = threads();
     let cal = match collected {
         Some(c) => c,
-        None => calibrate::collect_any(&opts.checkpoint, None, &opts.calibration, threads)?,
+        None => calibrate::collect_any(
+            &opts.checkpoint,
+            None,
+            &opts.calibration,
+            calibrate::Purpose::Quantizing,
+            threads,
+        )?,
     };
     let chosen = calibrate::choose(ck, &cal, &targets, opts.scheme, threads)?;
     Ok(Some((chosen, cal)))
