@@ -1,5 +1,6 @@
 //! Calibration: what the float model's linear layers see on real inputs, and the per-input-
-//! channel scales chosen from it (`pi0d quantize --calibration`).
+//! channel scales chosen from it (`pi0d quantize --calibration`). When quantizing, each layer
+//! also keeps the sums `X^T X` that GPTQ rounds its weight with (`gptq`).
 //!
 //! A few input channels of a transformer's activations run far larger than the rest. Per token
 //! int8 activations (`w8a8`) then spend their range on those few, and blocked int4 weights
@@ -8,8 +9,9 @@
 //! any positive `s`. SmoothQuant picks `s_j = max|x_j|^a / max|W_j|^(1-a)` (activations'
 //! outliers moved into the weights); AWQ picks `s_j = mean|x_j|^a` (the columns that meet large
 //! activations quantized finer). Which `a` is best depends on the layer, so each layer's is
-//! searched: the one whose quantized product is nearest the float product on the calibration
-//! rows, "no scaling" among the candidates so a layer is never made worse on them.
+//! searched: the one whose quantized product (GPTQ-rounded, as it will be stored) is nearest
+//! the float product on the calibration rows, "no scaling" among the candidates so a layer is
+//! never made worse on them.
 //!
 //! Layers that share an input (attention's q, k and v; the MLP's gate and up) share `s`: their
 //! errors are summed, and one division of the input serves all of them.
