@@ -118,6 +118,13 @@ fn when_quantize_is_calibrated_expect_the_scales_in_the_checkpoint_and_every_mis
     let (code, text) = quantize(&model, &out, "w4", &["--calibration", calibration]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("calibrated on 1 input file(s):"), "{text}");
+    // A long calibration says where it is.
+    assert!(
+        text.contains(&format!(
+            "calibration: running the float model on {calibration} (1 of 1)"
+        )) && text.contains("calibration: choosing scales and integers, input 1 of "),
+        "{text}"
+    );
     let m = manifest(&out);
     assert_eq!(m["calibration"][0], calibration, "{m}");
     assert!(!m["smoothing"].as_object().unwrap().is_empty(), "{m}");
@@ -201,6 +208,13 @@ fn when_quantize_is_calibrated_on_a_recording_expect_its_observations_run_and_a_
     );
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("calibrated on 1 input file(s):"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "calibration: running the float model on {} (",
+            recording.display()
+        )) && text.contains(" observations)"),
+        "{text}"
+    );
     let manifest = manifest(&out);
     assert!(
         !manifest["smoothing"].as_object().unwrap().is_empty(),

@@ -289,7 +289,13 @@ pub(crate) fn collect(
     let recorder = Arc::new(Recorder::new(purpose));
     ck.calibration = Some(recorder.clone());
     let model = Pi0Model::load(&ck, overrides, threads)?;
-    for file in files {
+    for (i, file) in files.iter().enumerate() {
+        tracing::info!(
+            "calibration: running the float model on {} ({} of {})",
+            file.display(),
+            i + 1,
+            files.len()
+        );
         let refused = |reason: String| {
             QuantizeError::Invalid(format!(
                 "--calibration {}: {reason} (expected a `pi0d infer` inputs file for this checkpoint)",
@@ -399,7 +405,15 @@ pub(crate) fn choose(
         scales: HashMap::new(),
         chosen: BTreeMap::new(),
     };
-    for (key, members) in groups {
+    // The search runs GPTQ once per candidate: minutes on a full-size model, so say where it is.
+    let total = groups.len();
+    for (done, (key, members)) in groups.into_iter().enumerate() {
+        if done % 32 == 0 {
+            tracing::info!(
+                "calibration: choosing scales and integers, input {} of {total}",
+                done + 1
+            );
+        }
         let Some(stats) = cal.layers.get(members[0].0) else {
             continue;
         };

@@ -167,6 +167,11 @@ pub(crate) fn collect(
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
     for path in recordings {
         let (observations, prompt) = read(path)?;
+        tracing::info!(
+            "calibration: running the float model on {} ({} observations)",
+            path.display(),
+            observations.len()
+        );
         for o in observations {
             if o.state.len() != pipeline.state_dim {
                 return Err(refused(
