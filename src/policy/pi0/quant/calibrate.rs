@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use pi0d_kernels::packed::PackedMatrix;
-use pi0d_kernels::quant::{dequantize_i4, dequantize_i8, quantize_i4_blocks, quantize_i8_rows};
+use pi0d_kernels::quant::{dequantize_i4, dequantize_i8};
 
-use super::gptq::{gptq_i4, gptq_i8, Gram};
+use super::gptq::{rounded_i4, rounded_i8, Gram};
 use super::{Group, QuantizeError, Scheme};
 use crate::policy::pi0::checkpoint::{decode, Checkpoint, WeightDtype};
 use crate::policy::pi0::config_json::ArchOverrides;
@@ -72,11 +72,11 @@ impl InputStats {
             self.absmax = vec![0.0; k];
             self.abssum = vec![0.0; k];
             self.rng = 0x9E37_79B9_7F4A_7C15;
-        }
-        if let Some(g) = &mut self.gram {
-            if g.is_empty() {
+            if let Some(g) = &mut self.gram {
                 *g = Gram::new(k);
             }
+        }
+        if let Some(g) = &mut self.gram {
             g.add(&x[..rows * k]);
         }
         let cap = sample_cap(k);
@@ -229,10 +229,7 @@ impl Calibration {
     /// The sums of layer `name`'s input rows' products, if calibration saw it (and was for
     /// quantizing).
     pub(crate) fn gram(&self, name: &str) -> Option<&Gram> {
-        self.layers
-            .get(name)
-            .filter(|s| s.seen > 0)
-            .and_then(|s| s.gram.as_ref())
+        self.layers.get(name).and_then(|s| s.gram.as_ref())
     }
 
     /// The largest magnitudes per layer group, in `Group::ALL`'s order (groups seen only).
@@ -526,27 +523,18 @@ fn search(
                 tensor: name.clone(),
                 source,
             };
+            let h = hessian.as_ref();
             let deq = match target {
-                Target::Int8 { .. } => {
-                    let gptq = hessian
-                        .as_ref()
-                        .and_then(|h| gptq_i8(&scaled, *n, k, h, threads));
-                    let q = match gptq {
-                        Some(q) => q,
-                        None => quantize_i8_rows(&scaled, *n, k).map_err(failed)?,
-                    };
-                    dequantize_i8(&q, *n, k)
-                }
-                Target::Int4 { block } => {
-                    let gptq = hessian
-                        .as_ref()
-                        .and_then(|h| gptq_i4(&scaled, *n, k, *block, h, threads));
-                    let q = match gptq {
-                        Some(q) => q,
-                        None => quantize_i4_blocks(&scaled, *n, k, *block).map_err(failed)?,
-                    };
-                    dequantize_i4(&q, *n, k)
-                }
+                Target::Int8 { .. } => dequantize_i8(
+                    &rounded_i8(&scaled, *n, k, h, threads).map_err(failed)?,
+                    *n,
+                    k,
+                ),
+                Target::Int4 { block } => dequantize_i4(
+                    &rounded_i4(&scaled, *n, k, *block, h, threads).map_err(failed)?,
+                    *n,
+                    k,
+                ),
             };
             let got = product(&xs, m, &deq, *n, k, threads);
             total += got

@@ -12,7 +12,9 @@
 //! row's largest value (so the integers never clip more than there), int4's per block from the
 //! block's values as they stand when its first column is reached.
 
-use pi0d_kernels::quant::{int4_block_scale, QuantI4, QuantI8};
+use pi0d_kernels::quant::{
+    int4_block_scale, quantize_i4_blocks, quantize_i8_rows, QuantError, QuantI4, QuantI8,
+};
 
 /// Fraction of the mean diagonal added to `H`: more than the reference implementation's 1 %,
 /// which fitted the calibration rows too closely on the golden models (damping pulls GPTQ
@@ -48,11 +50,6 @@ impl Gram {
             sums: vec![0.0; len],
             rows: 0,
         }
-    }
-
-    /// No rows of any width added yet.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.sums.is_empty()
     }
 
     /// Adds `x`'s rows (`k` values each).
@@ -297,20 +294,45 @@ fn round_row(row: &[f32], codes: &mut [i8], scales: &mut [f32], factors: &[Vec<f
     }
 }
 
-/// `w` (`[n, k]`) as `quantize_i8_rows` stores it, its integers chosen by GPTQ on `h`.
-pub(crate) fn gptq_i8(
+/// `w` (`[n, k]`) as `quantize_i8_rows` stores it: its integers chosen by GPTQ on `h` when
+/// there is one it can factor, else rounded to nearest.
+pub(crate) fn rounded_i8(
     w: &[f32],
     n: usize,
     k: usize,
-    h: &Hessian,
+    h: Option<&Hessian>,
     threads: usize,
-) -> Option<QuantI8> {
+) -> Result<QuantI8, QuantError> {
+    match h.and_then(|h| gptq_i8(w, n, k, h, threads)) {
+        Some(q) => Ok(q),
+        None => quantize_i8_rows(w, n, k),
+    }
+}
+
+/// `w` (`[n, k]`) as `quantize_i4_blocks` stores it: its codes chosen by GPTQ on `h` when
+/// there is one it can factor, else rounded to nearest.
+pub(crate) fn rounded_i4(
+    w: &[f32],
+    n: usize,
+    k: usize,
+    block: usize,
+    h: Option<&Hessian>,
+    threads: usize,
+) -> Result<QuantI4, QuantError> {
+    match h.and_then(|h| gptq_i4(w, n, k, block, h, threads)) {
+        Some(q) => Ok(q),
+        None => quantize_i4_blocks(w, n, k, block),
+    }
+}
+
+/// `w` (`[n, k]`) as `quantize_i8_rows` stores it, its integers chosen by GPTQ on `h`.
+fn gptq_i8(w: &[f32], n: usize, k: usize, h: &Hessian, threads: usize) -> Option<QuantI8> {
     let (q, scales) = round(w, n, k, h, Grid::Int8, threads)?;
     Some(QuantI8 { q, scales })
 }
 
 /// `w` (`[n, k]`) as `quantize_i4_blocks` stores it, its codes chosen by GPTQ on `h`.
-pub(crate) fn gptq_i4(
+fn gptq_i4(
     w: &[f32],
     n: usize,
     k: usize,
@@ -333,7 +355,7 @@ pub(crate) fn gptq_i4(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pi0d_kernels::quant::{dequantize_i4, dequantize_i8, quantize_i4_blocks, quantize_i8_rows};
+    use pi0d_kernels::quant::{dequantize_i4, dequantize_i8};
 
     /// Deterministic correlated inputs: few underlying factors mixed into k channels.
     fn uniform(seed: u64) -> impl FnMut() -> f32 {

@@ -7,13 +7,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use half::bf16;
-use pi0d_kernels::quant::{quantize_i4_blocks, quantize_i8_rows};
 use safetensors::tensor::View;
 use safetensors::Dtype;
 
 use super::calibrate::{self, Smoothing, Target};
 use super::fold::{fold, Folds};
-use super::gptq::{gptq_i4, gptq_i8, Gram};
+use super::gptq::{rounded_i4, rounded_i8, Gram};
 use super::load::INPUT_SCALE;
 use super::{Group, Manifest, QuantizeError, Rounding, Scheme, FORMAT, MANIFEST};
 use crate::policy::pi0::checkpoint::{decode, Checkpoint, Entry, WeightDtype};
@@ -73,7 +72,9 @@ enum Part {
 
 /// One tensor of the output file, computed when the writer asks for its bytes: only one
 /// quantized tensor is in memory at a time (the scales are computed again for their own
-/// tensor rather than kept: quantizing is cheap next to holding a model's worth of integers).
+/// tensor rather than kept: the writer asks for every scale before any integers, and holding
+/// a model's worth of integers costs more than rounding an int4 weight twice; int8's scales
+/// need no GPTQ).
 struct OutTensor<'a> {
     ck: &'a Checkpoint,
     source: Source<'a>,
@@ -112,26 +113,21 @@ impl View for &OutTensor<'_> {
                 row.iter_mut().zip(s).for_each(|(v, d)| *v *= d);
             }
         }
-        let hessian = gram.map(|g| g.hessian(smooth));
+        // GPTQ keeps int8's per-row scales (from the float row): only its integers need it.
+        let gptq = part == Part::Values || matches!(form, Form::Int4 { .. });
+        let hessian = gram.filter(|_| gptq).map(|g| g.hessian(smooth));
+        let h = hessian.as_ref();
         let bytes = match (form, part) {
             (Form::Bf16, _) => w
                 .iter()
                 .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
                 .collect(),
-            (Form::Int8, _) => match hessian
-                .as_ref()
-                .and_then(|h| gptq_i8(&w, n, k, h, threads()))
-                .map_or_else(|| quantize_i8_rows(&w, n, k), Ok)
-            {
+            (Form::Int8, _) => match rounded_i8(&w, n, k, h, threads()) {
                 Ok(q) if part == Part::Values => q.q.iter().map(|v| *v as u8).collect(),
                 Ok(q) => f32_bytes(&q.scales),
                 Err(source) => return self.fail(entry, source),
             },
-            (Form::Int4 { block }, _) => match hessian
-                .as_ref()
-                .and_then(|h| gptq_i4(&w, n, k, block, h, threads()))
-                .map_or_else(|| quantize_i4_blocks(&w, n, k, block), Ok)
-            {
+            (Form::Int4 { block }, _) => match rounded_i4(&w, n, k, block, h, threads()) {
                 Ok(q) if part == Part::Values => q.packed,
                 Ok(q) => f32_bytes(&q.scales),
                 Err(source) => return self.fail(entry, source),
