@@ -4,7 +4,8 @@
 //! never mixes wall-clock and monotonic time. Transports convert foreign stamps at the edge.
 
 use std::fmt;
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A point on the monotonic clock, in nanoseconds since an arbitrary origin (boot).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -48,6 +49,36 @@ impl MonoTime {
         MonoTime(ns.clamp(0, u64::MAX as i128) as u64)
     }
 }
+
+/// Unix (wall-clock) time minus monotonic time, in nanoseconds, measured once per process.
+///
+/// Every conversion between the two clocks (ROS stamps in, recorded and published stamps out)
+/// uses this one offset, so a stamp taken in and written back out is the stamp that came in. A
+/// map measured per thread would differ by however long a thread was preempted between its two
+/// readings: milliseconds on a busy machine, enough to misplace every recorded frame.
+pub(crate) fn wall_minus_mono_ns() -> i128 {
+    static OFFSET: OnceLock<i128> = OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        // A wall reading between two monotonic ones; the pair with the smallest gap, at its
+        // midpoint.
+        let mut best = (u64::MAX, 0i128);
+        for _ in 0..CLOCK_READINGS {
+            let before = MonoTime::now().0;
+            let wall = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as i128);
+            let after = MonoTime::now().0;
+            if after - before < best.0 {
+                let mid = (before as i128 + after as i128) / 2;
+                best = (after - before, wall - mid);
+            }
+        }
+        best.1
+    })
+}
+
+/// Paired readings taken for the wall-clock offset; the tightest pair is kept.
+const CLOCK_READINGS: usize = 16;
 
 impl std::ops::Add<Duration> for MonoTime {
     type Output = MonoTime;

@@ -283,8 +283,10 @@ fn when_pi0d_drives_the_mujoco_robot_then_gets_sigterm_expect_it_held_exit_0_the
     assert!(!published.is_empty(), "the robot reported no camera stamps");
     let unknown: Vec<&f64> = stamps
         .iter()
-        // Stamps to 0.1 ms (the recording's reader rounds; frames are 33 ms apart).
-        .filter(|t| !published.iter().any(|p| (*p - **t).abs() < 1e-4))
+        // pi0d records a frame with the stamp it came with, to the nanosecond (one wall-clock
+        // offset for the whole process); both sides make seconds of it alike. 1 us: a float's
+        // resolution at today's Unix time is a quarter of that.
+        .filter(|t| !published.iter().any(|p| (*p - **t).abs() < 1e-6))
         .collect();
     assert!(
         unknown.is_empty(),

@@ -191,10 +191,6 @@ impl McapFile {
                 max_bytes,
             });
         }
-        let wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as i128)
-            .unwrap_or(0);
         Ok(McapFile {
             w,
             file: size_handle,
@@ -204,7 +200,9 @@ impl McapFile {
             ch,
             names: topics.joint_names.clone(),
             node: topics.node.clone(),
-            wall_offset_ns: wall - MonoTime::now().as_nanos() as i128,
+            // The process's one offset, the one the ROS edge converts stamps with: a frame's stamp
+            // is written as it came in.
+            wall_offset_ns: crate::time::wall_minus_mono_ns(),
             last_measured: MonoTime::ZERO,
             last_events: [0; SafetyEvent::COUNT],
             sequence: 0,

@@ -134,3 +134,52 @@ fn when_a_chunk_is_open_at_close_expect_the_file_within_the_bound() {
         assert!(bytes <= bound, "case {k}: {bytes} bytes, bound {bound}");
     }
 }
+
+#[test]
+fn when_a_frame_came_in_with_a_ros_stamp_expect_the_recording_to_hold_that_stamp() {
+    // The camera thread converts the frame's stamp to the monotonic clock with its own map, the
+    // recorder back with the file's offset: a frame recorded must carry the stamp it was sent
+    // with, to the nanosecond, or a recording cannot be matched to the robot's frames.
+    let dir = scratch("stamp");
+    let path = dir.join("stamp.mcap");
+    let mut f = McapFile::create(&path, &topics(), &metadata(), 1_000_000).unwrap();
+    let camera_clock = std::thread::spawn(crate::io::ros::timing::ClockMap::now)
+        .join()
+        .unwrap();
+    let now = camera_clock.to_ros(MonoTime::now());
+    let sent = [
+        msgs::Time {
+            sec: now.sec - 1,
+            nanosec: 26_366_123,
+        },
+        msgs::Time {
+            sec: now.sec,
+            nanosec: 999_999_999,
+        },
+    ];
+    for t in sent {
+        let frame = CameraFrame {
+            stamp: camera_clock.to_mono(&t).unwrap(),
+            width: 4,
+            height: 2,
+            format: PixelFormat::Rgb8,
+            data: vec![128; 4 * 2 * 3],
+        };
+        f.frame(0, &frame).unwrap();
+    }
+    f.finish().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let recorded: Vec<msgs::Time> = mcap::MessageStream::new(&bytes)
+        .unwrap()
+        .map(|m| m.unwrap())
+        .filter(|m| m.channel.topic == camera_topic("front"))
+        .map(|m| {
+            cdr_encoding::from_bytes::<msgs::CompressedImage, LittleEndian>(&m.data[4..])
+                .unwrap()
+                .0
+                .header
+                .stamp
+        })
+        .collect();
+    assert_eq!(recorded, sent);
+}

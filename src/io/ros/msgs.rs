@@ -11,31 +11,29 @@ pub(crate) struct Time {
 }
 
 impl Time {
-    /// Seconds to a stamp, saturating at the ends of the `i32` seconds range (NaN: zero), so
-    /// the stamp is always well formed (`nanosec` below 1e9).
-    pub(crate) fn from_seconds(s: f64) -> Time {
-        if s.is_nan() {
-            return Time::default();
-        }
-        if s >= i32::MAX as f64 + 1.0 {
+    /// Nanoseconds since the epoch to a stamp, saturating at the ends of the `i32` seconds
+    /// range, so the stamp is always well formed (`nanosec` below 1e9).
+    pub(crate) fn from_nanos(ns: i128) -> Time {
+        const NS: i128 = 1_000_000_000;
+        if ns >= (i32::MAX as i128 + 1) * NS {
             return Time {
                 sec: i32::MAX,
                 nanosec: 999_999_999,
             };
         }
-        if s < i32::MIN as f64 {
+        if ns < i32::MIN as i128 * NS {
             return Time {
                 sec: i32::MIN,
                 nanosec: 0,
             };
         }
-        let sec = s.floor();
         Time {
-            sec: sec as i32,
-            nanosec: ((s - sec) * 1e9).round().min(999_999_999.0) as u32,
+            sec: ns.div_euclid(NS) as i32,
+            nanosec: ns.rem_euclid(NS) as u32,
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn as_seconds(&self) -> f64 {
         self.sec as f64 + self.nanosec as f64 * 1e-9
     }
@@ -220,34 +218,24 @@ mod tests {
     use super::Time;
 
     #[test]
-    fn when_seconds_out_of_range_expect_stamp_saturated_and_well_formed() {
+    fn when_nanoseconds_out_of_range_expect_stamp_saturated_and_well_formed() {
+        let t = |sec, nanosec| Time { sec, nanosec };
+        assert_eq!(Time::from_nanos(1_250_000_000), t(1, 250_000_000));
+        assert_eq!(Time::from_nanos(-500_000_000), t(-1, 500_000_000));
+        assert_eq!(Time::from_nanos(-1), t(-1, 999_999_999));
+        let top = t(i32::MAX, 999_999_999);
         assert_eq!(
-            Time::from_seconds(1.25),
-            Time {
-                sec: 1,
-                nanosec: 250_000_000
-            }
+            Time::from_nanos((i32::MAX as i128 + 1) * 1_000_000_000 - 1),
+            top
+        );
+        assert_eq!(Time::from_nanos(1_000_000_000_000_000_000_000), top);
+        assert_eq!(
+            Time::from_nanos(i32::MIN as i128 * 1_000_000_000),
+            t(i32::MIN, 0)
         );
         assert_eq!(
-            Time::from_seconds(-0.5),
-            Time {
-                sec: -1,
-                nanosec: 500_000_000
-            }
+            Time::from_nanos(-1_000_000_000_000_000_000_000),
+            t(i32::MIN, 0)
         );
-        let top = Time {
-            sec: i32::MAX,
-            nanosec: 999_999_999,
-        };
-        assert_eq!(Time::from_seconds(1e12), top);
-        assert_eq!(Time::from_seconds(f64::INFINITY), top);
-        assert_eq!(
-            Time::from_seconds(-1e12),
-            Time {
-                sec: i32::MIN,
-                nanosec: 0
-            }
-        );
-        assert_eq!(Time::from_seconds(f64::NAN), Time::default());
     }
 }

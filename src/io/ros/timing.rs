@@ -1,38 +1,24 @@
 //! Time at the ROS edge: stamps between the ROS (wall) clock and pi0d's monotonic one, and what
 //! the ROS thread measures about its inputs' timing (latency, the senders' clock offsets).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use super::decode::InputError;
 use super::msgs;
 use crate::time::MonoTime;
 
-/// Stamps from ROS (wall clock) to the monotonic clock and back, from paired readings of both.
+/// Stamps from ROS (wall clock) to the monotonic clock and back, in integer nanoseconds on the
+/// process's one wall-clock offset (`time::wall_minus_mono_ns`): a stamp converted in and out
+/// again is the stamp that came in.
+#[derive(Debug)]
 pub(crate) struct ClockMap {
-    /// wall - monotonic, seconds.
-    offset_s: f64,
+    /// wall - monotonic, nanoseconds.
+    offset_ns: i128,
 }
-
-/// Paired readings taken; the tightest pair is kept.
-const CLOCK_READINGS: usize = 16;
 
 impl ClockMap {
     pub(crate) fn now() -> ClockMap {
-        // A wall reading between two monotonic ones: a thread preempted between them (at start-up
-        // on a busy machine, for milliseconds) would put the whole map off by that long, so the
-        // pair with the smallest gap is used, at its midpoint.
-        let mut best = (f64::INFINITY, 0.0);
-        for _ in 0..CLOCK_READINGS {
-            let before = MonoTime::now().as_nanos() as f64 * 1e-9;
-            let wall = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
-            let after = MonoTime::now().as_nanos() as f64 * 1e-9;
-            if after - before < best.0 {
-                best = (after - before, wall - (before + after) / 2.0);
-            }
+        ClockMap {
+            offset_ns: crate::time::wall_minus_mono_ns(),
         }
-        ClockMap { offset_s: best.1 }
     }
 
     /// A ROS stamp on the monotonic clock. Refused: nanoseconds out of range, and stamps before
@@ -44,18 +30,18 @@ impl ClockMap {
                 nanosec: t.nanosec,
             });
         }
-        let mono_s = t.as_seconds() - self.offset_s;
-        if mono_s.is_nan() || mono_s < 1e-9 {
+        let mono_ns = t.sec as i128 * 1_000_000_000 + t.nanosec as i128 - self.offset_ns;
+        if mono_ns < 1 {
             return Err(InputError::StampBeforeOrigin {
                 sec: t.sec,
                 nanosec: t.nanosec,
             });
         }
-        Ok(MonoTime::ZERO.offset_seconds(mono_s))
+        Ok(MonoTime::from_nanos(mono_ns.min(u64::MAX as i128) as u64))
     }
 
     pub(crate) fn to_ros(&self, t: MonoTime) -> msgs::Time {
-        msgs::Time::from_seconds(t.as_nanos() as f64 * 1e-9 + self.offset_s)
+        msgs::Time::from_nanos(t.as_nanos() as i128 + self.offset_ns)
     }
 }
 
@@ -150,21 +136,44 @@ impl SkewEstimator {
 mod tests {
 
     #[test]
-    fn when_two_clock_maps_are_made_expect_them_to_agree_within_a_millisecond() {
-        let (a, b) = (ClockMap::now(), ClockMap::now());
-        assert!(
-            (a.offset_s - b.offset_s).abs() < 1e-3,
-            "{} vs {}",
-            a.offset_s,
-            b.offset_s
-        );
+    fn when_a_stamp_goes_in_and_out_on_any_thread_expect_the_stamp_that_came_in() {
+        // The ROS thread, the camera thread and the recorder each make a map: they must be the
+        // same one, or a recorded frame's stamp is not the frame's.
+        let here = ClockMap::now();
+        let there = std::thread::spawn(ClockMap::now).join().unwrap();
+        let now = here.to_ros(MonoTime::now());
+        for (dsec, nanosec) in [(0, 0), (-3, 1), (-1, 999_999_999), (0, 123_456_789), (2, 7)] {
+            let t = msgs::Time {
+                sec: now.sec + dsec,
+                nanosec,
+            };
+            assert_eq!(there.to_ros(here.to_mono(&t).unwrap()), t);
+        }
         // And with the wall clock: a stamp of now maps to about now.
         let t = MonoTime::now();
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs_f64();
-        assert!((a.to_ros(t).as_seconds() - wall).abs() < 5e-3);
+        assert!((here.to_ros(t).as_seconds() - wall).abs() < 5e-3);
+    }
+
+    #[test]
+    fn when_a_stamp_is_malformed_or_before_the_origin_expect_it_refused() {
+        let map = ClockMap::now();
+        let bad = msgs::Time {
+            sec: 5,
+            nanosec: 1_000_000_000,
+        };
+        assert!(matches!(
+            map.to_mono(&bad),
+            Err(InputError::BadNanosec { .. })
+        ));
+        let early = msgs::Time { sec: 0, nanosec: 0 };
+        assert!(matches!(
+            map.to_mono(&early),
+            Err(InputError::StampBeforeOrigin { .. })
+        ));
     }
 
     use super::*;
