@@ -189,6 +189,21 @@ fn when_quantize_is_calibrated_expect_the_scales_in_the_checkpoint_and_every_mis
         "{text}"
     );
     assert!(!dir.join("bad").exists());
+    // Another model's inputs: the refusal says why this model cannot run them.
+    let other = root().join("tests/fixtures/cases/pi05_f32_1cam/inputs.safetensors");
+    let (code, text) = quantize(
+        &model,
+        &dir.join("bad"),
+        "w8",
+        &["--calibration", other.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("expected a `pi0d infer` inputs file for this checkpoint")
+            && text.contains("200 prompt tokens, the model takes at most 48"),
+        "{text}"
+    );
+    assert!(!dir.join("bad").exists());
 }
 
 #[test]

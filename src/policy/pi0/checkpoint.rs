@@ -78,11 +78,12 @@ pub enum CheckpointError {
         expected: Vec<usize>,
         found: Vec<usize>,
     },
-    #[error("{path}: tensor `{name}` has dtype {dtype}, expected F32, BF16 or F16")]
+    #[error("{path}: tensor `{name}` has dtype {dtype}, expected {expected}")]
     Dtype {
         path: PathBuf,
         name: String,
         dtype: String,
+        expected: &'static str,
     },
     #[error("{path}: tensor `{name}` holds a non-finite value at index {index}: refusing the checkpoint")]
     NonFinite {
@@ -515,6 +516,13 @@ impl Checkpoint {
             let m: super::quant::Manifest = serde_json::from_str(&text).map_err(|e| {
                 file_err(&quantized, format!("not a pi0d quantization manifest: {e}"))
             })?;
+            m.check_against(tensors.values().map(|e| (e.name.as_str(), e.dtype)))
+                .map_err(|why| {
+                    file_err(
+                        &quantized,
+                        format!("does not describe the checkpoint's weights: {why}"),
+                    )
+                })?;
             m.scheme == super::quant::Scheme::W8a8
         } else {
             false
@@ -573,6 +581,7 @@ impl Checkpoint {
             path: file.clone(),
             name: e.name.clone(),
             dtype: format!("{:?}", e.dtype),
+            expected: "F32, BF16 or F16",
         })?;
         Ok((e, dtype, file, map))
     }

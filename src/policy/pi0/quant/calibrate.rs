@@ -293,14 +293,13 @@ pub(crate) fn collect(
             i + 1,
             files.len()
         );
-        let refused = |reason: String| {
-            QuantizeError::Invalid(format!(
-                "--calibration {}: {reason} (expected a `pi0d infer` inputs file for this checkpoint)",
-                file.display()
-            ))
-        };
-        let batch = Batch::read(file, &model).map_err(|e| refused(e.to_string()))?;
-        try_run_batch(&model, &batch).map_err(|e| refused(e.to_string()))?;
+        let refused =
+            |source: Box<dyn std::error::Error + Send + Sync>| QuantizeError::CalibrationInputs {
+                path: file.clone(),
+                source,
+            };
+        let batch = Batch::read(file, &model).map_err(|e| refused(e.into()))?;
+        try_run_batch(&model, &batch).map_err(|e| refused(e.into()))?;
     }
     drop(model);
     Ok(recorder.finish())

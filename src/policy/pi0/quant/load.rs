@@ -80,7 +80,15 @@ impl Checkpoint {
                     block,
                 }))
             }
-            _ => Ok(LinearWeight::Float(self.take(names, &[out, inp])?)),
+            Dtype::F32 | Dtype::BF16 | Dtype::F16 => {
+                Ok(LinearWeight::Float(self.take(names, &[out, inp])?))
+            }
+            other => Err(CheckpointError::Dtype {
+                path: self.file_of(e).to_path_buf(),
+                name: e.name.clone(),
+                dtype: format!("{other:?}"),
+                expected: "F32, BF16 or F16, or I8 / U8 with its `_scale` (quantized)",
+            }),
         }
     }
 
@@ -141,6 +149,7 @@ impl Checkpoint {
                 path,
                 name: s.name.clone(),
                 dtype: format!("{:?}", s.dtype),
+                expected: "F32 (scales)",
             });
         }
         let scales: Vec<f32> = decode(self.bytes(s), WeightDtype::F32).collect();

@@ -214,6 +214,46 @@ pub struct Manifest {
     pub source: PathBuf,
 }
 
+impl Manifest {
+    /// Whether this manifest can describe a checkpoint whose linear weights are stored as
+    /// `tensors` (canonical name, dtype): the format is ours, and no weight holds integers its
+    /// scheme does not store (int8 in `w8`, `w8a8` and `w4`, whose uneven inputs stay int8;
+    /// packed int4 in `w4` alone). The scheme decides how int8 weights multiply, so a manifest
+    /// that contradicts the weights would run them as something they are not. Why not, naming
+    /// the tensor.
+    pub(crate) fn check_against<'a>(
+        &self,
+        tensors: impl IntoIterator<Item = (&'a str, safetensors::Dtype)>,
+    ) -> Result<(), String> {
+        use safetensors::Dtype;
+        if self.format != FORMAT {
+            return Err(format!("format `{}`, expected `{FORMAT}`", self.format));
+        }
+        for (name, dtype) in tensors {
+            if Group::of(name).is_none() {
+                continue;
+            }
+            let allowed = match dtype {
+                Dtype::I8 => matches!(self.scheme, Scheme::W8 | Scheme::W8a8 | Scheme::W4),
+                Dtype::U8 => self.scheme == Scheme::W4,
+                _ => true,
+            };
+            if !allowed {
+                let kind = if dtype == Dtype::I8 {
+                    "int8"
+                } else {
+                    "packed int4 (U8)"
+                };
+                return Err(format!(
+                    "tensor `{name}` holds {kind} values, which scheme `{}` does not store",
+                    self.scheme
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum QuantizeError {
     #[error(transparent)]
@@ -236,6 +276,13 @@ pub enum QuantizeError {
         tensor: String,
         #[source]
         source: pi0d_kernels::quant::QuantError,
+    },
+    /// A calibration file the model could not run on (why: the source).
+    #[error("--calibration {path}: expected a `pi0d infer` inputs file for this checkpoint")]
+    CalibrationInputs {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("{0}")]
     Invalid(String),

@@ -333,7 +333,83 @@ fn when_quantized_weights_or_their_scales_are_malformed_expect_load_error_naming
         s.1 = safetensors::Dtype::F16;
         s.3.truncate(s.3.len() / 2);
     });
-    assert!(e.contains(&scale) && e.contains("dtype F16"), "{e}");
+    assert!(
+        e.contains(&scale) && e.contains("has dtype F16, expected F32 (scales)"),
+        "{e}"
+    );
+    let e = case("i16-weight", &|t| {
+        let w = tensor(t, UP);
+        w.1 = safetensors::Dtype::I16;
+        w.3 = vec![0; w.3.len() * 2];
+    });
+    assert!(
+        e.contains(UP) && e.contains("has dtype I16, expected F32, BF16 or F16, or I8 / U8"),
+        "{e}"
+    );
+    // A manifest that is not ours, or whose scheme does not store the integers the weights
+    // hold (it decides how int8 weights multiply), is refused on opening, naming both.
+    let manifest = |name: &str, edit: &dyn Fn(&mut serde_json::Value)| {
+        let dir = tmp.join(name);
+        edited(&w4, &dir, |_| {});
+        let path = dir.join(MANIFEST);
+        let mut m: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        edit(&mut m);
+        std::fs::write(&path, m.to_string()).unwrap();
+        let e = Checkpoint::load(&dir).err().expect("refused");
+        format!("{:#}", anyhow::Error::from(e))
+    };
+    let e = manifest("other-format", &|m| m["format"] = "someone-else".into());
+    assert!(
+        e.contains(MANIFEST) && e.contains("format `someone-else`, expected `pi0d-quantized`"),
+        "{e}"
+    );
+    for scheme in ["w8", "w8a8", "bf16"] {
+        let e = manifest(&format!("says-{scheme}"), &|m| m["scheme"] = scheme.into());
+        assert!(
+            e.contains(MANIFEST)
+                && e.contains("packed int4 (U8) values, which scheme")
+                && e.contains(&format!("`{scheme}` does not store")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn when_an_int8_checkpoints_manifest_says_bf16_expect_it_refused_naming_a_tensor() {
+    let tmp = TempDir::new("quant-manifest-w8");
+    let w8 = tmp.join("w8");
+    quantize(&options(
+        &fixtures().join("pi0_float32"),
+        &w8,
+        Scheme::W8,
+        &[Group::Expert],
+    ))
+    .unwrap();
+    let path = w8.join(MANIFEST);
+    let text = std::fs::read_to_string(&path).unwrap();
+    // As written, it opens; as w8a8 too (the same integers, multiplied by int8 activations).
+    Checkpoint::load(&w8).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("\"scheme\": \"w8\"", "\"scheme\": \"w8a8\""),
+    )
+    .unwrap();
+    assert!(Checkpoint::load(&w8).unwrap().int8_activations);
+    std::fs::write(
+        &path,
+        text.replace("\"scheme\": \"w8\"", "\"scheme\": \"bf16\""),
+    )
+    .unwrap();
+    let e = format!(
+        "{:#}",
+        anyhow::Error::from(Checkpoint::load(&w8).err().unwrap())
+    );
+    assert!(
+        e.contains("gemma_expert.model.layers.")
+            && e.contains("holds int8 values, which scheme `bf16` does not store"),
+        "{e}"
+    );
 }
 
 /// The targets a calibrated scheme meets against lerobot's actions, on every fixture: (cosine
