@@ -4,6 +4,7 @@
 //! never mixes wall-clock and monotonic time. Transports convert foreign stamps at the edge.
 
 use std::fmt;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -50,35 +51,65 @@ impl MonoTime {
     }
 }
 
-/// Unix (wall-clock) time minus monotonic time, in nanoseconds, measured once per process.
+/// Unix (wall-clock) time minus monotonic time, in nanoseconds: one offset for the process.
 ///
 /// Every conversion between the two clocks (ROS stamps in, recorded and published stamps out)
 /// uses this one offset, so a stamp taken in and written back out is the stamp that came in. A
 /// map measured per thread would differ by however long a thread was preempted between its two
-/// readings: milliseconds on a busy machine, enough to misplace every recorded frame.
+/// readings: milliseconds on a busy machine, enough to misplace every recorded frame. It moves
+/// only when the wall clock is stepped (`remeasure_wall_offset`).
 pub(crate) fn wall_minus_mono_ns() -> i128 {
-    static OFFSET: OnceLock<i128> = OnceLock::new();
-    *OFFSET.get_or_init(|| {
-        // A wall reading between two monotonic ones; the pair with the smallest gap, at its
-        // midpoint.
-        let mut best = (u64::MAX, 0i128);
-        for _ in 0..CLOCK_READINGS {
-            let before = MonoTime::now().0;
-            let wall = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as i128);
-            let after = MonoTime::now().0;
-            if after - before < best.0 {
-                let mid = (before as i128 + after as i128) / 2;
-                best = (after - before, wall - mid);
-            }
-        }
-        best.1
-    })
+    offset_cell().load(Ordering::Relaxed) as i128
 }
 
-/// Paired readings taken for the wall-clock offset; the tightest pair is kept.
+/// Measures the offset again and takes it when the wall clock was stepped since (an NTP step
+/// once a board without a real-time clock finds the network, a person setting the date, a
+/// leap second): the step in seconds. Slewing moves both clocks alike and is no step. Without
+/// this, after a step every sender's stamp would look that far off for the rest of the run.
+pub(crate) fn remeasure_wall_offset() -> Option<f64> {
+    let cell = offset_cell();
+    let old = cell.load(Ordering::Relaxed);
+    let new = stepped(old, measure_wall_offset())?;
+    cell.store(new, Ordering::Relaxed);
+    Some((new - old) as f64 * 1e-9)
+}
+
+fn offset_cell() -> &'static AtomicI64 {
+    static OFFSET: OnceLock<AtomicI64> = OnceLock::new();
+    OFFSET.get_or_init(|| AtomicI64::new(measure_wall_offset().1))
+}
+
+/// The new offset if `measured` (the gap between its pair's monotonic readings, the offset)
+/// shows a step from `old`: more than `STEP_NS` apart, from a pair tight enough to tell (one
+/// preempted between its readings is no step).
+fn stepped(old: i64, (gap_ns, offset): (u64, i64)) -> Option<i64> {
+    (gap_ns <= MAX_PAIR_GAP_NS && offset.abs_diff(old) > STEP_NS).then_some(offset)
+}
+
+/// A change of the offset taken as a step of the wall clock.
+const STEP_NS: u64 = 1_000_000;
+/// The widest pair of readings a step is judged from.
+const MAX_PAIR_GAP_NS: u64 = 100_000;
+/// Paired readings taken for one measurement; the tightest pair is kept.
 const CLOCK_READINGS: usize = 16;
+
+/// A wall reading between two monotonic ones, the pair with the smallest gap, at its midpoint:
+/// (that gap, wall - monotonic), nanoseconds.
+fn measure_wall_offset() -> (u64, i64) {
+    let mut best = (u64::MAX, 0i64);
+    for _ in 0..CLOCK_READINGS {
+        let before = MonoTime::now().0;
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        let after = MonoTime::now().0;
+        if after - before < best.0 {
+            let mid = before / 2 + after / 2;
+            best = (after - before, wall - mid as i64);
+        }
+    }
+    best
+}
 
 impl std::ops::Add<Duration> for MonoTime {
     type Output = MonoTime;
@@ -118,6 +149,41 @@ pub(crate) fn sleep_until(deadline: MonoTime) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn when_the_wall_clock_is_stepped_expect_the_new_offset_and_nothing_else_moves_it() {
+        let old = 1_796_400_000_000_000_000i64;
+        // The same offset, or within a millisecond of it (what two measurements differ by):
+        // no step.
+        assert_eq!(stepped(old, (80, old)), None);
+        assert_eq!(stepped(old, (80, old + 999_999)), None);
+        assert_eq!(stepped(old, (80, old - 1_000_000)), None);
+        // Stepped, forward or back (an NTP step after boot is years; a leap second one).
+        assert_eq!(stepped(old, (80, old + 1_000_001)), Some(old + 1_000_001));
+        assert_eq!(
+            stepped(old, (100_000, old - 86_400_000_000_000)),
+            Some(old - 86_400_000_000_000)
+        );
+        // A measurement preempted between its readings tells nothing.
+        assert_eq!(stepped(old, (100_001, old + 5_000_000_000)), None);
+        assert_eq!(stepped(old, (u64::MAX, 0)), None);
+    }
+
+    #[test]
+    fn when_the_offset_is_measured_expect_the_wall_clock_on_the_monotonic_one() {
+        let (gap, offset) = measure_wall_offset();
+        assert!(
+            gap < 10_000_000,
+            "the tightest of 16 pairs was {gap} ns wide"
+        );
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i128;
+        let mapped = MonoTime::now().0 as i128 + wall_minus_mono_ns();
+        assert!((mapped - wall).abs() < 50_000_000, "{mapped} vs {wall}");
+        assert!((offset as i128 - wall_minus_mono_ns()).abs() < 50_000_000);
+    }
 
     #[test]
     fn when_sleeping_until_deadline_expect_wake_at_or_after_it() {

@@ -62,8 +62,6 @@ pub(crate) struct McapFile {
     ch: Channels,
     names: Vec<String>,
     node: String,
-    /// Unix time minus monotonic time, ns: stamps in the file are wall-clock times.
-    wall_offset_ns: i128,
     last_measured: MonoTime,
     last_events: [u64; SafetyEvent::COUNT],
     last_frames: Vec<MonoTime>,
@@ -200,9 +198,6 @@ impl McapFile {
             ch,
             names: topics.joint_names.clone(),
             node: topics.node.clone(),
-            // The process's one offset, the one the ROS edge converts stamps with: a frame's stamp
-            // is written as it came in.
-            wall_offset_ns: crate::time::wall_minus_mono_ns(),
             last_measured: MonoTime::ZERO,
             last_events: [0; SafetyEvent::COUNT],
             sequence: 0,
@@ -211,7 +206,9 @@ impl McapFile {
     }
 
     fn wall_ns(&self, t: MonoTime) -> u64 {
-        (t.as_nanos() as i128 + self.wall_offset_ns).max(0) as u64
+        // Stamps in the file are wall-clock times, on the process's one offset, the one the ROS
+        // edge converts stamps with: a frame's stamp is written as it came in.
+        (t.as_nanos() as i128 + crate::time::wall_minus_mono_ns()).max(0) as u64
     }
 
     fn ros_time(&self, t: MonoTime) -> msgs::Time {

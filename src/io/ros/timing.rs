@@ -6,19 +6,17 @@ use super::msgs;
 use crate::time::MonoTime;
 
 /// Stamps from ROS (wall clock) to the monotonic clock and back, in integer nanoseconds on the
-/// process's one wall-clock offset (`time::wall_minus_mono_ns`): a stamp converted in and out
-/// again is the stamp that came in.
+/// process's one wall-clock offset (`time::wall_minus_mono_ns`, read at each conversion so that
+/// a step of the wall clock is followed): a stamp converted in and out again is the stamp that
+/// came in.
 #[derive(Debug)]
 pub(crate) struct ClockMap {
-    /// wall - monotonic, nanoseconds.
-    offset_ns: i128,
+    _one_offset: (),
 }
 
 impl ClockMap {
     pub(crate) fn now() -> ClockMap {
-        ClockMap {
-            offset_ns: crate::time::wall_minus_mono_ns(),
-        }
+        ClockMap { _one_offset: () }
     }
 
     /// A ROS stamp on the monotonic clock. Refused: nanoseconds out of range, and stamps before
@@ -30,7 +28,8 @@ impl ClockMap {
                 nanosec: t.nanosec,
             });
         }
-        let mono_ns = t.sec as i128 * 1_000_000_000 + t.nanosec as i128 - self.offset_ns;
+        let mono_ns =
+            t.sec as i128 * 1_000_000_000 + t.nanosec as i128 - crate::time::wall_minus_mono_ns();
         if mono_ns < 1 {
             return Err(InputError::StampBeforeOrigin {
                 sec: t.sec,
@@ -41,7 +40,7 @@ impl ClockMap {
     }
 
     pub(crate) fn to_ros(&self, t: MonoTime) -> msgs::Time {
-        msgs::Time::from_nanos(t.as_nanos() as i128 + self.offset_ns)
+        msgs::Time::from_nanos(t.as_nanos() as i128 + crate::time::wall_minus_mono_ns())
     }
 }
 

@@ -148,6 +148,11 @@ impl<'a> Worker<'a> {
                 self.reset_service();
                 if now >= self.next_status {
                     self.next_status = now.offset_seconds(1.0);
+                    if let Some(step) = crate::time::remeasure_wall_offset() {
+                        tracing::warn!(
+                            "the wall clock was stepped by {step:.3} s: ROS stamps are taken on the new time from now on"
+                        );
+                    }
                     self.status(now);
                 }
                 std::thread::sleep(Duration::from_micros(500));
