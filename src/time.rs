@@ -153,8 +153,8 @@ mod tests {
     #[test]
     fn when_the_wall_clock_is_stepped_expect_the_new_offset_and_nothing_else_moves_it() {
         let old = 1_796_400_000_000_000_000i64;
-        // The same offset, or within a millisecond of it (what two measurements differ by):
-        // no step.
+        // The same offset, or within a millisecond of it (two measurements differ by
+        // microseconds): no step.
         assert_eq!(stepped(old, (80, old)), None);
         assert_eq!(stepped(old, (80, old + 999_999)), None);
         assert_eq!(stepped(old, (80, old - 1_000_000)), None);
