@@ -212,11 +212,7 @@ impl McapFile {
     }
 
     fn ros_time(&self, t: MonoTime) -> msgs::Time {
-        let ns = self.wall_ns(t);
-        msgs::Time {
-            sec: (ns / 1_000_000_000).min(i32::MAX as u64) as i32,
-            nanosec: (ns % 1_000_000_000) as u32,
-        }
+        msgs::Time::from_nanos(self.wall_ns(t) as i128)
     }
 
     fn put(
