@@ -15,7 +15,7 @@ use std::process::{Command, Output};
 
 use common::{
     assert_safe, edited_checkpoint, ort_library, recording_config, root, run_daemon, scratch_dir,
-    sim_model_config, with_backend,
+    sim_model_config, wide_mlp_checkpoint, with_backend,
 };
 use pi0d::config::OnnxOptions;
 use pi0d::policy::export::atc::{unsupported_ops, ATC_OPS};

@@ -97,3 +97,28 @@ fn when_denoising_with_int8_activations_expect_no_allocation() {
     drop(alone);
     check_dir(&out, "pi0_f32_2cam_batch2");
 }
+
+/// `w8a8` on wide MLPs rotates the down-projections' inputs (`x R`, in the same scratch as the
+/// division by scales), on both threads when a step's rows are many.
+#[test]
+fn when_denoising_with_rotated_int8_activations_expect_no_allocation() {
+    let alone = common::counting_alloc::exclusive();
+    let wide = common::wide_mlp_checkpoint("no-alloc", 2048);
+    let out = common::scratch_dir("no-alloc-w8a8-rotated").join("pi0-w8a8");
+    let m = quant::quantize(&QuantizeOptions {
+        checkpoint: wide.to_path_buf(),
+        out: out.clone(),
+        scheme: Scheme::W8a8,
+        block: 32,
+        groups: Group::DEFAULT.to_vec(),
+        calibration: Vec::new(),
+    })
+    .unwrap()
+    .manifest;
+    assert!(
+        m.rotated.iter().any(|n| n.contains("gemma_expert")),
+        "{m:?}"
+    );
+    drop(alone);
+    check_dir(&out, "pi0_f32_2cam_batch2");
+}

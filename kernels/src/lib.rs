@@ -6,10 +6,12 @@
 //!   portable micro-kernels picked at run time, rayon threads over output panels.
 //!   [`packed::int8`]: int8 x int8 products with int32 sums (`w8a8`: weights per output
 //!   channel, activations per row quantized inside the call), VNNI / AVX2 / sdot / smmla / NEON.
+//! - [`hadamard`]: the orthonormal rotation `w8a8` applies to a layer's inputs and weight.
 //! - [`quant`]: weight-only int8 (per output row) and int4 (per block) quantization, which
 //!   `packed` multiplies by in f32.
 //! - [`vecmath`]: vectorized `exp`, GELU (tanh), SiLU and softmax over slices.
 
+pub mod hadamard;
 pub mod packed;
 pub mod quant;
 pub mod vecmath;

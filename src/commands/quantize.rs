@@ -139,6 +139,12 @@ pub(crate) fn quantize(a: QuantizeArgs) -> Outcome {
             m.smoothed
         ));
     }
+    if !m.rotated.is_empty() {
+        say(&format!(
+            "  {} MLP down-projection(s) stored rotated (their inputs rotated before int8)",
+            m.rotated.len()
+        ));
+    }
     if !m.stored_as_w8.is_empty() {
         say(&format!(
             "  {} weight(s) whose input width is not a multiple of {} stored as w8: {}",

@@ -289,6 +289,63 @@ pub fn edited_checkpoint(
     dir
 }
 
+/// The golden pi0 fixture with every Gemma MLP (the language model's and the expert's) made
+/// `width` wide: its gate, up and down projections replaced by seeded random f32 values of the
+/// originals' spread (the down-projection's scaled to its wider input). pi0's real MLPs are 4096 and 16384 wide; the fixture's 64 and 128 are
+/// below where `w8a8` rotates the down-projections' inputs.
+pub fn wide_mlp_checkpoint(name: &str, width: usize) -> TempDir {
+    edited_checkpoint(&format!("wide-{name}"), |tensors| {
+        for (n, dtype, shape, bytes) in tensors.iter_mut() {
+            // Seeded by the name (FNV-1a): the same values whatever order the file lists.
+            let mut seed = n.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+            let gemma = n.contains(".language_model.") || n.contains(".gemma_expert.");
+            let part = [
+                ".mlp.gate_proj.weight",
+                ".mlp.up_proj.weight",
+                ".mlp.down_proj.weight",
+            ]
+            .iter()
+            .position(|p| n.ends_with(p));
+            let (true, Some(part)) = (gemma, part) else {
+                continue;
+            };
+            assert_eq!(*dtype, safetensors::Dtype::F32, "{n}");
+            let values: Vec<f32> = bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            let mut spread =
+                (values.iter().map(|v| v * v).sum::<f32>() / values.len() as f32).sqrt();
+            if part == 2 {
+                // The down-projection's output keeps its size over the wider input.
+                spread *= (shape[1] as f32 / width as f32).sqrt();
+            }
+            *shape = if part == 2 {
+                vec![shape[0], width]
+            } else {
+                vec![width, shape[1]]
+            };
+            let count = shape[0] * shape[1];
+            *bytes = (0..count)
+                .flat_map(|_| {
+                    // xorshift64*, a sum of four uniforms: near Gaussian, unit variance.
+                    let mut sum = 0.0f32;
+                    for _ in 0..4 {
+                        seed ^= seed >> 12;
+                        seed ^= seed << 25;
+                        seed ^= seed >> 27;
+                        let u = (seed.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32;
+                        sum += u / (1u64 << 24) as f32 - 0.5;
+                    }
+                    (sum * 3.0f32.sqrt() * spread).to_le_bytes()
+                })
+                .collect();
+        }
+    })
+}
+
 /// Cuts the f32 vector `name` of a safetensors file of f32 vectors (a lerobot normalizer's
 /// stats) to its first `keep` values, in place.
 pub fn truncate_f32_tensor(path: &Path, name: &str, keep: usize) {

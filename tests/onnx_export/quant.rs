@@ -454,3 +454,117 @@ fn when_a_calibrated_checkpoint_is_exported_expect_the_graphs_to_divide_by_its_i
         assert!(scales > 0, "{tag}: no input scales in the graphs");
     }
 }
+
+#[test]
+fn when_w8a8_meets_wide_mlps_expect_their_down_projections_rotated_on_the_cpu_and_in_the_graphs() {
+    // The golden pi0 with 1024-wide MLPs: `w8a8` stores each Gemma down-projection as `W R` and
+    // rotates its input. The CPU path and the graphs must both undo it; with the manifest's
+    // list of rotated weights removed, the same integers give other actions.
+    let case = "pi0_f32_2cam_batch2";
+    let wide = wide_mlp_checkpoint("rotated", 1024);
+    let q = scratch_dir("q-rotated-wide");
+    let _ = std::fs::remove_dir_all(&q);
+    let m = quantize(&QuantizeOptions {
+        checkpoint: wide.to_path_buf(),
+        out: q.to_path_buf(),
+        scheme: Scheme::W8a8,
+        block: 32,
+        groups: Group::DEFAULT.to_vec(),
+        calibration: Vec::new(),
+    })
+    .unwrap()
+    .manifest;
+    let bytes = std::fs::read(wide.join("model.safetensors")).unwrap();
+    let downs: std::collections::BTreeSet<String> = safetensors::SafeTensors::deserialize(&bytes)
+        .unwrap()
+        .names()
+        .into_iter()
+        .filter(|n| n.ends_with(".mlp.down_proj.weight") && !n.contains("vision"))
+        .map(|n| n.to_string())
+        .collect();
+    assert!(downs.len() >= 2, "{downs:?}");
+    assert_eq!(m.rotated, downs);
+
+    let float = cpu_actions(&wide, case);
+    let cpu = cpu_actions(&q, case);
+    let range = max_diff(&float, &vec![0.0; float.len()]);
+    assert!(range > 0.5, "actions too small to tell: {range}");
+    // The bounds `w8a8` to nearest is held to on the random golden pi0 this is made from;
+    // calibrated, the targets.
+    let within = |what: &str, got: &[f32], max: f32| {
+        let (cos, err) = (cosine(got, &float), max_diff(got, &float));
+        eprintln!("wide w8a8: {what} vs f32: cosine {cos:.6}, max {err:.2e} (of {range:.2})");
+        assert!(
+            cos >= 0.9999 && err <= max,
+            "{what}: cosine {cos}, max {err}"
+        );
+    };
+    within("CPU path", &cpu, 3e-2);
+
+    let graphs = scratch_dir("qx-rotated-wide");
+    let mut opts = options_for(case, &graphs, ExportDtype::F32, false);
+    opts.checkpoint = q.to_path_buf();
+    export(&opts).unwrap();
+    assert!(bytes_named(&graphs, &["hadamard.signs.1024"]) > 0);
+    // The graphs multiply the same int8 weights by f32 activations.
+    within("graphs", &run_graphs(&graphs, case), 3e-2);
+
+    // Calibrated on other cases' inputs: recorded rotated, so the smoothing search and GPTQ
+    // work on what the rotated weights will meet.
+    let c = scratch_dir("q-rotated-wide-calibrated");
+    let _ = std::fs::remove_dir_all(&c);
+    let m = quantize(&QuantizeOptions {
+        checkpoint: wide.to_path_buf(),
+        out: c.to_path_buf(),
+        scheme: Scheme::W8a8,
+        block: 32,
+        groups: Group::DEFAULT.to_vec(),
+        calibration: ["pi0_f32_1cam_short", "pi0_f32_3cam_masked"]
+            .map(|c| case_dir(c).join("inputs.safetensors"))
+            .to_vec(),
+    })
+    .unwrap()
+    .manifest;
+    assert_eq!(m.rotated, downs);
+    // Some rotated input also divided by its `s`: both orders, here and in the graphs.
+    assert!(
+        m.smoothing
+            .iter()
+            .any(|(k, a)| k.ends_with(".mlp.down_proj") && a.is_some()),
+        "{:?}",
+        m.smoothing
+    );
+    within("CPU path, calibrated", &cpu_actions(&c, case), 2e-2);
+    let calibrated_graphs = scratch_dir("qx-rotated-wide-calibrated");
+    let mut opts = options_for(case, &calibrated_graphs, ExportDtype::F32, false);
+    opts.checkpoint = c.to_path_buf();
+    export(&opts).unwrap();
+    within(
+        "graphs, calibrated",
+        &run_graphs(&calibrated_graphs, case),
+        2e-2,
+    );
+    let _ = std::fs::remove_dir_all(c);
+    let _ = std::fs::remove_dir_all(calibrated_graphs);
+
+    let manifest = q.join("quantization.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    json["rotated"] = serde_json::json!([]);
+    std::fs::write(&manifest, json.to_string()).unwrap();
+    let unrotated = cosine(&cpu_actions(&q, case), &float);
+    eprintln!("wide w8a8, rotation left out: cosine {unrotated:.4}");
+    assert!(unrotated < 0.99, "{unrotated}");
+    let _ = std::fs::remove_dir_all(q);
+    let _ = std::fs::remove_dir_all(graphs);
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    let n = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    dot / (n(a) * n(b))
+}

@@ -3,7 +3,7 @@
 //! `model.safetensors`. Files are memory-mapped; each tensor is decoded (f32, bf16 or f16) once
 //! into f32. Names are looked up with the aliases real exports use.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -345,6 +345,9 @@ pub struct Checkpoint {
     /// Its `quantization.json` asks for int8 activations (`w8a8`): the int8 weights are
     /// multiplied by activations quantized per token.
     pub(crate) int8_activations: bool,
+    /// The linear weights (canonical names) its manifest says are stored rotated (`W R`):
+    /// their inputs are rotated the same way before they are multiplied.
+    pub(crate) rotated: HashSet<String>,
     /// Set while `pi0d quantize --calibration` runs the float model: its linear layers report
     /// their inputs here.
     pub(crate) calibration: Option<Arc<super::quant::calibrate::Recorder>>,
@@ -511,7 +514,7 @@ impl Checkpoint {
             None
         };
         let quantized = dir.join(super::quant::MANIFEST);
-        let int8_activations = if quantized.exists() {
+        let (int8_activations, rotated) = if quantized.exists() {
             let text = read_text(&quantized, "a JSON file")?;
             let m: super::quant::Manifest = serde_json::from_str(&text).map_err(|e| {
                 file_err(&quantized, format!("not a pi0d quantization manifest: {e}"))
@@ -523,15 +526,17 @@ impl Checkpoint {
                         format!("does not describe the checkpoint's weights: {why}"),
                     )
                 })?;
-            m.scheme == super::quant::Scheme::W8a8
+            let rotated = m.rotated.iter().map(|n| canonical(n).to_string()).collect();
+            (m.scheme == super::quant::Scheme::W8a8, rotated)
         } else {
-            false
+            (false, HashSet::new())
         };
         Ok(Checkpoint {
             path: path.to_path_buf(),
             config,
             arch_file,
             int8_activations,
+            rotated,
             calibration: None,
             maps,
             tensors,

@@ -16,6 +16,7 @@ pub(crate) mod preprocess;
 pub mod quant;
 pub mod tensorfile;
 
+pub(crate) use pi0d_kernels::hadamard;
 pub use pi0d_kernels::packed;
 pub(crate) use pi0d_kernels::vecmath;
 

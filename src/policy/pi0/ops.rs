@@ -5,6 +5,7 @@ use super::checkpoint::{Checkpoint, CheckpointError, Tensor, WeightDtype};
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 
+use super::hadamard;
 use super::packed::int8::{I8Activations, PackedI8Matrix};
 use super::packed::{PackedMatrix, Storage};
 use super::quant::calibrate::{observe, observe_output, InputStats};
@@ -24,6 +25,9 @@ pub(crate) struct Linear {
     /// A calibrated checkpoint's `1 / s` per input channel: the weight was stored as
     /// `W diag(s)`, so the input is multiplied by this first.
     pub(crate) input_scale: Option<Box<[f32]>>,
+    /// The weight was stored rotated (`W R`, `w8a8`; `R` in `hadamard`): the input is rotated first (then
+    /// divided by `input_scale`'s `s`, which calibration chose on rotated inputs).
+    pub(crate) rotated: bool,
     /// Calibration only: where this layer reports its inputs.
     observer: Option<Arc<Mutex<InputStats>>>,
 }
@@ -77,10 +81,9 @@ impl Linear {
         let wr: Vec<&str> = wn.iter().map(String::as_str).collect();
         let w = ck.take_linear(&wr, out_dim, in_dim)?;
         let input_scale = ck.input_scale(&wr, in_dim)?;
-        let observer = match &ck.calibration {
-            Some(r) => Some(r.layer(&ck.find(&wr)?.name)),
-            None => None,
-        };
+        let name = &ck.find(&wr)?.name;
+        let rotated = ck.rotated.contains(name);
+        let observer = ck.calibration.as_ref().map(|r| r.linear(name, in_dim));
         let b = if bias {
             let bn: Vec<String> = names.iter().map(|n| format!("{n}.bias")).collect();
             let br: Vec<&str> = bn.iter().map(String::as_str).collect();
@@ -107,6 +110,7 @@ impl Linear {
             out_dim,
             in_dim,
             input_scale,
+            rotated,
             observer,
         })
     }
@@ -120,6 +124,7 @@ impl Linear {
             out_dim,
             in_dim,
             input_scale: None,
+            rotated: false,
             observer: None,
         }
     }
@@ -130,20 +135,21 @@ impl Linear {
         if let Some(stats) = &self.observer {
             observe(stats, x, rows, self.in_dim);
         }
-        let Some(inv) = &self.input_scale else {
+        if self.input_scale.is_none() && !self.rotated {
             return self.product(x, rows, out, threads);
-        };
+        }
         let n = rows * self.in_dim;
         let scaled = |buf: &mut Vec<f32>| {
             if buf.len() < n {
                 buf.resize(n, 0.0);
             }
-            for (row, src) in buf[..n]
-                .chunks_exact_mut(self.in_dim)
-                .zip(x.chunks_exact(self.in_dim))
-            {
-                for ((d, v), i) in row.iter_mut().zip(src).zip(inv.iter()) {
-                    *d = v * i;
+            buf[..n].copy_from_slice(&x[..n]);
+            if self.rotated {
+                hadamard::rotate_rows(&mut buf[..n], self.in_dim, threads);
+            }
+            if let Some(inv) = &self.input_scale {
+                for row in buf[..n].chunks_exact_mut(self.in_dim) {
+                    row.iter_mut().zip(inv.iter()).for_each(|(v, i)| *v *= i);
                 }
             }
         };
@@ -203,7 +209,7 @@ pub(crate) struct Probe(Option<Arc<Mutex<InputStats>>>);
 impl Probe {
     /// The probe of the norm `name` while `ck` is being calibrated, else none.
     pub(crate) fn of(ck: &Checkpoint, name: &str) -> Probe {
-        Probe(ck.calibration.as_ref().map(|r| r.layer(name)))
+        Probe(ck.calibration.as_ref().map(|r| r.norm(name)))
     }
 
     fn see(&self, x: &[f32], dim: usize) {

@@ -16,6 +16,7 @@ use super::builder::{attr_int, attr_ints, F32Source, GraphBuilder, ProbeKind};
 use super::proto::data_type;
 use super::ExportError;
 use crate::policy::pi0::checkpoint::Checkpoint;
+use crate::policy::pi0::hadamard;
 use crate::policy::pi0::model::{Arch, Variant, EXPERT, LM, LM_HEAD, PROJECTOR, VISION};
 use crate::policy::pi0::ops::RMS_EPS;
 use crate::policy::pi0::quant::calibrate::group_of;
@@ -222,7 +223,14 @@ impl<'a> Pi0GraphBuilder<'a> {
             .iter()
             .map(|p| ck.contains(&format!("{}.weight{INPUT_SCALE}", p.0)))
             .collect();
-        if forms.iter().any(|f| *f != forms[0]) || scaled.iter().any(|s| *s != scaled[0]) {
+        let rotated: Vec<bool> = parts
+            .iter()
+            .map(|p| ck.rotated.contains(&format!("{}.weight", p.0)))
+            .collect();
+        if forms.iter().any(|f| *f != forms[0])
+            || scaled.iter().any(|s| *s != scaled[0])
+            || rotated.iter().any(|r| *r != rotated[0])
+        {
             // Parts stored differently (a w4 checkpoint keeps some weights w8): one product
             // each.
             return parts
@@ -230,6 +238,14 @@ impl<'a> Pi0GraphBuilder<'a> {
                 .map(|&(name, out)| self.linear(g, x, name, out, inp, bias))
                 .collect();
         }
+        let rotated_x;
+        let x = if rotated[0] {
+            // `w8a8`'s rotated layers: the weight is stored as `W R`, so the input is `x R`.
+            rotated_x = self.rotate(g, x, inp);
+            rotated_x.as_str()
+        } else {
+            x
+        };
         let scaled_x;
         let x = if scaled[0] {
             // Calibrated (`pi0d quantize --calibration`): the weight is stored as `W diag(s)`,
@@ -340,6 +356,80 @@ impl<'a> Pi0GraphBuilder<'a> {
         bias: bool,
     ) -> String {
         self.linears(g, x, &[(base, out)], inp, bias).remove(0)
+    }
+
+    /// `x R` over `x`'s last axis of `k` (`pi0d_kernels::hadamard`: each channel's sign, then
+    /// a Walsh-Hadamard transform per block of the binary expansion of `k`). A block of
+    /// `n = a b` is `H_a X H_b` on the block reshaped to `[a, b]` (Sylvester's `H_n` is
+    /// `H_a ⊗ H_b`): two small MatMuls instead of an `n x n` one.
+    fn rotate(&self, g: &mut GraphBuilder<'a>, x: &str, k: usize) -> String {
+        let ct = self.ct();
+        let constant = |g: &mut GraphBuilder<'a>, name: String, dims: &[usize], v: Vec<f32>| {
+            let w = g.weight(
+                &name,
+                dims,
+                data_type::FLOAT,
+                Box::new(move || Ok(v.clone())),
+            );
+            Self::cast(g, &w, data_type::FLOAT, ct)
+        };
+        let signs = constant(
+            g,
+            format!("hadamard.signs.{k}"),
+            &[k],
+            (0..k).map(hadamard::sign).collect(),
+        );
+        let signed = g.op("Mul", &[x, &signs], vec![]);
+        let shape = g.op("Shape", &[x], vec![]);
+        let blocks: Vec<(usize, usize)> = hadamard::blocks(k).collect();
+        let pieces = if blocks.len() == 1 {
+            vec![signed]
+        } else {
+            let sizes: Vec<i64> = blocks.iter().map(|b| b.1 as i64).collect();
+            let split = g.i64s(&sizes);
+            g.op_n(
+                "Split",
+                &[&signed, &split],
+                blocks.len(),
+                vec![attr_int("axis", -1)],
+            )
+        };
+        let mut turned = Vec::with_capacity(pieces.len());
+        for (piece, &(_, n)) in pieces.iter().zip(&blocks) {
+            let a = 1usize << (n.trailing_zeros() / 2);
+            let b = n / a;
+            let h = |g: &mut GraphBuilder<'a>, m: usize| {
+                let scale = 1.0 / (m as f32).sqrt();
+                let v = (0..m * m)
+                    .map(|ij| {
+                        let odd = ((ij / m) & (ij % m)).count_ones() % 2 == 1;
+                        if odd {
+                            -scale
+                        } else {
+                            scale
+                        }
+                    })
+                    .collect();
+                constant(g, format!("hadamard.{m}"), &[m, m], v)
+            };
+            let (ha, hb) = (h(g, a), h(g, b));
+            let grid = Self::reshape_i64(g, piece, &[-1, a as i64, b as i64]);
+            let right = g.op("MatMul", &[&grid, &hb], vec![]);
+            let both = g.op("MatMul", &[&ha, &right], vec![]);
+            turned.push(Self::reshape_i64(g, &both, &[-1, n as i64]));
+        }
+        let joined = if turned.len() == 1 {
+            turned.remove(0)
+        } else {
+            let refs: Vec<&str> = turned.iter().map(String::as_str).collect();
+            g.op("Concat", &refs, vec![attr_int("axis", -1)])
+        };
+        g.op("Reshape", &[&joined, &shape], vec![])
+    }
+
+    fn reshape_i64(g: &mut GraphBuilder<'a>, x: &str, shape: &[i64]) -> String {
+        let s = g.i64s(shape);
+        g.op("Reshape", &[x, &s], vec![])
     }
 
     fn reshape(g: &mut GraphBuilder<'a>, x: &str, shape: &[usize]) -> String {

@@ -24,9 +24,10 @@ use pi0d_kernels::packed::PackedMatrix;
 use pi0d_kernels::quant::{dequantize_i4, dequantize_i8};
 
 use super::gptq::{rounded_i4, rounded_i8, Gram};
-use super::{Group, QuantizeError, Scheme};
+use super::{rotates, Group, QuantizeError, Scheme};
 use crate::policy::pi0::checkpoint::{decode, Checkpoint, WeightDtype};
 use crate::policy::pi0::config_json::ArchOverrides;
+use crate::policy::pi0::hadamard;
 use crate::policy::pi0::infer::{try_run_batch, Batch};
 use crate::policy::pi0::model::Pi0Model;
 
@@ -58,6 +59,8 @@ pub(crate) struct InputStats {
     rng: u64,
     /// `X^T X` over every row (GPTQ's rounding), when the recorder keeps it.
     gram: Option<Gram>,
+    /// The rows are recorded rotated (`x R`), as the quantized layer will multiply them.
+    rotated: bool,
 }
 
 /// Input rows of width `k` a layer's sample keeps.
@@ -67,6 +70,15 @@ fn sample_cap(k: usize) -> usize {
 
 impl InputStats {
     fn record(&mut self, x: &[f32], rows: usize, k: usize) {
+        if self.rotated {
+            let mut turned = x[..rows * k].to_vec();
+            hadamard::rotate_rows(&mut turned, k, 1);
+            return self.record_as_is(&turned, rows, k);
+        }
+        self.record_as_is(x, rows, k)
+    }
+
+    fn record_as_is(&mut self, x: &[f32], rows: usize, k: usize) {
         if self.absmax.is_empty() {
             self.k = k;
             self.absmax = vec![0.0; k];
@@ -130,13 +142,14 @@ impl InputStats {
 }
 
 /// What calibration is for: the activations' ranges only (`pi0d export --calibration`), or
-/// quantizing (the ranges, a sample of rows and GPTQ's `X^T X`, which takes `k x 256` values a
-/// layer and a product per row).
+/// quantizing in a scheme (the ranges, a sample of rows and GPTQ's `X^T X`, which takes
+/// `k x 256` values a layer and a product per row; under `w8a8`, the layers it rotates
+/// recorded rotated).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Purpose {
     #[default]
     Ranges,
-    Quantizing,
+    Quantizing(Scheme),
 }
 
 /// Where the float model's layers report their inputs while calibration runs: set on the
@@ -155,15 +168,27 @@ impl Recorder {
         }
     }
 
-    /// The statistics layer `name` (its weight's canonical name) records into.
-    pub(crate) fn layer(&self, name: &str) -> Arc<Mutex<InputStats>> {
+    /// The statistics norm `name` (its weight's canonical name) records its input into.
+    pub(crate) fn norm(&self, name: &str) -> Arc<Mutex<InputStats>> {
+        self.layer(name, false)
+    }
+
+    /// The statistics linear layer `name` (its weight's canonical name), `k` inputs wide,
+    /// records its inputs into: rotated where the scheme will rotate them.
+    pub(crate) fn linear(&self, name: &str, k: usize) -> Arc<Mutex<InputStats>> {
+        let rotated = self.purpose == Purpose::Quantizing(Scheme::W8a8) && rotates(name, k);
+        self.layer(name, rotated)
+    }
+
+    fn layer(&self, name: &str, rotated: bool) -> Arc<Mutex<InputStats>> {
         let mut layers = self.layers.lock().unwrap_or_else(PoisonError::into_inner);
-        let gram = (self.purpose == Purpose::Quantizing).then(Gram::default);
+        let gram = matches!(self.purpose, Purpose::Quantizing(_)).then(Gram::default);
         layers
             .entry(name.to_string())
             .or_insert_with(|| {
                 Arc::new(Mutex::new(InputStats {
                     gram,
+                    rotated,
                     ..InputStats::default()
                 }))
             })
@@ -425,8 +450,12 @@ pub(crate) fn choose(
                     stats.k
                 )));
             }
-            let w: Vec<f32> = decode(ck.bytes(e), dtype).collect();
+            let mut w: Vec<f32> = decode(ck.bytes(e), dtype).collect();
             ck.release(e);
+            // The rows were recorded as the stored weight will meet them.
+            if stats.rotated {
+                hadamard::rotate_rows(&mut w, k, threads);
+            }
             weights.push((name.to_string(), w, n, *target));
         }
         let (alpha, s) = search(stats, &weights, scheme, threads)?;

@@ -412,6 +412,68 @@ fn when_an_int8_checkpoints_manifest_says_bf16_expect_it_refused_naming_a_tensor
     );
 }
 
+#[test]
+fn when_a_manifest_lists_a_rotated_weight_that_cannot_be_expect_it_refused_naming_it() {
+    let tmp = TempDir::new("quant-manifest-rotated");
+    let dir = tmp.join("w8a8");
+    quantize(&options(
+        &fixtures().join("pi0_float32"),
+        &dir,
+        Scheme::W8a8,
+        &[Group::Expert],
+    ))
+    .unwrap();
+    let path = dir.join(MANIFEST);
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    // The fixture's MLPs are narrower than any rotated one.
+    assert!(written.get("rotated").is_none(), "{written}");
+    let layer = |part: &str, n: usize| format!("model.paligemma_with_expert.{part}.layers.{n}");
+    let down = format!("{}.mlp.down_proj.weight", layer("gemma_expert.model", 0));
+    let with = |scheme: &str, rotated: &str| {
+        let mut m = written.clone();
+        m["scheme"] = scheme.into();
+        m["rotated"] = serde_json::json!([rotated]);
+        std::fs::write(&path, m.to_string()).unwrap();
+        Checkpoint::load(&dir).map(|ck| ck.rotated.clone())
+    };
+    let taken = with("w8a8", &down).unwrap();
+    assert!(
+        taken.contains(down.strip_prefix("model.").unwrap()),
+        "{taken:?}"
+    );
+    for (scheme, rotated, expected) in [
+        ("w8", down.clone(), "scheme `w8` rotates nothing"),
+        (
+            "w8a8",
+            format!("{}.input_layernorm.weight", layer("gemma_expert.model", 0)),
+            "not an int8 linear weight",
+        ),
+        (
+            "w8a8",
+            format!(
+                "{}.mlp.down_proj.weight",
+                layer("paligemma.model.language_model", 0)
+            ),
+            "not an int8 linear weight",
+        ),
+        (
+            "w8a8",
+            format!("{}.mlp.down_proj.weight", layer("gemma_expert.model", 99)),
+            "not an int8 linear weight",
+        ),
+    ] {
+        let e = format!(
+            "{:#}",
+            anyhow::Error::from(with(scheme, &rotated).unwrap_err())
+        );
+        assert!(
+            e.contains(MANIFEST) && e.contains(&rotated) && e.contains(expected),
+            "{e}"
+        );
+    }
+}
+
 /// The targets a calibrated scheme meets against lerobot's actions, on every fixture: (cosine
 /// at least, max abs error at most).
 fn targets(scheme: Scheme) -> (f64, f32) {
@@ -592,7 +654,7 @@ fn hil_calibration() -> calibrate::Calibration {
     use crate::policy::pi0::quant::calibrate::Recorder;
     use std::sync::Arc;
     let src = fixtures().join(HIL);
-    let recorder = Arc::new(Recorder::new(calibrate::Purpose::Quantizing));
+    let recorder = Arc::new(Recorder::new(calibrate::Purpose::Quantizing(Scheme::W8)));
     let mut p = Pi0Pipeline::load_observed(
         &PipelineOptions {
             checkpoint: src.clone(),
@@ -710,7 +772,13 @@ fn when_the_shapes_come_from_an_arch_file_elsewhere_expect_calibration_to_use_th
     // For ranges only, no GPTQ sums are kept; for quantizing, every linear layer's.
     let up = format!("paligemma_with_expert.{UP}");
     assert!(with.gram(&up).is_none());
-    let quantizing =
-        calibrate::collect_any(&src, None, &inputs, calibrate::Purpose::Quantizing, 2).unwrap();
+    let quantizing = calibrate::collect_any(
+        &src,
+        None,
+        &inputs,
+        calibrate::Purpose::Quantizing(Scheme::W8),
+        2,
+    )
+    .unwrap();
     assert!(quantizing.gram(&up).is_some());
 }

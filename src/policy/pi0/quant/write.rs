@@ -14,8 +14,9 @@ use super::calibrate::{self, Smoothing, Target};
 use super::fold::{fold, Folds};
 use super::gptq::{rounded_i4, rounded_i8, Gram};
 use super::load::INPUT_SCALE;
-use super::{Group, Manifest, QuantizeError, Rounding, Scheme, FORMAT, MANIFEST};
+use super::{rotates, Group, Manifest, QuantizeError, Rounding, Scheme, FORMAT, MANIFEST};
 use crate::policy::pi0::checkpoint::{decode, Checkpoint, Entry, WeightDtype};
+use crate::policy::pi0::hadamard;
 use crate::policy::staging::Staging;
 
 #[derive(Clone, Debug)]
@@ -50,6 +51,8 @@ enum Source<'a> {
         form: Form,
         part: Part,
         smooth: Option<&'a [f32]>,
+        /// Stored as `W R` (`w8a8`'s rotated layers), before `smooth`.
+        rotated: bool,
         /// Its inputs' sums from calibration (GPTQ's rounding); none: to nearest.
         gram: Option<&'a Gram>,
     },
@@ -93,7 +96,7 @@ impl View for &OutTensor<'_> {
         &self.shape
     }
     fn data(&self) -> Cow<'_, [u8]> {
-        let (entry, dtype, form, part, smooth, gram) = match &self.source {
+        let (entry, dtype, form, part, smooth, rotated, gram) = match &self.source {
             Source::Copy(e) => return Cow::Borrowed(self.ck.bytes(e)),
             Source::Floats(v) => return Cow::Owned(f32_bytes(v)),
             Source::Quantized {
@@ -102,12 +105,17 @@ impl View for &OutTensor<'_> {
                 form,
                 part,
                 smooth,
+                rotated,
                 gram,
-            } => (*entry, *dtype, *form, *part, *smooth, *gram),
+            } => (*entry, *dtype, *form, *part, *smooth, *rotated, *gram),
         };
         let mut w: Vec<f32> = decode(self.ck.bytes(entry), dtype).collect();
         self.ck.release(entry);
         let (n, k) = (entry.shape[0], entry.shape[1]);
+        // `x W^T = (x R D^-1)(W R D)^T`, `D = diag(s)`: the model rotates, then divides by `s`.
+        if rotated {
+            hadamard::rotate_rows(&mut w, k, threads());
+        }
         if let Some(s) = smooth {
             for row in w.chunks_exact_mut(k) {
                 row.iter_mut().zip(s).for_each(|(v, d)| *v *= d);
@@ -232,7 +240,7 @@ fn smoothing(
             &opts.checkpoint,
             None,
             &opts.calibration,
-            calibrate::Purpose::Quantizing,
+            calibrate::Purpose::Quantizing(opts.scheme),
             threads,
         )?,
     };
@@ -293,6 +301,7 @@ pub(crate) fn quantize_with(
     let (mut count, mut before, mut after) = (0, 0u64, 0u64);
     let mut stored_as_w8 = Vec::new();
     let mut smoothed = 0;
+    let mut rotated_names = BTreeSet::new();
     let mut entries: Vec<&Entry> = ck.entries().collect();
     entries.sort_by(|a, b| a.stored.cmp(&b.stored));
     for e in entries {
@@ -342,12 +351,17 @@ pub(crate) fn quantize_with(
             .and_then(|s| s.scales.get(&e.name))
             .map(Vec::as_slice);
         let gram = cal.as_ref().and_then(|c| c.gram(&e.name));
+        let rotated = opts.scheme == Scheme::W8a8 && rotates(&e.name, k);
+        if rotated {
+            rotated_names.insert(e.stored.clone());
+        }
         let quantized = |part| Source::Quantized {
             entry: e,
             dtype,
             form,
             part,
             smooth,
+            rotated,
             gram,
         };
         let (values, scales) = match form {
@@ -452,6 +466,7 @@ pub(crate) fn quantize_with(
         smoothed,
         folded_norms: folds.stored,
         smoothing: smoothing.map(|s| s.chosen).unwrap_or_default(),
+        rotated: rotated_names,
         tensors: count,
         bytes_before: before,
         bytes_after: after,
