@@ -104,7 +104,8 @@ fn when_denoising_with_int8_activations_expect_no_allocation() {
 fn when_denoising_with_rotated_int8_activations_expect_no_allocation() {
     let alone = common::counting_alloc::exclusive();
     let wide = common::wide_mlp_checkpoint("no-alloc", 2048);
-    let out = common::scratch_dir("no-alloc-w8a8-rotated").join("pi0-w8a8");
+    let dir = common::scratch_dir("no-alloc-w8a8-rotated");
+    let out = dir.join("pi0-w8a8");
     let m = quant::quantize(&QuantizeOptions {
         checkpoint: wide.to_path_buf(),
         out: out.clone(),
