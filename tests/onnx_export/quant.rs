@@ -457,11 +457,12 @@ fn when_a_calibrated_checkpoint_is_exported_expect_the_graphs_to_divide_by_its_i
 
 #[test]
 fn when_w8a8_meets_wide_mlps_expect_their_down_projections_rotated_on_the_cpu_and_in_the_graphs() {
-    // The golden pi0 with 1024-wide MLPs: `w8a8` stores each Gemma down-projection as `W R` and
-    // rotates its input. The CPU path and the graphs must both undo it; with the manifest's
-    // list of rotated weights removed, the same integers give other actions.
+    // The golden pi0 with 1536-wide MLPs (rotated in two blocks, 1024 and 512): `w8a8` stores
+    // each Gemma down-projection as `W R` and rotates its input. The CPU path and the graphs
+    // must both undo it; with the manifest's list of rotated weights removed, the same
+    // integers give other actions.
     let case = "pi0_f32_2cam_batch2";
-    let wide = wide_mlp_checkpoint("rotated", 1024);
+    let wide = wide_mlp_checkpoint("rotated", 1536);
     let q = scratch_dir("q-rotated-wide");
     let _ = std::fs::remove_dir_all(&q);
     let m = quantize(&QuantizeOptions {
@@ -505,7 +506,7 @@ fn when_w8a8_meets_wide_mlps_expect_their_down_projections_rotated_on_the_cpu_an
     let mut opts = options_for(case, &graphs, ExportDtype::F32, false);
     opts.checkpoint = q.to_path_buf();
     export(&opts).unwrap();
-    assert!(bytes_named(&graphs, &["hadamard.signs.1024"]) > 0);
+    assert!(bytes_named(&graphs, &["hadamard.signs.1536"]) > 0);
     // The graphs multiply the same int8 weights by f32 activations.
     within("graphs", &run_graphs(&graphs, case), 3e-2);
 
