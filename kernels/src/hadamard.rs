@@ -28,6 +28,21 @@ pub fn blocks(k: usize) -> impl Iterator<Item = (usize, usize)> {
         })
 }
 
+/// The `size x size` orthonormal Sylvester Hadamard matrix (`size` a power of two), row-major:
+/// entry `(i, j)` is `(-1)^popcount(i & j) / sqrt(size)`, what `transform` multiplies by.
+pub fn matrix(size: usize) -> Vec<f32> {
+    let scale = 1.0 / (size as f32).sqrt();
+    (0..size * size)
+        .map(|ij| {
+            if ((ij / size) & (ij % size)).count_ones().is_multiple_of(2) {
+                scale
+            } else {
+                -scale
+            }
+        })
+        .collect()
+}
+
 /// Values below which rows are rotated on the calling thread alone.
 const MIN_PARALLEL_VALUES: usize = 1 << 16;
 
@@ -94,16 +109,6 @@ fn transform(v: &mut [f32]) {
 mod tests {
     use super::*;
 
-    /// Entry `(i, j)` of the Sylvester Hadamard matrix of any power-of-two size, unscaled:
-    /// `(-1)^popcount(i & j)`.
-    fn sylvester(i: usize, j: usize) -> f32 {
-        if (i & j).count_ones().is_multiple_of(2) {
-            1.0
-        } else {
-            -1.0
-        }
-    }
-
     fn values(n: usize, seed: u32) -> Vec<f32> {
         let mut s = seed;
         (0..n)
@@ -146,11 +151,11 @@ mod tests {
             rotate_rows(&mut got, k, 1);
             for r in 0..rows {
                 for (first, size) in blocks(k) {
+                    let h = matrix(size);
                     for j in 0..size {
                         let want: f32 = (0..size)
-                            .map(|i| x[r * k + first + i] * sign(first + i) * sylvester(i, j))
-                            .sum::<f32>()
-                            / (size as f32).sqrt();
+                            .map(|i| x[r * k + first + i] * sign(first + i) * h[i * size + j])
+                            .sum();
                         let g = got[r * k + first + j];
                         assert!(
                             (g - want).abs() < 1e-5,

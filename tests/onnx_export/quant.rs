@@ -463,18 +463,31 @@ fn when_w8a8_meets_wide_mlps_expect_their_down_projections_rotated_on_the_cpu_an
     // integers give other actions.
     let case = "pi0_f32_2cam_batch2";
     let wide = wide_mlp_checkpoint("rotated", 1536);
-    let q = scratch_dir("q-rotated-wide");
-    let _ = std::fs::remove_dir_all(&q);
-    let m = quantize(&QuantizeOptions {
-        checkpoint: wide.to_path_buf(),
-        out: q.to_path_buf(),
-        scheme: Scheme::W8a8,
-        block: 32,
-        groups: Group::DEFAULT.to_vec(),
-        calibration: Vec::new(),
-    })
-    .unwrap()
-    .manifest;
+    // `w8a8` of the wide checkpoint into a fresh scratch directory `name`.
+    let w8a8 = |name: &str, calibration: Vec<PathBuf>| {
+        let out = scratch_dir(name);
+        let _ = std::fs::remove_dir_all(&out);
+        let m = quantize(&QuantizeOptions {
+            checkpoint: wide.to_path_buf(),
+            out: out.to_path_buf(),
+            scheme: Scheme::W8a8,
+            block: 32,
+            groups: Group::DEFAULT.to_vec(),
+            calibration,
+        })
+        .unwrap()
+        .manifest;
+        (out, m)
+    };
+    // The actions of `checkpoint`'s graphs, exported into scratch directory `name`.
+    let graphs_of = |checkpoint: &Path, name: &str| {
+        let graphs = scratch_dir(name);
+        let mut opts = options_for(case, &graphs, ExportDtype::F32, false);
+        opts.checkpoint = checkpoint.to_path_buf();
+        export(&opts).unwrap();
+        (run_graphs(&graphs, case), graphs)
+    };
+    let (q, m) = w8a8("q-rotated-wide", Vec::new());
     let bytes = std::fs::read(wide.join("model.safetensors")).unwrap();
     let downs: std::collections::BTreeSet<String> = safetensors::SafeTensors::deserialize(&bytes)
         .unwrap()
@@ -502,30 +515,19 @@ fn when_w8a8_meets_wide_mlps_expect_their_down_projections_rotated_on_the_cpu_an
     };
     within("CPU path", &cpu, 3e-2);
 
-    let graphs = scratch_dir("qx-rotated-wide");
-    let mut opts = options_for(case, &graphs, ExportDtype::F32, false);
-    opts.checkpoint = q.to_path_buf();
-    export(&opts).unwrap();
+    let (actions, graphs) = graphs_of(&q, "qx-rotated-wide");
     assert!(bytes_named(&graphs, &["hadamard.signs.1536"]) > 0);
     // The graphs multiply the same int8 weights by f32 activations.
-    within("graphs", &run_graphs(&graphs, case), 3e-2);
+    within("graphs", &actions, 3e-2);
 
     // Calibrated on other cases' inputs: recorded rotated, so the smoothing search and GPTQ
     // work on what the rotated weights will meet.
-    let c = scratch_dir("q-rotated-wide-calibrated");
-    let _ = std::fs::remove_dir_all(&c);
-    let m = quantize(&QuantizeOptions {
-        checkpoint: wide.to_path_buf(),
-        out: c.to_path_buf(),
-        scheme: Scheme::W8a8,
-        block: 32,
-        groups: Group::DEFAULT.to_vec(),
-        calibration: ["pi0_f32_1cam_short", "pi0_f32_3cam_masked"]
+    let (c, m) = w8a8(
+        "q-rotated-wide-calibrated",
+        ["pi0_f32_1cam_short", "pi0_f32_3cam_masked"]
             .map(|c| case_dir(c).join("inputs.safetensors"))
             .to_vec(),
-    })
-    .unwrap()
-    .manifest;
+    );
     assert_eq!(m.rotated, downs);
     // Some rotated input also divided by its `s`: both orders, here and in the graphs.
     assert!(
@@ -536,15 +538,8 @@ fn when_w8a8_meets_wide_mlps_expect_their_down_projections_rotated_on_the_cpu_an
         m.smoothing
     );
     within("CPU path, calibrated", &cpu_actions(&c, case), 2e-2);
-    let calibrated_graphs = scratch_dir("qx-rotated-wide-calibrated");
-    let mut opts = options_for(case, &calibrated_graphs, ExportDtype::F32, false);
-    opts.checkpoint = c.to_path_buf();
-    export(&opts).unwrap();
-    within(
-        "graphs, calibrated",
-        &run_graphs(&calibrated_graphs, case),
-        2e-2,
-    );
+    let (actions, calibrated_graphs) = graphs_of(&c, "qx-rotated-wide-calibrated");
+    within("graphs, calibrated", &actions, 2e-2);
     let _ = std::fs::remove_dir_all(c);
     let _ = std::fs::remove_dir_all(calibrated_graphs);
 

@@ -356,7 +356,7 @@ pub struct Checkpoint {
 }
 
 /// Strips the prefixes exports differ in, so lookups are by one canonical name.
-fn canonical(name: &str) -> &str {
+pub(crate) fn canonical(name: &str) -> &str {
     name.strip_prefix("model.").unwrap_or(name)
 }
 

@@ -25,8 +25,8 @@ pub(crate) struct Linear {
     /// A calibrated checkpoint's `1 / s` per input channel: the weight was stored as
     /// `W diag(s)`, so the input is multiplied by this first.
     pub(crate) input_scale: Option<Box<[f32]>>,
-    /// The weight was stored rotated (`W R`, `w8a8`; `R` in `hadamard`): the input is rotated first (then
-    /// divided by `input_scale`'s `s`, which calibration chose on rotated inputs).
+    /// The weight was stored rotated (`W R`, `w8a8`; `R` in `hadamard`): the input is rotated
+    /// first (then divided by `input_scale`'s `s`, which calibration chose on rotated inputs).
     pub(crate) rotated: bool,
     /// Calibration only: where this layer reports its inputs.
     observer: Option<Arc<Mutex<InputStats>>>,

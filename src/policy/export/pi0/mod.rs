@@ -399,18 +399,7 @@ impl<'a> Pi0GraphBuilder<'a> {
             let a = 1usize << (n.trailing_zeros() / 2);
             let b = n / a;
             let h = |g: &mut GraphBuilder<'a>, m: usize| {
-                let scale = 1.0 / (m as f32).sqrt();
-                let v = (0..m * m)
-                    .map(|ij| {
-                        let odd = ((ij / m) & (ij % m)).count_ones() % 2 == 1;
-                        if odd {
-                            -scale
-                        } else {
-                            scale
-                        }
-                    })
-                    .collect();
-                constant(g, format!("hadamard.{m}"), &[m, m], v)
+                constant(g, format!("hadamard.{m}"), &[m, m], hadamard::matrix(m))
             };
             let (ha, hb) = (h(g, a), h(g, b));
             let grid = Self::reshape_i64(g, piece, &[-1, a as i64, b as i64]);

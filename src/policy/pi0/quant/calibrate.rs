@@ -176,7 +176,10 @@ impl Recorder {
     /// The statistics linear layer `name` (its weight's canonical name), `k` inputs wide,
     /// records its inputs into: rotated where the scheme will rotate them.
     pub(crate) fn linear(&self, name: &str, k: usize) -> Arc<Mutex<InputStats>> {
-        let rotated = self.purpose == Purpose::Quantizing(Scheme::W8a8) && rotates(name, k);
+        let rotated = match self.purpose {
+            Purpose::Quantizing(scheme) => rotates(scheme, name, k),
+            Purpose::Ranges => false,
+        };
         self.layer(name, rotated)
     }
 

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 pub use write::{quantize, QuantizeOptions, QuantizeReport};
 
-use super::checkpoint::CheckpointError;
+use super::checkpoint::{canonical, CheckpointError};
 use super::model::{EXPERT, LM, PROJECTOR, VISION};
 use crate::policy::staging::StagingError;
 
@@ -261,7 +261,7 @@ impl Manifest {
         // A rotated weight is an int8 linear weight of `w8a8`: its inputs are rotated where
         // they are quantized, and nothing else would undo the rotation.
         for name in &self.rotated {
-            let canonical = name.strip_prefix("model.").unwrap_or(name);
+            let canonical = canonical(name);
             if self.scheme != Scheme::W8a8 {
                 return Err(format!(
                     "`rotated` names `{name}`, but scheme `{}` rotates nothing (only `w8a8` does)",
@@ -278,8 +278,8 @@ impl Manifest {
     }
 }
 
-/// Whether `w8a8` rotates the inputs of linear weight `name`, `k` inputs wide (and stores the
-/// weight rotated): the Gemma MLPs' down-projections, in the language model and the expert,
+/// Whether `scheme` rotates the inputs of linear weight `name`, `k` inputs wide (and stores the
+/// weight rotated): only `w8a8` (int8 activations), the Gemma MLPs' down-projections, in the language model and the expert,
 /// from `MIN_ROTATED_WIDTH` inputs. Their input, the gated product `gelu(gate) * up`, is heavy
 /// tailed: on pi0's real widths (4096 and 16384) a token's largest value is 11 to 13 times its
 /// root mean square at random init, rotated about 4, and per-token int8's product error falls
@@ -287,8 +287,9 @@ impl Manifest {
 /// output (its heads share one key/value head and come out alike) and SigLIP's `fc2` input
 /// grow heavier tailed when rotated; the inputs after a norm are near Gaussian already and
 /// take calibration's smoothing folded into the norm.
-pub(crate) fn rotates(name: &str, k: usize) -> bool {
-    matches!(Group::of(name), Some(Group::Language | Group::Expert))
+pub(crate) fn rotates(scheme: Scheme, name: &str, k: usize) -> bool {
+    scheme == Scheme::W8a8
+        && matches!(Group::of(name), Some(Group::Language | Group::Expert))
         && name.ends_with(".mlp.down_proj.weight")
         && k >= MIN_ROTATED_WIDTH
 }

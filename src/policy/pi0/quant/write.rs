@@ -351,7 +351,7 @@ pub(crate) fn quantize_with(
             .and_then(|s| s.scales.get(&e.name))
             .map(Vec::as_slice);
         let gram = cal.as_ref().and_then(|c| c.gram(&e.name));
-        let rotated = opts.scheme == Scheme::W8a8 && rotates(&e.name, k);
+        let rotated = rotates(opts.scheme, &e.name, k);
         if rotated {
             rotated_names.insert(e.stored.clone());
         }
