@@ -410,6 +410,25 @@ pub fn try_run_batch(model: &Pi0Model, batch: &Batch) -> Result<(Vec<f32>, RunTi
     Ok((actions, timing.summed()))
 }
 
+/// Runs each element of the batch alone, calling `before(b)` first (calibration tells its
+/// recorder which observation the rows it sees come from), and refuses non-finite actions.
+pub(crate) fn try_run_each(
+    model: &Pi0Model,
+    batch: &Batch,
+    mut before: impl FnMut(usize),
+) -> Result<(), InferError> {
+    let mut ws = Workspace::default();
+    for b in 0..batch.batch {
+        before(b);
+        let (actions, _) = model.sample_actions_batch(&[batch.element(b)], &mut ws);
+        check_actions(&actions, batch.chunk, batch.action_dim).map_err(|mut e| {
+            e.batch = b;
+            e
+        })?;
+    }
+    Ok(())
+}
+
 /// Runs the whole batch: actions `[batch, chunk, action_dim]` and the summed timings. The
 /// actions are not checked (`try_run_batch` does; `write_actions` refuses non-finite ones).
 pub fn run_batch(model: &Pi0Model, batch: &Batch) -> (Vec<f32>, RunTiming) {

@@ -19,6 +19,7 @@ mod gptq;
 pub use calibrate::ActivationRange;
 pub(crate) mod load;
 pub(crate) mod recorded;
+mod smooth;
 pub(crate) use recorded::is_recording;
 mod write;
 

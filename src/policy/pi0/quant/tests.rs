@@ -696,6 +696,7 @@ fn hil_calibration() -> calibrate::Calibration {
         let noise: Vec<f32> = (0..50 * 32)
             .map(|j| (((j * 7919 + i * 104_729) % 1000) as f32 / 500.0 - 1.0) * 1.7)
             .collect();
+        recorder.begin_observation(i);
         p.run(&[Some(&frame)], &state, task, &noise).unwrap();
     }
     drop(p);
@@ -733,7 +734,10 @@ fn when_the_trained_checkpoint_is_calibrated_expect_every_scheme_at_its_target()
         let (pc, pm) = hil_against_lerobot(&plain);
         let (cc, cm) = hil_against_lerobot(&opts.out);
         table.push(format!(
-            "{scheme:<6} {pc:>10.6} {pm:>9.1e} {cc:>10.6} {cm:>9.1e}"
+            "{scheme:<6} {pc:>10.6} {pm:>9.1e} {cc:>10.6} {cm:>9.1e}   ({} of {} inputs scaled, {} norms folded)",
+            m.smoothing.values().filter(|a| a.is_some()).count(),
+            m.smoothing.len(),
+            m.folded_norms.len()
         ));
         // Calibrated, every scheme meets the targets: w4 included (0.988 and 0.21 without).
         let (min_cos, max_err) = targets(scheme);

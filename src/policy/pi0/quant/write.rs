@@ -10,10 +10,11 @@ use half::bf16;
 use safetensors::tensor::View;
 use safetensors::Dtype;
 
-use super::calibrate::{self, Smoothing, Target};
+use super::calibrate;
 use super::fold::{fold, Folds};
 use super::gptq::{rounded_i4, rounded_i8, Gram};
 use super::load::INPUT_SCALE;
+use super::smooth::{self, Smoothing, Target};
 use super::{rotates, Group, Manifest, QuantizeError, Rounding, Scheme, FORMAT, MANIFEST};
 use crate::policy::pi0::checkpoint::{decode, Checkpoint, Entry, WeightDtype};
 use crate::policy::pi0::hadamard;
@@ -244,7 +245,7 @@ fn smoothing(
             threads,
         )?,
     };
-    let chosen = calibrate::choose(ck, &cal, &targets, opts.scheme, threads)?;
+    let chosen = smooth::choose(ck, &cal, &targets, opts.scheme, threads)?;
     Ok(Some((chosen, cal)))
 }
 
