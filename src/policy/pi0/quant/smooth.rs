@@ -42,9 +42,9 @@ const ALPHAS: [f32; 8] = [0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0];
 /// `s` is kept within this factor of 1 either way: an extreme scale would move a channel's
 /// whole range into one side.
 const MAX_SCALE: f32 = 1e4;
-/// A scaling is kept only when it cuts the calibration rows' error by at least this fraction:
-/// a smaller gain is within what other inputs would change (on weights without outlier
-/// channels, such as random ones, it does not carry over).
+/// A scaling is kept only when it cuts the measured rows' error by at least this fraction: a
+/// smaller gain is within what other inputs would change (on weights without outlier channels,
+/// such as random ones, it does not carry over).
 const MIN_GAIN: f64 = 0.1;
 
 /// The layers that read the same input as `name` share its key (attention's q, k and v; the
