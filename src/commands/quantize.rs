@@ -132,12 +132,17 @@ pub(crate) fn quantize(a: QuantizeArgs) -> Outcome {
     if !m.calibration.is_empty() {
         let scaled = m.smoothing.values().filter(|a| a.is_some()).count();
         say(&format!(
-            "  calibrated on {} input file(s): rounded by GPTQ; {} of {} layer inputs scaled ({} weights)",
+            "  calibrated on {} input file(s), {} observation(s): rounded by GPTQ; {} of {} layer inputs scaled ({} weights)",
             m.calibration.len(),
+            m.observations,
             scaled,
             m.smoothing.len(),
             m.smoothed
         ));
+        if m.scheme == Scheme::W8a8 && m.observations < 2 {
+            // The exponent search holds one fold of observations out; with one there is none.
+            say("  one observation: SmoothQuant's scales were measured on the rows they were made from; calibrate on two or more observations to choose them on held-out ones");
+        }
     }
     if !m.rotated.is_empty() {
         say(&format!(

@@ -117,7 +117,11 @@ fn when_quantize_is_calibrated_expect_the_scales_in_the_checkpoint_and_every_mis
     let out = dir.join("w4");
     let (code, text) = quantize(&model, &out, "w4", &["--calibration", calibration]);
     assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("calibrated on 1 input file(s):"), "{text}");
+    assert!(
+        text.contains("calibrated on 1 input file(s), 1 observation(s):"),
+        "{text}"
+    );
+    assert_eq!(manifest(&out)["observations"], 1);
     // A long calibration says where it is.
     assert!(
         text.contains(&format!(
@@ -167,6 +171,36 @@ fn when_quantize_is_calibrated_expect_the_scales_in_the_checkpoint_and_every_mis
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("rounded by GPTQ"), "{text}");
     assert_eq!(manifest(&dir.join("w8"))["rounding"], "gptq");
+    // Each element of an inputs file is an observation. w8a8 chooses SmoothQuant's scales on
+    // observations held out from those that made them: with one, it says it could not.
+    let held_out =
+        "one observation: SmoothQuant's scales were measured on the rows they were made from";
+    let (code, text) = quantize(
+        &model,
+        &dir.join("w8a8-one"),
+        "w8a8",
+        &["--calibration", calibration],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("calibrated on 1 input file(s), 1 observation(s):")
+            && text.contains(held_out),
+        "{text}"
+    );
+    let batch2 = fixtures.join("cases/pi0_f32_2cam_batch2/inputs.safetensors");
+    let (code, text) = quantize(
+        &model,
+        &dir.join("w8a8-two"),
+        "w8a8",
+        &["--calibration", batch2.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("calibrated on 1 input file(s), 2 observation(s):")
+            && !text.contains(held_out),
+        "{text}"
+    );
+    assert_eq!(manifest(&dir.join("w8a8-two"))["observations"], 2);
     let (code, text) = quantize(
         &model,
         &dir.join("bf16"),
@@ -222,7 +256,7 @@ fn when_quantize_is_calibrated_on_a_recording_expect_its_observations_run_and_a_
         &["--calibration", recording.to_str().unwrap()],
     );
     assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("calibrated on 1 input file(s):"), "{text}");
+    assert!(text.contains("calibrated on 1 input file(s), "), "{text}");
     assert!(
         text.contains(&format!(
             "calibration: running the float model on {} (",
@@ -235,6 +269,17 @@ fn when_quantize_is_calibrated_on_a_recording_expect_its_observations_run_and_a_
         !manifest["smoothing"].as_object().unwrap().is_empty(),
         "every layer saw the recorded observations: {manifest}"
     );
+    // Each recorded frame is an observation, counted in the manifest.
+    let observations: u64 = text
+        .split(&format!(
+            "running the float model on {} (",
+            recording.display()
+        ))
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the observation count");
+    assert_eq!(manifest["observations"], observations, "{manifest}");
     // The recording's head alone (no frame, no metadata): refused naming it.
     let cut = dir.join("cut.mcap");
     let bytes = std::fs::read(&recording).unwrap();

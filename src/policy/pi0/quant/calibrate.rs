@@ -196,8 +196,9 @@ pub(crate) enum Purpose {
 pub(crate) struct Recorder {
     layers: Mutex<HashMap<String, Arc<Mutex<InputStats>>>>,
     purpose: Purpose,
-    /// The fold of the observation now running.
+    /// The fold of the observation now running, and how many observations have begun.
     fold: AtomicUsize,
+    observations: AtomicUsize,
 }
 
 impl Recorder {
@@ -206,6 +207,7 @@ impl Recorder {
             layers: Mutex::default(),
             purpose,
             fold: AtomicUsize::new(0),
+            observations: AtomicUsize::new(0),
         }
     }
 
@@ -214,6 +216,7 @@ impl Recorder {
     pub(crate) fn begin_observation(&self, index: usize) {
         let fold = index % FOLDS;
         self.fold.store(fold, Ordering::Relaxed);
+        self.observations.fetch_max(index + 1, Ordering::Relaxed);
         let layers = self.layers.lock().unwrap_or_else(PoisonError::into_inner);
         for stats in layers.values() {
             stats.lock().unwrap_or_else(PoisonError::into_inner).fold = fold;
@@ -304,6 +307,8 @@ pub(crate) fn group_of(name: &str) -> Option<Group> {
 #[derive(Clone, Default)]
 pub(crate) struct Calibration {
     pub(super) layers: BTreeMap<String, InputStats>,
+    /// Observations the float model ran on (0: not counted, as for the ranges alone).
+    pub(crate) observations: usize,
 }
 
 impl Calibration {
@@ -339,6 +344,7 @@ impl Calibration {
 
     /// Adds what `other` recorded (another set of inputs on the same checkpoint).
     pub(crate) fn merge(&mut self, other: Calibration) {
+        self.observations += other.observations;
         for (name, stats) in other.layers {
             match self.layers.get_mut(&name) {
                 Some(mine) => mine.absorb(stats),
@@ -405,7 +411,10 @@ impl Recorder {
             })
             .filter(|(_, s)| s.seen > 0)
             .collect();
-        Calibration { layers }
+        Calibration {
+            layers,
+            observations: self.observations.load(Ordering::Relaxed),
+        }
     }
 }
 

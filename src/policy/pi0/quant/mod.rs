@@ -192,6 +192,9 @@ pub struct Manifest {
     /// The `pi0d infer` inputs files calibration ran the float model on (none: uncalibrated).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calibration: Vec<PathBuf>,
+    /// The observations in them (an inputs file's elements, a recording's frames).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub observations: usize,
     /// Weights stored as `W diag(s)`; their `s` is folded into the norm before them
     /// (`folded_norms`) or kept as `NAME.weight_input_scale`.
     #[serde(default)]
@@ -277,6 +280,11 @@ impl Manifest {
         }
         Ok(())
     }
+}
+
+/// serde: leave a count of 0 out of the manifest.
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Whether `scheme` rotates the inputs of linear weight `name`, `k` inputs wide (and stores the

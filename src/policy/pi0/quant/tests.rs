@@ -622,6 +622,8 @@ fn when_random_weights_are_calibrated_on_other_inputs_expect_every_scheme_at_its
             opts.calibration = files.clone();
             let m = quantize(&opts).unwrap().manifest;
             assert_eq!(m.calibration, files);
+            // Each of these cases holds one observation.
+            assert_eq!(m.observations, files.len());
             assert_eq!(m.rounding, Rounding::Gptq);
             assert_scales_placed_once(&calibrated, &m);
             let (pc, pm) = against_lerobot(&plain, case);

@@ -459,6 +459,7 @@ pub(crate) fn quantize_with(
             .collect(),
         stored_as_w8,
         calibration: opts.calibration.clone(),
+        observations: cal.as_ref().map_or(0, |c| c.observations),
         rounding: if cal.is_some() {
             Rounding::Gptq
         } else {
