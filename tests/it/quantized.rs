@@ -175,32 +175,24 @@ fn when_quantize_is_calibrated_expect_the_scales_in_the_checkpoint_and_every_mis
     // observations held out from those that made them: with one, it says it could not.
     let held_out =
         "one observation: SmoothQuant's scales were measured on the rows they were made from";
-    let (code, text) = quantize(
-        &model,
-        &dir.join("w8a8-one"),
-        "w8a8",
-        &["--calibration", calibration],
-    );
-    assert_eq!(code, Some(0), "{text}");
-    assert!(
-        text.contains("calibrated on 1 input file(s), 1 observation(s):")
-            && text.contains(held_out),
-        "{text}"
-    );
     let batch2 = fixtures.join("cases/pi0_f32_2cam_batch2/inputs.safetensors");
-    let (code, text) = quantize(
-        &model,
-        &dir.join("w8a8-two"),
-        "w8a8",
-        &["--calibration", batch2.to_str().unwrap()],
-    );
-    assert_eq!(code, Some(0), "{text}");
-    assert!(
-        text.contains("calibrated on 1 input file(s), 2 observation(s):")
-            && !text.contains(held_out),
-        "{text}"
-    );
-    assert_eq!(manifest(&dir.join("w8a8-two"))["observations"], 2);
+    for (file, observations) in [(&inputs, 1), (&batch2, 2)] {
+        let out = dir.join(format!("w8a8-{observations}"));
+        let (code, text) = quantize(
+            &model,
+            &out,
+            "w8a8",
+            &["--calibration", file.to_str().unwrap()],
+        );
+        assert_eq!(code, Some(0), "{text}");
+        assert!(
+            text.contains(&format!(
+                "calibrated on 1 input file(s), {observations} observation(s):"
+            )) && text.contains(held_out) == (observations == 1),
+            "{text}"
+        );
+        assert_eq!(manifest(&out)["observations"], observations);
+    }
     let (code, text) = quantize(
         &model,
         &dir.join("bf16"),
