@@ -130,12 +130,11 @@ pub(crate) fn quantize(a: QuantizeArgs) -> Outcome {
         names(&m.float_groups)
     ));
     if !m.calibration.is_empty() {
-        let scaled = m.smoothing.values().filter(|a| a.is_some()).count();
         say(&format!(
             "  calibrated on {} input file(s), {} observation(s): rounded by GPTQ; {} of {} layer inputs scaled ({} weights)",
             m.calibration.len(),
             m.observations,
-            scaled,
+            m.scaled_inputs(),
             m.smoothing.len(),
             m.smoothed
         ));

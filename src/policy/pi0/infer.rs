@@ -410,16 +410,16 @@ pub fn try_run_batch(model: &Pi0Model, batch: &Batch) -> Result<(Vec<f32>, RunTi
     Ok((actions, timing.summed()))
 }
 
-/// Runs each element of the batch alone, calling `before(b)` first (calibration tells its
-/// recorder which observation the rows it sees come from), and refuses non-finite actions.
+/// Runs each element of the batch alone, calling `before()` first (calibration tells its
+/// recorder a new observation begins), and refuses non-finite actions.
 pub(crate) fn try_run_each(
     model: &Pi0Model,
     batch: &Batch,
-    mut before: impl FnMut(usize),
+    mut before: impl FnMut(),
 ) -> Result<(), InferError> {
     let mut ws = Workspace::default();
     for b in 0..batch.batch {
-        before(b);
+        before();
         let (actions, _) = model.sample_actions_batch(&[batch.element(b)], &mut ws);
         check_actions(&actions, batch.chunk, batch.action_dim).map_err(|mut e| {
             e.batch = b;

@@ -196,8 +196,7 @@ pub(crate) enum Purpose {
 pub(crate) struct Recorder {
     layers: Mutex<HashMap<String, Arc<Mutex<InputStats>>>>,
     purpose: Purpose,
-    /// The fold of the observation now running, and how many observations have begun.
-    fold: AtomicUsize,
+    /// How many observations have begun (the one running is the last: its fold follows).
     observations: AtomicUsize,
 }
 
@@ -206,21 +205,22 @@ impl Recorder {
         Recorder {
             layers: Mutex::default(),
             purpose,
-            fold: AtomicUsize::new(0),
             observations: AtomicUsize::new(0),
         }
     }
 
-    /// Observation `index` (counted from 0 over the whole calibration) runs next: the rows
-    /// recorded until the next call belong to its fold.
-    pub(crate) fn begin_observation(&self, index: usize) {
-        let fold = index % FOLDS;
-        self.fold.store(fold, Ordering::Relaxed);
-        self.observations.fetch_max(index + 1, Ordering::Relaxed);
+    /// The next observation runs: the rows recorded until the next call belong to its fold.
+    pub(crate) fn begin_observation(&self) {
+        let fold = self.observations.fetch_add(1, Ordering::Relaxed) % FOLDS;
         let layers = self.layers.lock().unwrap_or_else(PoisonError::into_inner);
         for stats in layers.values() {
             stats.lock().unwrap_or_else(PoisonError::into_inner).fold = fold;
         }
+    }
+
+    /// The fold of the observation now running (0 before the first).
+    fn fold(&self) -> usize {
+        self.observations.load(Ordering::Relaxed).saturating_sub(1) % FOLDS
     }
 
     /// The statistics norm `name` (its weight's canonical name) records its input into.
@@ -247,7 +247,7 @@ impl Recorder {
                 Arc::new(Mutex::new(InputStats {
                     gram,
                     rotated,
-                    fold: self.fold.load(Ordering::Relaxed),
+                    fold: self.fold(),
                     ..InputStats::default()
                 }))
             })
@@ -373,7 +373,6 @@ pub(crate) fn collect(
     let recorder = Arc::new(Recorder::new(purpose));
     ck.calibration = Some(recorder.clone());
     let model = Pi0Model::load(&ck, overrides, threads)?;
-    let mut observations = 0;
     for (i, file) in files.iter().enumerate() {
         tracing::info!(
             "calibration: running the float model on {} ({} of {})",
@@ -388,11 +387,8 @@ pub(crate) fn collect(
             };
         let batch = Batch::read(file, &model).map_err(|e| refused(e.into()))?;
         // One element at a time: each is an observation of its own fold.
-        try_run_each(&model, &batch, |_| {
-            recorder.begin_observation(observations);
-            observations += 1;
-        })
-        .map_err(|e| refused(e.into()))?;
+        try_run_each(&model, &batch, || recorder.begin_observation())
+            .map_err(|e| refused(e.into()))?;
     }
     drop(model);
     Ok(recorder.finish())

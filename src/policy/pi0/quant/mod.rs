@@ -223,6 +223,11 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// The layer inputs calibration scaled (an exponent chosen, not "no scaling").
+    pub fn scaled_inputs(&self) -> usize {
+        self.smoothing.values().filter(|a| a.is_some()).count()
+    }
+
     /// Whether this manifest can describe a checkpoint whose linear weights are stored as
     /// `tensors` (canonical name, dtype): the format is ours, and no weight holds integers its
     /// scheme does not store (int8 in `w8`, `w8a8` and `w4`, whose uneven inputs stay int8;
@@ -288,14 +293,14 @@ fn is_zero(n: &usize) -> bool {
 }
 
 /// Whether `scheme` rotates the inputs of linear weight `name`, `k` inputs wide (and stores the
-/// weight rotated): only `w8a8` (int8 activations), the Gemma MLPs' down-projections, in the language model and the expert,
-/// from `MIN_ROTATED_WIDTH` inputs. Their input, the gated product `gelu(gate) * up`, is heavy
-/// tailed: on pi0's real widths (4096 and 16384) a token's largest value is 11 to 13 times its
-/// root mean square at random init, rotated about 4, and per-token int8's product error falls
-/// 3x. Measured on the pi0-shaped model, the other inputs gain nothing or lose: attention's
-/// output (its heads share one key/value head and come out alike) and SigLIP's `fc2` input
-/// grow heavier tailed when rotated; the inputs after a norm are near Gaussian already and
-/// take calibration's smoothing folded into the norm.
+/// weight rotated): only `w8a8` (int8 activations), and only the Gemma MLPs' down-projections,
+/// in the language model and the expert, from `MIN_ROTATED_WIDTH` inputs. Their input, the
+/// gated product `gelu(gate) * up`, is heavy tailed: on pi0's real widths (4096 and 16384) a
+/// token's largest value is 11 to 13 times its root mean square at random init, rotated about
+/// 4, and per-token int8's product error falls 3x. Measured on the pi0-shaped model, the other
+/// inputs gain nothing or lose: attention's output (its heads share one key/value head and come
+/// out alike) and SigLIP's `fc2` input grow heavier tailed when rotated; the inputs after a
+/// norm are near Gaussian already and take calibration's smoothing folded into the norm.
 pub(crate) fn rotates(scheme: Scheme, name: &str, k: usize) -> bool {
     scheme == Scheme::W8a8
         && matches!(Group::of(name), Some(Group::Language | Group::Expert))

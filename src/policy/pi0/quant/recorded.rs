@@ -165,7 +165,6 @@ pub(crate) fn collect(
     )
     .map_err(|e| QuantizeError::Invalid(format!("{}: {e}", checkpoint.display())))?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
-    let mut index = 0;
     for path in recordings {
         let (observations, prompt) = read(path)?;
         tracing::info!(
@@ -189,8 +188,7 @@ pub(crate) fn collect(
                 .map(|_| StandardNormal.sample(&mut rng))
                 .collect();
             let frames: Vec<Option<&CameraFrame>> = o.frames.iter().map(|f| f.as_deref()).collect();
-            recorder.begin_observation(index);
-            index += 1;
+            recorder.begin_observation();
             pipeline
                 .run(&frames, &o.state, &prompt, &noise)
                 .map_err(|e| refused(path, e))?;

@@ -385,9 +385,9 @@ mod tests {
         );
         let recorder = Recorder::new(Purpose::Quantizing(Scheme::W8a8));
         let layer = recorder.linear("w", k);
-        recorder.begin_observation(0);
+        recorder.begin_observation();
         observe(&layer, &a, m, k);
-        recorder.begin_observation(1);
+        recorder.begin_observation();
         observe(&layer, &b, m, k);
         let stats = recorder.finish().layers.remove("w").unwrap();
         assert_eq!((stats.folds[0].rows, stats.folds[1].rows), (32, 32));

@@ -630,7 +630,7 @@ fn when_random_weights_are_calibrated_on_other_inputs_expect_every_scheme_at_its
             let (cc, cm) = against_lerobot(&calibrated, case);
             table.push(format!(
                 "{checkpoint:<13} {scheme:<6} {pc:>12.6} {pm:>10.1e} {cc:>12.6} {cm:>10.1e}   ({} of {} inputs scaled)",
-                m.smoothing.values().filter(|a| a.is_some()).count(),
+                m.scaled_inputs(),
                 m.smoothing.len()
             ));
             let (min_cos, max_err) = targets(scheme);
@@ -698,7 +698,7 @@ fn hil_calibration() -> calibrate::Calibration {
         let noise: Vec<f32> = (0..50 * 32)
             .map(|j| (((j * 7919 + i * 104_729) % 1000) as f32 / 500.0 - 1.0) * 1.7)
             .collect();
-        recorder.begin_observation(i);
+        recorder.begin_observation();
         p.run(&[Some(&frame)], &state, task, &noise).unwrap();
     }
     drop(p);
@@ -737,7 +737,7 @@ fn when_the_trained_checkpoint_is_calibrated_expect_every_scheme_at_its_target()
         let (cc, cm) = hil_against_lerobot(&opts.out);
         table.push(format!(
             "{scheme:<6} {pc:>10.6} {pm:>9.1e} {cc:>10.6} {cm:>9.1e}   ({} of {} inputs scaled, {} norms folded)",
-            m.smoothing.values().filter(|a| a.is_some()).count(),
+            m.scaled_inputs(),
             m.smoothing.len(),
             m.folded_norms.len()
         ));
