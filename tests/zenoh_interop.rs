@@ -212,3 +212,156 @@ fn when_zenoh_peer_presses_estop_then_calls_reset_service_expect_latch_and_resum
     let x = exchange("zenoh-estop", domain, &peer, 6.5);
     assert_estop_latched_then_reset(&x);
 }
+
+/// The gripper behind gripper_action_controller over Zenoh: `gripper_command` goals sent as an
+/// rmw_zenoh action client sends them (a query on the send_goal service's key with the real
+/// type hash, the request's attachment, a client liveliness token). The peer plays the
+/// controller as rmw_zenoh serves it: it accepts every goal with a new id, forwards its position
+/// to the joint, from 4.5 s on refuses every goal (a controller that went inactive) and from
+/// 5.5 s on answers with 3 bytes that are no response, both of which pi0d must report.
+#[test]
+fn when_zenoh_gripper_is_behind_gripper_action_controller_expect_goals_it_accepts_and_refusals_reported(
+) {
+    let domain = 30 + ((std::process::id() + 93) % 150) as u16;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir("zenoh-gripper-action");
+    let port = free_port();
+    let mut cfg = zenoh_config(domain, port);
+    let output = |joints: &[&str], topic: &str, kind: &str| {
+        let mut t = toml::Table::new();
+        let joints = joints
+            .iter()
+            .map(|j| Value::String(j.to_string()))
+            .collect();
+        t.insert("joints".into(), Value::Array(joints));
+        t.insert("topic".into(), Value::String(topic.into()));
+        t.insert("type".into(), Value::String(kind.into()));
+        Value::Table(t)
+    };
+    let arm = [
+        "shoulder_pan",
+        "shoulder_lift",
+        "elbow",
+        "wrist_1",
+        "wrist_2",
+        "wrist_3",
+    ];
+    let action = "/gripper_controller/gripper_cmd";
+    cfg["ros"].as_table_mut().unwrap().insert(
+        "commands".into(),
+        Value::Array(vec![
+            output(&arm, "/arm_controller/joint_trajectory", "joint_trajectory"),
+            output(&["gripper"], action, "gripper_command"),
+        ]),
+    );
+    let peer = zenoh_peer(
+        domain,
+        port,
+        &dir.join("peer.json"),
+        &[
+            "--duration",
+            "10",
+            "--gripper-action",
+            action,
+            "--refuse-goals-after",
+            "4.5",
+            "--garble-replies-after",
+            "5.5",
+        ],
+    );
+    let x = run_beside_peer(&dir, &cfg, peer, 7.0);
+    let (s, r) = (&x.summary, &x.report);
+    assert_eq!(s["limit_violations"], 0, "{s}");
+    assert_eq!(r["joint_names"], serde_json::json!(arm), "{r}");
+    // rmw_zenoh's service wire format: the key with the send_goal service's real REP-2016 hash,
+    // every request with a 33-byte attachment and sequence numbers the server takes.
+    let hash =
+        pi0d::testing::ros::type_hash("control_msgs/action/GripperCommand_SendGoal").unwrap();
+    let dds = "control_msgs::action::dds_::GripperCommand_SendGoal_";
+    assert_eq!(
+        r["goal_keys"],
+        serde_json::json!([format!(
+            "{domain}/gripper_controller/gripper_cmd/_action/send_goal/{dds}/{hash}"
+        )]),
+        "{r}"
+    );
+    assert_eq!(r["goal_attachments"], serde_json::json!([33]), "{r}");
+    assert_eq!(r["bad_goal_requests"], 0, "{r}");
+    assert_eq!(r["duplicate_goal_ids"], 0, "{r}");
+    let goals = r["gripper_goals"].as_array().unwrap();
+    let at = |g: &serde_json::Value| g["at"].as_f64().unwrap();
+    let accepted: Vec<_> = goals.iter().filter(|g| g["accepted"] == true).collect();
+    assert!(
+        accepted.len() >= 10,
+        "{} goals accepted: {r}",
+        accepted.len()
+    );
+    // Every goal: the URDF's effort limit (20 N), a position within the joint's limits.
+    for g in goals {
+        assert_eq!(g["max_effort"], 20.0, "{g}");
+        let p = g["position"].as_f64().unwrap();
+        assert!((0.0..=0.04).contains(&p), "goal position {p}");
+    }
+    // At most 20 goals a second (gripper_action_controller starts a goal handle for each).
+    for (i, g) in goals.iter().enumerate() {
+        let in_window = goals[i..]
+            .iter()
+            .take_while(|h| at(h) < at(g) + 1.0)
+            .count();
+        assert!(
+            in_window <= 22,
+            "{in_window} goals within 1 s from {}",
+            at(g)
+        );
+    }
+    // The gripper followed the accepted goals.
+    let positions: Vec<f64> = accepted
+        .iter()
+        .map(|g| g["position"].as_f64().unwrap())
+        .collect();
+    let spread = positions.iter().cloned().fold(f64::MIN, f64::max)
+        - positions.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(
+        spread > 1e-3,
+        "the goals did not move the gripper: {positions:?}"
+    );
+    assert_eq!(
+        r["gripper_last"],
+        *accepted.last().unwrap().get("position").unwrap()
+    );
+    // The refusals after 4.5 s were reported, naming the action.
+    assert!(
+        goals.iter().any(|g| g["accepted"] == false),
+        "no goal came after 4.5 s: {r}"
+    );
+    assert!(
+        x.stderr.contains(action) && x.stderr.contains("the action server refused"),
+        "{}",
+        x.stderr
+    );
+    // A reply that is no send_goal response is reported, and the daemon ran on to its end.
+    assert!(
+        goals.iter().any(|g| at(g) >= 5.5),
+        "no goal came after 5.5 s: {r}"
+    );
+    assert!(
+        x.stderr
+            .contains("a reply of 3 bytes is not a send_goal response"),
+        "{}",
+        x.stderr
+    );
+    // Discovery: a service client token for the send_goal service, on pi0d's node.
+    let tokens: Vec<&str> = r["liveliness"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        tokens.iter().any(|t| t.contains("/SC/")
+            && t.contains(&format!(
+                "/pi0d/%gripper_controller%gripper_cmd%_action%send_goal/{dds}/{hash}/"
+            ))),
+        "no send_goal client token: {tokens:?}"
+    );
+}

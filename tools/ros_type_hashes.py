@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """REP-2016 type hashes (RIHS01) of the ROS 2 types pi0d sends and receives, computed from the
-message definitions in rosbags' ROS 2 Jazzy type store (std_srvs from its .srv definition).
+message definitions in rosbags' ROS 2 Jazzy type store (std_srvs from its .srv definition;
+control_msgs' GripperCommand and its action's send_goal service, as rosidl generates every
+action's, from their fields).
 
     .venv/bin/python tools/ros_type_hashes.py [--check-known]
 
@@ -43,6 +45,8 @@ PI0D_TYPES = [
     "diagnostic_msgs/msg/DiagnosticArray",
 ]
 PI0D_SERVICES = {"std_srvs/srv/Trigger": ("", "bool success\nstring message")}
+# Actions pi0d sends goals to: each one's goal fields; pi0d uses its send_goal service.
+PI0D_ACTIONS = {"control_msgs/action/GripperCommand": [("command", (Nodetype.NAME, "control_msgs/msg/GripperCommand"))]}
 
 KNOWN = {
     "std_msgs/msg/String": "RIHS01_df668c740482bbd48fb39d76a70dfd4bd59db1288021743503259e948f6b1a18",
@@ -53,6 +57,11 @@ KNOWN = {
 KNOWN_SERVICES = {
     "example_interfaces/srv/AddTwoInts": (("int64 a\nint64 b", "int64 sum"),
                                           "RIHS01_e118de6bf5eeb66a2491b5bda11202e7b68f198d6f67922cf30364858239c81a"),
+}
+# Types neither rosbags' store nor a .msg of pi0d's defines.
+EXTRA_TYPES = {
+    "control_msgs/msg/GripperCommand": [("position", (Nodetype.BASE, ("float64", 0))),
+                                        ("max_effort", (Nodetype.BASE, ("float64", 0)))],
 }
 
 
@@ -126,10 +135,30 @@ def ensure_service_event_info():
 
 
 def service_hash(name, request, response):
+    register(f"{name}_Request", request)
+    register(f"{name}_Response", response)
+    return service_of(name)
+
+
+def send_goal_hash(action, goal_fields):
+    """The hash of `action`'s send_goal service (`<action>_SendGoal`), as rosidl generates it
+    for every action: request `goal_id` and `goal`, response `accepted` and `stamp`."""
+    for name, fields in EXTRA_TYPES.items():
+        TS.fielddefs.setdefault(name, ([], fields))
+    goal, name = f"{action}_Goal", f"{action}_SendGoal"
+    TS.fielddefs[goal] = ([], goal_fields)
+    TS.fielddefs[f"{name}_Request"] = ([], [("goal_id", (Nodetype.NAME, "unique_identifier_msgs/msg/UUID")),
+                                            ("goal", (Nodetype.NAME, goal))])
+    TS.fielddefs[f"{name}_Response"] = ([], [("accepted", (Nodetype.BASE, ("bool", 0))),
+                                             ("stamp", (Nodetype.NAME, "builtin_interfaces/msg/Time"))])
+    return service_of(name)
+
+
+def service_of(name):
+    """The hash of service `name` whose `_Request` and `_Response` are defined: with its
+    `_Event` message, as rosidl describes every service since Iron."""
     ensure_service_event_info()
     req, resp, event = f"{name}_Request", f"{name}_Response", f"{name}_Event"
-    register(req, request)
-    register(resp, response)
     TS.fielddefs[event] = ([], [
         ("info", (Nodetype.NAME, "service_msgs/msg/ServiceEventInfo")),
         ("request", (Nodetype.SEQUENCE, ((Nodetype.NAME, req), 1))),
@@ -158,6 +187,8 @@ def main():
     out = {n: message_hash(n) for n in PI0D_TYPES}
     for n, (req, resp) in PI0D_SERVICES.items():
         out[n] = service_hash(n, req, resp)
+    for action, fields in PI0D_ACTIONS.items():
+        out[f"{action}_SendGoal"] = send_goal_hash(action, fields)
     print(json.dumps(out, indent=1))
 
 

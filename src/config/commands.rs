@@ -7,7 +7,7 @@
 
 use super::check::Check;
 use super::raw::{RawCommandGroup, RawRos};
-use super::ros::{topic_problem, CommandType, Middleware};
+use super::ros::{topic_problem, CommandType};
 use super::ConfigError;
 use crate::robot::RobotLimits;
 
@@ -63,7 +63,7 @@ pub(crate) fn validate(
             rate_hz: default_rate(kind, control_rate_hz),
             max_effort: limits.joints.first().map_or(0.0, |j| j.effort),
         };
-        kind_fits(c, "ros.command_type", "robot.joints", &g, r.middleware)?;
+        kind_fits(c, "robot.joints", &g)?;
         return Ok(vec![g]);
     }
     for (field, given) in [
@@ -81,13 +81,7 @@ pub(crate) fn validate(
     let mut out = Vec::with_capacity(r.commands.len());
     for (g, raw) in r.commands.iter().enumerate() {
         out.push(group(c, g, raw, limits, control_rate_hz, &mut owner)?);
-        kind_fits(
-            c,
-            &format!("ros.commands[{g}].type"),
-            &format!("ros.commands[{g}].joints"),
-            &out[g],
-            r.middleware,
-        )?;
+        kind_fits(c, &format!("ros.commands[{g}].joints"), &out[g])?;
         let topic = &raw.topic;
         if let Some(h) = r.commands[..g].iter().position(|o| o.topic == *topic) {
             return c.fail(
@@ -116,14 +110,8 @@ fn default_rate(kind: CommandType, control_rate_hz: f64) -> f64 {
     }
 }
 
-/// Whether `g`'s message type can carry its joints over `middleware`.
-fn kind_fits(
-    c: &Check,
-    type_field: &str,
-    joints_field: &str,
-    g: &CommandGroup,
-    middleware: Middleware,
-) -> Result<(), ConfigError> {
+/// Whether `g`'s message type can carry its joints.
+fn kind_fits(c: &Check, joints_field: &str, g: &CommandGroup) -> Result<(), ConfigError> {
     if g.kind != CommandType::GripperCommand {
         return Ok(());
     }
@@ -135,12 +123,6 @@ fn kind_fits(
                 g.joints.len(),
                 g.joints.join(", ")
             ),
-        );
-    }
-    if middleware == Middleware::Zenoh {
-        return c.fail(
-            type_field,
-            "gripper_command (a ROS 2 action) is supported over DDS only; over Zenoh command the gripper through a position controller (float64_multi_array)",
         );
     }
     Ok(())

@@ -7,10 +7,16 @@ header, and the 33-byte attachment (sequence number, source timestamp, GID) on e
 It listens on a loopback TCP endpoint (no multicast), publishes joint states (100 Hz) that
 follow the commands it receives (a perfect arm), raw and JPEG camera images (10 Hz) and the
 prompt, optionally presses the e-stop and calls the reset service, reads pi0d's
-JointTrajectory commands and writes a JSON report.
+JointTrajectory commands and writes a JSON report. With --gripper-action it also plays
+gripper_action_controller behind rmw_zenoh: a complete queryable on the action's send_goal
+service key (as rmw_zenoh's ServiceData declares it), each request's attachment checked as
+rmw_zenoh's take_request checks it, every goal accepted (each preempting the last) and its
+position forwarded to the gripper joint, the reply carrying the request's sequence number and
+the client's GID (rmw_zenoh's send_response).
 
     zenoh_robot_peer.py --listen tcp/127.0.0.1:PORT --domain D --duration S --report FILE
         [--estop-at S] [--reset-at S]
+        [--gripper-action NAME [--refuse-goals-after S] [--garble-replies-after S]]
 """
 
 import argparse
@@ -35,6 +41,13 @@ TS = get_typestore(Stores.ROS2_JAZZY)
 # std_srvs is not in rosbags' store: Trigger's request and response from their definitions.
 TS.register(get_types_from_msg("uint8 structure_needs_at_least_one_member", "std_srvs/msg/Trigger_Request"))
 TS.register(get_types_from_msg("bool success\nstring message", "std_srvs/msg/Trigger_Response"))
+# control_msgs/action/GripperCommand's send_goal service, from the definitions rosidl generates.
+TS.register(get_types_from_msg("float64 position\nfloat64 max_effort", "control_msgs/msg/GripperCommand"))
+TS.register(get_types_from_msg("control_msgs/GripperCommand command", "control_msgs/action/GripperCommand_Goal"))
+TS.register(get_types_from_msg("unique_identifier_msgs/UUID goal_id\ncontrol_msgs/action/GripperCommand_Goal goal",
+                                "control_msgs/action/GripperCommand_SendGoal_Request"))
+TS.register(get_types_from_msg("bool accepted\nbuiltin_interfaces/Time stamp",
+                                "control_msgs/action/GripperCommand_SendGoal_Response"))
 T = TS.types
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import ros_type_hashes  # noqa: E402  (REP-2016 hashes from the message definitions)
@@ -107,6 +120,12 @@ def main():
     ap.add_argument("--image-size", default="64x48", help="camera frames WxH (the JPEG one too)")
     ap.add_argument("--fps", type=float, default=10.0, help="camera rate")
     ap.add_argument("--liveliness-at", type=float, default=3.0, help="when to list liveliness tokens (s)")
+    ap.add_argument("--gripper-action", default=None,
+                    help="serve control_msgs/action/GripperCommand goals for the gripper joint on this action")
+    ap.add_argument("--refuse-goals-after", type=float, default=None,
+                    help="refuse every goal from this time on (s): a controller that went inactive")
+    ap.add_argument("--garble-replies-after", type=float, default=None,
+                    help="from this time on (s), answer goals with 3 bytes that are no send_goal response")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: STOP.append(True))
 
@@ -121,7 +140,8 @@ def main():
     state = {"position": list(START), "commands": 0, "names": None, "first": None, "last": None,
              "nonfinite": 0, "attachments": set(), "seqs": [], "keys": set(), "undecodable": 0,
              "statuses": 0, "status_keys": set(), "diagnostics": [], "latency": [],
-             "arrivals": [], "written": []}
+             "arrivals": [], "written": [], "goals": [], "goal_ids": set(), "duplicate_goal_ids": 0,
+             "goal_keys": set(), "goal_attachments": set(), "bad_goal_requests": 0, "gripper_last": None}
 
     def on_command(sample):
         with lock:
@@ -151,7 +171,8 @@ def main():
                 return
             state["first"] = state["first"] or p
             state["last"] = p
-            state["position"] = p  # a perfect arm
+            for n, x in zip(msg.joint_names, p):  # a perfect arm
+                state["position"][JOINTS.index(n)] = x
 
     def on_status(sample):
         with lock:
@@ -165,6 +186,54 @@ def main():
                 state["diagnostics"].append({"level": int(st.level), "message": st.message,
                                              "values": {kv.key: kv.value for kv in st.values}})
 
+    goal_type = "control_msgs/action/GripperCommand_SendGoal"
+    served = []
+
+    def on_goal(query):
+        """A send_goal request, as rmw_zenoh's ServiceData takes and answers it."""
+        now = time.time() - t0
+        att = query.attachment.to_bytes() if query.attachment is not None else b""
+        with lock:
+            state["goal_keys"].add(str(query.key_expr))
+            state["goal_attachments"].add(len(att))
+            if len(att) != 33 or att[16] != 16:
+                state["bad_goal_requests"] += 1  # take_request: no attachment, no request
+                return
+            seq, written = struct.unpack("<qq", att[:16])
+            if seq < 0 or written < 0 or (att[17:], seq) in served:
+                state["bad_goal_requests"] += 1  # negative or duplicate sequence numbers
+                return
+            served.append((att[17:], seq))
+            try:
+                req = TS.deserialize_cdr(query.payload.to_bytes(), f"{goal_type}_Request")
+            except Exception:  # noqa: BLE001 - counted and reported
+                state["bad_goal_requests"] += 1
+                return
+            gid = bytes(req.goal_id.uuid)
+            # rclcpp_action refuses a goal id it already has.
+            accepted = gid not in state["goal_ids"] and (
+                args.refuse_goals_after is None or now < args.refuse_goals_after)
+            state["duplicate_goal_ids"] += gid in state["goal_ids"]
+            state["goal_ids"].add(gid)
+            c = req.goal.command
+            state["goals"].append({"at": now, "position": c.position, "max_effort": c.max_effort,
+                                   "accepted": accepted})
+            if accepted and math.isfinite(c.position):
+                # The position adapter forwards the goal's position to the joint.
+                state["position"][JOINTS.index("gripper")] = c.position
+                state["gripper_last"] = c.position
+        resp = bytes(TS.serialize_cdr(T[f"{goal_type}_Response"](accepted=accepted, stamp=stamp()),
+                                      f"{goal_type}_Response"))
+        if args.garble_replies_after is not None and now >= args.garble_replies_after:
+            resp = resp[:3]
+        query.reply(query.key_expr, resp,
+                    attachment=struct.pack("<qq", seq, time.time_ns()) + bytes([16]) + att[17:])
+
+    queryables = []
+    if args.gripper_action:
+        key = (f"{d}/{args.gripper_action.strip('/')}/_action/send_goal/{dds_type(goal_type)}/"
+               f"{ros_type_hashes.send_goal_hash('control_msgs/action/GripperCommand', ros_type_hashes.PI0D_ACTIONS['control_msgs/action/GripperCommand'])}")
+        queryables.append(session.declare_queryable(key, on_goal, complete=True))
     subs = [
         session.declare_subscriber(f"{d}/arm_controller/joint_trajectory/{dds_type('trajectory_msgs/msg/JointTrajectory')}/*", on_command),
         session.declare_subscriber(f"{d}/pi0d/status/{dds_type('std_msgs/msg/String')}/*", on_status),
@@ -234,7 +303,7 @@ def main():
             break
         time.sleep(0.002)
 
-    for s in subs:
+    for s in subs + queryables:
         s.undeclare()
     with lock:
         report = {"commands": state["commands"], "joint_names": state["names"], "first": state["first"],
@@ -251,7 +320,10 @@ def main():
                   "jtc_written_lossy": check_stream(state["written"], JOINTS, drop_every=7),
                   # On pi0d's own timeline (jtc_model.on_ticks): what is asserted.
                   "jtc_ticks": check_stream(on_ticks(state["written"]), JOINTS),
-                  "jtc_ticks_lossy": check_stream(on_ticks(state["written"]), JOINTS, drop_every=7)}
+                  "jtc_ticks_lossy": check_stream(on_ticks(state["written"]), JOINTS, drop_every=7),
+                  "gripper_goals": state["goals"], "duplicate_goal_ids": state["duplicate_goal_ids"],
+                  "goal_keys": sorted(state["goal_keys"]), "goal_attachments": sorted(state["goal_attachments"]),
+                  "bad_goal_requests": state["bad_goal_requests"], "gripper_last": state["gripper_last"]}
     session.close()
     Path(args.report).write_text(json.dumps(report))
 

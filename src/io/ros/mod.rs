@@ -46,8 +46,6 @@ pub enum RosError {
         "ROS 2: ros.middleware = \"zenoh\" needs pi0d built with the `zenoh` feature (cargo build --features zenoh)"
     )]
     NoZenoh,
-    #[error("ROS 2: cannot create action client `{action}`: actions are supported over DDS only")]
-    ActionOverZenoh { action: String },
 }
 
 fn create_err(what: impl Into<String>, e: impl Into<MiddlewareError>) -> RosError {

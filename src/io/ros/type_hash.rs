@@ -41,9 +41,14 @@ pub const TYPE_HASHES: &[(&str, &str)] = &[
         "std_srvs/srv/Trigger",
         "RIHS01_eeff2cd6fa5ad9d27cdf4dec64818317839b62f212a91e6b5304b634b2062c5f",
     ),
+    (
+        "control_msgs/action/GripperCommand_SendGoal",
+        "RIHS01_6bf8cc4ce80cd499e7dd3258c03c50c3fa6672b469ff8355339ef1df77fcd212",
+    ),
 ];
 
-/// The hash of `ros_type` (`pkg/msg/Name` or `pkg/srv/Name`), if pi0d uses the type.
+/// The hash of `ros_type` (`pkg/msg/Name`, `pkg/srv/Name` or an action's service
+/// `pkg/action/Name_SendGoal`), if pi0d uses the type.
 pub fn type_hash(ros_type: &str) -> Option<&'static str> {
     TYPE_HASHES
         .iter()

@@ -1,0 +1,363 @@
+//! rmw_zenoh's wire format on ros2-client's Zenoh session: subscriptions and the reset service
+//! through ros2-client; publishers and action goals written here, their keys and liveliness
+//! tokens carrying the types' real REP-2016 hashes (rmw_zenoh matches them exactly).
+
+use std::sync::{Arc, Mutex};
+
+use ros2_client::action::{GoalId, SendGoalRequest, SendGoalResponse};
+
+use super::*;
+use ros2_client::zenoh::{Node, Publisher, Server, Subscription};
+
+impl<M: Msg> Take<M> for Subscription<M> {
+    fn take_next(&self) -> Result<Option<M>, TransportError> {
+        self.try_take()
+            .map(|o| o.map(|(m, _)| m))
+            .map_err(TransportError::of(Op::Take))
+    }
+}
+
+impl<M: Msg> Put<M> for Publisher<M> {
+    fn put(&self, msg: M) -> Result<(), TransportError> {
+        self.publish(msg).map_err(TransportError::of(Op::Publish))
+    }
+}
+
+impl<Req: SrvMsg, Resp: SrvMsg> Serve<Req, Resp> for Server<Req, Resp> {
+    fn next_request(&self) -> Result<Option<RmwRequestId>, TransportError> {
+        self.try_receive_request()
+            .map(|o| o.map(|(id, _)| id))
+            .map_err(TransportError::of(Op::ReceiveRequest))
+    }
+
+    fn reply(&self, id: RmwRequestId, resp: Resp) -> Result<(), TransportError> {
+        self.send_response(id, resp)
+            .map_err(TransportError::of(Op::Reply))
+    }
+}
+
+pub(crate) struct Zenoh {
+    pub(crate) node: Node,
+    pub(crate) context: ros2_client::zenoh::Context,
+    pub(crate) node_name: ros2_client::NodeName,
+    /// Entity ids for pi0d's own publishers, far above the node's own counter.
+    pub(crate) next_entity: u64,
+}
+
+/// CDR little-endian encapsulation header, as rmw_zenoh prefixes every payload.
+const CDR_LE: [u8; 4] = [0x00, 0x01, 0x00, 0x00];
+
+/// A publisher whose key and liveliness token carry the type's real REP-2016 hash, so
+/// rmw_zenoh subscribers (which match the hash exactly) receive it. ros2-client's own
+/// publishers put a placeholder there for types it does not know.
+struct HashedPublisher {
+    publisher: ::zenoh::pubsub::Publisher<'static>,
+    gid: [u8; 16],
+    seq: std::sync::atomic::AtomicI64,
+    _token: ::zenoh::liveliness::LivelinessToken,
+}
+
+impl<M: Msg> Put<M> for HashedPublisher {
+    fn put(&self, msg: M) -> Result<(), TransportError> {
+        use ::zenoh::Wait;
+        let mut payload = CDR_LE.to_vec();
+        payload.extend(
+            cdr_encoding::to_vec::<M, byteorder::LittleEndian>(&msg)
+                .map_err(TransportError::of(Op::Encode))?,
+        );
+        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        self.publisher
+            .put(payload)
+            .attachment(attachment(seq, &self.gid))
+            .wait()
+            .map_err(|e| TransportError::new(Op::Publish, e))
+    }
+}
+
+/// rmw_zenoh's attachment of a sample or a request: sequence number, source timestamp (ns),
+/// the sender's GID (length-prefixed).
+fn attachment(seq: i64, gid: &[u8; 16]) -> Vec<u8> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    let mut a = Vec::with_capacity(33);
+    a.extend(seq.to_le_bytes());
+    a.extend(now.to_le_bytes());
+    a.push(16);
+    a.extend(gid);
+    a
+}
+
+/// rmw_zenoh's compact QoS string of a volatile keep-last publisher without deadline,
+/// lifespan or liveliness settings (the profiles pi0d uses): reliability (empty when
+/// reliable, the default; `2` for best effort), then the history depth.
+pub(crate) fn qos_code(q: &QosProfile) -> String {
+    use ros2_client::qos::{History, Reliability};
+    let rel = match q.reliability {
+        Reliability::Reliable { .. } => "",
+        Reliability::BestEffort => "2",
+    };
+    let (hist, depth) = match q.history {
+        History::KeepLast { depth } => ("", depth),
+        History::KeepAll => ("2", 0),
+    };
+    format!("{rel}::{hist},{depth}:,:,:,,")
+}
+
+/// `/a/b` -> `%a%b`, empty -> `%` (rmw_zenoh's name mangling in liveliness tokens).
+pub(crate) fn mangle(name: &str) -> String {
+    if name.is_empty() {
+        "%".into()
+    } else {
+        name.replace('/', "%")
+    }
+}
+
+impl Zenoh {
+    fn hashed_publisher(
+        &mut self,
+        topic: &Name,
+        ty: &MessageTypeName,
+        hash: &str,
+        qos: &QosProfile,
+    ) -> Result<HashedPublisher, RosError> {
+        use ::zenoh::Wait;
+        let session = self.context.session().clone();
+        let domain = self.context.domain_id();
+        let fqn = topic.to_string();
+        let dds_type = ty.dds_msg_type();
+        let key = format!("{domain}/{}/{dds_type}/{hash}", fqn.trim_matches('/'));
+        let publisher = session
+            .declare_publisher(key)
+            .wait()
+            .map_err(|e| create_err(format!("publisher `{topic}`"), e))?;
+        let (token, gid) = self.entity("MP", &fqn, &dds_type, hash, qos)?;
+        Ok(HashedPublisher {
+            publisher,
+            gid,
+            seq: std::sync::atomic::AtomicI64::new(0),
+            _token: token,
+        })
+    }
+    /// A liveliness token for one of pi0d's entities (`kind` `MP` a publisher, `SC` a service
+    /// client) named `name`, of `dds_type` with `hash`, as rmw_zenoh's graph cache reads them;
+    /// and the entity's GID, for its attachments.
+    fn entity(
+        &mut self,
+        kind: &str,
+        name: &str,
+        dds_type: &str,
+        hash: &str,
+        qos: &QosProfile,
+    ) -> Result<(::zenoh::liveliness::LivelinessToken, [u8; 16]), RosError> {
+        use ::zenoh::Wait;
+        let session = self.context.session();
+        self.next_entity += 1;
+        // The node is the context's first (id 0): its own token says so.
+        let token_key = format!(
+            "@ros2_lv/{domain}/{zid}/0/{eid}/{kind}/%/{ns}/{node}/{name}/{dds_type}/{hash}/{qos}",
+            domain = self.context.domain_id(),
+            zid = session.zid(),
+            eid = self.next_entity,
+            ns = mangle(self.node_name.namespace()),
+            node = mangle(self.node_name.base_name()),
+            name = mangle(name),
+            qos = qos_code(qos),
+        );
+        let token = session
+            .liveliness()
+            .declare_token(token_key)
+            .wait()
+            .map_err(|e| create_err(format!("liveliness of `{name}`"), e))?;
+        let mut gid = [0u8; 16];
+        let digest = {
+            use sha2::Digest;
+            sha2::Sha256::digest(format!("{}/{}", session.zid(), self.next_entity))
+        };
+        gid.copy_from_slice(&digest[..16]);
+        Ok((token, gid))
+    }
+
+    /// Goals for `action` sent as an rmw_zenoh action client sends them: a query on its
+    /// send_goal service's key (`<domain>/<action>/_action/send_goal/<pkg>::action::dds_::
+    /// <Name>_SendGoal_/<hash>`; every complete queryable, no consolidation) with the request
+    /// in CDR and a client request's attachment.
+    fn goals(
+        &mut self,
+        action: &Name,
+        ty: &ActionTypeName,
+        qos: &QosProfile,
+    ) -> Result<ZenohGoals, RosError> {
+        use ::zenoh::Wait;
+        let what = || format!("action client `{action}`");
+        let ros_type = format!("{}/action/{}_SendGoal", ty.package_name(), ty.type_name());
+        let hash = crate::io::ros::type_hash::type_hash(&ros_type)
+            .ok_or_else(|| create_err(what(), format!("no REP-2016 hash known for {ros_type}")))?;
+        let service = format!("{action}/_action/send_goal");
+        let dds_type = format!(
+            "{}::action::dds_::{}_SendGoal_",
+            ty.package_name(),
+            ty.type_name()
+        );
+        let key = format!(
+            "{}/{}/{dds_type}/{hash}",
+            self.context.domain_id(),
+            service.trim_matches('/')
+        );
+        let querier = self
+            .context
+            .session()
+            .declare_querier(key)
+            .target(::zenoh::query::QueryTarget::AllComplete)
+            .consolidation(::zenoh::query::ConsolidationMode::None)
+            .timeout(GOAL_REPLY_TIMEOUT)
+            .wait()
+            .map_err(|e| create_err(what(), e))?;
+        let (token, gid) = self.entity("SC", &service, &dds_type, hash, qos)?;
+        Ok(ZenohGoals {
+            querier,
+            gid,
+            seq: 0,
+            answers: Arc::default(),
+            _token: token,
+        })
+    }
+}
+
+impl Middleware for Zenoh {
+    fn subscribe<M: Msg>(
+        &mut self,
+        topic: &Name,
+        ty: MessageTypeName,
+        qos: &QosProfile,
+    ) -> Result<Box<dyn Take<M>>, RosError> {
+        let t = self.node.create_topic(topic, ty, qos);
+        let s = self
+            .node
+            .create_subscription::<M>(&t, Some(qos.clone()))
+            .map_err(|e| create_err(format!("subscription `{topic}`"), e))?;
+        Ok(Box::new(s))
+    }
+
+    fn advertise<M: Msg>(
+        &mut self,
+        topic: &Name,
+        ty: MessageTypeName,
+        qos: &QosProfile,
+    ) -> Result<Box<dyn Put<M>>, RosError> {
+        let ros_type = format!("{}/msg/{}", ty.package_name(), ty.type_name());
+        if let Some(hash) = crate::io::ros::type_hash::type_hash(&ros_type) {
+            return Ok(Box::new(self.hashed_publisher(topic, &ty, hash, qos)?));
+        }
+        let t = self.node.create_topic(topic, ty, qos);
+        let p = self
+            .node
+            .create_publisher::<M>(&t, None)
+            .map_err(|e| create_err(format!("publisher `{topic}`"), e))?;
+        Ok(Box::new(p))
+    }
+
+    fn serve<Req: SrvMsg, Resp: SrvMsg>(
+        &mut self,
+        service: &Name,
+        ty: ServiceTypeName,
+        _qos: &QosProfile,
+    ) -> Result<Box<dyn Serve<Req, Resp>>, RosError> {
+        let s = self
+            .node
+            .create_server::<Req, Resp>(service, &ty)
+            .map_err(|e| create_err(format!("service `{service}`"), e))?;
+        Ok(Box::new(s))
+    }
+
+    fn action_client<G: SrvMsg, R: SrvMsg, F: SrvMsg>(
+        &mut self,
+        action: &Name,
+        ty: ActionTypeName,
+        qos: &QosProfile,
+    ) -> Result<Box<dyn SendGoal<G>>, RosError> {
+        Ok(Box::new(self.goals(action, &ty, qos)?))
+    }
+}
+
+/// How long a goal's query waits for the server's reply. An unanswered goal is sent again by
+/// its sender (`GripperGoals`), so queries do not pile up behind a silent server.
+const GOAL_REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The send_goal replies, counted as they arrive (on Zenoh's threads).
+#[derive(Default)]
+struct Answers {
+    accepted: u64,
+    refused: u64,
+    /// The size of a reply that is not a send_goal response, said by the next `replies`.
+    undecodable: Option<usize>,
+}
+
+/// Goals sent as queries; the queries' callbacks count the replies.
+struct ZenohGoals {
+    querier: ::zenoh::query::Querier<'static>,
+    gid: [u8; 16],
+    seq: i64,
+    answers: Arc<Mutex<Answers>>,
+    _token: ::zenoh::liveliness::LivelinessToken,
+}
+
+impl ZenohGoals {
+    fn answer(answers: &Mutex<Answers>, reply: &::zenoh::query::Reply) {
+        // An error reply (the query's timeout: rmw_zenoh's servers send no other) leaves the
+        // goal unanswered, which its sender handles.
+        let Ok(sample) = reply.result() else {
+            return;
+        };
+        let bytes = sample.payload().to_bytes();
+        let response = bytes.get(CDR_LE.len()..).and_then(|body| {
+            cdr_encoding::from_bytes::<SendGoalResponse, byteorder::LittleEndian>(body).ok()
+        });
+        let mut a = answers.lock().unwrap_or_else(|e| e.into_inner());
+        match response {
+            Some((r, _)) if r.accepted => a.accepted += 1,
+            Some(_) => a.refused += 1,
+            None => a.undecodable = Some(bytes.len()),
+        }
+    }
+}
+
+impl<G: SrvMsg> SendGoal<G> for ZenohGoals {
+    fn send(&mut self, goal: G) -> Result<(), TransportError> {
+        use ::zenoh::Wait;
+        let request = SendGoalRequest {
+            goal_id: GoalId::new_random(),
+            goal,
+        };
+        let mut payload = CDR_LE.to_vec();
+        payload.extend(
+            cdr_encoding::to_vec::<_, byteorder::LittleEndian>(&request)
+                .map_err(TransportError::of(Op::Encode))?,
+        );
+        self.seq += 1;
+        let answers = self.answers.clone();
+        self.querier
+            .get()
+            .payload(payload)
+            .attachment(attachment(self.seq, &self.gid))
+            .callback(move |reply| ZenohGoals::answer(&answers, &reply))
+            .wait()
+            .map_err(|e| TransportError::new(Op::SendGoal, e))
+    }
+
+    fn replies(&mut self) -> Result<(u64, u64), TransportError> {
+        let mut a = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(len) = a.undecodable.take() {
+            return Err(TransportError::new(
+                Op::ReceiveGoalReply,
+                format!(
+                    "a reply of {len} bytes is not a send_goal response (CDR: bool accepted, builtin_interfaces/Time stamp)"
+                ),
+            ));
+        }
+        Ok((
+            std::mem::take(&mut a.accepted),
+            std::mem::take(&mut a.refused),
+        ))
+    }
+}
