@@ -53,8 +53,9 @@ enum Command {
     /// Export the model as static ONNX graphs (prefix -> KV cache, denoise step) plus
     /// manifest.json, for ONNX Runtime, TensorRT or Ascend's ATC.
     Export(ExportArgs),
-    /// Write a checkpoint with its linear layers' weights in int8 (w8), int4 (w4) or bf16, for
-    /// boards with little memory; it loads like any other checkpoint (compute stays f32).
+    /// Write a checkpoint with its linear layers' weights in int8 (w8, w8a8), int4 (w4) or bf16,
+    /// for boards with little memory; it loads like any other checkpoint (w8a8 also multiplies
+    /// in int8, the others widen the weights to f32).
     Quantize(commands::quantize::QuantizeArgs),
     /// Serve the policy over openpi's websocket protocol (any openpi client drives a robot
     /// from it): metadata on connect, msgpack-numpy observations, `actions` replies, GET /healthz.

@@ -794,3 +794,57 @@ pub fn wall_now() -> f64 {
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
 }
+
+/// A gripper_action_controller peer's report of pi0d's goals (`gripper_goals`: `at`,
+/// `position`, `max_effort`, `accepted`; `duplicate_goal_ids`): at least `min_accepted`
+/// accepted, no goal id twice, every goal with `max_effort` and a position within `range`, at
+/// most 22 in any second (the controller starts a goal handle for each; pi0d's default is 20 a
+/// second), and refused ones among them, which pi0d reported naming `action`. The accepted
+/// goals' positions, in order.
+pub fn assert_gripper_goals(
+    r: &serde_json::Value,
+    stderr: &str,
+    action: &str,
+    max_effort: f64,
+    range: std::ops::RangeInclusive<f64>,
+    min_accepted: usize,
+) -> Vec<f64> {
+    let goals = r["gripper_goals"].as_array().unwrap();
+    let at = |g: &serde_json::Value| g["at"].as_f64().unwrap();
+    let accepted: Vec<f64> = goals
+        .iter()
+        .filter(|g| g["accepted"] == true)
+        .map(|g| g["position"].as_f64().unwrap())
+        .collect();
+    assert!(
+        accepted.len() >= min_accepted,
+        "{} goals accepted: {r}",
+        accepted.len()
+    );
+    assert_eq!(r["duplicate_goal_ids"], 0, "{r}");
+    for g in goals {
+        assert_eq!(g["max_effort"], max_effort, "{g}");
+        let p = g["position"].as_f64().unwrap();
+        assert!(range.contains(&p), "goal position {p}");
+    }
+    for (i, g) in goals.iter().enumerate() {
+        let in_window = goals[i..]
+            .iter()
+            .take_while(|h| at(h) < at(g) + 1.0)
+            .count();
+        assert!(
+            in_window <= 22,
+            "{in_window} goals within 1 s from {}",
+            at(g)
+        );
+    }
+    assert!(
+        goals.iter().any(|g| g["accepted"] == false),
+        "no goal came once the peer refused them: {r}"
+    );
+    assert!(
+        stderr.contains(action) && stderr.contains("the action server refused"),
+        "{stderr}"
+    );
+    accepted
+}

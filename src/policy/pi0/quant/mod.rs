@@ -1,7 +1,8 @@
-//! Quantized pi0 checkpoints: the linear layers' weights stored in int8 (`w8`), int4 (`w4`) or
-//! bf16, for the boards whose memory does not hold pi0 in f32 or bf16. `pi0d quantize` writes
-//! them (`write`); the loader packs their integer weights as they are (`load`), and the kernels
-//! widen them to f32 as they multiply, so compute stays f32 as with bf16 weights.
+//! Quantized pi0 checkpoints: the linear layers' weights stored in int8 (`w8`, `w8a8`), int4
+//! (`w4`) or bf16, for the boards whose memory does not hold pi0 in f32 or bf16. `pi0d quantize`
+//! writes them (`write`); the loader packs their integer weights as they are (`load`). The
+//! weight-only schemes' kernels widen them to f32 as they multiply (compute stays f32, as with
+//! bf16 weights); `w8a8`'s multiply int8 activations by them with int32 sums.
 //!
 //! On disk a quantized linear weight keeps its checkpoint name: `NAME.weight` holds the
 //! integers and `NAME.weight_scale` (f32) their scales:
