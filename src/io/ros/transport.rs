@@ -1,6 +1,7 @@
 //! The middleware under the ROS thread: DDS (always) or Zenoh as rmw_zenoh does (feature
-//! `zenoh`). Both come from ros2-client with different entity types; the thread sees them through
-//! three small traits, so its logic (draining, decoding, publishing at the control rate) is one.
+//! `zenoh`, `transport/zenoh.rs`). Both build on ros2-client with different entity types; the
+//! thread sees them through four small traits (take, put, serve, send goals), so its logic
+//! (draining, decoding, publishing at the control rate) is one.
 
 use ros2_client::{
     ActionTypeName, MessageTypeName, Name, QosProfile, RmwRequestId, ServiceTypeName,

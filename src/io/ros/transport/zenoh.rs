@@ -113,6 +113,24 @@ pub(crate) fn mangle(name: &str) -> String {
     }
 }
 
+/// The kinds of entity pi0d declares itself (ros2-client declares its subscriptions and
+/// services).
+#[derive(Clone, Copy)]
+enum Entity {
+    Publisher,
+    Client,
+}
+
+impl Entity {
+    /// rmw_zenoh's code for the kind in liveliness tokens.
+    fn code(self) -> &'static str {
+        match self {
+            Entity::Publisher => "MP",
+            Entity::Client => "SC",
+        }
+    }
+}
+
 impl Zenoh {
     fn hashed_publisher(
         &mut self,
@@ -131,7 +149,7 @@ impl Zenoh {
             .declare_publisher(key)
             .wait()
             .map_err(|e| create_err(format!("publisher `{topic}`"), e))?;
-        let (token, gid) = self.entity("MP", &fqn, &dds_type, hash, qos)?;
+        let (token, gid) = self.entity(Entity::Publisher, &fqn, &dds_type, hash, qos)?;
         Ok(HashedPublisher {
             publisher,
             gid,
@@ -139,12 +157,12 @@ impl Zenoh {
             _token: token,
         })
     }
-    /// A liveliness token for one of pi0d's entities (`kind` `MP` a publisher, `SC` a service
-    /// client) named `name`, of `dds_type` with `hash`, as rmw_zenoh's graph cache reads them;
-    /// and the entity's GID, for its attachments.
+
+    /// A liveliness token for one of pi0d's entities named `name`, of `dds_type` with `hash`,
+    /// as rmw_zenoh's graph cache reads them; and the entity's GID, for its attachments.
     fn entity(
         &mut self,
-        kind: &str,
+        kind: Entity,
         name: &str,
         dds_type: &str,
         hash: &str,
@@ -156,6 +174,7 @@ impl Zenoh {
         // The node is the context's first (id 0): its own token says so.
         let token_key = format!(
             "@ros2_lv/{domain}/{zid}/0/{eid}/{kind}/%/{ns}/{node}/{name}/{dds_type}/{hash}/{qos}",
+            kind = kind.code(),
             domain = self.context.domain_id(),
             zid = session.zid(),
             eid = self.next_entity,
@@ -213,7 +232,7 @@ impl Zenoh {
             .timeout(GOAL_REPLY_TIMEOUT)
             .wait()
             .map_err(|e| create_err(what(), e))?;
-        let (token, gid) = self.entity("SC", &service, &dds_type, hash, qos)?;
+        let (token, gid) = self.entity(Entity::Client, &service, &dds_type, hash, qos)?;
         Ok(ZenohGoals {
             querier,
             gid,
