@@ -12,7 +12,8 @@ rosidl_generator_type_description's: the type description (fields with type ids,
 nested type names; every referenced type, sorted by name; no default values, no constants)
 as JSON with ", " / ": " separators, hashed with SHA-256. --check-known first reproduces
 published Jazzy hashes of other types (std_msgs/String, rcl_interfaces/Log and ParameterEvent,
-action_msgs/GoalStatusArray, example_interfaces/AddTwoInts) and fails if any differs.
+action_msgs/GoalStatusArray, example_interfaces/AddTwoInts, action_tutorials_interfaces'
+Fibonacci action's send_goal service) and fails if any differs.
 """
 
 import argparse
@@ -57,6 +58,12 @@ KNOWN = {
 KNOWN_SERVICES = {
     "example_interfaces/srv/AddTwoInts": (("int64 a\nint64 b", "int64 sum"),
                                           "RIHS01_e118de6bf5eeb66a2491b5bda11202e7b68f198d6f67922cf30364858239c81a"),
+}
+# An action's send_goal service: Jazzy's action_tutorials_interfaces/action/Fibonacci (goal
+# `int32 order`), as ros2-client 0.12 locks it from the installed Jazzy type descriptions.
+KNOWN_ACTIONS = {
+    "action_tutorials_interfaces/action/Fibonacci": ([("order", (Nodetype.BASE, ("int32", 0)))],
+                                                     "RIHS01_a0603060ed69fe2dfbd1a6f3b982a1749957ef346e4a4d2b311a05e305ec37bb"),
 }
 # Types neither rosbags' store nor a .msg of pi0d's defines.
 EXTRA_TYPES = {
@@ -182,6 +189,10 @@ def main():
             got = service_hash(n, req, resp)
             if got != h:
                 bad[n] = (got, h)
+        for action, (fields, h) in KNOWN_ACTIONS.items():
+            got = send_goal_hash(action, fields)
+            if got != h:
+                bad[f"{action}_SendGoal"] = (got, h)
         if bad:
             sys.exit(f"hashes differ from the published ones: {bad}")
     out = {n: message_hash(n) for n in PI0D_TYPES}
