@@ -227,33 +227,8 @@ fn when_zenoh_gripper_is_behind_gripper_action_controller_expect_goals_it_accept
     let dir = scratch_dir("zenoh-gripper-action");
     let port = free_port();
     let mut cfg = zenoh_config(domain, port);
-    let output = |joints: &[&str], topic: &str, kind: &str| {
-        let mut t = toml::Table::new();
-        let joints = joints
-            .iter()
-            .map(|j| Value::String(j.to_string()))
-            .collect();
-        t.insert("joints".into(), Value::Array(joints));
-        t.insert("topic".into(), Value::String(topic.into()));
-        t.insert("type".into(), Value::String(kind.into()));
-        Value::Table(t)
-    };
-    let arm = [
-        "shoulder_pan",
-        "shoulder_lift",
-        "elbow",
-        "wrist_1",
-        "wrist_2",
-        "wrist_3",
-    ];
-    let action = "/gripper_controller/gripper_cmd";
-    cfg["ros"].as_table_mut().unwrap().insert(
-        "commands".into(),
-        Value::Array(vec![
-            output(&arm, "/arm_controller/joint_trajectory", "joint_trajectory"),
-            output(&["gripper"], action, "gripper_command"),
-        ]),
-    );
+    let (arm, action) = (ARM, GRIPPER_ACTION);
+    with_gripper_action(&mut cfg);
     let peer = zenoh_peer(
         domain,
         port,
@@ -323,5 +298,120 @@ fn when_zenoh_gripper_is_behind_gripper_action_controller_expect_goals_it_accept
                 "/pi0d/%gripper_controller%gripper_cmd%_action%send_goal/{dds}/{hash}/"
             ))),
         "no send_goal client token: {tokens:?}"
+    );
+}
+
+/// The arm's joints, commanded as a joint_trajectory output beside the gripper's action.
+const ARM: [&str; 6] = [
+    "shoulder_pan",
+    "shoulder_lift",
+    "elbow",
+    "wrist_1",
+    "wrist_2",
+    "wrist_3",
+];
+const GRIPPER_ACTION: &str = "/gripper_controller/gripper_cmd";
+
+/// `cfg`'s commands: the arm on /arm_controller/joint_trajectory, the gripper as
+/// gripper_command goals on `GRIPPER_ACTION`.
+fn with_gripper_action(cfg: &mut toml::Table) {
+    let output = |joints: &[&str], topic: &str, kind: &str| {
+        let mut t = toml::Table::new();
+        let joints = joints
+            .iter()
+            .map(|j| Value::String(j.to_string()))
+            .collect();
+        t.insert("joints".into(), Value::Array(joints));
+        t.insert("topic".into(), Value::String(topic.into()));
+        t.insert("type".into(), Value::String(kind.into()));
+        Value::Table(t)
+    };
+    cfg["ros"].as_table_mut().unwrap().insert(
+        "commands".into(),
+        Value::Array(vec![
+            output(&ARM, "/arm_controller/joint_trajectory", "joint_trajectory"),
+            output(&["gripper"], GRIPPER_ACTION, "gripper_command"),
+        ]),
+    );
+}
+
+/// A robot on rmw_zenoh's Humble build, which writes `TypeHashNotSupported` where later
+/// releases put a type's hash and matches it exactly: with `ros.zenoh_type_hashes = false`,
+/// pi0d's commands, status, diagnostics and gripper goals reach it on those keys, and its
+/// e-stop and reset call reach pi0d.
+#[test]
+fn when_zenoh_robot_runs_humble_expect_every_output_on_its_keys_and_the_reset_served() {
+    let domain = 30 + ((std::process::id() + 111) % 150) as u16;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir("zenoh-humble");
+    let port = free_port();
+    let mut cfg = zenoh_config(domain, port);
+    cfg["ros"]
+        .as_table_mut()
+        .unwrap()
+        .insert("zenoh_type_hashes".into(), Value::Boolean(false));
+    with_gripper_action(&mut cfg);
+    let peer = zenoh_peer(
+        domain,
+        port,
+        &dir.join("peer.json"),
+        &[
+            "--humble",
+            "--duration",
+            "9",
+            "--gripper-action",
+            GRIPPER_ACTION,
+            "--estop-at",
+            "2.5",
+            "--reset-at",
+            "4",
+        ],
+    );
+    let x = run_beside_peer(&dir, &cfg, peer, 6.5);
+    let r = &x.report;
+    assert_estop_latched_then_reset(&x);
+    assert!(r["commands"].as_u64().unwrap() >= 200, "peer got {r}");
+    assert_eq!(r["undecodable"], 0, "{r}");
+    let none = "TypeHashNotSupported";
+    assert_eq!(
+        r["keys"],
+        serde_json::json!([format!(
+            "{domain}/arm_controller/joint_trajectory/trajectory_msgs::msg::dds_::JointTrajectory_/{none}"
+        )])
+    );
+    assert_eq!(
+        r["status_keys"],
+        serde_json::json!([format!(
+            "{domain}/pi0d/status/std_msgs::msg::dds_::String_/{none}"
+        )])
+    );
+    assert!(!r["diagnostics"].as_array().unwrap().is_empty(), "{r}");
+    assert_eq!(
+        r["goal_keys"],
+        serde_json::json!([format!(
+            "{domain}/gripper_controller/gripper_cmd/_action/send_goal/control_msgs::action::dds_::GripperCommand_SendGoal_/{none}"
+        )])
+    );
+    assert_eq!(r["bad_goal_requests"], 0, "{r}");
+    let accepted = r["gripper_goals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["accepted"] == true)
+        .count();
+    assert!(accepted >= 10, "{accepted} goals accepted: {r}");
+    // Discovery: pi0d's command publisher announces the same placeholder.
+    let tokens: Vec<&str> = r["liveliness"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        tokens.iter().any(|t| t.contains("/MP/")
+            && t.contains(&format!(
+                "%arm_controller%joint_trajectory/trajectory_msgs::msg::dds_::JointTrajectory_/{none}/"
+            ))),
+        "{tokens:?}"
     );
 }

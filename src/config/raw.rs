@@ -476,6 +476,8 @@ pub(crate) struct RawRos {
     pub(crate) zenoh_connect: Vec<String>,
     #[serde(default)]
     pub(crate) zenoh_listen: Vec<String>,
+    /// zenoh only: false for rmw_zenoh on Humble (default true).
+    pub(crate) zenoh_type_hashes: Option<bool>,
     #[serde(default)]
     pub(crate) qos: RawQosSet,
 }

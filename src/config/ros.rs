@@ -121,6 +121,10 @@ pub(crate) struct RosConfig {
     pub(crate) zenoh_connect: Vec<String>,
     #[cfg_attr(not(feature = "zenoh"), allow(dead_code))]
     pub(crate) zenoh_listen: Vec<String>,
+    /// Whether keys and liveliness tokens carry REP-2016 type hashes (rmw_zenoh on Jazzy and
+    /// newer) or `TypeHashNotSupported` in their place (rmw_zenoh on Humble).
+    #[cfg_attr(not(feature = "zenoh"), allow(dead_code))]
+    pub(crate) zenoh_type_hashes: bool,
     pub(crate) qos: RosQos,
 }
 
@@ -309,6 +313,7 @@ pub(crate) fn validate(
         ("ros.zenoh_config", r.zenoh_config.is_some()),
         ("ros.zenoh_connect", !r.zenoh_connect.is_empty()),
         ("ros.zenoh_listen", !r.zenoh_listen.is_empty()),
+        ("ros.zenoh_type_hashes", r.zenoh_type_hashes.is_some()),
     ] {
         c.unused(
             field,
@@ -351,6 +356,7 @@ pub(crate) fn validate(
         zenoh_config: r.zenoh_config.as_ref().map(|p| c.resolve(p)),
         zenoh_connect: zenoh_endpoints(c, "ros.zenoh_connect", &r.zenoh_connect)?,
         zenoh_listen: zenoh_endpoints(c, "ros.zenoh_listen", &r.zenoh_listen)?,
+        zenoh_type_hashes: r.zenoh_type_hashes.unwrap_or(true),
         qos: RosQos {
             joint_states: topic_qos(r.qos.joint_states.as_ref(), false, 1),
             cameras: topic_qos(r.qos.cameras.as_ref(), false, 1),

@@ -56,13 +56,21 @@ from jtc_model import check_stream, on_ticks  # noqa: E402
 
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "wrist_3", "gripper"]
 START = [0.0, 0.3, 0.6, -0.4, 0.0, 0.0, 0.02]
-# A sender names the type's real REP-2016 hash, as rmw_zenoh does.
+# A sender names the type's real REP-2016 hash, as rmw_zenoh does (--humble: its Humble build).
 HASHES = {}
+HUMBLE = False
+
+
+TRAJ, STR, DIAG = "trajectory_msgs/msg/JointTrajectory", "std_msgs/msg/String", "diagnostic_msgs/msg/DiagnosticArray"
+TRIGGER = "std_srvs/srv/Trigger"
 
 
 def type_hash(ros_type):
+    if HUMBLE:
+        return "TypeHashNotSupported"  # rmw_zenoh on Humble writes this where a hash goes
     if ros_type not in HASHES:
-        HASHES[ros_type] = ros_type_hashes.message_hash(ros_type)
+        HASHES[ros_type] = (ros_type_hashes.service_hash(ros_type, *ros_type_hashes.PI0D_SERVICES[ros_type])
+                            if "/srv/" in ros_type else ros_type_hashes.message_hash(ros_type))
     return HASHES[ros_type]
 
 
@@ -124,10 +132,18 @@ def main():
                     help="serve control_msgs/action/GripperCommand goals for the gripper joint on this action")
     ap.add_argument("--refuse-goals-after", type=float, default=None,
                     help="refuse every goal from this time on (s): a controller that went inactive")
+    ap.add_argument("--humble", action="store_true",
+                    help="rmw_zenoh on Humble: TypeHashNotSupported in every key, subscriptions and "
+                         "the send_goal queryable on exactly those keys")
     ap.add_argument("--garble-replies-after", type=float, default=None,
                     help="from this time on (s), answer goals with 3 bytes that are no send_goal response")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: STOP.append(True))
+    global HUMBLE
+    HUMBLE = args.humble
+    # Subscriptions, the send_goal queryable and the reset call name the exact hash (or Humble's
+    # placeholder), as rmw_zenoh's entities do: a key with another hash matches nothing.
+    want = type_hash
 
     conf = zenoh.Config()
     conf.insert_json5("mode", '"peer"')
@@ -187,6 +203,7 @@ def main():
                                              "values": {kv.key: kv.value for kv in st.values}})
 
     goal_type = "control_msgs/action/GripperCommand_SendGoal"
+    t0 = time.time()  # set again as the loop starts; a goal before that still has a time
     served = []
 
     def on_goal(query):
@@ -231,13 +248,14 @@ def main():
 
     queryables = []
     if args.gripper_action:
-        key = (f"{d}/{args.gripper_action.strip('/')}/_action/send_goal/{dds_type(goal_type)}/"
-               f"{ros_type_hashes.send_goal_hash('control_msgs/action/GripperCommand', ros_type_hashes.PI0D_ACTIONS['control_msgs/action/GripperCommand'])}")
+        hash_ = ("TypeHashNotSupported" if HUMBLE else ros_type_hashes.send_goal_hash(
+            "control_msgs/action/GripperCommand", ros_type_hashes.PI0D_ACTIONS["control_msgs/action/GripperCommand"]))
+        key = f"{d}/{args.gripper_action.strip('/')}/_action/send_goal/{dds_type(goal_type)}/{hash_}"
         queryables.append(session.declare_queryable(key, on_goal, complete=True))
     subs = [
-        session.declare_subscriber(f"{d}/arm_controller/joint_trajectory/{dds_type('trajectory_msgs/msg/JointTrajectory')}/*", on_command),
-        session.declare_subscriber(f"{d}/pi0d/status/{dds_type('std_msgs/msg/String')}/*", on_status),
-        session.declare_subscriber(f"{d}/diagnostics/{dds_type('diagnostic_msgs/msg/DiagnosticArray')}/*", on_diagnostics),
+        session.declare_subscriber(f"{d}/arm_controller/joint_trajectory/{dds_type(TRAJ)}/{want(TRAJ)}", on_command),
+        session.declare_subscriber(f"{d}/pi0d/status/{dds_type(STR)}/{want(STR)}", on_status),
+        session.declare_subscriber(f"{d}/diagnostics/{dds_type(DIAG)}/{want(DIAG)}", on_diagnostics),
     ]
     js = Sender(session, d, args.joint_states_topic, "sensor_msgs/msg/JointState")
     raw = Sender(session, d, "/camera/image_raw", "sensor_msgs/msg/Image")
@@ -293,7 +311,7 @@ def main():
             request = bytes(TS.serialize_cdr(T["std_srvs/msg/Trigger_Request"](structure_needs_at_least_one_member=0),
                                              "std_srvs/msg/Trigger_Request"))
             attachment = struct.pack("<qq", 1, time.time_ns()) + bytes([16]) + os.urandom(16)
-            for reply in session.get(f"{d}/pi0d/reset/{dds_type('std_srvs/srv/Trigger')}/*", payload=request,
+            for reply in session.get(f"{d}/pi0d/reset/{dds_type(TRIGGER)}/{want(TRIGGER)}", payload=request,
                                      attachment=attachment, timeout=5.0):
                 if reply.ok is not None:
                     resp = TS.deserialize_cdr(reply.ok.payload.to_bytes(), "std_srvs/msg/Trigger_Response")

@@ -383,6 +383,7 @@ impl RosIo {
             node_name: NodeName::new(&self.cfg.namespace, &self.cfg.node)
                 .map_err(|e| create_err("node name", e))?,
             next_entity: 1 << 20,
+            type_hashes: self.cfg.zenoh_type_hashes,
         };
         let mut ep = self.endpoints(&mut mw)?;
         ep.graph = Some(self.zenoh_joint_state_probe(&context)?);

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use ros2_client::action::{GoalId, SendGoalRequest, SendGoalResponse};
 
 use super::*;
-use ros2_client::zenoh::{Node, Publisher, Server, Subscription};
+use ros2_client::zenoh::{Node, Publisher, Subscription};
 
 impl<M: Msg> Take<M> for Subscription<M> {
     fn take_next(&self) -> Result<Option<M>, TransportError> {
@@ -23,33 +23,26 @@ impl<M: Msg> Put<M> for Publisher<M> {
     }
 }
 
-impl<Req: SrvMsg, Resp: SrvMsg> Serve<Req, Resp> for Server<Req, Resp> {
-    fn next_request(&self) -> Result<Option<RmwRequestId>, TransportError> {
-        self.try_receive_request()
-            .map(|o| o.map(|(id, _)| id))
-            .map_err(TransportError::of(Op::ReceiveRequest))
-    }
-
-    fn reply(&self, id: RmwRequestId, resp: Resp) -> Result<(), TransportError> {
-        self.send_response(id, resp)
-            .map_err(TransportError::of(Op::Reply))
-    }
-}
-
 pub(crate) struct Zenoh {
     pub(crate) node: Node,
     pub(crate) context: ros2_client::zenoh::Context,
     pub(crate) node_name: ros2_client::NodeName,
     /// Entity ids for pi0d's own publishers, far above the node's own counter.
     pub(crate) next_entity: u64,
+    /// REP-2016 hashes in keys and tokens (rmw_zenoh on Jazzy and newer), or
+    /// `TypeHashNotSupported` (rmw_zenoh on Humble).
+    pub(crate) type_hashes: bool,
 }
+
+/// What rmw_zenoh on Humble writes where later releases put a type's hash.
+const NO_TYPE_HASH: &str = "TypeHashNotSupported";
 
 /// CDR little-endian encapsulation header, as rmw_zenoh prefixes every payload.
 const CDR_LE: [u8; 4] = [0x00, 0x01, 0x00, 0x00];
 
-/// A publisher whose key and liveliness token carry the type's real REP-2016 hash, so
-/// rmw_zenoh subscribers (which match the hash exactly) receive it. ros2-client's own
-/// publishers put a placeholder there for types it does not know.
+/// A publisher whose key and liveliness token carry the type's real REP-2016 hash (or Humble's
+/// `TypeHashNotSupported`), so rmw_zenoh subscribers (which match it exactly) receive it.
+/// ros2-client's own publishers put a placeholder there for types it does not know.
 struct HashedPublisher {
     publisher: ::zenoh::pubsub::Publisher<'static>,
     gid: [u8; 16],
@@ -88,6 +81,15 @@ fn attachment(seq: i64, gid: &[u8; 16]) -> Vec<u8> {
     a
 }
 
+/// The sequence number and GID of an rmw_zenoh attachment (`attachment`'s layout).
+fn parse_attachment(a: &[u8]) -> Option<(i64, [u8; 16])> {
+    if a.len() != 33 || a[16] != 16 {
+        return None;
+    }
+    let seq = i64::from_le_bytes(a[..8].try_into().ok()?);
+    Some((seq, a[17..].try_into().ok()?))
+}
+
 /// rmw_zenoh's compact QoS string of a volatile keep-last publisher without deadline,
 /// lifespan or liveliness settings (the profiles pi0d uses): reliability (empty when
 /// reliable, the default; `2` for best effort), then the history depth.
@@ -119,6 +121,7 @@ pub(crate) fn mangle(name: &str) -> String {
 enum Entity {
     Publisher,
     Client,
+    Server,
 }
 
 impl Entity {
@@ -127,6 +130,7 @@ impl Entity {
         match self {
             Entity::Publisher => "MP",
             Entity::Client => "SC",
+            Entity::Server => "SS",
         }
     }
 }
@@ -197,6 +201,16 @@ impl Zenoh {
         Ok((token, gid))
     }
 
+    /// What goes in the hash slot of `ros_type`'s keys: its REP-2016 hash, or Humble's
+    /// placeholder.
+    fn hash_of(&self, ros_type: &str) -> Result<&'static str, String> {
+        if !self.type_hashes {
+            return Ok(NO_TYPE_HASH);
+        }
+        crate::io::ros::type_hash::type_hash(ros_type)
+            .ok_or_else(|| format!("no REP-2016 hash known for {ros_type}"))
+    }
+
     /// Goals for `action` sent as an rmw_zenoh action client sends them: a query on its
     /// send_goal service's key (`<domain>/<action>/_action/send_goal/<pkg>::action::dds_::
     /// <Name>_SendGoal_/<hash>`; every complete queryable, no consolidation) with the request
@@ -210,8 +224,7 @@ impl Zenoh {
         use ::zenoh::Wait;
         let what = || format!("action client `{action}`");
         let ros_type = format!("{}/action/{}_SendGoal", ty.package_name(), ty.type_name());
-        let hash = crate::io::ros::type_hash::type_hash(&ros_type)
-            .ok_or_else(|| create_err(what(), format!("no REP-2016 hash known for {ros_type}")))?;
+        let hash = self.hash_of(&ros_type).map_err(|e| create_err(what(), e))?;
         let service = format!("{action}/_action/send_goal");
         let dds_type = format!(
             "{}::action::dds_::{}_SendGoal_",
@@ -265,6 +278,14 @@ impl Middleware for Zenoh {
         qos: &QosProfile,
     ) -> Result<Box<dyn Put<M>>, RosError> {
         let ros_type = format!("{}/msg/{}", ty.package_name(), ty.type_name());
+        if !self.type_hashes {
+            return Ok(Box::new(self.hashed_publisher(
+                topic,
+                &ty,
+                NO_TYPE_HASH,
+                qos,
+            )?));
+        }
         if let Some(hash) = crate::io::ros::type_hash::type_hash(&ros_type) {
             return Ok(Box::new(self.hashed_publisher(topic, &ty, hash, qos)?));
         }
@@ -276,17 +297,41 @@ impl Middleware for Zenoh {
         Ok(Box::new(p))
     }
 
+    /// A complete queryable on the service's key with its real type hash (rmw_zenoh's
+    /// clients query that key exactly; ros2-client's own server puts a placeholder there for
+    /// types it does not know, std_srvs/Trigger among them), as rmw_zenoh's ServiceData.
     fn serve<Req: SrvMsg, Resp: SrvMsg>(
         &mut self,
         service: &Name,
         ty: ServiceTypeName,
-        _qos: &QosProfile,
+        qos: &QosProfile,
     ) -> Result<Box<dyn Serve<Req, Resp>>, RosError> {
-        let s = self
-            .node
-            .create_server::<Req, Resp>(service, &ty)
-            .map_err(|e| create_err(format!("service `{service}`"), e))?;
-        Ok(Box::new(s))
+        use ::zenoh::Wait;
+        let what = || format!("service `{service}`");
+        let ros_type = format!("{}/srv/{}", ty.package_name(), ty.type_name());
+        let hash = self.hash_of(&ros_type).map_err(|e| create_err(what(), e))?;
+        let fqn = service.to_string();
+        let dds_type = format!("{}::srv::dds_::{}_", ty.package_name(), ty.type_name());
+        let key = format!(
+            "{}/{}/{dds_type}/{hash}",
+            self.context.domain_id(),
+            fqn.trim_matches('/')
+        );
+        let queryable = self
+            .context
+            .session()
+            .declare_queryable(key.clone())
+            .complete(true)
+            .wait()
+            .map_err(|e| create_err(what(), e))?;
+        let (token, _) = self.entity(Entity::Server, &fqn, &dds_type, hash, qos)?;
+        Ok(Box::new(HashedServer::<Req> {
+            queryable,
+            key,
+            pending: Mutex::default(),
+            _token: token,
+            _request: std::marker::PhantomData,
+        }))
     }
 
     fn action_client<G: SrvMsg, R: SrvMsg, F: SrvMsg>(
@@ -378,5 +423,113 @@ impl<G: SrvMsg> SendGoal<G> for ZenohGoals {
             std::mem::take(&mut a.accepted),
             std::mem::take(&mut a.refused),
         ))
+    }
+}
+
+/// A service server: requests are the queryable's queries, answered by `reply` with the
+/// response in CDR and rmw_zenoh's reply attachment (the request's sequence number, the
+/// client's GID).
+struct HashedServer<Req> {
+    queryable:
+        ::zenoh::query::Queryable<::zenoh::handlers::FifoChannelHandler<::zenoh::query::Query>>,
+    key: String,
+    /// Requests taken and not answered yet, by the id `next_request` gave them.
+    pending: Mutex<Vec<(RmwRequestId, ::zenoh::query::Query)>>,
+    _token: ::zenoh::liveliness::LivelinessToken,
+    _request: std::marker::PhantomData<fn() -> Req>,
+}
+
+/// Requests taken and never answered beyond this many are forgotten (their clients time out).
+const MAX_PENDING_REQUESTS: usize = 64;
+
+impl<Req: SrvMsg, Resp: SrvMsg> Serve<Req, Resp> for HashedServer<Req> {
+    /// The next request, checked as rmw_zenoh's take_request checks it: an attachment with a
+    /// sequence number and the client's GID, a payload that decodes as `Req`.
+    fn next_request(&self) -> Result<Option<RmwRequestId>, TransportError> {
+        let Ok(Some(query)) = self.queryable.try_recv() else {
+            return Ok(None);
+        };
+        let bad = |what: String| Err(TransportError::new(Op::ReceiveRequest, what));
+        let attachment = query.attachment().map(|a| a.to_bytes().to_vec());
+        let id = match attachment.as_deref().map(parse_attachment) {
+            Some(Some((sequence_number, gid))) => RmwRequestId {
+                writer_gid: gid.into(),
+                sequence_number,
+            },
+            Some(None) => {
+                return bad(format!(
+                    "an attachment of {} bytes, not rmw_zenoh's 33 (sequence number, timestamp, client GID)",
+                    attachment.map_or(0, |a| a.len())
+                ))
+            }
+            None => {
+                return bad(
+                    "no attachment (rmw_zenoh's clients send their sequence number and GID in it)"
+                        .into(),
+                )
+            }
+        };
+        let payload = query
+            .payload()
+            .map(|p| p.to_bytes().to_vec())
+            .unwrap_or_default();
+        let decoded = payload
+            .get(CDR_LE.len()..)
+            .map(|body| cdr_encoding::from_bytes::<Req, byteorder::LittleEndian>(body));
+        if !matches!(decoded, Some(Ok(_))) {
+            return bad(format!(
+                "a payload of {} bytes that is not the service's request (CDR)",
+                payload.len()
+            ));
+        }
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.len() == MAX_PENDING_REQUESTS {
+            pending.remove(0);
+        }
+        pending.push((id, query));
+        Ok(Some(id))
+    }
+
+    fn reply(&self, id: RmwRequestId, resp: Resp) -> Result<(), TransportError> {
+        use ::zenoh::Wait;
+        let query = {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            match pending.iter().position(|(p, _)| *p == id) {
+                Some(i) => pending.swap_remove(i).1,
+                None => {
+                    return Err(TransportError::new(
+                        Op::Reply,
+                        "no request with this id is waiting",
+                    ))
+                }
+            }
+        };
+        let mut payload = CDR_LE.to_vec();
+        payload.extend(
+            cdr_encoding::to_vec::<_, byteorder::LittleEndian>(&resp)
+                .map_err(TransportError::of(Op::Encode))?,
+        );
+        query
+            .reply(self.key.as_str(), payload)
+            .attachment(attachment(id.sequence_number, &id.writer_gid.to_bytes16()))
+            .wait()
+            .map_err(|e| TransportError::new(Op::Reply, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_an_attachment_is_written_expect_it_read_back_and_other_layouts_refused() {
+        let gid: [u8; 16] = std::array::from_fn(|i| i as u8 + 1);
+        let a = attachment(42, &gid);
+        assert_eq!(a.len(), 33);
+        assert_eq!(parse_attachment(&a), Some((42, gid)));
+        assert_eq!(parse_attachment(&a[..32]), None);
+        let mut wrong_prefix = a.clone();
+        wrong_prefix[16] = 15;
+        assert_eq!(parse_attachment(&wrong_prefix), None);
     }
 }
