@@ -208,9 +208,25 @@ fn when_zenoh_robot_publishes_expect_commands_back_in_rmw_zenoh_format() {
 #[test]
 fn when_zenoh_peer_presses_estop_then_calls_reset_service_expect_latch_and_resume() {
     let domain = 30 + ((std::process::id() + 77) % 150) as u16;
-    let peer = ["--duration", "9", "--estop-at", "2.5", "--reset-at", "4"];
-    let x = exchange("zenoh-estop", domain, &peer, 6.5);
+    let peer = [
+        "--duration",
+        "9",
+        "--estop-at",
+        "2.5",
+        "--reset-at",
+        "4",
+        "--bad-reset-first",
+    ];
+    let x = exchange("zenoh-estop", domain, &peer, 7.5);
     assert_estop_latched_then_reset(&x);
+    // A call without rmw_zenoh's attachment went unanswered and was reported; the next one
+    // (with the real hash in its key, as rmw_zenoh's clients send it) was served.
+    assert_eq!(x.report["bad_reset_replies"], 0, "{}", x.report);
+    assert!(
+        x.stderr.contains("no attachment (rmw_zenoh's clients send"),
+        "{}",
+        x.stderr
+    );
 }
 
 /// The gripper behind gripper_action_controller over Zenoh: `gripper_command` goals sent as an

@@ -135,6 +135,8 @@ def main():
     ap.add_argument("--humble", action="store_true",
                     help="rmw_zenoh on Humble: TypeHashNotSupported in every key, subscriptions and "
                          "the send_goal queryable on exactly those keys")
+    ap.add_argument("--bad-reset-first", action="store_true",
+                    help="before the reset call, call the reset service once without an attachment")
     ap.add_argument("--garble-replies-after", type=float, default=None,
                     help="from this time on (s), answer goals with 3 bytes that are no send_goal response")
     args = ap.parse_args()
@@ -269,6 +271,7 @@ def main():
     next_js, next_img = t0, t0
     prompt_sent = estop_sent = reset_sent = False
     reset_reply = None
+    bad_reset_replies = None
     tokens = None
     # The test ends this peer with SIGTERM once pi0d has exited (--duration only bounds it): the
     # loop then runs one whole pass begun after the signal, taking what arrived before it, and
@@ -310,8 +313,13 @@ def main():
             # A service call is a query on the service's key with the request as payload.
             request = bytes(TS.serialize_cdr(T["std_srvs/msg/Trigger_Request"](structure_needs_at_least_one_member=0),
                                              "std_srvs/msg/Trigger_Request"))
+            key = f"{d}/pi0d/reset/{dds_type(TRIGGER)}/{want(TRIGGER)}"
+            if args.bad_reset_first:
+                # A call without rmw_zenoh's attachment: its server drops it, answering nothing.
+                replies = [r for r in session.get(key, payload=request, timeout=1.0) if r.ok is not None]
+                bad_reset_replies = len(replies)
             attachment = struct.pack("<qq", 1, time.time_ns()) + bytes([16]) + os.urandom(16)
-            for reply in session.get(f"{d}/pi0d/reset/{dds_type(TRIGGER)}/{want(TRIGGER)}", payload=request,
+            for reply in session.get(key, payload=request,
                                      attachment=attachment, timeout=5.0):
                 if reply.ok is not None:
                     resp = TS.deserialize_cdr(reply.ok.payload.to_bytes(), "std_srvs/msg/Trigger_Response")
@@ -331,6 +339,7 @@ def main():
                   "keys": sorted(state["keys"]), "statuses": state["statuses"],
                   "status_keys": sorted(state["status_keys"]), "sent_hashes": HASHES,
                   "diagnostics": state["diagnostics"][-3:], "reset_reply": reset_reply,
+                  "bad_reset_replies": bad_reset_replies,
                   "liveliness": tokens, "command_latency_ms": percentiles(state["latency"]),
                   "interarrival_ms": percentiles([b - a for a, b in zip(state["arrivals"], state["arrivals"][1:])]),
                   # The controller model over the stream as pi0d wrote it (attachment stamps).
