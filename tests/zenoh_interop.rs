@@ -64,6 +64,16 @@ fn zenoh_peer(
     peer
 }
 
+/// The liveliness tokens the peer listed (rmw_zenoh's view of pi0d's node and entities).
+fn tokens(report: &serde_json::Value) -> Vec<&str> {
+    report["liveliness"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no liveliness list: {report}"))
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect()
+}
+
 fn exchange(name: &str, domain: u16, peer_args: &[&str], pi0d_s: f64) -> Exchange {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir(name);
@@ -149,12 +159,7 @@ fn when_zenoh_robot_publishes_expect_commands_back_in_rmw_zenoh_format() {
     );
     assert_eq!(r["seq_increasing"], true);
     // Discovery: pi0d's node and its command publisher announce themselves as rmw_zenoh nodes do.
-    let tokens: Vec<&str> = r["liveliness"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap())
-        .collect();
+    let tokens = tokens(r);
     assert!(
         tokens
             .iter()
@@ -302,12 +307,7 @@ fn when_zenoh_gripper_is_behind_gripper_action_controller_expect_goals_it_accept
         x.stderr
     );
     // Discovery: a service client token for the send_goal service, on pi0d's node.
-    let tokens: Vec<&str> = r["liveliness"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap())
-        .collect();
+    let tokens = tokens(r);
     assert!(
         tokens.iter().any(|t| t.contains("/SC/")
             && t.contains(&format!(
@@ -417,12 +417,7 @@ fn when_zenoh_robot_runs_humble_expect_every_output_on_its_keys_and_the_reset_se
         .count();
     assert!(accepted >= 10, "{accepted} goals accepted: {r}");
     // Discovery: pi0d's command publisher announces the same placeholder.
-    let tokens: Vec<&str> = r["liveliness"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap())
-        .collect();
+    let tokens = tokens(r);
     assert!(
         tokens.iter().any(|t| t.contains("/MP/")
             && t.contains(&format!(
