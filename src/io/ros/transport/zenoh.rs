@@ -53,11 +53,7 @@ struct HashedPublisher {
 impl<M: Msg> Put<M> for HashedPublisher {
     fn put(&self, msg: M) -> Result<(), TransportError> {
         use ::zenoh::Wait;
-        let mut payload = CDR_LE.to_vec();
-        payload.extend(
-            cdr_encoding::to_vec::<M, byteorder::LittleEndian>(&msg)
-                .map_err(TransportError::of(Op::Encode))?,
-        );
+        let payload = cdr_payload(&msg)?;
         let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         self.publisher
             .put(payload)
@@ -79,6 +75,24 @@ fn attachment(seq: i64, gid: &[u8; 16]) -> Vec<u8> {
     a.push(16);
     a.extend(gid);
     a
+}
+
+/// `msg` in CDR (little endian) behind its encapsulation header, as rmw_zenoh's payloads.
+fn cdr_payload<T: serde::Serialize>(msg: &T) -> Result<Vec<u8>, TransportError> {
+    let mut payload = CDR_LE.to_vec();
+    payload.extend(
+        cdr_encoding::to_vec::<T, byteorder::LittleEndian>(msg)
+            .map_err(TransportError::of(Op::Encode))?,
+    );
+    Ok(payload)
+}
+
+/// The message in an rmw_zenoh payload (`cdr_payload`'s layout), if it is one.
+fn from_cdr_payload<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Option<T> {
+    let body = payload.get(CDR_LE.len()..)?;
+    cdr_encoding::from_bytes::<T, byteorder::LittleEndian>(body)
+        .ok()
+        .map(|(m, _)| m)
 }
 
 /// The sequence number and GID of an rmw_zenoh attachment (`attachment`'s layout).
@@ -144,13 +158,12 @@ impl Zenoh {
         qos: &QosProfile,
     ) -> Result<HashedPublisher, RosError> {
         use ::zenoh::Wait;
-        let session = self.context.session().clone();
-        let domain = self.context.domain_id();
         let fqn = topic.to_string();
         let dds_type = ty.dds_msg_type();
-        let key = format!("{domain}/{}/{dds_type}/{hash}", fqn.trim_matches('/'));
-        let publisher = session
-            .declare_publisher(key)
+        let publisher = self
+            .context
+            .session()
+            .declare_publisher(self.data_key(&fqn, &dds_type, hash))
             .wait()
             .map_err(|e| create_err(format!("publisher `{topic}`"), e))?;
         let (token, gid) = self.entity(Entity::Publisher, &fqn, &dds_type, hash, qos)?;
@@ -201,6 +214,13 @@ impl Zenoh {
         Ok((token, gid))
     }
 
+    /// rmw_zenoh's key of a topic or service `name` (fully qualified) of `dds_type`:
+    /// `<domain>/<name>/<dds_type>/<hash>`.
+    fn data_key(&self, name: &str, dds_type: &str, hash: &str) -> String {
+        let domain = self.context.domain_id();
+        format!("{domain}/{}/{dds_type}/{hash}", name.trim_matches('/'))
+    }
+
     /// What goes in the hash slot of `ros_type`'s keys: its REP-2016 hash, or Humble's
     /// placeholder.
     fn hash_of(&self, ros_type: &str) -> Result<&'static str, String> {
@@ -231,15 +251,10 @@ impl Zenoh {
             ty.package_name(),
             ty.type_name()
         );
-        let key = format!(
-            "{}/{}/{dds_type}/{hash}",
-            self.context.domain_id(),
-            service.trim_matches('/')
-        );
         let querier = self
             .context
             .session()
-            .declare_querier(key)
+            .declare_querier(self.data_key(&service, &dds_type, hash))
             .target(::zenoh::query::QueryTarget::AllComplete)
             .consolidation(::zenoh::query::ConsolidationMode::None)
             .timeout(GOAL_REPLY_TIMEOUT)
@@ -278,17 +293,10 @@ impl Middleware for Zenoh {
         qos: &QosProfile,
     ) -> Result<Box<dyn Put<M>>, RosError> {
         let ros_type = format!("{}/msg/{}", ty.package_name(), ty.type_name());
-        if !self.type_hashes {
-            return Ok(Box::new(self.hashed_publisher(
-                topic,
-                &ty,
-                NO_TYPE_HASH,
-                qos,
-            )?));
-        }
-        if let Some(hash) = crate::io::ros::type_hash::type_hash(&ros_type) {
+        if let Ok(hash) = self.hash_of(&ros_type) {
             return Ok(Box::new(self.hashed_publisher(topic, &ty, hash, qos)?));
         }
+        // A type without a known hash: ros2-client's publisher, with its placeholder.
         let t = self.node.create_topic(topic, ty, qos);
         let p = self
             .node
@@ -312,11 +320,7 @@ impl Middleware for Zenoh {
         let hash = self.hash_of(&ros_type).map_err(|e| create_err(what(), e))?;
         let fqn = service.to_string();
         let dds_type = format!("{}::srv::dds_::{}_", ty.package_name(), ty.type_name());
-        let key = format!(
-            "{}/{}/{dds_type}/{hash}",
-            self.context.domain_id(),
-            fqn.trim_matches('/')
-        );
+        let key = self.data_key(&fqn, &dds_type, hash);
         let queryable = self
             .context
             .session()
@@ -374,12 +378,10 @@ impl ZenohGoals {
             return;
         };
         let bytes = sample.payload().to_bytes();
-        let response = bytes.get(CDR_LE.len()..).and_then(|body| {
-            cdr_encoding::from_bytes::<SendGoalResponse, byteorder::LittleEndian>(body).ok()
-        });
+        let response = from_cdr_payload::<SendGoalResponse>(&bytes);
         let mut a = answers.lock().unwrap_or_else(|e| e.into_inner());
         match response {
-            Some((r, _)) if r.accepted => a.accepted += 1,
+            Some(r) if r.accepted => a.accepted += 1,
             Some(_) => a.refused += 1,
             None => a.undecodable = Some(bytes.len()),
         }
@@ -393,11 +395,7 @@ impl<G: SrvMsg> SendGoal<G> for ZenohGoals {
             goal_id: GoalId::new_random(),
             goal,
         };
-        let mut payload = CDR_LE.to_vec();
-        payload.extend(
-            cdr_encoding::to_vec::<_, byteorder::LittleEndian>(&request)
-                .map_err(TransportError::of(Op::Encode))?,
-        );
+        let payload = cdr_payload(&request)?;
         self.seq += 1;
         let answers = self.answers.clone();
         self.querier
@@ -473,10 +471,7 @@ impl<Req: SrvMsg, Resp: SrvMsg> Serve<Req, Resp> for HashedServer<Req> {
             .payload()
             .map(|p| p.to_bytes().to_vec())
             .unwrap_or_default();
-        let decoded = payload
-            .get(CDR_LE.len()..)
-            .map(|body| cdr_encoding::from_bytes::<Req, byteorder::LittleEndian>(body));
-        if !matches!(decoded, Some(Ok(_))) {
+        if from_cdr_payload::<Req>(&payload).is_none() {
             return bad(format!(
                 "a payload of {} bytes that is not the service's request (CDR)",
                 payload.len()
@@ -504,11 +499,7 @@ impl<Req: SrvMsg, Resp: SrvMsg> Serve<Req, Resp> for HashedServer<Req> {
                 }
             }
         };
-        let mut payload = CDR_LE.to_vec();
-        payload.extend(
-            cdr_encoding::to_vec::<_, byteorder::LittleEndian>(&resp)
-                .map_err(TransportError::of(Op::Encode))?,
-        );
+        let payload = cdr_payload(&resp)?;
         query
             .reply(self.key.as_str(), payload)
             .attachment(attachment(id.sequence_number, &id.writer_gid.to_bytes16()))
@@ -531,5 +522,20 @@ mod tests {
         let mut wrong_prefix = a.clone();
         wrong_prefix[16] = 15;
         assert_eq!(parse_attachment(&wrong_prefix), None);
+    }
+
+    #[test]
+    fn when_a_payload_is_written_expect_it_read_back_and_a_cut_one_refused() {
+        let resp = SendGoalResponse {
+            accepted: true,
+            stamp: ros2_client::builtin_interfaces::Time::new(7, 9),
+        };
+        let p = cdr_payload(&resp).unwrap();
+        assert_eq!(p[..4], CDR_LE);
+        let back = from_cdr_payload::<SendGoalResponse>(&p).unwrap();
+        assert!(back.accepted);
+        assert_eq!(back.stamp.to_nanos(), 7_000_000_009);
+        assert!(from_cdr_payload::<SendGoalResponse>(&p[..3]).is_none());
+        assert!(from_cdr_payload::<SendGoalResponse>(&p[..6]).is_none());
     }
 }
