@@ -164,6 +164,9 @@ fn check_inner(a: CheckArgs, ros: &RosArgs, found: &mut Findings) -> Result<(), 
         )),
         PolicySource::Pi0 { checkpoint, .. } => {
             say(&format!("policy: {} loaded", p.name()));
+            for line in p.describe() {
+                say(&line);
+            }
             say(&weights_line(checkpoint, p.weight_bytes()));
         }
         _ => say(&format!("policy: {} loaded", p.name())),

@@ -2,7 +2,10 @@
 //! configuration names them (`[ros.cameras]` as a table, or the simulator's camera names),
 //! else by position. A model camera with no source must be declared optional (it is then fed
 //! as lerobot feeds a missing camera: an all -1 image, masked); a source the model has no
-//! camera for is refused. Either way both sides are named.
+//! camera for is refused. Either way both sides are named. A name goes through the
+//! checkpoint's `rename_map` first, as lerobot renames the robot's observation keys.
+
+use std::collections::BTreeMap;
 
 use crate::config::CameraSource;
 
@@ -12,6 +15,9 @@ pub(crate) struct ModelCameras<'a> {
     pub count: usize,
     /// Where the names come from, for messages (`DIR/config.json`).
     pub source: &'a str,
+    /// The checkpoint's renames of camera names (the robot's name -> the model's), from its
+    /// preprocessor's `rename_observations_processor`.
+    pub renames: &'a BTreeMap<String, String>,
 }
 
 impl ModelCameras<'_> {
@@ -44,10 +50,12 @@ pub enum BindError {
     NotInModel { name: String, model: String },
     #[error("{input}: the model does not name its cameras ({model}), so cameras are matched by position: list the topics as ros.cameras = [...] in the model's order")]
     ModelUnnamed { input: String, model: String },
-    #[error("{input}: the model has no camera `{name}`; it has {model}")]
+    #[error("{input}: the model has no camera `{name}`{renamed}; it has {model}")]
     NoSuchCamera {
         input: String,
         name: String,
+        /// How the checkpoint renamed the input's name to `name`, if it did.
+        renamed: String,
         model: String,
     },
     #[error("{input}: one camera too many; the model has {model}")]
@@ -80,22 +88,32 @@ pub(crate) fn bind(
     let mut slots: Vec<Option<usize>> = vec![None; model.count];
     for (i, src) in sources.iter().enumerate() {
         let k = match &src.model_name {
-            Some(name) => match model.names.iter().position(|n| n == name) {
-                Some(k) => k,
-                None if model.names.is_empty() => {
-                    return Err(BindError::ModelUnnamed {
-                        input: src.shown.clone(),
-                        model: model.source.to_string(),
-                    })
+            Some(given) => {
+                let name = model.renames.get(given).unwrap_or(given);
+                match model.names.iter().position(|n| n == name) {
+                    Some(k) => k,
+                    None if model.names.is_empty() => {
+                        return Err(BindError::ModelUnnamed {
+                            input: src.shown.clone(),
+                            model: model.source.to_string(),
+                        })
+                    }
+                    None => {
+                        return Err(BindError::NoSuchCamera {
+                            input: src.shown.clone(),
+                            name: name.clone(),
+                            renamed: if name == given {
+                                String::new()
+                            } else {
+                                format!(
+                                " (observation.images.{given} is renamed to observation.images.{name} by the checkpoint's rename_map)"
+                            )
+                            },
+                            model: model.describe(),
+                        })
+                    }
                 }
-                None => {
-                    return Err(BindError::NoSuchCamera {
-                        input: src.shown.clone(),
-                        name: name.clone(),
-                        model: model.describe(),
-                    })
-                }
-            },
+            }
             None if i < model.count => i,
             None => {
                 return Err(BindError::TooMany {
@@ -154,12 +172,39 @@ mod tests {
             .collect()
     }
 
+    static NO_RENAMES: BTreeMap<String, String> = BTreeMap::new();
+
     fn model<'a>(names: &'a [String], count: usize) -> ModelCameras<'a> {
         ModelCameras {
             names,
             count,
             source: "ck/config.json",
+            renames: &NO_RENAMES,
         }
+    }
+
+    #[test]
+    fn when_the_checkpoint_renames_a_camera_expect_the_robots_name_bound_to_the_models() {
+        let names = vec!["cam_high".to_string(), "cam_wrist".to_string()];
+        let renames: BTreeMap<String, String> = [("top".into(), "cam_high".into())].into();
+        let m = ModelCameras {
+            renames: &renames,
+            ..model(&names, 2)
+        };
+        // The robot's `top` feeds the model's cam_high; a model name not renamed binds as is.
+        let slots = bind(&m, &named(&["cam_wrist", "top"]), &[]).unwrap();
+        assert_eq!(slots, [Some(1), Some(0)]);
+        // A rename to a camera the model does not have says so.
+        let odd: BTreeMap<String, String> = [("top".into(), "cam_left".into())].into();
+        let m = ModelCameras {
+            renames: &odd,
+            ..model(&names, 2)
+        };
+        let e = bind(&m, &named(&["top"]), &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("no camera `cam_left` (observation.images.top is renamed to observation.images.cam_left"),
+            "{e}"
+        );
     }
 
     #[test]

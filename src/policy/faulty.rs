@@ -39,6 +39,14 @@ impl Policy for FaultyPolicy {
         "faulty"
     }
 
+    fn describe(&self) -> Vec<String> {
+        self.inner.describe()
+    }
+
+    fn weight_bytes(&self) -> Option<u64> {
+        self.inner.weight_bytes()
+    }
+
     // Not a chunk: the fault window counts only the worker's requests.
     fn warm_up(&mut self, obs: &Observation) -> Result<(), PolicyError> {
         self.inner.warm_up(obs)

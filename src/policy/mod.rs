@@ -126,6 +126,12 @@ pub trait Policy: Send {
         None
     }
 
+    /// What the policy does around its model, in words (`pi0d check`): a checkpoint's
+    /// processor steps as they will run.
+    fn describe(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Made ready before the first real request (the daemon says READY after it): a model
     /// runs one inference on `obs` (caches, page faults, lazy initialization), a remote
     /// policy connects. Nothing it returns is executed.
@@ -253,10 +259,12 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
             } else {
                 format!("{} (no config.json)", checkpoint.display())
             };
+            let renames = pipeline.camera_renames();
             let model = cameras::ModelCameras {
                 names: &pipeline.camera_names,
                 count: pipeline.cameras,
                 source: &names_from,
+                renames: &renames,
             };
             let slots = cameras::bind(&model, &cfg.camera_sources(), &p.optional_cameras).map_err(
                 |cause| PolicyBuildError::Cameras {
@@ -268,7 +276,8 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
             let rtc = cfg.control.rtc;
             Box::new(
                 pi0::policy::Pi0Policy::new(pipeline, p.step_period_s, *seed)
-                    .with_rtc(rtc.enabled.then_some(rtc.settings)),
+                    .with_rtc(rtc.enabled.then_some(rtc.settings))
+                    .with_action_names(p.action_map.action_names.clone()),
             )
         }
     };

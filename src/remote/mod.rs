@@ -13,8 +13,8 @@ use crate::policy::pi0::pipeline::Pi0Pipeline;
 use request::Layout;
 
 /// The keys a server for `pipeline` takes: by default the checkpoint's own feature names
-/// (`observation.images.<camera>`, `observation.state`) and `prompt`, each renamed where
-/// `keys` says. `optional` names the cameras a request may leave out; an unknown camera name
+/// (`observation.images.<camera>`, `observation.state`; the robot's names where the
+/// checkpoint's `rename_map` renames them) and `prompt`, each renamed where `keys` says. `optional` names the cameras a request may leave out; an unknown camera name
 /// (in either) is refused.
 pub fn checkpoint_layout(
     pipeline: &Pi0Pipeline,
@@ -44,17 +44,19 @@ pub fn checkpoint_layout(
         image_keys: names
             .iter()
             .map(|n| {
-                keys.images
-                    .get(n)
-                    .cloned()
-                    .unwrap_or_else(|| format!("observation.images.{n}"))
+                keys.images.get(n).cloned().unwrap_or_else(|| {
+                    // The key the robot sends: the checkpoint's rename_map undone.
+                    pipeline
+                        .processor
+                        .source_key(&format!("observation.images.{n}"))
+                })
             })
             .collect(),
         optional: names.iter().map(|n| optional.contains(n)).collect(),
         state_key: keys
             .state_key
             .clone()
-            .unwrap_or_else(|| "observation.state".into()),
+            .unwrap_or_else(|| pipeline.processor.source_key("observation.state")),
         state_dim: pipeline.state_dim,
         prompt_key: keys.prompt_key.clone().unwrap_or_else(|| "prompt".into()),
         ignored: keys.ignore.clone(),

@@ -67,7 +67,7 @@ pub(super) fn infer_loop(
                 .obs
                 .rtc
                 .as_ref()
-                .map(|p| pipeline.guidance(rtc, p))
+                .map(|p| pipeline.guidance(rtc, p, &j.obs.state))
                 .transpose()
             {
                 Ok(g) => {

@@ -157,6 +157,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
     let overrides = opts.arch.as_deref().map(ArchOverrides::load).transpose()?;
     let ck = Checkpoint::load(&opts.checkpoint)?;
     let arch = Arch::from_checkpoint(&ck, overrides)?;
+    ck.config.refuse_unsupported(&ck.path)?;
     if opts.cameras == 0 || opts.batch == 0 {
         return Err(ExportError::Invalid(format!(
             "--cameras {} and --batch {} must be at least 1",
@@ -170,8 +171,16 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         ));
     }
     let pi05 = arch.variant == Variant::Pi05;
+    // The tokens the checkpoint's tokenizer step makes, else config.json's length.
+    let saved = if opts.checkpoint.is_dir() {
+        crate::policy::pi0::processor::saved_prompt_len(&opts.checkpoint)
+            .map_err(|e| ExportError::Invalid(e.to_string()))?
+    } else {
+        None
+    };
     let prompt_len = opts
         .prompt_len
+        .or(saved)
         .unwrap_or_else(|| crate::policy::pi0::model::prompt_len(&ck.config, arch.variant));
     if prompt_len == 0 {
         return Err(ExportError::Invalid(

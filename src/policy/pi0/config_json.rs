@@ -31,6 +31,11 @@ pub(crate) struct PolicyConfigJson {
     /// Whether these came from a `config.json` (a bare `.safetensors` has none: the robot's
     /// state and action widths are then unknown).
     pub(crate) from_file: bool,
+    /// lerobot's `use_relative_actions` (absent before lerobot 0.6): checked against the
+    /// processor steps, which do the work.
+    pub(crate) use_relative_actions: Option<bool>,
+    /// lerobot's `rtc_training_max_delay`: a pi0.5 trained for real-time chunking.
+    pub(crate) rtc_training_max_delay: Option<u64>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -57,6 +62,8 @@ impl Default for PolicyConfigJson {
             output_features: HashMap::new(),
             camera_names: Vec::new(),
             from_file: false,
+            use_relative_actions: None,
+            rtc_training_max_delay: None,
         }
     }
 }
@@ -167,6 +174,8 @@ impl PolicyConfigJson {
             output_features: field(path, &obj, "output_features", d.output_features)?,
             camera_names: Vec::new(),
             from_file: true,
+            use_relative_actions: field(path, &obj, "use_relative_actions", None)?,
+            rtc_training_max_delay: field(path, &obj, "rtc_training_max_delay", None)?,
         };
         let mut c = c;
         c.camera_names = input_feature_keys(text)
@@ -206,6 +215,19 @@ impl PolicyConfigJson {
             ));
         }
         Ok(c)
+    }
+
+    /// What pi0d does not run of a config.json it reads: refused by name rather than left out.
+    pub(crate) fn refuse_unsupported(&self, path: &Path) -> Result<(), CheckpointError> {
+        if let Some(d) = self.rtc_training_max_delay.filter(|d| *d > 0) {
+            return Err(value_err(
+                &path.join("config.json"),
+                "rtc_training_max_delay",
+                "0 or absent: a model trained for real-time chunking (lerobot's training-time RTC) samples its chunks conditioned on the running chunk's leftover, which pi0d does not do yet, and running it as a plain model would leave that out",
+                d,
+            ));
+        }
+        Ok(())
     }
 
     /// The robot's width of feature `key` (`observation.state`, `action`) in `features`.

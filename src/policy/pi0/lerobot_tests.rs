@@ -13,11 +13,11 @@ use crate::observation::{CameraFrame, PixelFormat};
 use crate::policy::cameras::{bind, ModelCameras};
 use crate::time::MonoTime;
 
-pub(super) fn fixtures() -> PathBuf {
+pub(crate) fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
-pub(super) fn u8s(f: &TensorFile, name: &str) -> (Vec<usize>, Vec<u8>) {
+pub(crate) fn u8s(f: &TensorFile, name: &str) -> (Vec<usize>, Vec<u8>) {
     let t = &f.tensors[name];
     match &t.values {
         Values::U8(v) => (t.shape.clone(), v.clone()),
@@ -25,7 +25,7 @@ pub(super) fn u8s(f: &TensorFile, name: &str) -> (Vec<usize>, Vec<u8>) {
     }
 }
 
-pub(super) fn rgb_frame(shape: &[usize], data: Vec<u8>) -> CameraFrame {
+pub(crate) fn rgb_frame(shape: &[usize], data: Vec<u8>) -> CameraFrame {
     CameraFrame {
         stamp: MonoTime::ZERO,
         width: shape[1] as u32,
@@ -164,7 +164,7 @@ fn end_to_end_with(kind: &str, backend: impl Fn(&Path) -> BackendOptions, swappe
 
     // Normalization and tokens match lerobot's preprocessor on their own.
     let (_, want_state) = raw.f32("normalized_state", &[Some(1), None]).unwrap();
-    let norm = p.normalize_state(state);
+    let norm = p.preprocess(state, task).unwrap().state;
     let nerr = norm
         .iter()
         .zip(want_state)
@@ -172,7 +172,7 @@ fn end_to_end_with(kind: &str, backend: impl Fn(&Path) -> BackendOptions, swappe
         .fold(0.0f32, f32::max);
     assert!(nerr <= 1e-5, "{kind}: normalization error {nerr}");
     let (_, want_tokens) = raw.i64("lang_tokens", &[Some(1), None]).unwrap();
-    let (tokens, _) = p.tokenize(&p.prompt(task, &norm)).unwrap();
+    let (tokens, _) = p.tokenize(&p.prompt(task, state)).unwrap();
     assert_eq!(tokens, want_tokens, "{kind}: prompt tokens");
 
     let mut refs: Vec<Option<&CameraFrame>> = frames.iter().map(Some).collect();
@@ -191,6 +191,7 @@ fn end_to_end_with(kind: &str, backend: impl Fn(&Path) -> BackendOptions, swappe
             names: &p.camera_names,
             count: p.cameras,
             source: "config.json",
+            renames: &Default::default(),
         };
         assert!(bind(&model, &sources, &[]).is_err(), "cam2 has no source");
         let slots = bind(&model, &sources, &["cam2".into()]).unwrap();

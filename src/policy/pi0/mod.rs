@@ -13,6 +13,7 @@ pub(crate) mod ops;
 pub mod pipeline;
 pub(crate) mod policy;
 pub(crate) mod preprocess;
+pub(crate) mod processor;
 pub mod quant;
 pub mod tensorfile;
 

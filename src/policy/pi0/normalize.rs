@@ -1,9 +1,10 @@
-//! State and action normalization as lerobot's normalizer steps (and openpi's norm stats) do it.
-//! Stats come from the checkpoint: `policy_preprocessor.json` / `policy_postprocessor.json`
-//! name their normalizer step's safetensors state file; openpi keeps `norm_stats.json`.
+//! State and action normalization formulas as lerobot's normalizer steps (and openpi's
+//! transforms) compute them, and the stat files they read: a normalizer step's safetensors
+//! state file, or openpi's `norm_stats.json`. Which formula applies where is the processor's
+//! business (`processor/normalizer.rs`).
 
 use std::collections::HashMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 
 use half::{bf16, f16};
 use safetensors::Dtype;
@@ -22,25 +23,26 @@ pub(crate) enum Normalization {
         eps: f32,
         inverse_eps: f32,
     },
-    /// `2 (x - q01) / (q99 - q01) - 1`, inverse `(x + 1) (q99 - q01) / 2 + q01`. With `eps`
-    /// (openpi's 1e-6) the range is `q99 - q01 + eps` on both sides and dimensions whose
-    /// quantiles are equal normalize to 0, as openpi does; without (lerobot) a zero range is
-    /// taken as 1e-8.
-    Quantiles {
+    /// lerobot's range modes (MIN_MAX, QUANTILES, QUANTILE10): `2 (x - lo) / d - 1`, inverse
+    /// `(x + 1) d / 2 + lo`, with `d = hi - lo`, or the step's eps where that is 0. `names`
+    /// are the two stats' names (`min`/`max`, `q01`/`q99`, `q10`/`q90`).
+    Range {
+        lo: Vec<f32>,
+        hi: Vec<f32>,
+        zero_range: f32,
+        names: [&'static str; 2],
+    },
+    /// openpi's quantiles: `(x - q01) / (q99 - q01 + 1e-6) * 2 - 1` (dimensions whose
+    /// quantiles are equal normalize to 0), inverse `(x + 1) / 2 (q99 - q01 + 1e-6) + q01`.
+    OpenpiQuantiles {
         q01: Vec<f32>,
         q99: Vec<f32>,
-        eps: Option<f32>,
-    },
-    /// `2 (x - min) / (max - min) - 1`.
-    MinMax {
-        min: Vec<f32>,
-        max: Vec<f32>,
     },
 }
 
 /// Pairs of (stat, its partner) zipped with `x`: shorter stats leave the rest of `x` as it is,
-/// but `Normalizer::load` refuses stats shorter than the widths they are applied to, so every
-/// value is covered; nothing here can index out of bounds.
+/// but stats shorter than the widths they are applied to are refused at load
+/// (`check_width`), so every value is covered; nothing here can index out of bounds.
 fn pairs<'a>(
     x: &'a mut [f32],
     a: &'a [f32],
@@ -58,28 +60,21 @@ impl Normalization {
                     *x = (*x - m) / (s + eps);
                 }
             }
-            Normalization::Quantiles {
-                q01,
-                q99,
-                eps: Some(eps),
-            } => {
+            Normalization::OpenpiQuantiles { q01, q99 } => {
                 for (x, (lo, hi)) in pairs(x, q01, q99) {
                     *x = if lo == hi {
                         0.0
                     } else {
-                        (*x - lo) / (hi - lo + eps) * 2.0 - 1.0
+                        (*x - lo) / (hi - lo + OPENPI_EPS) * 2.0 - 1.0
                     };
                 }
             }
-            Normalization::Quantiles {
-                q01: lo,
-                q99: hi,
-                eps: None,
-            }
-            | Normalization::MinMax { min: lo, max: hi } => {
+            Normalization::Range {
+                lo, hi, zero_range, ..
+            } => {
                 for (x, (lo, hi)) in pairs(x, lo, hi) {
                     let d = hi - lo;
-                    let d = if d == 0.0 { 1e-8 } else { d };
+                    let d = if d == 0.0 { *zero_range } else { d };
                     *x = 2.0 * (*x - lo) / d - 1.0;
                 }
             }
@@ -99,31 +94,20 @@ impl Normalization {
                     *x = *x * (s + inverse_eps) + m;
                 }
             }
-            Normalization::Quantiles {
-                q01,
-                q99,
-                eps: Some(eps),
-            } => {
+            Normalization::OpenpiQuantiles { q01, q99 } => {
                 for (x, (lo, hi)) in pairs(x, q01, q99) {
-                    *x = (*x + 1.0) / 2.0 * (hi - lo + eps) + lo;
+                    *x = (*x + 1.0) / 2.0 * (hi - lo + OPENPI_EPS) + lo;
                 }
             }
-            Normalization::Quantiles {
-                q01: lo,
-                q99: hi,
-                eps: None,
+            // (x + 1) d / 2 and (x + 1) / 2 d (lerobot writes QUANTILES one way and MIN_MAX
+            // the other) round alike: halving is exact.
+            Normalization::Range {
+                lo, hi, zero_range, ..
             } => {
                 for (x, (lo, hi)) in pairs(x, lo, hi) {
                     let d = hi - lo;
-                    let d = if d == 0.0 { 1e-8 } else { d };
+                    let d = if d == 0.0 { *zero_range } else { d };
                     *x = (*x + 1.0) * d / 2.0 + lo;
-                }
-            }
-            Normalization::MinMax { min, max } => {
-                for (x, (lo, hi)) in pairs(x, min, max) {
-                    let d = hi - lo;
-                    let d = if d == 0.0 { 1e-8 } else { d };
-                    *x = (*x + 1.0) / 2.0 * d + lo;
                 }
             }
         }
@@ -134,14 +118,14 @@ impl Normalization {
         match self {
             Normalization::Identity => None,
             Normalization::MeanStd { mean, std, .. } => Some([("mean", mean), ("std", std)]),
-            Normalization::Quantiles { q01, q99, .. } => Some([("q01", q01), ("q99", q99)]),
-            Normalization::MinMax { min, max } => Some([("min", min), ("max", max)]),
+            Normalization::Range { lo, hi, names, .. } => Some([(names[0], lo), (names[1], hi)]),
+            Normalization::OpenpiQuantiles { q01, q99 } => Some([("q01", q01), ("q99", q99)]),
         }
     }
 
     /// Refuses stats that do not cover `width` values (`key`'s stats in `path`), or of unequal
     /// lengths; longer ones are used for their first `width` values, with a warning.
-    fn check_width(
+    pub(crate) fn check_width(
         &self,
         path: &Path,
         key: &str,
@@ -185,13 +169,6 @@ impl Normalization {
     }
 }
 
-/// How the checkpoint normalizes its state input and unnormalizes its action output.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Normalizer {
-    pub(crate) state: Normalization,
-    pub(crate) action: Normalization,
-}
-
 /// The robot's state and action widths the stats must cover, and where they come from (for
 /// messages: "the state width, from config.json").
 #[derive(Clone, Debug, PartialEq)]
@@ -208,7 +185,7 @@ fn err(path: &Path, message: impl std::fmt::Display) -> CheckpointError {
     }
 }
 
-fn read_stats(path: &Path) -> Result<HashMap<String, Vec<f32>>, CheckpointError> {
+pub(crate) fn read_stats(path: &Path) -> Result<HashMap<String, Vec<f32>>, CheckpointError> {
     regular_file(path, "a safetensors file")?;
     let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
         path: path.into(),
@@ -255,137 +232,10 @@ fn read_stats(path: &Path) -> Result<HashMap<String, Vec<f32>>, CheckpointError>
     Ok(out)
 }
 
-/// Whose formulas a checkpoint's statistics are meant for.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Convention {
-    /// lerobot's normalizer steps, with the step's `eps`.
-    Lerobot { eps: f32 },
-    /// openpi's `norm_stats.json` (its transforms add 1e-6 on both sides).
-    Openpi,
-}
-
-const OPENPI_EPS: f32 = 1e-6;
-
-fn mode_for(
-    path: &Path,
-    mode: &str,
-    key: &str,
-    stats: &HashMap<String, Vec<f32>>,
-    convention: Convention,
-) -> Result<Normalization, CheckpointError> {
-    let get = |s: &str| {
-        stats.get(&format!("{key}.{s}")).cloned().ok_or_else(|| {
-            err(
-                path,
-                format!("{mode} normalization of `{key}` needs stat `{key}.{s}`"),
-            )
-        })
-    };
-    Ok(match mode {
-        "IDENTITY" => Normalization::Identity,
-        "MEAN_STD" => Normalization::MeanStd {
-            mean: get("mean")?,
-            std: get("std")?,
-            eps: match convention {
-                Convention::Lerobot { eps } => eps,
-                Convention::Openpi => OPENPI_EPS,
-            },
-            inverse_eps: match convention {
-                Convention::Lerobot { .. } => 0.0,
-                Convention::Openpi => OPENPI_EPS,
-            },
-        },
-        "QUANTILES" => Normalization::Quantiles {
-            q01: get("q01")?,
-            q99: get("q99")?,
-            eps: (convention == Convention::Openpi).then_some(OPENPI_EPS),
-        },
-        "MIN_MAX" => Normalization::MinMax {
-            min: get("min")?,
-            max: get("max")?,
-        },
-        other => {
-            return Err(err(
-                path,
-                format!("normalization mode `{other}` is not supported"),
-            ))
-        }
-    })
-}
-
-/// A normalizer step of a lerobot processor pipeline: feature type -> mode, stats, eps, and
-/// the state file the stats came from.
-struct NormalizerStep {
-    norm_map: HashMap<String, String>,
-    stats: HashMap<String, Vec<f32>>,
-    eps: f32,
-    state_file: PathBuf,
-}
-
-/// The normalizer step of one lerobot processor pipeline JSON.
-fn pipeline_step(
-    dir: &Path,
-    file: &str,
-    registry: &str,
-) -> Result<Option<NormalizerStep>, CheckpointError> {
-    let path = dir.join(file);
-    if !path.exists() {
-        return Ok(None);
-    }
-    let json = parse_object(&path, &read_text(&path, "a JSON file")?)?;
-    let steps = json
-        .get("steps")
-        .and_then(|s| s.as_array())
-        .ok_or_else(|| err(&path, "expected a \"steps\" array"))?;
-    let Some(step) = steps.iter().find(|s| s["registry_name"] == registry) else {
-        return Ok(None);
-    };
-    let cfg = &step["config"];
-    let norm_map: HashMap<String, String> = serde_json::from_value(cfg["norm_map"].clone())
-        .map_err(|source| CheckpointError::Field {
-            path: path.clone(),
-            field: format!("{registry}.config.norm_map"),
-            source,
-        })?;
-    let eps = match &cfg["eps"] {
-        serde_json::Value::Null => 1e-8,
-        v => v
-            .as_f64()
-            .filter(|e| e.is_finite() && *e >= 0.0)
-            .ok_or_else(|| {
-                err(
-                    &path,
-                    format!("{registry}.config.eps: expected a finite number >= 0, found {v}"),
-                )
-            })?,
-    } as f32;
-    let state_file = step["state_file"]
-        .as_str()
-        .ok_or_else(|| err(&path, format!("{registry} has no state_file")))?;
-    if state_file.is_empty()
-        || !Path::new(state_file)
-            .components()
-            .all(|c| matches!(c, Component::Normal(_)))
-    {
-        return Err(err(
-            &path,
-            format!(
-                "{registry}.state_file `{state_file}` is not a file name inside {}",
-                dir.display()
-            ),
-        ));
-    }
-    let state_file = dir.join(state_file);
-    Ok(Some(NormalizerStep {
-        norm_map,
-        stats: read_stats(&state_file)?,
-        eps,
-        state_file,
-    }))
-}
+pub(crate) const OPENPI_EPS: f32 = 1e-6;
 
 /// openpi's `norm_stats.json` as stats named like lerobot's (`observation.state.mean`, ...).
-fn openpi_stats(path: &Path) -> Result<HashMap<String, Vec<f32>>, CheckpointError> {
+pub(crate) fn openpi_stats(path: &Path) -> Result<HashMap<String, Vec<f32>>, CheckpointError> {
     let json = parse_object(path, &read_text(path, "a JSON file")?)?;
     let root = json
         .get("norm_stats")
@@ -422,65 +272,6 @@ fn openpi_stats(path: &Path) -> Result<HashMap<String, Vec<f32>>, CheckpointErro
     Ok(stats)
 }
 
-impl Normalizer {
-    /// Reads the checkpoint directory's lerobot processor files, or openpi's
-    /// `norm_stats.json`. `default_mode` is used with openpi stats ("MEAN_STD" for pi0,
-    /// "QUANTILES" for pi0.5). Every stat is checked to cover `widths` (state stats the state
-    /// width, action stats the action width): a shorter one would leave joints unnormalized.
-    pub(crate) fn load(
-        dir: &Path,
-        default_mode: &str,
-        widths: &Widths,
-    ) -> Result<Option<Normalizer>, CheckpointError> {
-        let state_width = format!("the state width, {}", widths.source);
-        let action_width = format!("the action width, {}", widths.source);
-        let pre = pipeline_step(dir, "policy_preprocessor.json", "normalizer_processor")?;
-        let post = pipeline_step(dir, "policy_postprocessor.json", "unnormalizer_processor")?;
-        if let (Some(pre), Some(post)) = (pre, post) {
-            let mode = |step: &NormalizerStep, kind: &str| {
-                step.norm_map
-                    .get(kind)
-                    .map(String::as_str)
-                    .unwrap_or("IDENTITY")
-                    .to_string()
-            };
-            let state = mode_for(
-                &pre.state_file,
-                &mode(&pre, "STATE"),
-                "observation.state",
-                &pre.stats,
-                Convention::Lerobot { eps: pre.eps },
-            )?;
-            state.check_width(
-                &pre.state_file,
-                "observation.state",
-                widths.state,
-                &state_width,
-            )?;
-            let action = mode_for(
-                &post.state_file,
-                &mode(&post, "ACTION"),
-                "action",
-                &post.stats,
-                Convention::Lerobot { eps: post.eps },
-            )?;
-            action.check_width(&post.state_file, "action", widths.action, &action_width)?;
-            return Ok(Some(Normalizer { state, action }));
-        }
-        let openpi = dir.join("norm_stats.json");
-        if openpi.exists() {
-            let stats = openpi_stats(&openpi)?;
-            let c = Convention::Openpi;
-            let state = mode_for(&openpi, default_mode, "observation.state", &stats, c)?;
-            state.check_width(&openpi, "observation.state", widths.state, &state_width)?;
-            let action = mode_for(&openpi, default_mode, "action", &stats, c)?;
-            action.check_width(&openpi, "action", widths.action, &action_width)?;
-            return Ok(Some(Normalizer { state, action }));
-        }
-        Ok(None)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,10 +292,9 @@ mod tests {
         for (a, b) in x.iter().zip(&x0) {
             assert!((a - b).abs() < 1e-5, "{x:?}");
         }
-        let q = Normalization::Quantiles {
+        let q = Normalization::OpenpiQuantiles {
             q01: vec![0.0, -1.0, 2.0],
             q99: vec![1.0, 1.0, 2.0],
-            eps: Some(OPENPI_EPS),
         };
         let mut x = x0;
         q.normalize(&mut x);
@@ -519,7 +309,7 @@ mod tests {
 
     #[test]
     fn when_stats_are_shorter_or_unequal_expect_no_panic() {
-        // `Normalizer::load` refuses such stats; the formulas still cannot index past them.
+        // `check_width` refuses such stats at load; the formulas still cannot index past them.
         let m = Normalization::MeanStd {
             mean: vec![1.0, 1.0, 1.0],
             std: vec![2.0, 2.0],
@@ -531,9 +321,11 @@ mod tests {
         assert_eq!(x, [1.0, 1.0, 3.0, 3.0, 3.0]);
         m.unnormalize(&mut x);
         assert_eq!(x, [3.0; 5]);
-        let q = Normalization::MinMax {
-            min: vec![0.0],
-            max: vec![],
+        let q = Normalization::Range {
+            lo: vec![0.0],
+            hi: vec![],
+            zero_range: 1e-8,
+            names: ["min", "max"],
         };
         q.normalize(&mut x);
         q.unnormalize(&mut x);
@@ -551,5 +343,21 @@ mod tests {
         let mut a = [0.5f32];
         m.unnormalize(&mut a);
         assert_eq!(a[0], 2.0);
+    }
+
+    #[test]
+    fn when_a_range_is_zero_expect_the_steps_eps_in_its_place() {
+        // lerobot substitutes the step's eps for a zero range, both ways.
+        let r = Normalization::Range {
+            lo: vec![1.0, 0.0],
+            hi: vec![1.0, 4.0],
+            zero_range: 0.5,
+            names: ["q01", "q99"],
+        };
+        let mut x = [1.25f32, 3.0];
+        r.normalize(&mut x);
+        assert_eq!(x, [2.0 * 0.25 / 0.5 - 1.0, 2.0 * 3.0 / 4.0 - 1.0]);
+        r.unnormalize(&mut x);
+        assert_eq!(x, [1.25, 3.0]);
     }
 }

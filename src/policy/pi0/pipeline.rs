@@ -1,6 +1,8 @@
-//! The whole policy path around the model, as lerobot's pre/post-processors do it: camera frames
-//! to model input, state normalization (and, for pi0.5, discretization into the prompt), prompt
-//! tokenization from a local `tokenizer.json`, the model, action slicing and unnormalization.
+//! The whole policy path around the model, as the checkpoint's processor steps do it
+//! (`processor`): camera frames to model input, the state and prompt through the preprocessor
+//! (normalization, pi0.5's state in the prompt, tokenization with a local `tokenizer.json`),
+//! the model, action slicing and the postprocessor (unnormalization, relative actions made
+//! absolute).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,8 +12,10 @@ use tokenizers::Tokenizer;
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, PolicyConfigJson};
 use super::infer::{check_actions, Batch, BatchDims, BatchParts, NonFiniteActions};
 use super::model::{prompt_len, Arch, Pi0Input, Pi0Model, Timing, Variant, Workspace};
-use super::normalize::{Normalizer, Widths};
+use super::normalize::Widths;
 use super::preprocess::{frame_to_model_input, FrameError};
+use super::processor::tokenize::TooLong;
+use super::processor::{Context, Preprocessed, Processor, ProcessorError, TokenizerStep};
 use crate::chunk::ChunkPrefix;
 use crate::observation::CameraFrame;
 use crate::policy::graph::manifest::Manifest;
@@ -45,6 +49,10 @@ pub enum PipelineError {
     PromptTooLong { bytes: usize },
     #[error("cannot tokenize the prompt")]
     Tokenize(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error(transparent)]
+    PromptTokens(#[from] TooLong),
+    #[error(transparent)]
+    Processor(#[from] ProcessorError),
     #[error("camera {camera}")]
     Frame {
         camera: usize,
@@ -109,8 +117,12 @@ pub struct Pi0Pipeline {
     /// The model's sizes (read from the checkpoint whatever the backend).
     pub(crate) arch: Arch,
     pub(crate) backend: Backend,
-    normalizer: Normalizer,
+    /// The checkpoint's processor steps, in order.
+    pub(crate) processor: Processor,
     tokenizer: Tokenizer,
+    /// The id of the tokenizer's padding token (masked wherever it is used).
+    pad_id: i64,
+    /// Prompt tokens the model takes (the tokenizer step's length, or the graphs').
     max_tokens: usize,
     /// Robot state and action widths (before padding to the model's 32).
     pub state_dim: usize,
@@ -234,6 +246,7 @@ impl Pi0Pipeline {
         let mut ck = Checkpoint::load(&opts.checkpoint)?;
         ck.calibration = calibration;
         let arch = Arch::from_checkpoint(&ck, overrides)?;
+        ck.config.refuse_unsupported(&ck.path)?;
         let dir = if opts.checkpoint.is_dir() {
             opts.checkpoint.clone()
         } else {
@@ -252,14 +265,23 @@ impl Pi0Pipeline {
                 arch.state_dim
             )));
         }
-        let default_mode = if arch.variant == Variant::Pi05 {
-            "QUANTILES"
-        } else {
-            "MEAN_STD"
-        };
-        let normalizer = Normalizer::load(&dir, default_mode, &widths)?.ok_or_else(|| {
+        let camera_keys: Vec<String> = ck
+            .config
+            .camera_names
+            .iter()
+            .map(|n| format!("observation.images.{n}"))
+            .collect();
+        let processor = Processor::load(&Context {
+            dir: &dir,
+            variant: arch.variant,
+            widths: &widths,
+            cameras: &camera_keys,
+            use_relative_actions: ck.config.use_relative_actions,
+            default_prompt_len: prompt_len(&ck.config, arch.variant),
+        })?
+        .ok_or_else(|| {
             PipelineError::Input(format!(
-                "{}: no normalization stats (policy_preprocessor.json + policy_postprocessor.json, or norm_stats.json)",
+                "{}: no processor steps or normalization stats (policy_preprocessor.json + policy_postprocessor.json, or norm_stats.json)",
                 dir.display()
             ))
         })?;
@@ -268,11 +290,20 @@ impl Pi0Pipeline {
             .clone()
             .unwrap_or_else(|| dir.join("tokenizer.json"));
         super::checkpoint::regular_file(&tok_path, "a tokenizer.json file")?;
-        let tokenizer =
+        let mut tokenizer =
             Tokenizer::from_file(&tok_path).map_err(|source| PipelineError::Tokenizer {
                 path: tok_path.clone(),
                 source,
             })?;
+        // The tokenizer step's settings rule, as Hugging Face's call overrides the file's own.
+        tokenizer
+            .with_truncation(None)
+            .map_err(|source| PipelineError::Tokenizer {
+                path: tok_path.clone(),
+                source,
+            })?;
+        tokenizer.with_padding(None);
+        let pad_id = tokenizer.token_to_id("<pad>").map_or(0, i64::from);
         // An id past the embedding table would be clamped onto another token's row.
         if let Some(largest) = tokenizer.get_vocab(true).values().copied().max() {
             if largest as usize >= arch.vocab {
@@ -286,10 +317,14 @@ impl Pi0Pipeline {
         }
         // The model last: everything above is quick to check, packing the weights is not.
         let backend = match &opts.backend {
-            BackendOptions::Cpu => Backend::Cpu {
-                model: Box::new(Pi0Model::load(&ck, overrides, opts.threads)?),
-                workspace: Box::default(),
-            },
+            BackendOptions::Cpu => {
+                let mut model = Pi0Model::load(&ck, overrides, opts.threads)?;
+                model.max_tokens = processor.prompt_len();
+                Backend::Cpu {
+                    model: Box::new(model),
+                    workspace: Box::default(),
+                }
+            }
             BackendOptions::Onnx { model_dir, options } => {
                 let manifest = Manifest::load(model_dir).map_err(GraphError::from)?;
                 check_manifest(&manifest, &arch, model_dir)?;
@@ -323,8 +358,22 @@ impl Pi0Pipeline {
                 .max(1),
         };
         let max_tokens = match &backend {
-            Backend::Graph(_, g) => g.manifest.prompt_len,
-            Backend::Cpu { .. } => prompt_len(cfg, arch.variant),
+            Backend::Graph(_, g) => {
+                let steps = processor.prompt_len();
+                if g.manifest.prompt_len < steps {
+                    let dir = match &opts.backend {
+                        BackendOptions::Onnx { model_dir, .. }
+                        | BackendOptions::Acl { model_dir, .. } => model_dir.display().to_string(),
+                        BackendOptions::Cpu => String::new(),
+                    };
+                    return Err(PipelineError::Input(format!(
+                        "{dir}: the graphs take {} prompt tokens, but the checkpoint's tokenizer step makes {steps} (re-run pi0d export)",
+                        g.manifest.prompt_len
+                    )));
+                }
+                g.manifest.prompt_len
+            }
+            Backend::Cpu { .. } => processor.prompt_len(),
         };
         tracing::info!(
             backend = backend.name(),
@@ -341,8 +390,9 @@ impl Pi0Pipeline {
         Ok(Pi0Pipeline {
             arch,
             backend,
-            normalizer,
+            processor,
             tokenizer,
+            pad_id,
             max_tokens,
             state_dim,
             action_dim,
@@ -356,6 +406,11 @@ impl Pi0Pipeline {
             width_source: widths.source,
             last_stages: StageTiming::default(),
         })
+    }
+
+    /// The robot's camera names the checkpoint renames to its own (`rename_map`).
+    pub(crate) fn camera_renames(&self) -> std::collections::BTreeMap<String, String> {
+        self.processor.camera_renames()
     }
 
     /// Which observation image feeds each model camera (`None`: missing, fed masked). Missing
@@ -375,9 +430,20 @@ impl Pi0Pipeline {
         }
     }
 
-    /// Token ids and mask for `text`: BOS + pieces, truncated and right-padded with 0. Text
-    /// longer than a prompt of `MAX_PROMPT_BYTES` of task can be is refused untokenized.
+    /// Token ids and mask for `text` as the checkpoint's (last) tokenizer step makes them:
+    /// the tokenizer's encoding (BOS + pieces), cut, padded and masked as its settings say,
+    /// then filled with masked padding to the model's length. Text longer than a prompt of
+    /// `MAX_PROMPT_BYTES` of task can be is refused untokenized.
     pub fn tokenize(&self, text: &str) -> Result<(Vec<i64>, Vec<bool>), PipelineError> {
+        let fixed = TokenizerStep::fixed(self.max_tokens);
+        self.tokenize_with(text, self.processor.tokenizer().unwrap_or(&fixed))
+    }
+
+    fn tokenize_with(
+        &self,
+        text: &str,
+        step: &TokenizerStep,
+    ) -> Result<(Vec<i64>, Vec<bool>), PipelineError> {
         if text.len() > MAX_PROMPT_BYTES + self.prompt_overhead() {
             return Err(PipelineError::PromptTooLong { bytes: text.len() });
         }
@@ -385,35 +451,41 @@ impl Pi0Pipeline {
             .tokenizer
             .encode(text, true)
             .map_err(PipelineError::Tokenize)?;
-        let mut ids: Vec<i64> = enc.get_ids().iter().map(|&i| i as i64).collect();
-        ids.truncate(self.max_tokens);
-        let mut mask = vec![true; ids.len()];
-        ids.resize(self.max_tokens, 0);
-        mask.resize(self.max_tokens, false);
-        Ok((ids, mask))
+        let ids: Vec<i64> = enc.get_ids().iter().map(|&i| i64::from(i)).collect();
+        Ok(step.apply(ids, self.pad_id, self.max_tokens)?)
     }
 
-    /// The prompt the model sees for `task` and the normalized state.
-    pub fn prompt(&self, task: &str, normalized_state: &[f32]) -> String {
-        match self.arch.variant {
-            Variant::Pi0 => format!("{task}\n"),
-            Variant::Pi05 => pi05_prompt(task, normalized_state),
-        }
+    /// One observation's state and task through the preprocessor.
+    pub(crate) fn preprocess(
+        &self,
+        state: &[f32],
+        task: &str,
+    ) -> Result<Preprocessed, PipelineError> {
+        self.processor.preprocess(state, task, &mut |text, step| {
+            self.tokenize_with(text, step)
+        })
     }
 
-    /// Normalized, padded state for `state` (robot units, dataset order).
-    pub(crate) fn normalize_state(&self, state: &[f32]) -> Vec<f32> {
-        let mut s = state.to_vec();
-        self.normalizer.state.normalize(&mut s);
-        s
+    /// The text the (last) tokenizer step receives for `task` and the raw `state`.
+    pub fn prompt(&self, task: &str, state: &[f32]) -> String {
+        let mut prompt = String::new();
+        let _ = self
+            .processor
+            .preprocess::<()>(state, task, &mut |text, _| {
+                prompt = text.to_string();
+                Ok((Vec::new(), Vec::new()))
+            });
+        prompt
     }
 
     /// Real-time chunking's guidance for `prefix` (robot units, the checkpoint's action
-    /// order): normalized as the model's actions are, padded to its width.
+    /// order), for the observation whose raw state is `state`: in the model's action space
+    /// (with relative actions, re-expressed against that state first), padded to its width.
     pub(crate) fn guidance(
         &self,
         settings: RtcSettings,
         prefix: &ChunkPrefix,
+        state: &[f32],
     ) -> Result<Guidance, PipelineError> {
         if prefix.action_dim != self.action_dim {
             return Err(PipelineError::Input(format!(
@@ -422,9 +494,9 @@ impl Pi0Pipeline {
             )));
         }
         let mut leftover: Vec<f32> = prefix.actions.iter().map(|x| *x as f32).collect();
-        for row in leftover.chunks_exact_mut(self.action_dim) {
-            self.normalizer.action.normalize(row);
-        }
+        let reference = self.processor.reference(state);
+        self.processor
+            .leftover_to_model(&mut leftover, reference.as_deref());
         let steps = prefix.steps().min(self.arch.chunk);
         leftover.truncate(steps * self.action_dim);
         let p = RtcPrefix {
@@ -473,7 +545,7 @@ impl Pi0Pipeline {
         };
         let per = self.arch.chunk * self.arch.action_dim;
         let finishing = std::time::Instant::now();
-        let actions = self.finish(&x[..per])?;
+        let actions = self.finish(&x[..per], p.reference.as_deref())?;
         self.last_stages = StageTiming {
             preprocess_ms,
             prefix_ms: timing.prefix_ms,
@@ -525,9 +597,9 @@ impl Pi0Pipeline {
             return prepared
                 .into_iter()
                 .map(|p| {
-                    p?;
+                    let p = p?;
                     match rows.next() {
-                        Some(Ok((x, t))) => Ok((self.finish(&x)?, t)),
+                        Some(Ok((x, t))) => Ok((self.finish(&x, p.reference.as_deref())?, t)),
                         Some(Err(e)) => Err(PipelineError::GraphBatch(e)),
                         None => Err(PipelineError::Input("no result".into())),
                     }
@@ -552,9 +624,9 @@ impl Pi0Pipeline {
         prepared
             .into_iter()
             .map(|p| {
-                p?;
+                let p = p?;
                 let x = rows.next().unwrap_or_default();
-                Ok((self.finish(x)?, timing))
+                Ok((self.finish(x, p.reference.as_deref())?, timing))
             })
             .collect()
     }
@@ -617,17 +689,17 @@ impl Pi0Pipeline {
                 }
             }
         }
-        let normalized = self.normalize_state(state);
-        let (tokens, token_masks) = self.tokenize(&self.prompt(task, &normalized))?;
-        let mut padded = normalized;
+        let pre = self.preprocess(state, task)?;
+        let mut padded = pre.state;
         padded.resize(a.state_dim, 0.0);
         Ok(Prepared {
             images,
             masks,
-            tokens,
-            token_masks,
+            tokens: pre.tokens,
+            token_masks: pre.token_masks,
             state: padded,
             noise: noise.to_vec(),
+            reference: pre.reference,
         })
     }
 
@@ -654,23 +726,22 @@ impl Pi0Pipeline {
         Ok(Batch::from_parts(parts, &BatchDims::from(&self.arch)))
     }
 
-    /// The model's output `[chunk, model action width]` checked and unnormalized to the
-    /// robot's actions.
-    fn finish(&self, x: &[f32]) -> Result<Vec<Vec<f32>>, PipelineError> {
+    /// The model's output `[chunk, model action width]` checked, cut to the robot's width and
+    /// through the postprocessor (`reference`: the state the preprocessor kept for it).
+    fn finish(&self, x: &[f32], reference: Option<&[f32]>) -> Result<Vec<Vec<f32>>, PipelineError> {
         let a = &self.arch;
-        // Said at the source: raw NaNs (or ones the unnormalization made) never leave here.
+        // Said at the source: raw NaNs (or ones the postprocessor made) never leave here.
         check_actions(x, a.chunk, a.action_dim)?;
-        let actions: Vec<Vec<f32>> = x
+        let mut flat: Vec<f32> = x
             .chunks_exact(a.action_dim)
-            .map(|row| {
-                let mut r = row[..self.action_dim].to_vec();
-                self.normalizer.action.unnormalize(&mut r);
-                r
-            })
+            .flat_map(|row| row[..self.action_dim].iter().copied())
             .collect();
-        let flat: Vec<f32> = actions.iter().flatten().copied().collect();
+        self.processor.postprocess(&mut flat, reference);
         check_actions(&flat, a.chunk, self.action_dim)?;
-        Ok(actions)
+        Ok(flat
+            .chunks_exact(self.action_dim)
+            .map(<[f32]>::to_vec)
+            .collect())
     }
 }
 
@@ -763,7 +834,8 @@ pub struct BatchItem<'a> {
     pub guidance: Option<&'a Guidance>,
 }
 
-/// One observation's model inputs, owned.
+/// One observation's model inputs, owned, with the state its actions are made absolute
+/// against.
 struct Prepared {
     images: Vec<Vec<f32>>,
     masks: Vec<bool>,
@@ -771,6 +843,7 @@ struct Prepared {
     token_masks: Vec<bool>,
     state: Vec<f32>,
     noise: Vec<f32>,
+    reference: Option<Vec<f32>>,
 }
 
 impl Prepared {

@@ -16,6 +16,8 @@ pub(crate) struct Pi0Policy {
     step_period_s: f64,
     /// Real-time chunking: guide each chunk towards the observation's leftover.
     rtc: Option<RtcSettings>,
+    /// The configuration's names of the actions (for `describe`).
+    action_names: Vec<String>,
 }
 
 impl Pi0Policy {
@@ -25,7 +27,13 @@ impl Pi0Policy {
             rng: rand::rngs::StdRng::seed_from_u64(seed),
             step_period_s,
             rtc: None,
+            action_names: Vec::new(),
         }
+    }
+
+    pub(crate) fn with_action_names(mut self, names: Vec<String>) -> Pi0Policy {
+        self.action_names = names;
+        self
     }
 
     pub(crate) fn with_rtc(mut self, rtc: Option<RtcSettings>) -> Pi0Policy {
@@ -41,6 +49,10 @@ impl Policy for Pi0Policy {
 
     fn stage_timing(&self) -> Option<StageTiming> {
         Some(self.pipeline.last_stages)
+    }
+
+    fn describe(&self) -> Vec<String> {
+        self.pipeline.processor.describe(&self.action_names)
     }
 
     fn weight_bytes(&self) -> Option<u64> {
@@ -66,7 +78,7 @@ impl Policy for Pi0Policy {
         let state: Vec<f32> = obs.state.iter().map(|x| *x as f32).collect();
         let guidance = match (self.rtc, &obs.rtc) {
             (Some(settings), Some(prefix)) => Some(
-                p.guidance(settings, prefix)
+                p.guidance(settings, prefix, &state)
                     .map_err(PolicyError::Guidance)?,
             ),
             _ => None,
