@@ -13,6 +13,18 @@ pub struct ActionChunk {
     pub(crate) action_dim: usize,
     /// Row-major `[steps][action_dim]`, in joint units (rad or m).
     pub actions: Vec<f64>,
+    /// What a model that runs here gave before its postprocessor (for recordings).
+    pub(crate) model: Option<Box<ModelOutput>>,
+}
+
+/// A model's own output for a chunk, before the checkpoint's postprocessor made it actions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelOutput {
+    /// Row-major `[steps][action_dim]`, the model's action order and (normalized) space.
+    pub(crate) actions: Vec<f32>,
+    /// The observation's state that relative actions are made absolute against (the
+    /// checkpoint's relative step keeps it); `None` for absolute actions.
+    pub(crate) reference_state: Option<Vec<f32>>,
 }
 
 impl ActionChunk {

@@ -76,7 +76,7 @@ static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
 /// private. Not a stable API: for pi0d's own test suite.
 #[doc(hidden)]
 pub mod testing {
-    pub use crate::test_dirs::{ort_library, peer_python, TempDir};
+    pub use crate::test_dirs::{ort_library, peer_python, processor_case, TempDir};
 
     /// The ROS 2 type hashes, which the Zenoh interoperability test puts in its key
     /// expressions as rmw_zenoh does.

@@ -94,6 +94,41 @@ pub fn ort_library() -> PathBuf {
     })
 }
 
+/// A processor golden case (`tests/fixtures/processors/<name>`, written by
+/// tools/make_golden_processors.py) made into a checkpoint: the case's config.json, pipeline
+/// files and stats beside its base checkpoint's weights, arch.json and tokenizer. Returns the
+/// case's directory (its `case.json`, `raw.safetensors`, `expected.safetensors`) and the
+/// checkpoint (removed when dropped).
+pub fn processor_case(name: &str) -> (PathBuf, TempDir) {
+    const CASE_ONLY: [&str; 3] = ["case.json", "raw.safetensors", "expected.safetensors"];
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let dir = fixtures.join("processors").join(name);
+    let case: serde_json::Value = std::fs::read_to_string(dir.join("case.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| panic!("{}: no readable case.json", dir.display()));
+    let base = fixtures.join(case["checkpoint"].as_str().unwrap_or_default());
+    // Tests of one process assemble the same case at once: each gets its own directory.
+    static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let checkpoint = TempDir::new(&format!("processor-{name}-{n}"));
+    let copy = |from: &Path, to: &Path| {
+        std::fs::copy(from, to)
+            .unwrap_or_else(|e| panic!("{} -> {}: {e}", from.display(), to.display()));
+    };
+    for f in ["model.safetensors", "arch.json", "tokenizer.json"] {
+        copy(&base.join(f), &checkpoint.join(f));
+    }
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for e in entries.flatten() {
+        let f = e.file_name();
+        if !CASE_ONLY.iter().any(|c| f == *c) {
+            copy(&e.path(), &checkpoint.join(&f));
+        }
+    }
+    (dir, checkpoint)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -657,6 +657,7 @@ fn when_graphs_are_exported_for_batch_2_expect_batches_in_pairs_each_its_own_act
             tokenizer: None,
             threads: 1,
             backend,
+            openpi_delta_actions: None,
         })
         .unwrap()
     };

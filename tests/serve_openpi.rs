@@ -320,3 +320,49 @@ fn when_serve_runs_the_exported_graphs_expect_lerobots_actions() {
     let err = error_against_lerobot(&case, &actions(&r));
     assert!(err <= 1e-4, "max abs error {err} against lerobot (onnx)");
 }
+
+/// `pi0d serve` of a checkpoint saved by lerobot with relative actions and a rename map
+/// (tests/fixtures/processors): openpi's client sends the robot's own camera keys, the state
+/// and, for real-time chunking, the running chunk's absolute leftover; the reply is what
+/// lerobot's postprocessor returns (absolute positions).
+#[test]
+fn when_serve_runs_a_relative_action_checkpoint_expect_lerobots_absolute_actions() {
+    for name in ["pi0_relative_rtc", "pi0_rename_map"] {
+        let dir = scratch_dir(&format!("serve-openpi-{name}"));
+        let (case, ck) = pi0d::testing::processor_case(name);
+        let (mut server, port, rest) = start_server(&[
+            "--checkpoint".as_ref(),
+            ck.as_os_str(),
+            "--optional-camera".as_ref(),
+            "cam2".as_ref(),
+            "--threads".as_ref(),
+            "1".as_ref(),
+            "--rtc-schedule".as_ref(),
+            "linear".as_ref(),
+            "--rtc-max-guidance".as_ref(),
+            "10".as_ref(),
+        ]);
+        let (r, _, log) = check(
+            (&mut server, port, rest),
+            &dir,
+            &case,
+            &["--processor-case"],
+        );
+        let err = error_against_lerobot(&case, &actions(&r));
+        assert!(
+            err <= 2e-6,
+            "{name}: max abs error {err} against lerobot\n{log}"
+        );
+        if name == "pi0_rename_map" {
+            // The robot's keys, as the checkpoint's rename_map takes them.
+            assert_eq!(
+                strings(&r["metadata"]["image_keys"]),
+                [
+                    "observation.images.wrist",
+                    "observation.images.top",
+                    "observation.images.cam2"
+                ]
+            );
+        }
+    }
+}

@@ -152,6 +152,7 @@ pub(crate) fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
                 threads,
                 seed,
                 backend,
+                openpi_delta_actions,
             } = cfg.policy.source
             else {
                 return Err(Failure::new(
@@ -169,6 +170,7 @@ pub(crate) fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
                     tokenizer,
                     threads,
                     backend,
+                    openpi_delta_actions,
                 },
                 cfg.policy.optional_cameras.clone(),
                 seed,
@@ -183,6 +185,7 @@ pub(crate) fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
                 tokenizer: None,
                 threads: a.threads.map_or_else(all_cores, usize::from),
                 backend: BackendOptions::Cpu,
+                openpi_delta_actions: None,
             },
             Vec::new(),
             a.seed,

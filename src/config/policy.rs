@@ -154,6 +154,8 @@ pub enum PolicySource {
         threads: usize,
         seed: u64,
         backend: BackendOptions,
+        /// An openpi checkpoint's delta actions (`policy.openpi_delta_actions`).
+        openpi_delta_actions: Option<Vec<bool>>,
     },
 }
 
@@ -301,6 +303,11 @@ pub(crate) fn validate(
                 threads: raw.threads.unwrap_or(1),
                 seed: raw.seed.unwrap_or(0),
                 backend: backend_options(c, raw)?,
+                openpi_delta_actions: raw
+                    .openpi_delta_actions
+                    .as_deref()
+                    .map(|d| delta_mask(c, d, raw.action_joints.len()))
+                    .transpose()?,
             },
             None => return c.fail("policy.checkpoint", "required when policy.kind = \"pi0\""),
         },
@@ -344,6 +351,31 @@ pub(crate) fn validate(
         fault,
         optional_cameras: raw.optional_cameras.clone(),
     })
+}
+
+/// `policy.openpi_delta_actions` as openpi's `make_bool_mask` builds it: `n > 0` delta
+/// dimensions, `n < 0` absolute ones, in order (`[6, -1]`: six joints relative to the state, the
+/// gripper absolute); it must cover at most the action joints and make at least one delta.
+fn delta_mask(c: &Check, counts: &[i64], joints: usize) -> Result<Vec<bool>, ConfigError> {
+    let field = "policy.openpi_delta_actions";
+    let mut mask = Vec::new();
+    for &n in counts {
+        let size = usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX);
+        if size > joints.saturating_sub(mask.len()) {
+            return c.fail(
+                field,
+                format!("{counts:?} covers more than the {joints} actions of policy.action_joints"),
+            );
+        }
+        mask.extend(std::iter::repeat_n(n > 0, size));
+    }
+    if !mask.contains(&true) {
+        return c.fail(
+            field,
+            format!("{counts:?} makes no dimension a delta (positive counts are delta, negative absolute, as openpi's make_bool_mask)"),
+        );
+    }
+    Ok(mask)
 }
 
 /// A reply row must give one action per action joint: the worker takes chunks of exactly
@@ -452,6 +484,11 @@ fn warn_unused(c: &Check, raw: &RawPolicy) {
         "pi0",
     );
     not("policy.state", raw.state.is_some() && !pi0, "pi0");
+    not(
+        "policy.openpi_delta_actions",
+        raw.openpi_delta_actions.is_some() && !pi0,
+        "pi0",
+    );
     not(
         "policy.amplitude",
         raw.amplitude.is_some() && !scripted,

@@ -212,6 +212,8 @@ pub(crate) struct RawPolicy {
     pub(crate) optional_cameras: Vec<String>,
     /// The state vector entry by entry: joint names and constants (default: action_joints).
     pub(crate) state: Option<Vec<RawStateEntry>>,
+    /// pi0 with an openpi checkpoint: its delta actions, as openpi's `make_bool_mask` counts.
+    pub(crate) openpi_delta_actions: Option<Vec<i64>>,
 }
 
 /// One entry of `policy.state`.

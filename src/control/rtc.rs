@@ -105,6 +105,7 @@ mod tests {
             step_period_s: 0.02,
             action_dim: 2,
             actions: (0..steps).flat_map(|i| [i as f64, -(i as f64)]).collect(),
+            model: None,
         }
     }
 

@@ -265,7 +265,7 @@ pub(crate) fn spawn(
                     }
                     planner.record(seq, &plan, latency);
                     if let Some(r) = &setup.record {
-                        r.send(Note::Chunk(chunk.clone()));
+                        r.send(Note::Chunk(chunk.clone(), plan.model.clone()));
                     }
                     let _ = chunk_tx.try_send(chunk);
                 }

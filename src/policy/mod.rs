@@ -229,6 +229,7 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
             threads,
             seed,
             backend,
+            openpi_delta_actions,
         } => {
             let mut pipeline = pi0::pipeline::Pi0Pipeline::load(&pi0::pipeline::PipelineOptions {
                 checkpoint: checkpoint.clone(),
@@ -236,6 +237,7 @@ pub fn from_config(cfg: &Config) -> Result<Box<dyn Policy>, PolicyBuildError> {
                 tokenizer: tokenizer.clone(),
                 threads: *threads,
                 backend: backend.clone(),
+                openpi_delta_actions: openpi_delta_actions.clone(),
             })?;
             if pipeline.action_dim != p.action_map.action_dim() {
                 return Err(PolicyBuildError::ActionWidth {

@@ -299,6 +299,7 @@ impl OpenpiPolicy {
             step_period_s: self.step_period_s,
             action_dim: self.action_dim,
             actions: out,
+            model: None,
         })
     }
 }

@@ -93,6 +93,7 @@ impl Policy for ReplayPolicy {
             step_period_s: self.period_s,
             action_dim: self.dim,
             actions,
+            model: None,
         })
     }
 }

@@ -107,6 +107,7 @@ impl Policy for ScriptedPolicy {
             step_period_s: self.period_s,
             action_dim: dim,
             actions,
+            model: None,
         })
     }
 }

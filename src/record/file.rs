@@ -317,7 +317,7 @@ impl McapFile {
     pub(crate) fn note(&mut self, n: Note) -> Result<(), RecordError> {
         let now = MonoTime::now();
         match n {
-            Note::Chunk(c) => {
+            Note::Chunk(c, model) => {
                 let steps: Vec<_> = (0..c.steps())
                     .map(|i| {
                         let due = c.obs_stamp.offset_seconds(i as f64 * c.period_s);
@@ -328,13 +328,21 @@ impl McapFile {
                         })
                     })
                     .collect();
-                let v = json!({
+                let mut v = json!({
                     "seq": c.seq,
                     "observation_ns": self.wall_ns(c.obs_stamp),
                     "period_s": c.period_s,
                     "joints": self.names,
                     "steps": steps,
                 });
+                if let Some(m) = model {
+                    let width = m.actions.len().checked_div(c.steps()).unwrap_or(0).max(1);
+                    let rows: Vec<&[f32]> = m.actions.chunks(width).collect();
+                    v["model"] = json!({
+                        "actions": rows,
+                        "reference_state": m.reference_state,
+                    });
+                }
                 self.put_json(self.ch.chunks, now, &v)
             }
             Note::Transition(t) => {

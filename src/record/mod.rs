@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::chunk::JointChunk;
+use crate::chunk::{JointChunk, ModelOutput};
 use crate::config::record::{RecordConfig, RecordTarget};
 use crate::control::controller::ChunkOutcome;
 use crate::io::Blackboard;
@@ -90,8 +90,9 @@ pub(crate) struct TickSample {
 /// Everything else that is recorded as it happens.
 #[derive(Debug)]
 pub(crate) enum Note {
-    /// A chunk the worker handed to the control thread, in robot joint order.
-    Chunk(Box<JointChunk>),
+    /// A chunk the worker handed to the control thread, in robot joint order, and what the
+    /// model gave for it before its postprocessor (a model that runs here).
+    Chunk(Box<JointChunk>, Option<Box<ModelOutput>>),
     /// No chunk from inference `seq`: the policy failed, or its chunk failed validation
     /// (`reason`: `non_finite`, `out_of_range`, `jump`, `shape`, `policy_error`,
     /// `policy_panic`).

@@ -28,6 +28,15 @@ pub(crate) const CHUNK_JSON: &str = r#"{
     "observation_ns": {"type": "integer", "description": "capture time of the observation it was computed from"},
     "period_s": {"type": "number"},
     "joints": {"type": "array", "items": {"type": "string"}},
+    "model": {
+      "type": "object",
+      "description": "a model that runs here: its own output, before the checkpoint's postprocessor (normalized, the model's action order), and the observation's state its relative actions were made absolute against (null for absolute actions)",
+      "required": ["actions", "reference_state"],
+      "properties": {
+        "actions": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+        "reference_state": {"type": ["array", "null"], "items": {"type": "number"}}
+      }
+    },
     "steps": {
       "type": "array",
       "items": {

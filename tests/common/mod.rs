@@ -714,9 +714,16 @@ pub fn remote_policy_config(backend: &str, settings: &[(&str, toml::Value)]) -> 
 /// An MCAP recording read back by Python's `mcap` and `mcap-ros2-support`
 /// (tests/peers/mcap_check.py): what it found, as JSON.
 pub fn mcap_read_back(file: &Path) -> serde_json::Value {
+    mcap_read_back_with(file, &[])
+}
+
+/// As `mcap_read_back`, with the script's options (`--values`: chunk positions, model output
+/// and measured joint states too).
+pub fn mcap_read_back_with(file: &Path, args: &[&str]) -> serde_json::Value {
     let out = Command::new(peer_python())
         .arg(root().join("tests/peers/mcap_check.py"))
         .arg(file)
+        .args(args)
         .output()
         .expect("python runs");
     assert!(

@@ -23,5 +23,6 @@ mod policy_inputs;
 mod quantized;
 mod ready_configs;
 mod record_mcap;
+mod relative_actions;
 mod reload;
 mod systemd_install;

@@ -94,6 +94,7 @@ fn options(checkpoint: PathBuf) -> PipelineOptions {
         tokenizer: None,
         threads: 1,
         backend: BackendOptions::Cpu,
+        openpi_delta_actions: None,
     }
 }
 

@@ -2,11 +2,12 @@
 """Reads a pi0d MCAP recording back with the `mcap` and `mcap-ros2-support` packages (the
 readers Foxglove's own tools are built on) and prints what it found as JSON.
 
-    .venv/bin/python tests/peers/mcap_check.py RUN.mcap
+    .venv/bin/python tests/peers/mcap_check.py RUN.mcap [--values]
 
 ROS 2 channels are decoded with mcap-ros2-support's CDR decoder from the schema in the file,
 and each ros2msg schema is compared with the definition rosbags' ROS 2 Jazzy type store
-generates. JSON channels are parsed; JPEG frames are opened with Pillow.
+generates. JSON channels are parsed; JPEG frames are opened with Pillow. With --values, each
+chunk's positions and model output and every measured joint state are printed as well.
 """
 
 import io
@@ -19,7 +20,7 @@ from PIL import Image
 from rosbags.typesys import Stores, get_typestore
 
 
-def main(path):
+def main(path, values=False):
     store = get_typestore(Stores.ROS2_JAZZY)
     factory = DecoderFactory()
     decoders = {}
@@ -35,6 +36,7 @@ def main(path):
         "events": [],
         "frames": [],
         "diagnostics": [],
+        "measured": [],
     }
     last_measured = -1
     last_command = -1
@@ -77,6 +79,8 @@ def main(path):
                     out["measured_stamps_increasing"] = False
                 last_measured = stamp
                 assert len(msg.position) == len(msg.name)
+                if values:
+                    out["measured"].append(list(msg.position))
             elif channel.topic == "/pi0d/command":
                 if message.log_time <= last_command:
                     out["command_log_times_increasing"] = False
@@ -98,6 +102,9 @@ def main(path):
                         "period_s": msg["period_s"],
                     }
                 )
+                if values:
+                    out["chunks"][-1]["positions"] = [s["position"] for s in msg["steps"]]
+                    out["chunks"][-1]["model"] = msg.get("model")
             elif channel.topic == "/pi0d/events":
                 out["events"].append(msg)
             elif schema.name == "sensor_msgs/msg/CompressedImage":
@@ -112,4 +119,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--values" in sys.argv[2:])

@@ -60,6 +60,9 @@ def main():
     ap.add_argument("--keys", default=None,
                     help="JSON {checkpoint key: request key}; then only inference is checked, with "
                          "observation/joint_position added (the server is told to ignore it)")
+    ap.add_argument("--processor-case", action="store_true",
+                    help="the case is a processor golden (tests/fixtures/processors): its robot camera "
+                         "keys, and its real-time chunking leftover when it has one; only inference")
     args = ap.parse_args()
     host, port, url = "127.0.0.1", args.port, f"ws://127.0.0.1:{args.port}"
     report = {}
@@ -86,6 +89,22 @@ def main():
         "prompt": task,
         "noise": raw["noise"][0],
     }
+    if args.processor_case:
+        # The robot's own keys (the checkpoint's rename_map maps them), and the running chunk's
+        # absolute leftover for a real-time chunking case.
+        case = json.loads((args.case / "case.json").read_text())
+        obs = {f"observation.images.{c}": raw[f"frame{i}"] for i, c in enumerate(case["cameras"])}
+        obs.update({"observation.state": raw["state"], "prompt": task, "noise": raw["noise"][0]})
+        if "rtc_leftover" in raw:
+            obs["prev_actions"] = raw["rtc_leftover"]
+            obs["inference_delay"] = case["rtc_inference_delay"]
+            obs["execution_horizon"] = case["rtc_execution_horizon"]
+        policy = wcp.WebsocketClientPolicy(host, port, api_key=args.key)
+        report["metadata"] = policy.get_server_metadata()
+        report["actions"] = policy.infer(obs)["actions"].tolist()
+        loris.close()
+        args.report.write_text(json.dumps(report))
+        return
     if args.busy:
         import threading
         clients = [wcp.WebsocketClientPolicy(host, port, api_key=args.key) for _ in range(args.busy)]

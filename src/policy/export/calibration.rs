@@ -330,6 +330,7 @@ impl Runner {
             tokenizer: None,
             threads,
             backend: BackendOptions::Cpu,
+            openpi_delta_actions: None,
         };
         let p = Pi0Pipeline::load(&opts).map_err(|e| {
             ExportError::Invalid(format!(

@@ -100,6 +100,7 @@ fn pipeline_on(checkpoint: &str, backend: BackendOptions) -> Pi0Pipeline {
         tokenizer: None,
         threads: 2,
         backend,
+        openpi_delta_actions: None,
     })
     .unwrap()
 }
@@ -267,6 +268,7 @@ fn when_bundled_model_sees_the_sim_start_pose_expect_actions_near_it() {
         tokenizer: None,
         threads: 1,
         backend: BackendOptions::Cpu,
+        openpi_delta_actions: None,
     })
     .unwrap();
     assert_eq!((p.state_dim, p.action_dim, p.cameras), (7, 7, 1));

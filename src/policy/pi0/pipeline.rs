@@ -16,7 +16,7 @@ use super::normalize::Widths;
 use super::preprocess::{frame_to_model_input, FrameError};
 use super::processor::tokenize::TooLong;
 use super::processor::{Context, Preprocessed, Processor, ProcessorError, TokenizerStep};
-use crate::chunk::ChunkPrefix;
+use crate::chunk::{ChunkPrefix, ModelOutput};
 use crate::observation::CameraFrame;
 use crate::policy::graph::manifest::Manifest;
 use crate::policy::graph::{GraphError, GraphInputs, GraphModel, GraphRuntime};
@@ -90,6 +90,9 @@ pub struct PipelineOptions {
     pub tokenizer: Option<PathBuf>,
     pub threads: usize,
     pub backend: BackendOptions,
+    /// An openpi checkpoint's delta actions (openpi keeps them in its training config, not in
+    /// the checkpoint): which action dimensions are relative to the state.
+    pub openpi_delta_actions: Option<Vec<bool>>,
 }
 
 pub(crate) use crate::config::policy::BackendOptions;
@@ -139,6 +142,8 @@ pub struct Pi0Pipeline {
     pub(crate) width_source: String,
     /// The latest `run`'s stages.
     pub(crate) last_stages: StageTiming,
+    /// The latest `run`'s model output, before the postprocessor.
+    pub(crate) last_output: Option<ModelOutput>,
 }
 
 /// pi0.5's state discretization: 256 bins over [-1, 1] (numpy `digitize(x, linspace(-1,1,257)[:-1]) - 1`).
@@ -277,6 +282,7 @@ impl Pi0Pipeline {
             widths: &widths,
             cameras: &camera_keys,
             use_relative_actions: ck.config.use_relative_actions,
+            openpi_delta_actions: opts.openpi_delta_actions.as_deref(),
             default_prompt_len: prompt_len(&ck.config, arch.variant),
         })?
         .ok_or_else(|| {
@@ -405,6 +411,7 @@ impl Pi0Pipeline {
             camera_slots: (0..cameras).map(Some).collect(),
             width_source: widths.source,
             last_stages: StageTiming::default(),
+            last_output: None,
         })
     }
 
@@ -546,6 +553,13 @@ impl Pi0Pipeline {
         let per = self.arch.chunk * self.arch.action_dim;
         let finishing = std::time::Instant::now();
         let actions = self.finish(&x[..per], p.reference.as_deref())?;
+        self.last_output = Some(ModelOutput {
+            actions: x[..per]
+                .chunks_exact(self.arch.action_dim)
+                .flat_map(|row| row[..self.action_dim].iter().copied())
+                .collect(),
+            reference_state: p.reference,
+        });
         self.last_stages = StageTiming {
             preprocess_ms,
             prefix_ms: timing.prefix_ms,

@@ -91,6 +91,7 @@ impl Policy for Pi0Policy {
             step_period_s: self.step_period_s,
             action_dim: p.action_dim,
             actions: actions.iter().flatten().map(|x| *x as f64).collect(),
+            model: p.last_output.take().map(Box::new),
         })
     }
 }

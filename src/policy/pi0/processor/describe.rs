@@ -85,7 +85,10 @@ pub(crate) fn lines(p: &Processor, config_names: &[String]) -> Vec<String> {
             }
             s
         }
-        None => "processing: actions absolute (the model's unnormalized output)".into(),
+        None => match &p.origin {
+            Origin::Openpi(_) => "processing: actions absolute (the model's unnormalized output). This is an openpi checkpoint, and openpi keeps delta actions in its training config, not in the checkpoint: if the model was trained with them (openpi's DROID, ALOHA and LIBERO configs are), declare them as that config's make_bool_mask does, e.g. policy.openpi_delta_actions = [6, -1]".into(),
+            Origin::Lerobot { .. } => "processing: actions absolute (the model's unnormalized output)".into(),
+        },
     });
     let (pre, post) = match &p.origin {
         Origin::Lerobot { pre, post } => (pre.display().to_string(), post.display().to_string()),

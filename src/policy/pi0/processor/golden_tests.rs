@@ -10,13 +10,10 @@ use crate::chunk::ChunkPrefix;
 use crate::config::{BackendOptions, CameraSource, RtcSettings, Schedule};
 use crate::observation::CameraFrame;
 use crate::policy::cameras::{bind, ModelCameras};
-use crate::policy::pi0::lerobot_tests::{fixtures, rgb_frame, u8s};
+use crate::policy::pi0::lerobot_tests::{rgb_frame, u8s};
 use crate::policy::pi0::pipeline::{Pi0Pipeline, PipelineOptions};
 use crate::policy::pi0::tensorfile::TensorFile;
 use crate::test_dirs::TempDir;
-
-/// The files of a case that are not the checkpoint's.
-const CASE_ONLY: [&str; 3] = ["case.json", "raw.safetensors", "expected.safetensors"];
 
 pub(crate) struct Case {
     pub(crate) dir: PathBuf,
@@ -27,21 +24,9 @@ pub(crate) struct Case {
 
 /// Case `name`, assembled into a scratch checkpoint directory.
 pub(crate) fn case(name: &str) -> Case {
-    let dir = fixtures().join("processors").join(name);
+    let (dir, checkpoint) = crate::test_dirs::processor_case(name);
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
-    let base = fixtures().join(json["checkpoint"].as_str().unwrap());
-    let checkpoint = TempDir::new(&format!("processor-{name}"));
-    for f in ["model.safetensors", "arch.json", "tokenizer.json"] {
-        std::fs::copy(base.join(f), checkpoint.join(f)).unwrap();
-    }
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let e = e.unwrap();
-        let f = e.file_name();
-        if !CASE_ONLY.iter().any(|c| f == *c) {
-            std::fs::copy(e.path(), checkpoint.join(&f)).unwrap();
-        }
-    }
     Case {
         dir,
         json,
@@ -56,6 +41,7 @@ pub(crate) fn load(checkpoint: &Path) -> Pi0Pipeline {
         tokenizer: None,
         threads: 2,
         backend: BackendOptions::Cpu,
+        openpi_delta_actions: None,
     })
     .unwrap_or_else(|e| panic!("{}: {}", checkpoint.display(), crate::errors::Chain(&e)))
 }

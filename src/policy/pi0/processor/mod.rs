@@ -122,6 +122,8 @@ pub(crate) struct Context<'a> {
     pub(crate) use_relative_actions: Option<bool>,
     /// The prompt length when no tokenizer step gives one (openpi).
     pub(crate) default_prompt_len: usize,
+    /// The configuration's declaration of an openpi checkpoint's delta actions.
+    pub(crate) openpi_delta_actions: Option<&'a [bool]>,
 }
 
 /// The checkpoint's processing, loaded and checked.
@@ -161,6 +163,12 @@ impl Processor {
     pub(crate) fn load(ctx: &Context) -> Result<Option<Processor>, ProcessorError> {
         let (pre, post) = (ctx.dir.join(PRE_FILE), ctx.dir.join(POST_FILE));
         let p = match (pre.exists(), post.exists()) {
+            (true, true) if ctx.openpi_delta_actions.is_some() => {
+                return Err(ProcessorError::Pipeline {
+                    file: pre,
+                    problem: "policy.openpi_delta_actions is for openpi checkpoints (norm_stats.json); this checkpoint's own relative_actions_processor says whether its actions are relative".into(),
+                })
+            }
             (true, true) => Processor {
                 pre: parse::preprocessor(&pre, ctx)?,
                 post: parse::postprocessor(&post, ctx)?,
@@ -195,14 +203,57 @@ impl Processor {
     fn openpi(path: &Path, ctx: &Context) -> Result<Processor, ProcessorError> {
         let (state, action) = normalizer::openpi(path, ctx)?;
         let tokenizer = PreStep::Tokenizer(TokenizerStep::fixed(ctx.default_prompt_len));
-        let mut pre = vec![PreStep::Normalizer(Box::new(state))];
+        let at = |name: &str| StepAt {
+            file: path.to_path_buf(),
+            index: 0,
+            name: name.into(),
+        };
+        let mut pre = Vec::new();
+        let mut post = vec![PostStep::Unnormalizer(Box::new(action))];
+        // openpi's DeltaActions before Normalize, AbsoluteActions after Unnormalize: the state
+        // added back is the normalized state unnormalized again (its outputs carry it so).
+        let delta = match ctx.openpi_delta_actions {
+            Some(mask) => {
+                let w = ctx.widths;
+                if mask.len() > w.action.min(w.state) {
+                    return Err(ProcessorError::Pipeline {
+                        file: path.to_path_buf(),
+                        problem: format!(
+                            "policy.openpi_delta_actions covers {} dimensions, but the actions have {} and the state {} ({})",
+                            mask.len(),
+                            w.action,
+                            w.state,
+                            w.source
+                        ),
+                    });
+                }
+                Some(RelativeStep {
+                    enabled: true,
+                    exclude_joints: Vec::new(),
+                    action_names: None,
+                    openpi: Some(relative::OpenpiDelta {
+                        mask: mask.to_vec(),
+                        state: state.state.clone(),
+                    }),
+                })
+            }
+            None => None,
+        };
+        pre.push(PreStep::Normalizer(Box::new(state)));
+        if let Some(d) = delta {
+            pre.insert(0, PreStep::Relative(d));
+            post.push(PostStep::Absolute {
+                enabled: true,
+                at: at("openpi AbsoluteActions"),
+            });
+        }
         match ctx.variant {
             Variant::Pi0 => pre.extend([PreStep::NewLine, tokenizer]),
             Variant::Pi05 => pre.extend([PreStep::StateInPrompt, tokenizer]),
         }
         Ok(Processor {
             pre,
-            post: vec![PostStep::Unnormalizer(Box::new(action))],
+            post,
             origin: Origin::Openpi(path.to_path_buf()),
             action_dim: ctx.widths.action,
         })
@@ -262,7 +313,11 @@ impl Processor {
             });
         }
         let enabled = self.relative_actions().is_some();
-        if let Some(cfg) = ctx.use_relative_actions.filter(|c| *c != enabled) {
+        let lerobot = matches!(self.origin, Origin::Lerobot { .. });
+        if let Some(cfg) = ctx
+            .use_relative_actions
+            .filter(|c| lerobot && *c != enabled)
+        {
             return Err(ProcessorError::Pipeline {
                 file,
                 problem: format!(
@@ -341,7 +396,7 @@ impl Processor {
         let mut s = state.to_vec();
         for step in &self.pre {
             match step {
-                PreStep::Relative(_) => return Some(s),
+                PreStep::Relative(r) => return Some(r.kept(&s)),
                 PreStep::Normalizer(n) => n.state.normalize(&mut s),
                 _ => {}
             }
@@ -408,11 +463,11 @@ impl Processor {
                     }
                 }
                 PreStep::Tokenizer(t) => tokens = tokenize(&text, t)?,
-                PreStep::Relative(_) => {
+                PreStep::Relative(r) => {
                     // lerobot keeps the latest state at every relative step; the absolute step
                     // reads the first relative step's.
                     if reference.is_none() {
-                        reference = Some(s.clone());
+                        reference = Some(r.kept(&s));
                     }
                 }
                 PreStep::Normalizer(n) => n.state.normalize(&mut s),

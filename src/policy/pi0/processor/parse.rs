@@ -249,6 +249,7 @@ fn relative(s: &mut Settings) -> Result<RelativeStep, ProcessorError> {
         enabled,
         exclude_joints,
         action_names,
+        openpi: None,
     })
 }
 

@@ -1,7 +1,11 @@
 //! Relative ("delta") actions as lerobot 0.6.1's `relative_actions_processor` /
 //! `absolute_actions_processor` pair computes them (a port of openpi's `DeltaActions` /
 //! `AbsoluteActions`): the model predicts `action - state` for the masked dimensions, and the
-//! postprocessor adds back the state of the observation the chunk came from.
+//! postprocessor adds back the state of the observation the chunk came from. openpi's
+//! `DeltaActions` / `AbsoluteActions`, which its checkpoints do not record, are the same with a
+//! mask the configuration declares.
+
+use crate::policy::pi0::normalize::Normalization;
 
 /// The relative step's settings, as saved.
 #[derive(Clone, Debug, PartialEq)]
@@ -11,6 +15,18 @@ pub(crate) struct RelativeStep {
     pub(crate) exclude_joints: Vec<String>,
     /// The action dimensions' names (the dataset's), which `exclude_joints` is matched against.
     pub(crate) action_names: Option<Vec<String>>,
+    /// openpi's `DeltaActions` / `AbsoluteActions` instead of lerobot's steps.
+    pub(crate) openpi: Option<OpenpiDelta>,
+}
+
+/// openpi's delta actions, declared by the configuration (`make_bool_mask`'s mask).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct OpenpiDelta {
+    /// Per action dimension from the first; dimensions past it stay absolute.
+    pub(crate) mask: Vec<bool>,
+    /// openpi's state normalization: its outputs carry the normalized state, unnormalized
+    /// again before `AbsoluteActions` adds it.
+    pub(crate) state: Normalization,
 }
 
 impl RelativeStep {
@@ -19,6 +35,11 @@ impl RelativeStep {
     /// non-empty lower-cased token equals it or is a substring of it (lower-cased); dimensions
     /// past the names are relative.
     pub(crate) fn mask(&self, action_dim: usize) -> Vec<bool> {
+        if let Some(o) = &self.openpi {
+            let mut m: Vec<bool> = o.mask.iter().copied().take(action_dim).collect();
+            m.resize(action_dim, false);
+            return m;
+        }
         let tokens: Vec<String> = self
             .exclude_joints
             .iter()
@@ -38,6 +59,19 @@ impl RelativeStep {
             .collect();
         mask.resize(action_dim, true);
         mask
+    }
+}
+
+impl RelativeStep {
+    /// The state this step keeps for the absolute step, from the state as it reaches it (for
+    /// openpi, the state after its normalization round trip).
+    pub(crate) fn kept(&self, state: &[f32]) -> Vec<f32> {
+        let mut s = state.to_vec();
+        if let Some(o) = &self.openpi {
+            o.state.normalize(&mut s);
+            o.state.unnormalize(&mut s);
+        }
+        s
     }
 }
 
@@ -73,6 +107,7 @@ mod tests {
             enabled: true,
             exclude_joints: exclude.iter().map(|s| s.to_string()).collect(),
             action_names: names.map(|n| n.iter().map(|s| s.to_string()).collect()),
+            openpi: None,
         }
     }
 

@@ -29,14 +29,23 @@ fn step<'a>(v: &'a mut Value, name: &str) -> &'a mut Value {
         .unwrap()
 }
 
-fn refused(dir: &Path) -> String {
-    match Pi0Pipeline::load(&PipelineOptions {
+fn options(dir: &Path, delta: Option<Vec<bool>>) -> PipelineOptions {
+    PipelineOptions {
         checkpoint: dir.to_path_buf(),
         arch: None,
         tokenizer: None,
         threads: 1,
         backend: BackendOptions::Cpu,
-    }) {
+        openpi_delta_actions: delta,
+    }
+}
+
+fn refused(dir: &Path) -> String {
+    refused_with(dir, None)
+}
+
+fn refused_with(dir: &Path, delta: Option<Vec<bool>>) -> String {
+    match Pi0Pipeline::load(&options(dir, delta)) {
         Ok(_) => panic!("{} was loaded", dir.display()),
         Err(e) => crate::errors::Chain(&e).to_string(),
     }
@@ -320,5 +329,68 @@ fn when_check_describes_a_relative_checkpoint_expect_the_joints_named() {
             .iter()
             .any(|l| l.contains("cut to 48 tokens, not padded")),
         "{lines:#?}"
+    );
+}
+
+/// The pi0 fixture as openpi ships a checkpoint: the weights and `norm_stats.json`, no
+/// lerobot pipeline.
+fn openpi_checkpoint() -> crate::test_dirs::TempDir {
+    let c = case("pi0_rename_map");
+    let dir = crate::test_dirs::TempDir::new("processor-openpi");
+    for f in [
+        "model.safetensors",
+        "arch.json",
+        "tokenizer.json",
+        "config.json",
+    ] {
+        std::fs::copy(c.checkpoint.join(f), dir.join(f)).unwrap();
+    }
+    let stats = json!({"norm_stats": {
+        "state": {"mean": [0.1, -0.2, 0.3, 0.0, 0.05, -0.1, 0.02], "std": [0.5, 0.4, 0.3, 0.6, 0.2, 0.7, 0.01]},
+        "actions": {"mean": [0.01, 0.0, -0.02, 0.0, 0.01, 0.0, 0.02], "std": [0.05, 0.04, 0.03, 0.06, 0.02, 0.07, 0.01]}
+    }});
+    std::fs::write(dir.join("norm_stats.json"), stats.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn when_an_openpi_checkpoint_declares_delta_actions_expect_the_state_added_back_as_openpi_does() {
+    let dir = openpi_checkpoint();
+    let state = [0.4f32, -0.3, 0.9, 0.1, -0.6, 0.2, 0.03];
+    let noise: Vec<f32> = (0..50 * 32)
+        .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+        .collect();
+    let run = |delta: Option<Vec<bool>>| {
+        let mut p = Pi0Pipeline::load(&options(&dir, delta)).unwrap();
+        let lines = p.processor.describe(&[]);
+        let (a, _) = p.run(&[], &state, "stack the blocks", &noise).unwrap();
+        (a, lines)
+    };
+    let (absolute, lines) = run(None);
+    assert!(
+        lines[0].contains("openpi keeps delta actions in its training config")
+            && lines[0].contains("policy.openpi_delta_actions = [6, -1]"),
+        "{lines:#?}"
+    );
+    // openpi's make_bool_mask(6, -1): six joints relative, the gripper absolute.
+    let (delta, lines) = run(Some(vec![true, true, true, true, true, true, false]));
+    assert!(lines[0].contains("6 of 7"), "{lines:#?}");
+    // openpi's AbsoluteActions adds the state its outputs carry: normalized (x - mean) /
+    // (std + 1e-6) and unnormalized again, x (std + 1e-6) + mean, in float32.
+    let mean = [0.1f32, -0.2, 0.3, 0.0, 0.05, -0.1, 0.02];
+    let std = [0.5f32, 0.4, 0.3, 0.6, 0.2, 0.7, 0.01];
+    for (a, d) in absolute.iter().zip(&delta) {
+        for j in 0..7 {
+            let kept = (state[j] - mean[j]) / (std[j] + 1e-6) * (std[j] + 1e-6) + mean[j];
+            let want = if j < 6 { a[j] + kept } else { a[j] };
+            assert_eq!(d[j], want, "joint {j}");
+        }
+    }
+    // A mask wider than the state is refused; a lerobot checkpoint does not take one.
+    let c = case("pi0_rename_map");
+    let e = refused_with(&c.checkpoint, Some(vec![true; 3]));
+    assert!(
+        e.contains("policy.openpi_delta_actions is for openpi checkpoints"),
+        "{e}"
     );
 }

@@ -160,6 +160,7 @@ pub(crate) fn collect(
             tokenizer: None,
             threads,
             backend: BackendOptions::Cpu,
+            openpi_delta_actions: None,
         },
         Some(recorder.clone()),
     )

@@ -63,6 +63,7 @@ fn hil_against_lerobot(checkpoint: &Path) -> (f64, f32) {
         tokenizer: None,
         threads: 2,
         backend: BackendOptions::Cpu,
+        openpi_delta_actions: None,
     })
     .unwrap();
     let raw = TensorFile::read(&dir.join("raw.safetensors")).unwrap();
@@ -664,6 +665,7 @@ fn hil_calibration() -> calibrate::Calibration {
             tokenizer: None,
             threads: 2,
             backend: BackendOptions::Cpu,
+            openpi_delta_actions: None,
         },
         Some(recorder.clone()),
     )
