@@ -25,6 +25,8 @@ pub struct ModelOutput {
     /// The observation's state that relative actions are made absolute against (the
     /// checkpoint's relative step keeps it); `None` for absolute actions.
     pub(crate) reference_state: Option<Vec<f32>>,
+    /// Training-time real-time chunking: the steps conditioned on the leftover.
+    pub(crate) conditioned_delay: Option<usize>,
 }
 
 impl ActionChunk {

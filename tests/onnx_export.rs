@@ -697,7 +697,7 @@ fn when_graphs_are_exported_for_batch_2_expect_batches_in_pairs_each_its_own_act
             state: &states[k],
             task: tasks[k],
             noise: &noises[k],
-            guidance: None,
+            rtc: None,
         })
         .collect();
     let batched = graphs.run_batch(&items);

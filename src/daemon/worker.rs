@@ -31,6 +31,8 @@ pub(crate) struct WorkerStats {
     pub(crate) rejected_shape: AtomicU64,
     pub(crate) policy_errors: AtomicU64,
     pub(crate) policy_panics: AtomicU64,
+    /// Training-time RTC: chunks that arrived later than the delay they were conditioned on.
+    pub(crate) rtc_late: AtomicU64,
     /// Inference time of the latest chunk, microseconds.
     pub(crate) last_infer_us: AtomicU64,
     /// Of the policy errors, a remote policy's, by `RemoteFault`.
@@ -102,7 +104,7 @@ pub(crate) struct SwitchStats {
 const KEPT_SAMPLES: usize = 10_000;
 
 impl WorkerStats {
-    pub(crate) fn rejected_by_reason(&self) -> [(&'static str, u64); 6] {
+    pub(crate) fn rejected_by_reason(&self) -> [(&'static str, u64); 7] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("non_finite", g(&self.rejected_non_finite)),
@@ -111,6 +113,7 @@ impl WorkerStats {
             ("shape", g(&self.rejected_shape)),
             ("policy_error", g(&self.policy_errors)),
             ("policy_panic", g(&self.policy_panics)),
+            ("rtc_late", g(&self.rtc_late)),
         ]
     }
 }
@@ -258,12 +261,19 @@ pub(crate) fn spawn(
                 if let Ok(mut s) = stats.stages.lock() {
                     s.record(queue_ms, policy.stage_timing());
                 }
-                if let Some((chunk, plan)) = produced {
+                let produced = produced.map(|(chunk, plan)| {
                     let latency = MonoTime::now().seconds_since(obs.stamp);
+                    // Counted towards the next delay whether or not it is used, as lerobot does.
+                    planner.record(seq, &plan, latency);
+                    (chunk, plan, latency)
+                });
+                let usable = produced.filter(|(_, plan, latency)| {
+                    !late_for_its_conditioning(plan, *latency, &stats, &setup, seq)
+                });
+                if let Some((chunk, plan, _)) = usable {
                     if let Some(l) = &leftover {
                         record_switch(&stats, l, &plan);
                     }
-                    planner.record(seq, &plan, latency);
                     if let Some(r) = &setup.record {
                         r.send(Note::Chunk(chunk.clone(), plan.model.clone()));
                     }
@@ -379,6 +389,49 @@ fn infer_one(
     Some((buf, chunk))
 }
 
+/// Training-time real-time chunking: a chunk conditioned on its first `d` steps being the
+/// leftover is of use only if it arrived within them; one whose measured delay (its latency in
+/// steps, rounded up) is longer is discarded, as lerobot's rollout discards it (its new steps
+/// would start where the robot already is past them). Counted and noted when it is.
+fn late_for_its_conditioning(
+    plan: &ActionChunk,
+    latency_s: f64,
+    stats: &WorkerStats,
+    setup: &WorkerSetup,
+    seq: u64,
+) -> bool {
+    let Some((measured, d)) = late_steps(plan, latency_s) else {
+        return false;
+    };
+    let n = stats.rtc_late.fetch_add(1, Ordering::Relaxed);
+    if n.is_multiple_of(LOG_EVERY) {
+        tracing::warn!(
+            chunk_seq = seq,
+            measured_delay = measured,
+            conditioned_delay = d,
+            total = n + 1,
+            "chunk discarded: it arrived {measured} steps after its observation, later than the {d} it was conditioned on (training-time real-time chunking)"
+        );
+    }
+    note_refusal(setup, seq, "rtc_late", || {
+        format!("arrived {measured} steps after its observation; conditioned on {d}")
+    });
+    true
+}
+
+/// For a chunk conditioned on its first `d` steps, its measured delay when that is longer than
+/// `d`: `(measured, d)`. lerobot measures `ceil(latency / step period)`.
+fn late_steps(plan: &ActionChunk, latency_s: f64) -> Option<(usize, usize)> {
+    let d = plan
+        .model
+        .as_ref()
+        .and_then(|m| m.conditioned_delay)
+        .filter(|d| *d > 0)?;
+    // A hair below a whole step is that step, as the planner rounds.
+    let measured = (latency_s / plan.step_period_s - 1e-9).ceil().max(0.0) as usize;
+    (measured > d).then_some((measured, d))
+}
+
 /// A chunk refused before the control thread saw it, for the recording.
 fn note_refusal(
     setup: &WorkerSetup,
@@ -412,5 +465,37 @@ fn record_switch(stats: &WorkerStats, old: &ChunkPrefix, new: &ActionChunk) {
             s.prefix_distance.push(d);
         }
         s.delay_steps_max = s.delay_steps_max.max(old.inference_delay);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::ModelOutput;
+
+    fn conditioned(d: Option<usize>) -> ActionChunk {
+        ActionChunk {
+            obs_stamp: MonoTime::ZERO,
+            step_period_s: 0.02,
+            action_dim: 1,
+            actions: vec![0.0; 50],
+            model: Some(Box::new(ModelOutput {
+                actions: vec![0.0; 50],
+                reference_state: None,
+                conditioned_delay: d,
+            })),
+        }
+    }
+
+    #[test]
+    fn when_a_trained_rtc_chunk_arrives_after_its_conditioned_delay_expect_it_late() {
+        // Conditioned on 5 steps of 20 ms: usable up to 100 ms after its observation.
+        assert_eq!(late_steps(&conditioned(Some(5)), 0.0999), None);
+        assert_eq!(late_steps(&conditioned(Some(5)), 0.1), None);
+        assert_eq!(late_steps(&conditioned(Some(5)), 0.1001), Some((6, 5)));
+        assert_eq!(late_steps(&conditioned(Some(5)), 0.35), Some((18, 5)));
+        // Not conditioned (guided, plain, the first chunk): never late.
+        assert_eq!(late_steps(&conditioned(Some(0)), 1.0), None);
+        assert_eq!(late_steps(&conditioned(None), 1.0), None);
     }
 }

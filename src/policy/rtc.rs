@@ -8,10 +8,10 @@
 //! exposes the per-step velocity (the CPU model, the looped graphs' host driver) applies it the
 //! same way, through `Guidance::apply`.
 //!
-//! Later lerobot versions add a "trained" mode (a model trained with a sampled delay: the
-//! prefix is overwritten with the leftover and its per-token flow time set to 0 at every step).
-//! It needs the expert to take per-token times, so it would be a second kind of guidance beside
-//! this one, chosen per checkpoint; `RtcPrefix` already carries what it needs.
+//! lerobot after 0.6.1 (PR #4056) adds training-time RTC for pi0.5: a checkpoint trained with
+//! `rtc_training_max_delay` samples its chunks with the first `d` actions clamped to the
+//! leftover before and after every Euler step, those tokens at flow time 0 (`CleanPrefix`);
+//! no guidance, the same cost as plain sampling. Which one runs is the checkpoint's to say.
 
 pub(crate) use crate::config::rtc::{RtcSettings, Schedule};
 
@@ -50,6 +50,107 @@ pub(crate) enum RtcError {
     Delay { delay: usize, chunk: usize },
     #[error("the guidance weight cap is {0}; it must be a positive number")]
     MaxGuidance(f32),
+    #[error("the inference delay is {delay} steps, more than the {max} the model was trained to take (rtc_training_max_delay)")]
+    TrainedDelay { delay: usize, max: usize },
+    #[error("the inference delay is {delay} steps, more than the leftover's {steps}")]
+    ShortLeftover { delay: usize, steps: usize },
+}
+
+/// Real-time chunking's conditioning of one chunk: inference-time guidance, or for a checkpoint
+/// trained for it (pi0.5 with `rtc_training_max_delay`) the clamped leftover.
+#[derive(Clone, Debug)]
+pub enum Conditioning {
+    Guided(Guidance),
+    Trained(CleanPrefix),
+}
+
+impl Conditioning {
+    pub(crate) fn guidance(&self) -> Option<&Guidance> {
+        match self {
+            Conditioning::Guided(g) => Some(g),
+            Conditioning::Trained(_) => None,
+        }
+    }
+
+    pub(crate) fn clean(&self) -> Option<&CleanPrefix> {
+        match self {
+            Conditioning::Trained(c) => Some(c),
+            Conditioning::Guided(_) => None,
+        }
+    }
+}
+
+/// Training-time RTC's conditioning of one chunk: its first `delay` rows are the leftover (zero
+/// beyond its width) at every Euler step, their tokens at flow time 0.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CleanPrefix {
+    /// `[delay, action_dim]`, in the model's normalized action space.
+    values: Vec<f32>,
+    delay: usize,
+}
+
+impl CleanPrefix {
+    /// The first `prefix.inference_delay` rows of the leftover, checked as lerobot's
+    /// `_prepare_trained_rtc_prefix` checks them: a delay of at most `max_delay` and below the
+    /// chunk, a leftover that long, at most `action_dim` wide and finite. A delay of 0 conditions
+    /// nothing (plain sampling, as lerobot's first chunk).
+    pub(crate) fn new(
+        prefix: &RtcPrefix,
+        chunk: usize,
+        action_dim: usize,
+        max_delay: usize,
+    ) -> Result<CleanPrefix, RtcError> {
+        let (steps, width, delay) = (prefix.steps, prefix.width, prefix.inference_delay);
+        if prefix.leftover.len() != steps * width {
+            return Err(RtcError::LeftoverSize {
+                values: prefix.leftover.len(),
+                steps,
+                width,
+            });
+        }
+        if width > action_dim || steps > chunk {
+            return Err(RtcError::LeftoverShape {
+                steps,
+                width,
+                chunk,
+                action_dim,
+            });
+        }
+        if delay > max_delay {
+            return Err(RtcError::TrainedDelay {
+                delay,
+                max: max_delay,
+            });
+        }
+        if delay >= chunk {
+            return Err(RtcError::Delay { delay, chunk });
+        }
+        if delay > steps {
+            return Err(RtcError::ShortLeftover { delay, steps });
+        }
+        if let Some(index) = prefix.leftover.iter().position(|v| !v.is_finite()) {
+            let value = prefix.leftover[index];
+            return Err(RtcError::NonFinite { index, value });
+        }
+        let mut values = vec![0.0f32; delay * action_dim];
+        for (row, src) in values
+            .chunks_exact_mut(action_dim)
+            .zip(prefix.leftover.chunks_exact(width.max(1)))
+        {
+            row[..width].copy_from_slice(src);
+        }
+        Ok(CleanPrefix { values, delay })
+    }
+
+    /// Steps clamped to the leftover.
+    pub(crate) fn delay(&self) -> usize {
+        self.delay
+    }
+
+    /// `x`'s first `delay` rows (`[chunk, action_dim]`) set to the leftover.
+    pub(crate) fn clamp(&self, x: &mut [f32]) {
+        x[..self.values.len()].copy_from_slice(&self.values);
+    }
 }
 
 /// The per-request guidance: target `[chunk, action_dim]` and weights per step.

@@ -341,6 +341,7 @@ impl McapFile {
                     v["model"] = json!({
                         "actions": rows,
                         "reference_state": m.reference_state,
+                        "conditioned_delay": m.conditioned_delay,
                     });
                 }
                 self.put_json(self.ch.chunks, now, &v)

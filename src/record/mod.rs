@@ -95,7 +95,7 @@ pub(crate) enum Note {
     Chunk(Box<JointChunk>, Option<Box<ModelOutput>>),
     /// No chunk from inference `seq`: the policy failed, or its chunk failed validation
     /// (`reason`: `non_finite`, `out_of_range`, `jump`, `shape`, `policy_error`,
-    /// `policy_panic`).
+    /// `policy_panic`, `rtc_late`).
     Refused {
         seq: u64,
         reason: &'static str,

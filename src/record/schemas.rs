@@ -30,11 +30,12 @@ pub(crate) const CHUNK_JSON: &str = r#"{
     "joints": {"type": "array", "items": {"type": "string"}},
     "model": {
       "type": "object",
-      "description": "a model that runs here: its own output, before the checkpoint's postprocessor (normalized, the model's action order), and the observation's state its relative actions were made absolute against (null for absolute actions)",
+      "description": "a model that runs here: its own output, before the checkpoint's postprocessor (normalized, the model's action order), the observation's state its relative actions were made absolute against (null for absolute actions), and for a model trained for real-time chunking the steps conditioned on the running chunk's leftover (null otherwise)",
       "required": ["actions", "reference_state"],
       "properties": {
         "actions": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
-        "reference_state": {"type": ["array", "null"], "items": {"type": "number"}}
+        "reference_state": {"type": ["array", "null"], "items": {"type": "number"}},
+        "conditioned_delay": {"type": ["integer", "null"]}
       }
     },
     "steps": {

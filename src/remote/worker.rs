@@ -67,7 +67,7 @@ pub(super) fn infer_loop(
                 .obs
                 .rtc
                 .as_ref()
-                .map(|p| pipeline.guidance(rtc, p, &j.obs.state))
+                .map(|p| pipeline.conditioning(rtc, p, &j.obs.state))
                 .transpose()
             {
                 Ok(g) => {
@@ -106,7 +106,7 @@ pub(super) fn infer_loop(
                 state: &j.obs.state,
                 task: &j.obs.prompt,
                 noise,
-                guidance: guidance.as_ref(),
+                rtc: guidance.as_ref(),
             })
             .collect();
         let start = Instant::now();

@@ -389,7 +389,7 @@ fn batches(
                             state: &o.state,
                             task: &prompt,
                             noise,
-                            guidance: None,
+                            rtc: None,
                         })
                         .collect();
                     let batch = p

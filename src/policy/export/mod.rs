@@ -157,7 +157,15 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
     let overrides = opts.arch.as_deref().map(ArchOverrides::load).transpose()?;
     let ck = Checkpoint::load(&opts.checkpoint)?;
     let arch = Arch::from_checkpoint(&ck, overrides)?;
-    ck.config.refuse_unsupported(&ck.path)?;
+    if let Some(d) = ck
+        .config
+        .trained_rtc(&ck.path, arch.variant == Variant::Pi05)?
+    {
+        return Err(ExportError::Invalid(format!(
+            "{}/config.json: rtc_training_max_delay = {d}: this pi0.5 samples its chunks as it was trained for real-time chunking (per-token flow time), which the exported graphs do not take yet",
+            ck.path.display()
+        )));
+    }
     if opts.cameras == 0 || opts.batch == 0 {
         return Err(ExportError::Invalid(format!(
             "--cameras {} and --batch {} must be at least 1",

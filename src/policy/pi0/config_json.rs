@@ -217,17 +217,35 @@ impl PolicyConfigJson {
         Ok(c)
     }
 
-    /// What pi0d does not run of a config.json it reads: refused by name rather than left out.
-    pub(crate) fn refuse_unsupported(&self, path: &Path) -> Result<(), CheckpointError> {
-        if let Some(d) = self.rtc_training_max_delay.filter(|d| *d > 0) {
+    /// The largest inference delay a pi0.5 was trained to be conditioned on
+    /// (`rtc_training_max_delay`, lerobot after 0.6.1), checked as lerobot checks it: below the
+    /// chunk, and pi0.5 only (lerobot trains no pi0 that way).
+    pub(crate) fn trained_rtc(
+        &self,
+        path: &Path,
+        pi05: bool,
+    ) -> Result<Option<usize>, CheckpointError> {
+        let Some(d) = self.rtc_training_max_delay.filter(|d| *d > 0) else {
+            return Ok(None);
+        };
+        let file = path.join("config.json");
+        if !pi05 {
             return Err(value_err(
-                &path.join("config.json"),
+                &file,
                 "rtc_training_max_delay",
-                "0 or absent: a model trained for real-time chunking (lerobot's training-time RTC) samples its chunks conditioned on the running chunk's leftover, which pi0d does not do yet, and running it as a plain model would leave that out",
+                "0 or absent for pi0 (lerobot trains only pi0.5 for real-time chunking)",
                 d,
             ));
         }
-        Ok(())
+        match usize::try_from(d) {
+            Ok(d) if d < self.chunk_size => Ok(Some(d)),
+            _ => Err(value_err(
+                &file,
+                "rtc_training_max_delay",
+                &format!("less than chunk_size ({})", self.chunk_size),
+                d,
+            )),
+        }
     }
 
     /// The robot's width of feature `key` (`observation.state`, `action`) in `features`.
@@ -386,5 +404,43 @@ mod tests {
                 "{json}: {m}"
             );
         }
+    }
+
+    #[test]
+    fn when_a_checkpoint_is_trained_for_rtc_expect_its_delay_taken_for_pi05_only_and_below_the_chunk(
+    ) {
+        let dir = Path::new("ck");
+        let c = |json: &str| PolicyConfigJson::parse(&dir.join("config.json"), json).unwrap();
+        assert_eq!(c("{}").trained_rtc(dir, true).unwrap(), None);
+        assert_eq!(
+            c(r#"{"rtc_training_max_delay": 0}"#)
+                .trained_rtc(dir, true)
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            c(r#"{"rtc_training_max_delay": 8}"#)
+                .trained_rtc(dir, true)
+                .unwrap(),
+            Some(8)
+        );
+        let e = full(
+            &c(r#"{"rtc_training_max_delay": 8}"#)
+                .trained_rtc(dir, false)
+                .unwrap_err(),
+        );
+        assert!(
+            e.contains("`rtc_training_max_delay`") && e.contains("pi0"),
+            "{e}"
+        );
+        let e = full(
+            &c(r#"{"rtc_training_max_delay": 50, "chunk_size": 50}"#)
+                .trained_rtc(dir, true)
+                .unwrap_err(),
+        );
+        assert!(
+            e.contains("less than chunk_size (50)") && e.contains("found 50"),
+            "{e}"
+        );
     }
 }

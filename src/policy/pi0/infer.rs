@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::policy::rtc::{Guidance, RtcPrefix, RtcSettings};
+use crate::policy::rtc::{CleanPrefix, Guidance, RtcPrefix, RtcSettings};
 
 use super::model::{Pi0Input, Pi0Model, Workspace};
 use super::tensorfile::{write_f32, TensorFile, TensorFileError};
@@ -148,6 +148,10 @@ pub struct Batch {
     /// Real-time chunking, per batch element, when the file has `rtc_prev_chunk`.
     rtc: Vec<RtcPrefix>,
     guidance: Vec<Guidance>,
+    /// Training-time RTC (a model trained for it): each element's clamped leftover.
+    clean: Vec<CleanPrefix>,
+    /// The model's trained maximum delay, for a model trained for real-time chunking.
+    trained_rtc: Option<usize>,
 }
 
 /// A batch's model inputs, each concatenated over its elements as an inputs file holds them.
@@ -190,7 +194,16 @@ impl Batch {
     /// The inputs for the CPU model: shaped for it, and every prompt within its length and
     /// vocabulary.
     pub fn read(path: &Path, model: &Pi0Model) -> Result<Batch, TensorFileError> {
-        let batch = Batch::read_for(path, &BatchDims::from(&model.arch))?;
+        let mut batch = Batch::read_for(path, &BatchDims::from(&model.arch))?;
+        if model.trained_rtc.is_some() {
+            batch.trained_rtc = model.trained_rtc;
+            batch
+                .set_rtc(RtcSettings::default())
+                .map_err(|source| TensorFileError::Rtc {
+                    path: path.into(),
+                    source,
+                })?;
+        }
         for b in 0..batch.batch {
             let tokens = &batch.tokens[b * batch.seq..(b + 1) * batch.seq];
             model
@@ -258,6 +271,8 @@ impl Batch {
             action_dim: a.action_dim,
             rtc,
             guidance: Vec::new(),
+            clean: Vec::new(),
+            trained_rtc: None,
         };
         out.set_rtc(RtcSettings::default())
             .map_err(|source| TensorFileError::Rtc {
@@ -284,6 +299,8 @@ impl Batch {
             action_dim: a.action_dim,
             rtc: Vec::new(),
             guidance: Vec::new(),
+            clean: Vec::new(),
+            trained_rtc: None,
         }
     }
 
@@ -291,6 +308,7 @@ impl Batch {
     pub fn clear_rtc(&mut self) {
         self.rtc.clear();
         self.guidance.clear();
+        self.clean.clear();
     }
 
     /// Whether the file asks for real-time chunking (has `rtc_prev_chunk`).
@@ -299,8 +317,22 @@ impl Batch {
     }
 
     /// The RTC schedule and guidance cap the file's leftovers are guided with (`--rtc-schedule`,
-    /// `--rtc-max-guidance`).
+    /// `--rtc-max-guidance`); for a model trained for real-time chunking, the leftovers' clamped
+    /// prefixes instead (which take no schedule).
     pub fn set_rtc(&mut self, settings: RtcSettings) -> Result<(), RtcBatchError> {
+        if let Some(max) = self.trained_rtc {
+            self.guidance.clear();
+            self.clean = self
+                .rtc
+                .iter()
+                .enumerate()
+                .map(|(b, p)| {
+                    CleanPrefix::new(p, self.chunk, self.action_dim, max)
+                        .map_err(|source| RtcBatchError { batch: b, source })
+                })
+                .collect::<Result<_, _>>()?;
+            return Ok(());
+        }
         self.guidance = self
             .rtc
             .iter()
@@ -327,6 +359,7 @@ impl Batch {
             state: &self.state[b * self.state_dim..(b + 1) * self.state_dim],
             noise: &self.noise[b * self.noise_len..(b + 1) * self.noise_len],
             guidance: self.guidance.get(b),
+            clean: self.clean.get(b),
         }
     }
 }

@@ -295,3 +295,152 @@ fn when_bundled_model_sees_the_sim_start_pose_expect_actions_near_it() {
         }
     }
 }
+
+/// A pi0.5 trained for real-time chunking (`rtc_training_max_delay` 8 in its config.json,
+/// lerobot after 0.6.1): a leftover conditions it as it was trained (its first `d` actions
+/// clamped to the leftover at flow time 0), matched against lerobot's trained mode
+/// (tools/make_golden_rtc_trained.py, lerobot pinned at 15b19df). Plain sampling (d = 0, the first
+/// chunk) is lerobot's plain chunk.
+#[test]
+fn when_a_pi05_trained_for_rtc_gets_a_leftover_expect_lerobots_trained_mode_actions() {
+    use super::checkpoint::Checkpoint;
+    use super::infer::{run_batch, Batch};
+    use super::model::Pi0Model;
+    let ck = Checkpoint::load(&fixtures().join("pi05_float32_rtc8")).unwrap();
+    let model = Pi0Model::load(&ck, None, 2).unwrap();
+    assert_eq!(model.trained_rtc, Some(8));
+    for case in [
+        "pi05_f32_rtc_trained_d0_first",
+        "pi05_f32_rtc_trained_d3",
+        "pi05_f32_rtc_trained_d5_full",
+        "pi05_f32_rtc_trained_d8_batch2",
+    ] {
+        let dir = fixtures().join("cases").join(case);
+        let inputs = TensorFile::read(&dir.join("inputs.safetensors")).unwrap();
+        let (_, d) = inputs.i64("rtc_inference_delay", &[]).unwrap();
+        let d = d[0] as usize;
+        let (lshape, leftover) = inputs.f32("rtc_prev_chunk", &[None, None, None]).unwrap();
+        let batch = Batch::read(&dir.join("inputs.safetensors"), &model).unwrap();
+        let (actions, _) = run_batch(&model, &batch);
+        let want = TensorFile::read(&dir.join("expected.safetensors")).unwrap();
+        let (_, want) = want.f32("actions", &[None, Some(50), Some(32)]).unwrap();
+        assert_eq!(actions.len(), want.len());
+        // Per-token time changes the new steps by only ~1e-4 in this tiny model: the bound is
+        // tight enough to tell (a single step's velocity is checked on its own below).
+        let err = actions
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(err <= 1e-5, "{case}: max abs error {err}");
+        // The first d steps are the leftover, exactly; beyond its width, 0.
+        let (steps, width) = (lshape[1], lshape[2]);
+        for b in 0..lshape[0] {
+            for i in 0..d {
+                for j in 0..32 {
+                    let got = actions[(b * 50 + i) * 32 + j];
+                    let want = if j < width {
+                        leftover[(b * steps + i) * width + j]
+                    } else {
+                        0.0
+                    };
+                    assert_eq!(got, want, "{case}: batch {b} step {i} action {j}");
+                }
+            }
+        }
+    }
+}
+
+/// One denoising step of the trained mode against lerobot's own (the per-step trace): the
+/// clamped tokens run at flow time 0, which moves their velocity by ~0.1 against the step's
+/// time (forgetting it would show here, where the final actions hardly move).
+#[test]
+fn when_a_trained_rtc_step_runs_expect_lerobots_velocity_with_the_clamped_tokens_at_time_zero() {
+    use super::checkpoint::Checkpoint;
+    use super::infer::Batch;
+    use super::model::{Pi0Model, Workspace};
+    let ck = Checkpoint::load(&fixtures().join("pi05_float32_rtc8")).unwrap();
+    let model = Pi0Model::load(&ck, None, 2).unwrap();
+    let dir = fixtures().join("cases/pi05_f32_rtc_trained_d3");
+    let batch = Batch::read(&dir.join("inputs.safetensors"), &model).unwrap();
+    let trace = TensorFile::read(&dir.join("trace.safetensors")).unwrap();
+    let (_, x_t) = trace
+        .f32("x_t", &[Some(10), Some(1), Some(50), Some(32)])
+        .unwrap();
+    let (_, time) = trace.f32("time", &[Some(10), Some(1), Some(50)]).unwrap();
+    let (_, v_t) = trace
+        .f32("v_t", &[Some(10), Some(1), Some(50), Some(32)])
+        .unwrap();
+    let input = batch.element(0);
+    let cache = model.prefix(&input);
+    let mut ws = Workspace::default();
+    model.prepare_steps(&cache, &mut ws);
+    let per = 50 * 32;
+    for step in [0, 4, 9] {
+        let t = time[step * 50 + 49];
+        assert!(time[step * 50..step * 50 + 3].iter().all(|x| *x == 0.0));
+        let mut v = vec![0.0f32; per];
+        let x = &x_t[step * per..(step + 1) * per];
+        model.denoise_batch_step(&cache, &[input.state], x, t, &[3], &mut ws, &mut v);
+        let err = v
+            .iter()
+            .zip(&v_t[step * per..(step + 1) * per])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(err <= 1e-4, "step {step}: max abs error {err}");
+    }
+}
+
+/// The exported graphs take no per-token flow time yet: a checkpoint trained for real-time
+/// chunking is refused by `pi0d export`, naming the setting, rather than exported as plain.
+#[test]
+fn when_a_checkpoint_trained_for_rtc_is_exported_expect_it_refused_by_name() {
+    use crate::policy::export::{export, ExportOptions};
+    let out = crate::test_dirs::TempDir::new("export-trained-rtc");
+    let e = export(&ExportOptions::new(
+        fixtures().join("pi05_float32_rtc8"),
+        out.to_path_buf(),
+        1,
+    ))
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(
+        e.contains("rtc_training_max_delay = 8") && e.contains("graphs do not take"),
+        "{e}"
+    );
+}
+
+/// The pipeline conditions a trained checkpoint on the leftover (robot units, normalized as the
+/// model's actions are) instead of guiding it, and refuses a delay beyond what it was trained on,
+/// as lerobot's sampler refuses it.
+#[test]
+fn when_the_pipeline_conditions_a_trained_checkpoint_expect_a_clamped_prefix_within_its_maximum() {
+    use crate::chunk::ChunkPrefix;
+    use crate::policy::rtc::{Conditioning, RtcSettings};
+    let p = pipeline("pi05_float32_rtc8");
+    assert_eq!(p.trained_rtc(), Some(8));
+    let prefix = |d| ChunkPrefix {
+        actions: vec![0.1; 20 * 7],
+        action_dim: 7,
+        inference_delay: d,
+        execution_horizon: 10,
+    };
+    let state = [0.0f32; 7];
+    match p.conditioning(RtcSettings::default(), &prefix(5), &state) {
+        Ok(Conditioning::Trained(c)) => assert_eq!(c.delay(), 5),
+        other => panic!("{other:?}"),
+    }
+    let e = p
+        .conditioning(RtcSettings::default(), &prefix(9), &state)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        e.contains("9 steps, more than the 8 the model was trained to take"),
+        "{e}"
+    );
+    // An untrained checkpoint is guided.
+    let g = pipeline("pi05_float32").conditioning(RtcSettings::default(), &prefix(5), &state);
+    assert!(matches!(g, Ok(Conditioning::Guided(_))), "{g:?}");
+}

@@ -7,10 +7,11 @@ pub use super::arch::Variant;
 pub(crate) use super::arch::{check_vocabulary, Arch, Euler, TokenError};
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, MappedRows};
 use super::ops::{
-    attention, grow, time_embedding, AttentionScratch, LayerNorm, Linear, Norm, Probe, Rope,
+    attention, grow, time_embedding, AttentionScratch, LayerNorm, Linear, Modulation, Norm, Probe,
+    Rope,
 };
 use super::vecmath;
-use crate::policy::rtc::Guidance;
+use crate::policy::rtc::{CleanPrefix, Guidance};
 
 pub(crate) const VISION: &str = "paligemma_with_expert.paligemma.model.vision_tower.vision_model";
 pub(crate) const PROJECTOR: &str =
@@ -74,6 +75,9 @@ pub struct Pi0Model {
     threads: usize,
     /// The longest prompt the model takes (`prompt_len`).
     pub(crate) max_tokens: usize,
+    /// A pi0.5 trained for real-time chunking (`rtc_training_max_delay`): the largest delay it
+    /// takes; a leftover then conditions it as it was trained instead of guiding it.
+    pub(crate) trained_rtc: Option<usize>,
 }
 
 /// The prefix's per-layer keys and values (post-RoPE) and its pad mask.
@@ -96,6 +100,8 @@ pub struct Pi0Input<'a> {
     pub noise: &'a [f32],
     /// Real-time chunking: pull the chunk's first steps towards the running chunk's leftover.
     pub(crate) guidance: Option<&'a Guidance>,
+    /// Training-time real-time chunking: the chunk's first steps are the leftover.
+    pub(crate) clean: Option<&'a CleanPrefix>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -159,6 +165,9 @@ impl Pi0Model {
         threads: usize,
     ) -> Result<Pi0Model, CheckpointError> {
         let a = Arch::from_checkpoint(ck, overrides)?;
+        let trained_rtc = ck
+            .config
+            .trained_rtc(&ck.path, a.variant == Variant::Pi05)?;
         let vw = a.vision_width;
         let pe = ck.take(
             &[&format!("{VISION}.embeddings.patch_embedding.weight")],
@@ -239,6 +248,7 @@ impl Pi0Model {
             max_period: ck.config.max_period,
             threads: threads.max(1),
             max_tokens: prompt_len(&ck.config, a.variant),
+            trained_rtc,
             arch: a,
         })
     }
@@ -443,7 +453,7 @@ impl Pi0Model {
         positions: &[i64],
         (k_all, v_all): (&mut [f32], &mut [f32]),
         seg: Segments,
-        modulation: Option<(&[f32], &[f32])>,
+        modulation: Option<(Modulation, Modulation)>,
         allowed: &dyn Fn(usize, usize, usize) -> bool,
         s: &mut LayerScratch,
     ) {
@@ -488,8 +498,7 @@ impl Pi0Model {
         }
         let o = grow(&mut s.o, n * width);
         l.o.forward(att, n, o, self.threads);
-        let gate = modulation.map(|m| &m.0[2 * width..3 * width]);
-        residual(x, o, gate, width);
+        residual(x, o, modulation.map(|m| m.0), width);
         let normed = grow(&mut s.normed, n * width);
         l.post_norm.forward(x, normed, modulation.map(|m| m.1));
         // The MLP in blocks of rows: its intermediate (rows x mlp, twice) is the largest
@@ -512,8 +521,7 @@ impl Pi0Model {
                 self.threads,
             );
         }
-        let gate = modulation.map(|m| &m.1[2 * width..3 * width]);
-        residual(x, d, gate, width);
+        residual(x, d, modulation.map(|m| m.1), width);
     }
 
     fn time_embedding(&self, t: f32, out: &mut [f32]) {
@@ -544,7 +552,8 @@ impl Pi0Model {
                 v[dst..dst + per * kvd].copy_from_slice(&cache.v[i][src..src + per * kvd]);
             }
         }
-        ws.mods.resize_with(a.layers, Default::default);
+        ws.mods.layers.resize_with(a.layers, Default::default);
+        ws.mods0.layers.resize_with(a.layers, Default::default);
         ws.positions.clear();
         for e in 0..batch {
             let valid = cache.pad[e * per..(e + 1) * per]
@@ -571,19 +580,48 @@ impl Pi0Model {
         ws: &mut Workspace,
         velocity: &mut [f32],
     ) {
-        self.denoise_batch_step(cache, &[state], x_t, t, ws, velocity)
+        self.denoise_batch_step(cache, &[state], x_t, t, &[], ws, velocity)
+    }
+
+    /// pi0.5's condition for flow time `t` (`silu(time_mlp_out(silu(time_mlp_in(emb(t)))))`)
+    /// through every expert norm's dense layer, into `m`.
+    fn expert_modulation(&self, t: f32, m: &mut ExpertMods) {
+        let ew = self.arch.expert_width;
+        let threads = self.threads;
+        let time = grow(&mut m.time, ew);
+        self.time_embedding(t, time);
+        let c2 = grow(&mut m.cond2, ew);
+        self.time_in.forward(time, 1, c2, threads);
+        vecmath::silu_in_place(c2);
+        let c = grow(&mut m.cond, ew);
+        self.time_out.forward(c2, 1, c, threads);
+        vecmath::silu_in_place(c);
+        for (l, (mi, mp)) in self.expert.layers.iter().zip(m.layers.iter_mut()) {
+            if let (Some(di), Some(dp)) = (l.input_norm.dense(), l.post_norm.dense()) {
+                di.forward(c, 1, grow(mi, 3 * ew), threads);
+                dp.forward(c, 1, grow(mp, 3 * ew), threads);
+            }
+        }
+        if let Some(d) = self.expert.norm.dense() {
+            d.forward(c, 1, grow(&mut m.last, 3 * ew), threads);
+        }
     }
 
     /// `denoise_step` for a batch side by side (`prepare_batch_steps`): one state per
     /// observation, `x_t` and `velocity` `[batch, chunk, action_dim]`. Every row of every
     /// layer's products is one observation's; attention keeps each to its own prefix and
     /// suffix, so each element gets what it gets alone.
+    ///
+    /// `clean`, per observation (empty: none): training-time RTC's clamped steps, whose tokens
+    /// run at flow time 0 (pi0.5's per-token condition).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn denoise_batch_step(
         &self,
         cache: &KvCache,
         states: &[&[f32]],
         x_t: &[f32],
         t: f32,
+        clean: &[usize],
         ws: &mut Workspace,
         velocity: &mut [f32],
     ) {
@@ -599,23 +637,24 @@ impl Pi0Model {
             actions,
             fused,
             m,
-            cond,
-            cond2,
             mods,
-            final_mod,
+            mods0,
+            clean_rows,
             out,
             positions,
             kv,
             layer,
         } = ws;
-        let time = grow(time, ew);
-        self.time_embedding(t, time);
         let actions = grow(actions, batch * chunk * ew);
         self.action_in.forward(x_t, batch * chunk, actions, threads);
         let x = grow(x, batch * n * ew);
         let conditioned = match &self.state_proj {
             Some(sp) => {
-                // pi0: [state token | action tokens fused with time], per observation.
+                // pi0: [state token | action tokens fused with time], per observation (lerobot
+                // trains no pi0 for training-time RTC: the pipeline refuses one).
+                debug_assert!(clean.iter().all(|d| *d == 0));
+                let time = grow(time, ew);
+                self.time_embedding(t, time);
                 let fused = grow(fused, batch * chunk * 2 * ew);
                 for (i, row) in fused.chunks_exact_mut(2 * ew).enumerate() {
                     row[..ew].copy_from_slice(&actions[i * ew..(i + 1) * ew]);
@@ -633,26 +672,31 @@ impl Pi0Model {
                 false
             }
             None => {
-                // pi0.5: action tokens only; time conditions every expert norm.
-                let c2 = grow(cond2, ew);
-                self.time_in.forward(time, 1, c2, threads);
-                vecmath::silu_in_place(c2);
-                let c = grow(cond, ew);
-                self.time_out.forward(c2, 1, c, threads);
-                vecmath::silu_in_place(c);
+                // pi0.5: action tokens only; time conditions every expert norm, per token
+                // where training-time RTC clamps some to time 0.
                 x.copy_from_slice(actions);
-                for (l, (mi, mp)) in self.expert.layers.iter().zip(mods.iter_mut()) {
-                    if let (Some(di), Some(dp)) = (l.input_norm.dense(), l.post_norm.dense()) {
-                        di.forward(c, 1, grow(mi, 3 * ew), threads);
-                        dp.forward(c, 1, grow(mp, 3 * ew), threads);
-                    }
-                }
-                if let Some(d) = self.expert.norm.dense() {
-                    d.forward(c, 1, grow(final_mod, 3 * ew), threads);
+                self.expert_modulation(t, mods);
+                if clean.iter().any(|d| *d > 0) {
+                    self.expert_modulation(0.0, mods0);
                 }
                 true
             }
         };
+        clean_rows.clear();
+        if clean.iter().any(|d| *d > 0) {
+            for e in 0..batch {
+                let d = clean.get(e).copied().unwrap_or(0);
+                clean_rows.extend((0..n).map(|i| i < d));
+            }
+        }
+        fn modulation<'m>(
+            a: &'m [f32],
+            z: &'m [f32],
+            rows: &'m [bool],
+            w: usize,
+        ) -> Modulation<'m> {
+            Modulation::per_row(&a[..w], &z[..w.min(z.len())], rows)
+        }
         let per = cache.pad.len() / batch.max(1);
         let seg = Segments {
             batch,
@@ -673,14 +717,23 @@ impl Pi0Model {
             }
         };
         for (i, l) in self.expert.layers.iter().enumerate() {
-            let m = conditioned.then(|| (&mods[i].0[..3 * ew], &mods[i].1[..3 * ew]));
+            let m = conditioned.then(|| {
+                let (t, z) = (&mods.layers[i], &mods0.layers[i]);
+                let rows = clean_rows.as_slice();
+                (
+                    modulation(&t.0, &z.0, rows, 3 * ew),
+                    modulation(&t.1, &z.1, rows, 3 * ew),
+                )
+            });
             let (k, v) = &mut kv[i];
             self.gemma_layer(l, x, batch * n, positions, (k, v), seg, m, &allowed, layer);
         }
         let out = grow(out, batch * n * ew);
-        self.expert
-            .norm
-            .forward(x, out, conditioned.then(|| &final_mod[..3 * ew]));
+        self.expert.norm.forward(
+            x,
+            out,
+            conditioned.then(|| modulation(&mods.last, &mods0.last, clean_rows, 3 * ew)),
+        );
         let ad = a.action_dim;
         for e in 0..batch {
             let rows = &out[(e * n + n - chunk) * ew..(e + 1) * n * ew];
@@ -705,6 +758,7 @@ impl Pi0Model {
             &cache,
             &[input.state],
             &[input.guidance],
+            &[input.clean],
             &mut x,
             &mut v,
             ws,
@@ -728,7 +782,7 @@ impl Pi0Model {
         v: &mut [f32],
         ws: &mut Workspace,
     ) {
-        self.denoise_batch(cache, &[state], &[None], x, v, ws)
+        self.denoise_batch(cache, &[state], &[None], &[None], x, v, ws)
     }
 }
 
@@ -766,10 +820,12 @@ pub struct Workspace {
     actions: Vec<f32>,
     fused: Vec<f32>,
     m: Vec<f32>,
-    cond: Vec<f32>,
-    cond2: Vec<f32>,
-    mods: Vec<(Vec<f32>, Vec<f32>)>,
-    final_mod: Vec<f32>,
+    /// pi0.5: the expert norms' modulation for the step's time, and for time 0 (training-time
+    /// RTC's clamped tokens).
+    mods: ExpertMods,
+    mods0: ExpertMods,
+    /// Per suffix row of the batch: a clamped token (training-time RTC).
+    clean_rows: Vec<bool>,
     out: Vec<f32>,
     positions: Vec<i64>,
     /// Per expert layer: the prefix's keys and values, then room for the suffix's.
@@ -777,12 +833,29 @@ pub struct Workspace {
     layer: LayerScratch,
 }
 
-/// `x += y` or, with a gate (pi0.5's adaptive norms), `x += y * gate`.
-fn residual(x: &mut [f32], y: &[f32], gate: Option<&[f32]>, width: usize) {
-    match gate {
+/// pi0.5's condition for one flow time through every expert norm's dense layer.
+#[derive(Default)]
+pub(crate) struct ExpertMods {
+    time: Vec<f32>,
+    cond: Vec<f32>,
+    cond2: Vec<f32>,
+    /// Per expert layer: the input and post-attention norms' `[scale | shift | gate]`.
+    layers: Vec<(Vec<f32>, Vec<f32>)>,
+    /// The final norm's.
+    last: Vec<f32>,
+}
+
+/// `x += y` or, with pi0.5's adaptive norms, `x += y * gate` (each row its modulation's gate).
+fn residual(x: &mut [f32], y: &[f32], modulation: Option<Modulation>, width: usize) {
+    match modulation {
         None => x.iter_mut().zip(y).for_each(|(x, y)| *x += y),
-        Some(g) => {
-            for (xr, yr) in x.chunks_exact_mut(width).zip(y.chunks_exact(width)) {
+        Some(m) => {
+            for (r, (xr, yr)) in x
+                .chunks_exact_mut(width)
+                .zip(y.chunks_exact(width))
+                .enumerate()
+            {
+                let g = &m.row(r)[2 * width..3 * width];
                 for i in 0..width {
                     xr[i] += yr[i] * g[i];
                 }

@@ -264,19 +264,52 @@ pub(crate) enum Norm {
 
 pub(crate) const RMS_EPS: f32 = 1e-6;
 
+/// An adaptive norm's modulation for a step, `dense(cond)` (`[scale | shift | gate]`, 3 x dim):
+/// the step's time's for every row, or for the rows `clean` marks (training-time RTC's clamped
+/// tokens) the one of time 0.
+#[derive(Clone, Copy)]
+pub(crate) struct Modulation<'a> {
+    at_t: &'a [f32],
+    at_zero: &'a [f32],
+    clean: &'a [bool],
+}
+
+impl<'a> Modulation<'a> {
+    /// `at_t` for every row but those `clean` marks, which take `at_zero`.
+    pub(crate) fn per_row(at_t: &'a [f32], at_zero: &'a [f32], clean: &'a [bool]) -> Self {
+        Modulation {
+            at_t,
+            at_zero,
+            clean,
+        }
+    }
+
+    /// Row `r`'s modulation.
+    pub(crate) fn row(&self, r: usize) -> &'a [f32] {
+        if self.clean.get(r).copied().unwrap_or(false) {
+            self.at_zero
+        } else {
+            self.at_t
+        }
+    }
+}
+
 impl Norm {
-    /// Normalizes rows of `x` into `out`; for the adaptive form `modulation` is `dense(cond)`
-    /// (`[scale | shift | gate]`, 3 x dim).
-    pub(crate) fn forward(&self, x: &[f32], out: &mut [f32], modulation: Option<&[f32]>) {
+    /// Normalizes rows of `x` into `out`; the adaptive form takes its `modulation`.
+    pub(crate) fn forward(&self, x: &[f32], out: &mut [f32], modulation: Option<Modulation>) {
         let (dim, probe) = match self {
             Norm::Rms(w, probe) => (w.len(), probe),
             Norm::Adaptive(l, probe) => (l.out_dim / 3, probe),
         };
         probe.see(x, dim);
-        for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
+        for (r, (xr, or)) in x
+            .chunks_exact(dim)
+            .zip(out.chunks_exact_mut(dim))
+            .enumerate()
+        {
             let var = xr.iter().map(|v| v * v).sum::<f32>() / dim as f32;
             let inv = 1.0 / (var + RMS_EPS).sqrt();
-            match (self, modulation) {
+            match (self, modulation.map(|m| m.row(r))) {
                 (Norm::Rms(w, _), _) => {
                     for i in 0..dim {
                         or[i] = xr[i] * inv * (1.0 + w[i]);

@@ -20,7 +20,7 @@ use crate::chunk::{ChunkPrefix, ModelOutput};
 use crate::observation::CameraFrame;
 use crate::policy::graph::manifest::Manifest;
 use crate::policy::graph::{GraphError, GraphInputs, GraphModel, GraphRuntime};
-use crate::policy::rtc::{Guidance, RtcPrefix, RtcSettings};
+use crate::policy::rtc::{CleanPrefix, Conditioning, Guidance, RtcPrefix, RtcSettings};
 use crate::policy::StageTiming;
 
 /// The longest task text (bytes) the pipeline takes (the configuration's bound). Longer prompts
@@ -144,6 +144,8 @@ pub struct Pi0Pipeline {
     pub(crate) last_stages: StageTiming,
     /// The latest `run`'s model output, before the postprocessor.
     pub(crate) last_output: Option<ModelOutput>,
+    /// A pi0.5 trained for real-time chunking: the largest delay it was trained on.
+    trained_rtc: Option<usize>,
 }
 
 /// pi0.5's state discretization: 256 bins over [-1, 1] (numpy `digitize(x, linspace(-1,1,257)[:-1]) - 1`).
@@ -251,7 +253,9 @@ impl Pi0Pipeline {
         let mut ck = Checkpoint::load(&opts.checkpoint)?;
         ck.calibration = calibration;
         let arch = Arch::from_checkpoint(&ck, overrides)?;
-        ck.config.refuse_unsupported(&ck.path)?;
+        let trained_rtc = ck
+            .config
+            .trained_rtc(&ck.path, arch.variant == Variant::Pi05)?;
         let dir = if opts.checkpoint.is_dir() {
             opts.checkpoint.clone()
         } else {
@@ -352,6 +356,12 @@ impl Pi0Pipeline {
                 )
             }
         };
+        if let (Some(d), Backend::Graph(name, _)) = (trained_rtc, &backend) {
+            return Err(PipelineError::Input(format!(
+                "{}/config.json: rtc_training_max_delay = {d}: this pi0.5 samples its chunks as it was trained for real-time chunking (per-token flow time), which the {name} backend's graphs do not take yet; run it on the cpu backend",
+                ck.path.display()
+            )));
+        }
         let cfg = &ck.config;
         let cameras = match &backend {
             // Exported graphs have a fixed camera count.
@@ -412,6 +422,7 @@ impl Pi0Pipeline {
             width_source: widths.source,
             last_stages: StageTiming::default(),
             last_output: None,
+            trained_rtc,
         })
     }
 
@@ -485,15 +496,23 @@ impl Pi0Pipeline {
         prompt
     }
 
-    /// Real-time chunking's guidance for `prefix` (robot units, the checkpoint's action
-    /// order), for the observation whose raw state is `state`: in the model's action space
-    /// (with relative actions, re-expressed against that state first), padded to its width.
-    pub(crate) fn guidance(
+    /// The largest inference delay the checkpoint was trained to be conditioned on (pi0.5
+    /// with `rtc_training_max_delay`): real-time chunking then runs as it was trained.
+    pub(crate) fn trained_rtc(&self) -> Option<usize> {
+        self.trained_rtc
+    }
+
+    /// Real-time chunking's conditioning for `prefix` (robot units, the checkpoint's action
+    /// order), for the observation whose raw state is `state`: the leftover in the model's
+    /// action space (with relative actions, re-expressed against that state first), as
+    /// guidance, or for a checkpoint trained for it as the clamped prefix (its delay checked
+    /// against the trained maximum, as lerobot checks it).
+    pub(crate) fn conditioning(
         &self,
         settings: RtcSettings,
         prefix: &ChunkPrefix,
         state: &[f32],
-    ) -> Result<Guidance, PipelineError> {
+    ) -> Result<Conditioning, PipelineError> {
         if prefix.action_dim != self.action_dim {
             return Err(PipelineError::Input(format!(
                 "the leftover has {} values per step, the checkpoint acts on {}",
@@ -506,6 +525,20 @@ impl Pi0Pipeline {
             .leftover_to_model(&mut leftover, reference.as_deref());
         let steps = prefix.steps().min(self.arch.chunk);
         leftover.truncate(steps * self.action_dim);
+        let (chunk, width) = (self.arch.chunk, self.arch.action_dim);
+        let said = |e| PipelineError::Input(format!("real-time chunking: {e}"));
+        if let Some(max) = self.trained_rtc {
+            let p = RtcPrefix {
+                leftover,
+                steps,
+                width: self.action_dim,
+                inference_delay: prefix.inference_delay,
+                execution_horizon: prefix.execution_horizon,
+            };
+            return CleanPrefix::new(&p, chunk, width, max)
+                .map(Conditioning::Trained)
+                .map_err(said);
+        }
         let p = RtcPrefix {
             leftover,
             steps,
@@ -513,8 +546,9 @@ impl Pi0Pipeline {
             inference_delay: prefix.inference_delay.min(steps),
             execution_horizon: prefix.execution_horizon,
         };
-        Guidance::new(settings, &p, self.arch.chunk, self.arch.action_dim)
-            .map_err(|e| PipelineError::Input(format!("real-time chunking: {e}")))
+        Guidance::new(settings, &p, chunk, width)
+            .map(Conditioning::Guided)
+            .map_err(said)
     }
 
     /// Raw observation to unnormalized actions `[chunk][action_dim]`, with the given noise.
@@ -530,14 +564,14 @@ impl Pi0Pipeline {
         self.run_guided(frames, state, task, noise, None)
     }
 
-    /// `run`, with real-time chunking's guidance when given (`guidance`).
+    /// `run`, with real-time chunking's conditioning when given (`conditioning`).
     pub(crate) fn run_guided(
         &mut self,
         frames: &[Option<&CameraFrame>],
         state: &[f32],
         task: &str,
         noise: &[f32],
-        guidance: Option<&Guidance>,
+        rtc: Option<&Conditioning>,
     ) -> Outcome {
         let started = std::time::Instant::now();
         let p = self.prepare(frames, state, task, noise)?;
@@ -545,10 +579,11 @@ impl Pi0Pipeline {
         let (x, timing) = match &mut self.backend {
             Backend::Cpu { model, workspace } => {
                 let mut input = p.input();
-                input.guidance = guidance;
+                input.guidance = rtc.and_then(Conditioning::guidance);
+                input.clean = rtc.and_then(Conditioning::clean);
                 model.sample_actions_with(&input, workspace)
             }
-            Backend::Graph(_, g) => sample_graphs(g, &[(&p, guidance)])?,
+            Backend::Graph(_, g) => sample_graphs(g, &[(&p, guided(rtc)?)])?,
         };
         let per = self.arch.chunk * self.arch.action_dim;
         let finishing = std::time::Instant::now();
@@ -559,6 +594,7 @@ impl Pi0Pipeline {
                 .flat_map(|row| row[..self.action_dim].iter().copied())
                 .collect(),
             reference_state: p.reference,
+            conditioned_delay: rtc.and_then(Conditioning::clean).map(CleanPrefix::delay),
         });
         self.last_stages = StageTiming {
             preprocess_ms,
@@ -577,7 +613,7 @@ impl Pi0Pipeline {
         if items.len() < 2 {
             return items
                 .iter()
-                .map(|i| self.run_guided(i.frames, i.state, i.task, i.noise, i.guidance))
+                .map(|i| self.run_guided(i.frames, i.state, i.task, i.noise, i.rtc))
                 .collect();
         }
         let prepared: Vec<Result<Prepared, PipelineError>> = items
@@ -586,10 +622,15 @@ impl Pi0Pipeline {
             .collect();
         if let Backend::Graph(_, g) = &mut self.backend {
             let per = self.arch.chunk * self.arch.action_dim;
+            // Graphs never get training-time RTC: the pipeline refuses such a checkpoint on
+            // them at load.
             let ok: Vec<(&Prepared, Option<&Guidance>)> = prepared
                 .iter()
                 .zip(items)
-                .filter_map(|(p, i)| p.as_ref().ok().map(|p| (p, i.guidance)))
+                .filter_map(|(p, i)| {
+                    let g = i.rtc.and_then(Conditioning::guidance);
+                    p.as_ref().ok().map(|p| (p, g))
+                })
                 .collect();
             // One row per element; a group's error is shared by its elements.
             type Row = Result<(Vec<f32>, Timing), Arc<PipelineError>>;
@@ -625,7 +666,8 @@ impl Pi0Pipeline {
             .zip(items)
             .filter_map(|(p, i)| p.as_ref().ok().map(|p| (p, i)))
             .map(|(p, i)| Pi0Input {
-                guidance: i.guidance,
+                guidance: i.rtc.and_then(Conditioning::guidance),
+                clean: i.rtc.and_then(Conditioning::clean),
                 ..p.input()
             })
             .collect();
@@ -845,7 +887,7 @@ pub struct BatchItem<'a> {
     pub task: &'a str,
     pub noise: &'a [f32],
     /// Real-time chunking, when the request carries a leftover.
-    pub guidance: Option<&'a Guidance>,
+    pub rtc: Option<&'a Conditioning>,
 }
 
 /// One observation's model inputs, owned, with the state its actions are made absolute
@@ -870,6 +912,18 @@ impl Prepared {
             state: &self.state,
             noise: &self.noise,
             guidance: None,
+            clean: None,
         }
+    }
+}
+
+/// Guidance for the graph backends, which do not run training-time RTC (the pipeline refuses
+/// such a checkpoint on them at load).
+fn guided(rtc: Option<&Conditioning>) -> Result<Option<&Guidance>, PipelineError> {
+    match rtc {
+        Some(Conditioning::Trained(_)) => Err(PipelineError::Input(
+            "training-time real-time chunking runs on the CPU backend only".into(),
+        )),
+        other => Ok(other.and_then(Conditioning::guidance)),
     }
 }

@@ -4,7 +4,7 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 
 use super::pipeline::{Backend, Pi0Pipeline};
-use crate::chunk::ActionChunk;
+use crate::chunk::{ActionChunk, ChunkPrefix};
 use crate::observation::{CameraFrame, Observation};
 use crate::policy::rtc::RtcSettings;
 use crate::policy::{Policy, PolicyError, StageTiming};
@@ -76,15 +76,21 @@ impl Policy for Pi0Policy {
             .collect();
         let frames: Vec<Option<&CameraFrame>> = obs.images.iter().map(|f| f.as_deref()).collect();
         let state: Vec<f32> = obs.state.iter().map(|x| *x as f32).collect();
-        let guidance = match (self.rtc, &obs.rtc) {
-            (Some(settings), Some(prefix)) => Some(
-                p.guidance(settings, prefix, &state)
-                    .map_err(PolicyError::Guidance)?,
-            ),
+        let conditioning = match (self.rtc, &obs.rtc) {
+            (Some(settings), Some(prefix)) => {
+                let prefix = match p.trained_rtc() {
+                    Some(max) => trained_delay(prefix, max),
+                    None => prefix.clone(),
+                };
+                Some(
+                    p.conditioning(settings, &prefix, &state)
+                        .map_err(PolicyError::Guidance)?,
+                )
+            }
             _ => None,
         };
         let (actions, _) = p
-            .run_guided(&frames, &state, &obs.prompt, &noise, guidance.as_ref())
+            .run_guided(&frames, &state, &obs.prompt, &noise, conditioning.as_ref())
             .map_err(PolicyError::Model)?;
         Ok(ActionChunk {
             obs_stamp: obs.stamp,
@@ -93,5 +99,43 @@ impl Policy for Pi0Policy {
             actions: actions.iter().flatten().map(|x| *x as f64).collect(),
             model: p.last_output.take().map(Box::new),
         })
+    }
+}
+
+/// The delay a model trained for real-time chunking is conditioned on, as lerobot's rollout
+/// picks it: the planner's estimate (the largest recent latency in steps), the trained maximum
+/// before any latency is known, never more than the maximum or the leftover's steps.
+fn trained_delay(prefix: &ChunkPrefix, max: usize) -> ChunkPrefix {
+    let d = match prefix.inference_delay {
+        0 => max,
+        d => d,
+    };
+    ChunkPrefix {
+        inference_delay: d.min(max).min(prefix.steps()),
+        ..prefix.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefix(steps: usize, delay: usize) -> ChunkPrefix {
+        ChunkPrefix {
+            actions: vec![0.0; steps * 2],
+            action_dim: 2,
+            inference_delay: delay,
+            execution_horizon: 10,
+        }
+    }
+
+    #[test]
+    fn when_a_trained_model_is_conditioned_expect_lerobots_delay_rules() {
+        // Before any latency is known, the trained maximum (lerobot's bootstrap).
+        assert_eq!(trained_delay(&prefix(40, 0), 8).inference_delay, 8);
+        // The planner's estimate, capped at the maximum and at the leftover's steps.
+        assert_eq!(trained_delay(&prefix(40, 3), 8).inference_delay, 3);
+        assert_eq!(trained_delay(&prefix(40, 12), 8).inference_delay, 8);
+        assert_eq!(trained_delay(&prefix(5, 7), 8).inference_delay, 5);
     }
 }

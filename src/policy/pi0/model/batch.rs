@@ -3,25 +3,43 @@
 //! for the batch, while attention stays within each observation.
 
 use super::{Euler, KvCache, Pi0Input, Pi0Model, Timing, Workspace};
-use crate::policy::rtc::Guidance;
+use crate::policy::rtc::{CleanPrefix, Guidance};
 
 impl Pi0Model {
     /// `denoise` for observations side by side (`prepare_batch_steps`), each with its own
     /// real-time-chunking guidance or none.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn denoise_batch(
         &self,
         cache: &KvCache,
         states: &[&[f32]],
         guidance: &[Option<&Guidance>],
+        clean: &[Option<&CleanPrefix>],
         x: &mut [f32],
         v: &mut [f32],
         ws: &mut Workspace,
     ) {
         let euler = Euler::new(self.arch.steps);
+        let per = x.len() / states.len().max(1);
+        // Training-time RTC: the clamped steps are the leftover before and after every step,
+        // their tokens at time 0 (lerobot's `euler_integrate` with a hard prefix).
+        // (Built only when conditioned: plain denoising allocates nothing.)
+        let delays: Vec<usize> = if clean.iter().any(Option::is_some) {
+            clean.iter().map(|c| c.map_or(0, |c| c.delay())).collect()
+        } else {
+            Vec::new()
+        };
+        let clamp = |x: &mut [f32]| {
+            for (e, c) in clean.iter().enumerate() {
+                if let Some(c) = c {
+                    c.clamp(&mut x[e * per..(e + 1) * per]);
+                }
+            }
+        };
         for step in 0..self.arch.steps {
             let time = euler.time(step);
-            self.denoise_batch_step(cache, states, x, time as f32, ws, v);
-            let per = x.len() / states.len().max(1);
+            clamp(x);
+            self.denoise_batch_step(cache, states, x, time as f32, &delays, ws, v);
             for (e, g) in guidance.iter().enumerate() {
                 if let Some(g) = g {
                     let r = e * per..(e + 1) * per;
@@ -29,6 +47,7 @@ impl Pi0Model {
                 }
             }
             euler.advance(x, v);
+            clamp(x);
         }
     }
 
@@ -75,7 +94,8 @@ impl Pi0Model {
         let mut v = vec![0.0f32; x.len()];
         let states: Vec<&[f32]> = inputs.iter().map(|i| i.state).collect();
         let guidance: Vec<Option<&Guidance>> = inputs.iter().map(|i| i.guidance).collect();
-        self.denoise_batch(&cache, &states, &guidance, &mut x, &mut v, ws);
+        let clean: Vec<Option<&CleanPrefix>> = inputs.iter().map(|i| i.clean).collect();
+        self.denoise_batch(&cache, &states, &guidance, &clean, &mut x, &mut v, ws);
         let total = started.elapsed().as_secs_f64() * 1e3;
         (
             x,

@@ -137,7 +137,7 @@ fn run_case(name: &str) {
             inference_delay: delay.as_u64().unwrap() as usize,
             execution_horizon: c.json["rtc_execution_horizon"].as_u64().unwrap() as usize,
         };
-        p.guidance(settings, &prefix, state).unwrap()
+        p.conditioning(settings, &prefix, state).unwrap()
     });
     let (actions, _) = p
         .run_guided(&refs, state, task, noise, guidance.as_ref())
