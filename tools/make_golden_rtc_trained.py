@@ -39,17 +39,13 @@ import lerobot  # noqa: E402
 
 assert Path(lerobot.__file__).resolve().is_relative_to(PINNED_SRC), lerobot.__file__
 
-import lerobot.policies.pi0.modeling_pi0 as pi0_mod  # noqa: E402
-import lerobot.policies.pi05.modeling_pi05 as pi05_mod  # noqa: E402
-from lerobot.configs.types import FeatureType, PolicyFeature  # noqa: E402
 from lerobot.policies.common.vla_utils import make_att_2d_masks, prepare_attention_masks_4d  # noqa: E402
 from lerobot.policies.pi05.configuration_pi05 import PI05Config  # noqa: E402
 from lerobot.policies.pi05.modeling_pi05 import PI05Policy  # noqa: E402
-from lerobot.policies.pi_gemma import (  # noqa: E402
-    PaliGemmaForConditionalGenerationWithPiGemma as RealPaliGemma,
-    PiGemmaForCausalLM as RealPiGemma,
-)
 from lerobot.policies.rtc.configuration_rtc import RTCConfig  # noqa: E402
+
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+import make_golden as mg  # noqa: E402  (shrinks the pinned lerobot's models as for the other goldens)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 OUT = FIXTURES / "cases"
@@ -57,58 +53,13 @@ COMMITTED_PI05 = FIXTURES / "pi05_float32" / "model.safetensors"
 PINNED_COMMIT = "15b19df7dbdbe00781a3b4c0dd2fbad0571e76da"
 TRAINING_MAX_DELAY = 8
 
-# ---- tiny shapes: as tools/make_golden.py has them ----------------------------
-VOCAB = 320
-LM = dict(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=16)
-EXPERT = dict(width=32, depth=2, mlp_dim=64, num_heads=8, num_kv_heads=1, head_dim=16)
-VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
-ROBOT_DIM = 7
-
-
-def tiny_gemma_config(variant: str):
-    spec = LM if variant == "gemma_2b" else EXPERT
-    return pi0_mod.GemmaConfig(**spec)
-
-
-class TinyPaliGemma(RealPaliGemma):
-    def __init__(self, config):
-        for k, v in VISION.items():
-            setattr(config.vision_config, k, v)
-        config.vision_config.projection_dim = LM["width"]
-        config.projection_dim = LM["width"]
-        config.text_config.vocab_size = VOCAB
-        config._vocab_size = VOCAB
-        config.vocab_size = VOCAB
-        config.image_token_index = VOCAB - 1
-        super().__init__(config=config)
-
-
-class TinyPiGemma(RealPiGemma):
-    def __init__(self, config, **kwargs):
-        config.vocab_size = VOCAB
-        super().__init__(config, **kwargs)
-
-
-for mod in (pi0_mod, pi05_mod):
-    mod.get_gemma_config = tiny_gemma_config
-    mod.PaliGemmaForConditionalGenerationWithPiGemma = TinyPaliGemma
-    mod.PiGemmaForCausalLM = TinyPiGemma
-
-
-def features(cameras: int):
-    inputs = {
-        f"observation.images.cam{i}": PolicyFeature(type=FeatureType.VISUAL, shape=(3, 224, 224))
-        for i in range(cameras)
-    }
-    inputs["observation.state"] = PolicyFeature(type=FeatureType.STATE, shape=(ROBOT_DIM,))
-    outputs = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(ROBOT_DIM,))}
-    return inputs, outputs
+ROBOT_DIM = mg.ROBOT_DIM
 
 
 def build_pi05(seed: int = 3) -> PI05Policy:
     """make_golden.py's build('pi05', 'float32', seed=3), plus rtc_training_max_delay."""
     torch.manual_seed(seed)
-    inputs, outputs = features(3)
+    inputs, outputs = mg.features(3)
     cfg = PI05Config(
         dtype="float32",
         device="cpu",
@@ -123,27 +74,6 @@ def build_pi05(seed: int = 3) -> PI05Policy:
             p.add_(noise.to(p.dtype))
     policy.eval()
     return policy
-
-
-def make_inputs(gen: torch.Generator, cameras: int, batch: int, lengths: list[int], max_len: int):
-    """Same layout as make_golden.py's make_inputs (pi05: 200 tokens, state unused by the model)."""
-    t = {}
-    for i in range(cameras):
-        t[f"image{i}"] = torch.rand(batch, 3, 224, 224, generator=gen) * 2 - 1
-        t[f"img_mask{i}"] = torch.tensor([1] * batch, dtype=torch.uint8)
-    tokens = torch.zeros(batch, max_len, dtype=torch.int64)
-    masks = torch.zeros(batch, max_len, dtype=torch.uint8)
-    for b, n in enumerate(lengths):
-        tokens[b, 0] = 2  # BOS
-        tokens[b, 1:n] = torch.randint(3, VOCAB, (n - 1,), generator=gen)
-        masks[b, :n] = 1
-    t["lang_tokens"] = tokens
-    t["lang_masks"] = masks
-    state = torch.zeros(batch, 32)
-    state[:, :ROBOT_DIM] = torch.rand(batch, ROBOT_DIM, generator=gen) * 2 - 1
-    t["state"] = state
-    t["noise"] = torch.randn(batch, 50, 32, generator=gen)
-    return t
 
 
 # name, cameras, batch, leftover (steps, width), inference_delay d, execution_horizon
@@ -273,7 +203,7 @@ def main():
     gen = torch.Generator().manual_seed(4056)
     summary = []
     for name, cams, batch, (steps, width), d, horizon in CASES:
-        inputs = make_inputs(gen, cams, batch, [11 + 7 * b for b in range(batch)], 200)
+        inputs = mg.make_inputs(gen, cams, [], batch, [11 + 7 * b for b in range(batch)], 200, True)
         leftover = torch.randn(batch, steps, width, generator=gen) * 0.8
         args = model_args(inputs)
         noise = inputs["noise"]

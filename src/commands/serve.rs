@@ -232,6 +232,11 @@ pub(crate) fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
             ""
         }
     ));
+    // What the checkpoint does around its model: the first line says whether the replies are
+    // relative actions made absolute.
+    if let Some(line) = pipeline.describe_processing().first() {
+        say(line);
+    }
     let opts = pi0d::remote::serve::ServeOptions {
         listen,
         api_key,

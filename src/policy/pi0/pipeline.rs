@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tokenizers::Tokenizer;
 
 use super::checkpoint::{ArchOverrides, Checkpoint, CheckpointError, PolicyConfigJson};
-use super::infer::{check_actions, Batch, BatchDims, BatchParts, NonFiniteActions};
+use super::infer::{check_actions, Batch, BatchDims, NonFiniteActions};
 use super::model::{prompt_len, Arch, Pi0Input, Pi0Model, Timing, Variant, Workspace};
 use super::normalize::Widths;
 use super::preprocess::{frame_to_model_input, FrameError};
@@ -19,7 +19,7 @@ use super::processor::{Context, Preprocessed, Processor, ProcessorError, Tokeniz
 use crate::chunk::{ChunkPrefix, ModelOutput};
 use crate::observation::CameraFrame;
 use crate::policy::graph::manifest::Manifest;
-use crate::policy::graph::{GraphError, GraphInputs, GraphModel, GraphRuntime};
+use crate::policy::graph::{GraphError, GraphModel, GraphRuntime};
 use crate::policy::rtc::{CleanPrefix, Conditioning, Guidance, RtcPrefix, RtcSettings};
 use crate::policy::StageTiming;
 
@@ -27,6 +27,9 @@ use crate::policy::StageTiming;
 /// are refused before tokenizing (which would take seconds for a huge one, and truncation would
 /// drop most anyway).
 pub use crate::config::policy::MAX_PROMPT_BYTES;
+
+mod graphs;
+use graphs::{check_manifest, concat, guided, sample_graphs};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
@@ -146,51 +149,6 @@ pub struct Pi0Pipeline {
     pub(crate) last_output: Option<ModelOutput>,
     /// A pi0.5 trained for real-time chunking: the largest delay it was trained on.
     trained_rtc: Option<usize>,
-}
-
-/// pi0.5's state discretization: 256 bins over [-1, 1] (numpy `digitize(x, linspace(-1,1,257)[:-1]) - 1`).
-pub(crate) fn discretize(x: f32) -> i32 {
-    let x = x as f64;
-    let below = (0..256)
-        .filter(|i| -1.0 + 2.0 * *i as f64 / 256.0 <= x)
-        .count() as i32;
-    below - 1
-}
-
-/// pi0.5's prompt with the discretized, normalized state.
-pub(crate) fn pi05_prompt(task: &str, normalized_state: &[f32]) -> String {
-    let cleaned = task.trim().replace(['_', '\n'], " ");
-    let state: Vec<String> = normalized_state
-        .iter()
-        .map(|x| discretize(*x).to_string())
-        .collect();
-    format!("Task: {cleaned}, State: {};\nAction: ", state.join(" "))
-}
-
-/// Graphs exported from a different model than the checkpoint would compute garbage.
-fn check_manifest(m: &Manifest, a: &Arch, dir: &Path) -> Result<(), PipelineError> {
-    let variant = if a.variant == Variant::Pi05 {
-        "pi05"
-    } else {
-        "pi0"
-    };
-    let mismatch = [
-        ("variant", m.variant != variant),
-        ("chunk", m.chunk != a.chunk),
-        ("action_dim", m.action_dim != a.action_dim),
-        ("state_dim", m.state_dim != a.state_dim),
-        ("layers", m.layers != a.layers),
-        ("expert_width", m.expert_width != a.expert_width),
-        ("image_size", m.image_size != a.image_size),
-        ("vocab", m.vocab != a.vocab),
-    ];
-    match mismatch.iter().find(|(_, bad)| *bad) {
-        Some((field, _)) => Err(PipelineError::Input(format!(
-            "{}: `{field}` does not match the checkpoint (exported from another model? re-run pi0d export)",
-            dir.join(crate::policy::graph::manifest::FILE).display()
-        ))),
-        None => Ok(()),
-    }
 }
 
 /// The robot's state and action widths: `config.json`'s features, else the model's padded
@@ -424,6 +382,12 @@ impl Pi0Pipeline {
             last_output: None,
             trained_rtc,
         })
+    }
+
+    /// The checkpoint's processor steps as they run, in words (the action names as its relative
+    /// step names them, else by index).
+    pub fn describe_processing(&self) -> Vec<String> {
+        self.processor.describe(&[])
     }
 
     /// The robot's camera names the checkpoint renames to its own (`rename_map`).
@@ -801,82 +765,6 @@ impl Pi0Pipeline {
     }
 }
 
-/// Runs observations on graphs exported for batch N: groups of up to N, the rest of the batch
-/// filled with copies of the group's last observation (their actions are dropped). Actions
-/// `[N, chunk, action_dim]`.
-fn sample_graphs(
-    g: &mut GraphModel<Box<dyn GraphRuntime>>,
-    group: &[(&Prepared, Option<&Guidance>)],
-) -> Result<(Vec<f32>, Timing), PipelineError> {
-    let b = g.manifest.batch.max(1);
-    let Some(last) = group.last() else {
-        return Err(PipelineError::Input("nothing to run".into()));
-    };
-    let padded: Vec<&(&Prepared, Option<&Guidance>)> = group
-        .iter()
-        .chain(std::iter::repeat(last))
-        .take(b)
-        .collect();
-    let prepared: Vec<&Prepared> = padded.iter().map(|(p, _)| *p).collect();
-    let parts = concat(&prepared);
-    // Guidance for all or none: an unguided one among guided ones gets zero weights.
-    let guidance: Vec<Guidance> = if padded.iter().any(|(_, g)| g.is_some()) {
-        padded
-            .iter()
-            .map(|(_, x)| {
-                x.cloned()
-                    .unwrap_or_else(|| Guidance::none(g.manifest.chunk, g.manifest.action_dim))
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let (x, t) = g.sample(&GraphInputs {
-        images: parts.images.iter().map(Vec::as_slice).collect(),
-        image_masks: parts.image_masks,
-        tokens: &parts.tokens,
-        token_masks: &parts.token_masks,
-        state: &parts.state,
-        noise: &parts.noise,
-        guidance: &guidance,
-    })?;
-    Ok((
-        x,
-        Timing {
-            prefix_ms: t.prefix_ms,
-            steps_ms: t.steps_ms,
-        },
-    ))
-}
-
-/// Observations' inputs side by side, as a batch holds them.
-fn concat(all: &[&Prepared]) -> BatchParts {
-    let cameras = all.first().map_or(0, |p| p.images.len());
-    let cat = |f: &dyn Fn(&Prepared) -> &[f32]| -> Vec<f32> {
-        all.iter().flat_map(|p| f(p).iter().copied()).collect()
-    };
-    BatchParts {
-        batch: all.len(),
-        images: (0..cameras)
-            .map(|c| {
-                all.iter()
-                    .flat_map(|p| p.images[c].iter().copied())
-                    .collect()
-            })
-            .collect(),
-        image_masks: (0..cameras)
-            .map(|c| all.iter().map(|p| p.masks[c]).collect())
-            .collect(),
-        tokens: all.iter().flat_map(|p| p.tokens.iter().copied()).collect(),
-        token_masks: all
-            .iter()
-            .flat_map(|p| p.token_masks.iter().copied())
-            .collect(),
-        state: cat(&|p| &p.state),
-        noise: cat(&|p| &p.noise),
-    }
-}
-
 /// One observation's actions `[chunk][action_dim]` and the model's timing, or why not.
 pub(crate) type Outcome = Result<(Vec<Vec<f32>>, Timing), PipelineError>;
 
@@ -914,16 +802,5 @@ impl Prepared {
             guidance: None,
             clean: None,
         }
-    }
-}
-
-/// Guidance for the graph backends, which do not run training-time RTC (the pipeline refuses
-/// such a checkpoint on them at load).
-fn guided(rtc: Option<&Conditioning>) -> Result<Option<&Guidance>, PipelineError> {
-    match rtc {
-        Some(Conditioning::Trained(_)) => Err(PipelineError::Input(
-            "training-time real-time chunking runs on the CPU backend only".into(),
-        )),
-        other => Ok(other.and_then(Conditioning::guidance)),
     }
 }

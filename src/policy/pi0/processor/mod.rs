@@ -16,6 +16,7 @@ mod describe;
 mod golden_tests;
 mod normalizer;
 mod parse;
+pub(crate) mod prompt;
 pub(crate) mod relative;
 #[cfg(test)]
 mod tests;
@@ -471,7 +472,7 @@ impl Processor {
                     }
                 }
                 PreStep::Normalizer(n) => n.state.normalize(&mut s),
-                PreStep::StateInPrompt => text = super::pipeline::pi05_prompt(&text, &s),
+                PreStep::StateInPrompt => text = prompt::pi05_prompt(&text, &s),
             }
         }
         Ok(Preprocessed {
