@@ -337,6 +337,12 @@ fn prepare(t: &mut toml::Table, leaf: &Leaf, scratch: &Path) -> bool {
             p.entry("state").or_insert(joints());
             false
         }
+        ("policy", "openpi_delta_actions") => {
+            let p = t["policy"].as_table_mut().unwrap();
+            p.entry("openpi_delta_actions")
+                .or_insert(Value::Array(vec![Value::Integer(6), Value::Integer(-1)]));
+            false
+        }
         ("ros", _) => {
             t["robot"]["io"] = Value::String("ros".into());
             t.remove("sim");

@@ -180,6 +180,8 @@ pub const RANGES: &[Range] = &[
     int("policy.threads", 1.0, 256.0, "threads"),
     int("policy.seed", 0.0, u64::MAX as f64, ""),
     real("policy.state[]", -POSITION, POSITION, POS),
+    // openpi's make_bool_mask counts: delta (positive) or absolute (negative) actions.
+    int("policy.openpi_delta_actions[]", -64.0, 64.0, "actions"),
     int("policy.onnx.device_id", 0.0, 255.0, ""),
     int(
         "policy.onnx.threads",
