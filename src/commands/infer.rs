@@ -241,6 +241,14 @@ pub(crate) fn infer_graphs(
             action_dim: m.action_dim,
         },
     ))?;
+    if let Some(max) = m.trained_rtc {
+        batch.condition_as_trained(max).map_err(|e| {
+            Failure::new(
+                ExitReason::InvalidInput,
+                anyhow::anyhow!("{}: {}", inputs.display(), pi0d::errors::Chain(&e)),
+            )
+        })?;
+    }
     with_rtc(&mut batch, rtc, inputs)?;
     let dtype = format!("{:?}", m.dtype).to_lowercase();
     let mut model = match backend {

@@ -81,8 +81,9 @@ impl Conditioning {
 }
 
 /// Training-time RTC's conditioning of one chunk: its first `delay` rows are the leftover (zero
-/// beyond its width) at every Euler step, their tokens at flow time 0.
-#[derive(Clone, Debug, PartialEq)]
+/// beyond its width) at every Euler step, their tokens at flow time 0. The default conditions
+/// nothing (delay 0).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct CleanPrefix {
     /// `[delay, action_dim]`, in the model's normalized action space.
     values: Vec<f32>,

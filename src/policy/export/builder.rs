@@ -306,6 +306,18 @@ impl<'a> GraphBuilder<'a> {
         )
     }
 
+    /// A float32 constant tensor of shape `dims`.
+    pub(crate) fn floats(&mut self, values: &[f32], dims: &[usize]) -> String {
+        let bits: Vec<u32> = values.iter().map(|v| v.to_bits()).collect();
+        let bytes = encode_f32(values, data_type::FLOAT);
+        self.constant(
+            format!("f32s{dims:?}{bits:?}"),
+            dims,
+            data_type::FLOAT,
+            bytes,
+        )
+    }
+
     /// A scalar float constant of type `elem_type` (float32 or float16).
     pub(crate) fn scalar(&mut self, value: f32, elem_type: i32) -> String {
         let bytes = encode_f32(&[value], elem_type);

@@ -157,12 +157,12 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
     let overrides = opts.arch.as_deref().map(ArchOverrides::load).transpose()?;
     let ck = Checkpoint::load(&opts.checkpoint)?;
     let arch = Arch::from_checkpoint(&ck, overrides)?;
-    if let Some(d) = ck
+    let trained_rtc = ck
         .config
-        .trained_rtc(&ck.path, arch.variant == Variant::Pi05)?
-    {
+        .trained_rtc(&ck.path, arch.variant == Variant::Pi05)?;
+    if let (Some(d), true) = (trained_rtc, opts.rtc) {
         return Err(ExportError::Invalid(format!(
-            "{}/config.json: rtc_training_max_delay = {d}: this pi0.5 samples its chunks as it was trained for real-time chunking (per-token flow time), which the exported graphs do not take yet",
+            "--rtc: {}/config.json has rtc_training_max_delay = {d}: this pi0.5 is conditioned on the leftover as it was trained, not guided; its graphs take the clamped steps without --rtc",
             ck.path.display()
         )));
     }
@@ -217,6 +217,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
     };
     let mut b = Pi0GraphBuilder::new(&ck, arch.clone(), opts.dtype, sizes);
     b.quant = quant;
+    b.trained_rtc = trained_rtc.is_some();
     let prefix = b.prefix_graph();
     let denoise = b.denoise_graph(opts.unroll, opts.rtc);
     // Quantized graphs are for ONNX Runtime (MatMulNBits is its own operator).
@@ -305,6 +306,7 @@ pub fn export(opts: &ExportOptions) -> Result<ExportReport, ExportError> {
         max_period: ck.config.max_period,
         unrolled: opts.unroll,
         rtc: opts.rtc,
+        trained_rtc,
         quant,
         graphs: Graphs {
             prefix: prefix_entry,

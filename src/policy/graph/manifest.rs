@@ -85,6 +85,10 @@ pub struct Manifest {
     /// The unrolled graph takes real-time chunking's guidance as inputs (`pi0d export --rtc`).
     #[serde(default)]
     pub rtc: bool,
+    /// Exported from a pi0.5 trained for real-time chunking (its `rtc_training_max_delay`): the
+    /// denoise graph takes the clamped tokens (`rtc_clean`, and unrolled their values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trained_rtc: Option<usize>,
     /// The linear layers' weights are stored quantized (`pi0d export --quant`, or a checkpoint
     /// from `pi0d quantize`): the graphs are for ONNX Runtime (com.microsoft `MatMulNBits`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -278,6 +282,18 @@ impl Manifest {
                 "true".into(),
             ));
         }
+        if let Some(d) = m.trained_rtc {
+            if !m.is_pi05() || m.rtc || d == 0 || d >= m.chunk {
+                return Err(bad(
+                    "trained_rtc",
+                    format!(
+                        "for pi0.5 graphs without --rtc only, a delay from 1 to {} (below the chunk)",
+                        m.chunk.saturating_sub(1)
+                    ),
+                    format!("{d} ({} graphs{})", m.variant, if m.rtc { ", --rtc" } else { "" }),
+                ));
+            }
+        }
         // `pi0d export` writes dt = -1/steps in f32.
         let dt = -1.0 / m.steps as f32;
         if !m.dt.is_finite() || (m.dt - dt).abs() > 1e-6 {
@@ -448,7 +464,20 @@ mod tests {
     #[test]
     fn when_periods_dt_or_mask_value_are_wrong_expect_each_named() {
         let (dir, good) = export_dir("values");
-        let cases: [(Edit, &str); 9] = [
+        let cases: [(Edit, &str); 11] = [
+            // Training-time RTC is pi0.5's, within the chunk (this export is of pi0).
+            (
+                |m| m.trained_rtc = Some(8),
+                "`trained_rtc`: expected for pi0.5 graphs without --rtc only",
+            ),
+            (
+                |m| {
+                    m.variant = "pi05".into();
+                    m.suffix_len = m.chunk;
+                    m.trained_rtc = Some(m.chunk)
+                },
+                "`trained_rtc`",
+            ),
             (
                 |m| m.min_period = 0.0,
                 "`min_period`: expected a finite period above 0",

@@ -20,7 +20,7 @@ use tables::{PrefixTables, SuffixTables};
 use crate::policy::pi0::infer::{check_actions, NonFiniteActions};
 use crate::policy::pi0::model::Euler;
 use crate::policy::pi0::quant::ActivationRange;
-use crate::policy::rtc::Guidance;
+use crate::policy::rtc::{CleanPrefix, Guidance};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GraphError {
@@ -178,6 +178,9 @@ pub struct GraphInputs<'a> {
     pub(crate) noise: &'a [f32],
     /// Real-time chunking, one per batch element, or none.
     pub(crate) guidance: &'a [Guidance],
+    /// Training-time real-time chunking (graphs of a checkpoint trained for it), one per batch
+    /// element, or none.
+    pub(crate) clean: &'a [CleanPrefix],
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -267,12 +270,24 @@ impl<R: GraphRuntime> GraphModel<R> {
         if m.rtc {
             suffix.rtc = Some(tables::rtc_tables(m, inputs.guidance));
         }
+        if !inputs.clean.is_empty() && m.trained_rtc.is_none() {
+            return Err(GraphError::Input {
+                name: "rtc_prev_chunk".into(),
+                message: "a clamped leftover (training-time real-time chunking) for graphs not exported from a checkpoint trained for it".into(),
+            });
+        }
+        if m.trained_rtc.is_some() {
+            suffix.clean = Some(tables::clean_tables(m, inputs.clean));
+        }
         self.runtime
             .run_prefix(&inputs.images, inputs.tokens, &prefix)?;
         let prefix_ms = started.elapsed().as_secs_f64() * 1e3;
         let state = (!self.manifest.is_pi05()).then_some(inputs.state);
         let mut x = inputs.noise.to_vec();
-        let mut guide = rtc_hook(&self.manifest, inputs.guidance)?;
+        let mut guide = match inputs.clean {
+            [] => rtc_hook(&self.manifest, inputs.guidance)?,
+            clean => clamp_hook(&self.manifest, clean, &mut x),
+        };
         self.runtime
             .run_denoise(state, &mut x, &self.time, &suffix, guide.as_deref_mut())?;
         check_actions(&x, self.manifest.chunk, self.manifest.action_dim)?;
@@ -285,6 +300,31 @@ impl<R: GraphRuntime> GraphModel<R> {
             },
         ))
     }
+}
+
+/// Training-time real-time chunking on looped graphs: the clamped steps are the leftover
+/// before the first run and after every run (the graph runs their tokens at time 0). Unrolled
+/// graphs clamp inside, from `rtc_clean_values`.
+fn clamp_hook<'a>(
+    m: &Manifest,
+    clean: &'a [CleanPrefix],
+    x: &mut [f32],
+) -> Option<Box<StepHook<'a>>> {
+    if m.unrolled {
+        return None;
+    }
+    let per = m.chunk * m.action_dim;
+    let clamp = move |x: &mut [f32]| {
+        for (e, c) in clean.iter().enumerate() {
+            if let Some(row) = x.get_mut(e * per..(e + 1) * per) {
+                c.clamp(row);
+            }
+        }
+    };
+    clamp(x);
+    Some(Box::new(move |_: usize, _: &[f32], after: &mut [f32]| {
+        clamp(after)
+    }))
 }
 
 /// Real-time chunking on looped graphs: each run computed `x + dt v`; the velocity is
@@ -381,6 +421,7 @@ mod tests {
             state: &state,
             noise: &noise,
             guidance: &[],
+            clean: &[],
         })
     }
 

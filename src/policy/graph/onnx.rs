@@ -206,6 +206,9 @@ pub(crate) struct OnnxRuntime {
     suffix_sin: HostInput<f32>,
     /// `--rtc` graphs: `rtc_target`, `rtc_weights`, `rtc_guidance`.
     rtc: Option<[HostInput<f32>; 3]>,
+    /// Graphs of a checkpoint trained for real-time chunking: `rtc_clean`, and unrolled
+    /// `rtc_clean_values`.
+    clean: Option<(HostInput<f32>, Option<HostInput<f32>>)>,
     /// The prefix's output, kept on the provider's device between runs.
     kv: Option<DynValue>,
     /// With `--activations`: the prefix's and the denoise graph's probe outputs, and the
@@ -328,6 +331,18 @@ impl OnnxRuntime {
                     ])
                 })
                 .transpose()?,
+            clean: m
+                .trained_rtc
+                .map(|_| -> Result<_, GraphError> {
+                    let values = m
+                        .unrolled
+                        .then(|| {
+                            HostInput::new(names::RTC_CLEAN_VALUES, &[b, m.chunk, m.action_dim])
+                        })
+                        .transpose()?;
+                    Ok((HostInput::new(names::RTC_CLEAN, &[b, m.chunk, 1])?, values))
+                })
+                .transpose()?,
             prefix,
             denoise,
             prefix_binding,
@@ -409,6 +424,17 @@ impl GraphRuntime for OnnxRuntime {
             target.bind(bind, &r.target)?;
             weights.bind(bind, &r.weights)?;
             guidance.bind(bind, &r.guidance)?;
+        }
+        if let Some((clean, values)) = self.clean.as_mut() {
+            let c = t.clean.as_ref().ok_or_else(|| {
+                GraphError::Runtime(
+                    "graphs trained for real-time chunking run without their clamp tables".into(),
+                )
+            })?;
+            clean.bind(bind, &c.clean)?;
+            if let Some(v) = values.as_mut() {
+                v.bind(bind, &c.values)?;
+            }
         }
         let per_run = time.len() / self.runs;
         let mut before = guide.as_ref().map(|_| vec![0.0f32; x.len()]);

@@ -6,7 +6,7 @@
 use super::manifest::Manifest;
 use crate::policy::pi0::model::Euler;
 use crate::policy::pi0::ops::{time_embedding, Rope};
-use crate::policy::rtc::{guidance_weight, Guidance};
+use crate::policy::rtc::{guidance_weight, CleanPrefix, Guidance};
 
 /// Tables of the prefix graph, all batch elements: `bias` `[B, 1, 1, P, P]`, `cos`/`sin`
 /// `[B, P, head_dim]`, and the pad mask `[B, P]` the suffix tables need.
@@ -26,6 +26,31 @@ pub struct SuffixTables {
     pub(crate) sin: Vec<f32>,
     /// For graphs exported with `--rtc`.
     pub(crate) rtc: Option<RtcTables>,
+    /// For graphs of a checkpoint trained for real-time chunking.
+    pub(crate) clean: Option<CleanTables>,
+}
+
+/// Training-time real-time chunking's inputs: `rtc_clean` `[B, chunk, 1]` (1 for a token
+/// clamped to the leftover) and, for unrolled graphs, `rtc_clean_values` `[B, chunk,
+/// action_dim]` (the leftover there, 0 elsewhere). All zero without a leftover: plain sampling.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CleanTables {
+    pub(crate) clean: Vec<f32>,
+    pub(crate) values: Vec<f32>,
+}
+
+/// `CleanTables` for a batch: one clamped prefix per element, or none.
+pub(crate) fn clean_tables(m: &Manifest, prefixes: &[CleanPrefix]) -> CleanTables {
+    let per = m.chunk * m.action_dim;
+    let mut t = CleanTables {
+        clean: vec![0.0; m.batch * m.chunk],
+        values: vec![0.0; m.batch * per],
+    };
+    for (e, p) in prefixes.iter().enumerate().take(m.batch) {
+        t.clean[e * m.chunk..e * m.chunk + p.delay()].fill(1.0);
+        p.clamp(&mut t.values[e * per..(e + 1) * per]);
+    }
+    t
 }
 
 /// The `--rtc` unrolled graph's guidance inputs: `rtc_target` `[B, chunk, action_dim]`,

@@ -195,10 +195,9 @@ impl Batch {
     /// vocabulary.
     pub fn read(path: &Path, model: &Pi0Model) -> Result<Batch, TensorFileError> {
         let mut batch = Batch::read_for(path, &BatchDims::from(&model.arch))?;
-        if model.trained_rtc.is_some() {
-            batch.trained_rtc = model.trained_rtc;
+        if let Some(max) = model.trained_rtc {
             batch
-                .set_rtc(RtcSettings::default())
+                .condition_as_trained(max)
                 .map_err(|source| TensorFileError::Rtc {
                     path: path.into(),
                     source,
@@ -314,6 +313,13 @@ impl Batch {
     /// Whether the file asks for real-time chunking (has `rtc_prev_chunk`).
     pub fn has_rtc(&self) -> bool {
         !self.rtc.is_empty()
+    }
+
+    /// For a model trained for real-time chunking (up to `max` steps): the file's leftovers
+    /// condition it as it was trained (clamped prefixes) instead of guiding it.
+    pub fn condition_as_trained(&mut self, max: usize) -> Result<(), RtcBatchError> {
+        self.trained_rtc = Some(max);
+        self.set_rtc(RtcSettings::default())
     }
 
     /// The RTC schedule and guidance cap the file's leftovers are guided with (`--rtc-schedule`,
@@ -515,6 +521,7 @@ impl Batch {
             state: &self.state,
             noise: &self.noise,
             guidance: &self.guidance,
+            clean: &self.clean,
         }
     }
 }

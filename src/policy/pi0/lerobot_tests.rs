@@ -391,22 +391,86 @@ fn when_a_trained_rtc_step_runs_expect_lerobots_velocity_with_the_clamped_tokens
     }
 }
 
-/// The exported graphs take no per-token flow time yet: a checkpoint trained for real-time
-/// chunking is refused by `pi0d export`, naming the setting, rather than exported as plain.
+/// A pi0.5 trained for real-time chunking as exported graphs on ONNX Runtime, looped (the host
+/// clamps between runs) and unrolled (the graph clamps): the graphs run the clamped tokens at
+/// time 0 and give lerobot's trained-mode actions; `--rtc` (guidance inputs) is refused for it.
+#[cfg(feature = "onnx")]
 #[test]
-fn when_a_checkpoint_trained_for_rtc_is_exported_expect_it_refused_by_name() {
+fn when_graphs_of_a_checkpoint_trained_for_rtc_run_expect_lerobots_trained_mode_actions() {
+    use super::infer::{Batch, BatchDims};
+    use crate::config::OnnxOptions;
     use crate::policy::export::{export, ExportOptions};
-    let out = crate::test_dirs::TempDir::new("export-trained-rtc");
-    let e = export(&ExportOptions::new(
-        fixtures().join("pi05_float32_rtc8"),
-        out.to_path_buf(),
-        1,
-    ))
-    .err()
-    .map(|e| e.to_string())
-    .unwrap_or_default();
+    use crate::policy::graph::load_onnx;
+    use crate::policy::graph::manifest::Manifest;
+    let ck = fixtures().join("pi05_float32_rtc8");
+    let mut worst = 0.0f32;
+    for unroll in [false, true] {
+        for (cameras, batch, cases) in [
+            (
+                1,
+                1,
+                &[
+                    "pi05_f32_rtc_trained_d0_first",
+                    "pi05_f32_rtc_trained_d3",
+                    "pi05_f32_rtc_trained_d5_full",
+                ][..],
+            ),
+            (2, 2, &["pi05_f32_rtc_trained_d8_batch2"][..]),
+        ] {
+            let out =
+                crate::test_dirs::TempDir::new(&format!("trained-rtc-graphs-{unroll}-{batch}"));
+            let mut opts = ExportOptions::new(ck.clone(), out.to_path_buf(), cameras);
+            opts.batch = batch;
+            opts.unroll = unroll;
+            export(&opts).unwrap();
+            let m = Manifest::load(&out).unwrap();
+            assert_eq!(m.trained_rtc, Some(8));
+            let dims = BatchDims {
+                image_size: m.image_size,
+                state_dim: m.state_dim,
+                chunk: m.chunk,
+                action_dim: m.action_dim,
+            };
+            let mut g = load_onnx(
+                &out,
+                m,
+                &OnnxOptions {
+                    library: Some(crate::test_dirs::ort_library()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            for case in cases {
+                let dir = fixtures().join("cases").join(case);
+                let mut b = Batch::read_for(&dir.join("inputs.safetensors"), &dims).unwrap();
+                b.condition_as_trained(8).unwrap();
+                let (actions, _) = g.sample(&b.graph_inputs()).unwrap();
+                let want = TensorFile::read(&dir.join("expected.safetensors")).unwrap();
+                let (_, want) = want.f32("actions", &[None, Some(50), Some(32)]).unwrap();
+                let err = actions
+                    .iter()
+                    .zip(want)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                worst = worst.max(err);
+                assert!(
+                    err <= 1e-5,
+                    "{case} (unrolled {unroll}): max abs error {err}"
+                );
+            }
+        }
+    }
+    eprintln!("graphs of a checkpoint trained for RTC: max abs error {worst:e}");
+    let out = crate::test_dirs::TempDir::new("trained-rtc-graphs-rtc");
+    let mut opts = ExportOptions::new(ck, out.to_path_buf(), 1);
+    opts.unroll = true;
+    opts.rtc = true;
+    let e = export(&opts)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
     assert!(
-        e.contains("rtc_training_max_delay = 8") && e.contains("graphs do not take"),
+        e.contains("--rtc") && e.contains("rtc_training_max_delay = 8"),
         "{e}"
     );
 }

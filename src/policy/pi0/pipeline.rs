@@ -29,7 +29,7 @@ use crate::policy::StageTiming;
 pub use crate::config::policy::MAX_PROMPT_BYTES;
 
 mod graphs;
-use graphs::{check_manifest, concat, guided, sample_graphs};
+use graphs::{check_manifest, concat, sample_graphs};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
@@ -314,11 +314,17 @@ impl Pi0Pipeline {
                 )
             }
         };
-        if let (Some(d), Backend::Graph(name, _)) = (trained_rtc, &backend) {
-            return Err(PipelineError::Input(format!(
-                "{}/config.json: rtc_training_max_delay = {d}: this pi0.5 samples its chunks as it was trained for real-time chunking (per-token flow time), which the {name} backend's graphs do not take yet; run it on the cpu backend",
-                ck.path.display()
-            )));
+        if let Backend::Graph(_, g) = &backend {
+            // Graphs exported from a plain checkpoint take no clamped steps (and the reverse).
+            if g.manifest.trained_rtc != trained_rtc {
+                let show = |d: Option<usize>| d.map_or("none".to_string(), |d| d.to_string());
+                return Err(PipelineError::Input(format!(
+                    "the graphs were exported for rtc_training_max_delay {}, the checkpoint ({}/config.json) has {}: re-run pi0d export",
+                    show(g.manifest.trained_rtc),
+                    ck.path.display(),
+                    show(trained_rtc)
+                )));
+            }
         }
         let cfg = &ck.config;
         let cameras = match &backend {
@@ -547,7 +553,7 @@ impl Pi0Pipeline {
                 input.clean = rtc.and_then(Conditioning::clean);
                 model.sample_actions_with(&input, workspace)
             }
-            Backend::Graph(_, g) => sample_graphs(g, &[(&p, guided(rtc)?)])?,
+            Backend::Graph(_, g) => sample_graphs(g, &[(&p, rtc)])?,
         };
         let per = self.arch.chunk * self.arch.action_dim;
         let finishing = std::time::Instant::now();
@@ -586,15 +592,10 @@ impl Pi0Pipeline {
             .collect();
         if let Backend::Graph(_, g) = &mut self.backend {
             let per = self.arch.chunk * self.arch.action_dim;
-            // Graphs never get training-time RTC: the pipeline refuses such a checkpoint on
-            // them at load.
-            let ok: Vec<(&Prepared, Option<&Guidance>)> = prepared
+            let ok: Vec<(&Prepared, Option<&Conditioning>)> = prepared
                 .iter()
                 .zip(items)
-                .filter_map(|(p, i)| {
-                    let g = i.rtc.and_then(Conditioning::guidance);
-                    p.as_ref().ok().map(|p| (p, g))
-                })
+                .filter_map(|(p, i)| p.as_ref().ok().map(|p| (p, i.rtc)))
                 .collect();
             // One row per element; a group's error is shared by its elements.
             type Row = Result<(Vec<f32>, Timing), Arc<PipelineError>>;

@@ -4,6 +4,7 @@
 use super::super::builder::{attr_int, GraphBuilder};
 use super::super::proto::data_type;
 use super::*;
+use crate::policy::pi0::ops::time_embedding;
 
 impl<'a> Pi0GraphBuilder<'a> {
     /// The denoise graph: one Euler step, or all of them with `unroll` (and with `rtc`, each
@@ -38,6 +39,36 @@ impl<'a> Pi0GraphBuilder<'a> {
         let cos = g.input(names::SUFFIX_COS, data_type::FLOAT, &[b, n, a.head_dim]);
         let sin = g.input(names::SUFFIX_SIN, data_type::FLOAT, &[b, n, a.head_dim]);
         let rope = self.rope_tables(&mut g, &cos, &sin, n);
+        let clean = self.trained_rtc.then(|| {
+            let c = g.input(names::RTC_CLEAN, data_type::FLOAT, &[b, a.chunk, 1]);
+            let one = g.scalar(1.0, data_type::FLOAT);
+            let keep = g.op("Sub", &[&one, &c], vec![]);
+            let values = unroll.then(|| {
+                let v = g.input(
+                    names::RTC_CLEAN_VALUES,
+                    data_type::FLOAT,
+                    &[b, a.chunk, a.action_dim],
+                );
+                (v, c.clone(), keep.clone())
+            });
+            Clean {
+                clean: Self::cast(&mut g, &c, data_type::FLOAT, ct),
+                keep: Self::cast(&mut g, &keep, data_type::FLOAT, ct),
+                values,
+            }
+        });
+        // The clamp, `x keep + values clean`: exact for selectors of 0 and 1.
+        let clamp = |g: &mut GraphBuilder<'a>, x: &str| match clean
+            .as_ref()
+            .and_then(|c| c.values.as_ref())
+        {
+            Some((v, c, keep)) => {
+                let kept = g.op("Mul", &[x, keep], vec![]);
+                let set = g.op("Mul", &[v, c], vec![]);
+                g.op("Add", &[&kept, &set], vec![])
+            }
+            None => x.to_string(),
+        };
         let rtc = rtc.then(|| RtcInputs {
             target: g.input(
                 names::RTC_TARGET,
@@ -81,9 +112,10 @@ impl<'a> Pi0GraphBuilder<'a> {
                 let gk = g.op("Gather", &[&r.guidance, &k], vec![attr_int("axis", 0)]);
                 (r, gk, 1.0 - step as f64 / a.steps as f64)
             });
-            x = self.step(
+            let xc = clamp(&mut g, &x);
+            let next = self.step(
                 &mut g,
-                &x,
+                &xc,
                 &t,
                 state_token.as_deref(),
                 &cached,
@@ -91,7 +123,9 @@ impl<'a> Pi0GraphBuilder<'a> {
                 &rope,
                 dt,
                 guide,
+                clean.as_ref(),
             );
+            x = clamp(&mut g, &next);
         }
         let out = if unroll {
             names::ACTIONS
@@ -117,6 +151,7 @@ impl<'a> Pi0GraphBuilder<'a> {
         rope: &Rope,
         dt: f32,
         guide: Option<(&RtcInputs, String, f64)>,
+        clean: Option<&Clean>,
     ) -> String {
         let a = &self.arch;
         let (b, ew, ct) = (self.sizes.batch, a.expert_width, self.ct());
@@ -144,16 +179,51 @@ impl<'a> Pi0GraphBuilder<'a> {
                 g.op("Concat", &[st, &tokens], vec![attr_int("axis", 1)])
             }
             None => {
-                // pi0.5: the time conditions every expert norm.
-                let c = self.linear(g, &t, "time_mlp_in", ew, ew, true);
-                let c = Self::silu(g, &c);
-                let c = self.linear(g, &c, "time_mlp_out", ew, ew, true);
-                let c = Self::silu(g, &c);
+                // pi0.5: the time conditions every expert norm; with training-time RTC the
+                // clamped tokens' norms take the condition of time 0 (a constant).
+                let cond = |g: &mut GraphBuilder<'a>, t: &str| {
+                    let c = self.linear(g, t, "time_mlp_in", ew, ew, true);
+                    let c = Self::silu(g, &c);
+                    let c = self.linear(g, &c, "time_mlp_out", ew, ew, true);
+                    Self::silu(g, &c)
+                };
+                let c = cond(g, &t);
+                let c0 = clean.map(|_| {
+                    let mut emb = vec![0.0f32; ew];
+                    time_embedding(
+                        0.0,
+                        self.ck.config.min_period,
+                        self.ck.config.max_period,
+                        &mut emb,
+                    );
+                    let t0 = g.floats(&emb, &[1, 1, ew]);
+                    let t0 = Self::cast(g, &t0, data_type::FLOAT, ct);
+                    cond(g, &t0)
+                });
                 let modulation = |g: &mut GraphBuilder<'a>, base: &str| {
-                    let parts =
-                        self.linears(g, &c, &[(&format!("{base}.dense"), 3 * ew)], ew, true);
-                    let split = g.i64s(&[ew as i64, ew as i64, ew as i64]);
-                    g.op_n("Split", &[&parts[0], &split], 3, vec![attr_int("axis", -1)])
+                    let split3 = |g: &mut GraphBuilder<'a>, c: &str| {
+                        let parts =
+                            self.linears(g, c, &[(&format!("{base}.dense"), 3 * ew)], ew, true);
+                        let split = g.i64s(&[ew as i64, ew as i64, ew as i64]);
+                        g.op_n("Split", &[&parts[0], &split], 3, vec![attr_int("axis", -1)])
+                    };
+                    let at_t = split3(g, &c);
+                    match (clean, c0.as_deref()) {
+                        (Some(cl), Some(c0)) => {
+                            // Per token: t's where kept, time 0's where clamped (exact for
+                            // selectors of 0 and 1).
+                            let at_0 = split3(g, c0);
+                            at_t.iter()
+                                .zip(&at_0)
+                                .map(|(a, z)| {
+                                    let a = g.op("Mul", &[a, &cl.keep], vec![]);
+                                    let z = g.op("Mul", &[z, &cl.clean], vec![]);
+                                    g.op("Add", &[&a, &z], vec![])
+                                })
+                                .collect()
+                        }
+                        _ => at_t,
+                    }
                 };
                 for (i, m) in mods.iter_mut().enumerate() {
                     let base = format!("{EXPERT}.layers.{i}");

@@ -102,6 +102,11 @@ pub(crate) mod names {
     pub(crate) const RTC_TARGET: &str = "rtc_target";
     pub(crate) const RTC_WEIGHTS: &str = "rtc_weights";
     pub(crate) const RTC_GUIDANCE: &str = "rtc_guidance";
+    /// Training-time real-time chunking (a checkpoint trained for it): which action tokens are
+    /// clamped to the leftover, `[B, chunk, 1]` (1 or 0), and for unrolled graphs the values
+    /// they are clamped to, `[B, chunk, action_dim]`.
+    pub(crate) const RTC_CLEAN: &str = "rtc_clean";
+    pub(crate) const RTC_CLEAN_VALUES: &str = "rtc_clean_values";
 
     pub(crate) fn image(i: usize) -> String {
         format!("image{i}")
@@ -116,6 +121,18 @@ pub(crate) struct Pi0GraphBuilder<'a> {
     pub(crate) sizes: GraphSizes,
     /// Float linear weights of the default groups quantized into the graphs (`--quant`).
     pub(crate) quant: Option<Scheme>,
+    /// A pi0.5 trained for real-time chunking: the denoise graph takes which action tokens are
+    /// clamped (`names::RTC_CLEAN`) and runs them at flow time 0.
+    pub(crate) trained_rtc: bool,
+}
+
+/// Training-time real-time chunking in the denoise graph: `clean` (1 for a clamped token) and
+/// `keep` (`1 - clean`), in the compute type, `[B, chunk, 1]`; for unrolled graphs the values the
+/// clamped steps take (f32 `[B, chunk, action_dim]`) and the two selectors in f32.
+struct Clean {
+    clean: String,
+    keep: String,
+    values: Option<(String, String, String)>,
 }
 
 /// The unrolled graph's real-time-chunking inputs (`names::RTC_*`).
@@ -152,6 +169,7 @@ impl<'a> Pi0GraphBuilder<'a> {
             dtype,
             sizes,
             quant: None,
+            trained_rtc: false,
         }
     }
 

@@ -42,6 +42,23 @@ fn rtc(
         .ok_or_else(|| GraphError::Runtime("an --rtc graph run without its guidance tables".into()))
 }
 
+/// A table of training-time real-time chunking's clamp, for graphs of a checkpoint trained
+/// for it.
+fn clean(
+    tables: &super::tables::SuffixTables,
+    pick: impl Fn(&super::tables::CleanTables) -> &Vec<f32>,
+) -> Result<&[u8], GraphError> {
+    tables
+        .clean
+        .as_ref()
+        .map(|c| as_bytes(pick(c)))
+        .ok_or_else(|| {
+            GraphError::Runtime(
+                "graphs trained for real-time chunking run without their clamp tables".into(),
+            )
+        })
+}
+
 /// The NPU's `x` into `x`, refused when it has another size.
 fn take_actions(out: &[f32], x: &mut [f32]) -> Result<(), GraphError> {
     if out.len() != x.len() {
@@ -470,6 +487,8 @@ impl Device {
                 HostSource::RtcTarget => rtc(tables, |r| &r.target)?,
                 HostSource::RtcWeights => rtc(tables, |r| &r.weights)?,
                 HostSource::RtcGuidance => rtc(tables, |r| &r.guidance)?,
+                HostSource::RtcClean => clean(tables, |c| &c.clean)?,
+                HostSource::RtcCleanValues => clean(tables, |c| &c.values)?,
                 _ => continue,
             };
             self.upload(buffer, data, &format!("{source:?}"))?;

@@ -46,6 +46,8 @@ pub(crate) enum HostSource {
     RtcTarget,
     RtcWeights,
     RtcGuidance,
+    RtcClean,
+    RtcCleanValues,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,6 +146,8 @@ fn source_of(name: &str) -> Option<HostSource> {
         names::RTC_TARGET => HostSource::RtcTarget,
         names::RTC_WEIGHTS => HostSource::RtcWeights,
         names::RTC_GUIDANCE => HostSource::RtcGuidance,
+        names::RTC_CLEAN => HostSource::RtcClean,
+        names::RTC_CLEAN_VALUES => HostSource::RtcCleanValues,
         n => HostSource::Image(n.strip_prefix("image")?.parse().ok()?),
     })
 }
@@ -440,6 +444,7 @@ pub(crate) mod tests {
             max_period: 4.0,
             unrolled,
             rtc: false,
+            trained_rtc: None,
             quant: None,
             graphs: Graphs {
                 prefix: entry("prefix.onnx", prefix_inputs, vec![kv]),
@@ -551,6 +556,23 @@ pub(crate) mod tests {
             HostSource::RtcWeights,
             HostSource::RtcGuidance,
         ] {
+            assert_eq!(plan.uploads.iter().filter(|u| u.0 == source).count(), 1);
+        }
+    }
+
+    #[test]
+    fn trained_rtc_graph_uploads_its_clamp_tables_once_per_observation() {
+        let mut m = manifest(1, true, "float32");
+        m.trained_rtc = Some(8);
+        m.graphs.denoise.inputs.extend([
+            spec("rtc_clean", "float32", &[1, 50, 1]),
+            spec("rtc_clean_values", "float32", &[1, 50, 32]),
+        ]);
+        let plan = plan(&m).unwrap();
+        let e = &plan.denoise[0];
+        let sizes: Vec<usize> = e.inputs[7..].iter().map(|s| s.bytes).collect();
+        assert_eq!(sizes, [50 * 4, 50 * 32 * 4]);
+        for source in [HostSource::RtcClean, HostSource::RtcCleanValues] {
             assert_eq!(plan.uploads.iter().filter(|u| u.0 == source).count(), 1);
         }
     }

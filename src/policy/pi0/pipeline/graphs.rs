@@ -8,7 +8,7 @@ use crate::policy::graph::manifest::Manifest;
 use crate::policy::graph::{GraphInputs, GraphModel, GraphRuntime};
 use crate::policy::pi0::infer::BatchParts;
 use crate::policy::pi0::model::{Arch, Timing, Variant};
-use crate::policy::rtc::{Conditioning, Guidance};
+use crate::policy::rtc::{CleanPrefix, Conditioning, Guidance};
 
 /// Graphs exported from a different model than the checkpoint would compute garbage.
 pub(super) fn check_manifest(m: &Manifest, a: &Arch, dir: &Path) -> Result<(), PipelineError> {
@@ -41,27 +41,43 @@ pub(super) fn check_manifest(m: &Manifest, a: &Arch, dir: &Path) -> Result<(), P
 /// `[N, chunk, action_dim]`.
 pub(super) fn sample_graphs(
     g: &mut GraphModel<Box<dyn GraphRuntime>>,
-    group: &[(&Prepared, Option<&Guidance>)],
+    group: &[(&Prepared, Option<&Conditioning>)],
 ) -> Result<(Vec<f32>, Timing), PipelineError> {
     let b = g.manifest.batch.max(1);
     let Some(last) = group.last() else {
         return Err(PipelineError::Input("nothing to run".into()));
     };
-    let padded: Vec<&(&Prepared, Option<&Guidance>)> = group
+    let padded: Vec<&(&Prepared, Option<&Conditioning>)> = group
         .iter()
         .chain(std::iter::repeat(last))
         .take(b)
         .collect();
     let prepared: Vec<&Prepared> = padded.iter().map(|(p, _)| *p).collect();
     let parts = concat(&prepared);
-    // Guidance for all or none: an unguided one among guided ones gets zero weights.
-    let guidance: Vec<Guidance> = if padded.iter().any(|(_, g)| g.is_some()) {
+    // Guidance for all or none: an unguided one among guided ones gets zero weights; likewise
+    // a clamped prefix, an element without one none (delay 0).
+    let guided = padded
+        .iter()
+        .any(|(_, c)| matches!(c, Some(Conditioning::Guided(_))));
+    let guidance: Vec<Guidance> = if guided {
         padded
             .iter()
-            .map(|(_, x)| {
-                x.cloned()
+            .map(|(_, c)| {
+                c.and_then(Conditioning::guidance)
+                    .cloned()
                     .unwrap_or_else(|| Guidance::none(g.manifest.chunk, g.manifest.action_dim))
             })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let trained = padded
+        .iter()
+        .any(|(_, c)| matches!(c, Some(Conditioning::Trained(_))));
+    let clean: Vec<CleanPrefix> = if trained {
+        padded
+            .iter()
+            .map(|(_, c)| c.and_then(Conditioning::clean).cloned().unwrap_or_default())
             .collect()
     } else {
         Vec::new()
@@ -74,6 +90,7 @@ pub(super) fn sample_graphs(
         state: &parts.state,
         noise: &parts.noise,
         guidance: &guidance,
+        clean: &clean,
     })?;
     Ok((
         x,
@@ -109,16 +126,5 @@ pub(super) fn concat(all: &[&Prepared]) -> BatchParts {
             .collect(),
         state: cat(&|p| &p.state),
         noise: cat(&|p| &p.noise),
-    }
-}
-
-/// Guidance for the graph backends, which do not run training-time RTC (the pipeline refuses
-/// such a checkpoint on them at load).
-pub(super) fn guided(rtc: Option<&Conditioning>) -> Result<Option<&Guidance>, PipelineError> {
-    match rtc {
-        Some(Conditioning::Trained(_)) => Err(PipelineError::Input(
-            "training-time real-time chunking runs on the CPU backend only".into(),
-        )),
-        other => Ok(other.and_then(Conditioning::guidance)),
     }
 }
