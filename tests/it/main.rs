@@ -26,3 +26,4 @@ mod record_mcap;
 mod relative_actions;
 mod reload;
 mod systemd_install;
+mod trained_rtc;

@@ -103,6 +103,7 @@ def main(path, values=False):
                     }
                 )
                 if values:
+                    out["chunks"][-1]["observation_ns"] = msg["observation_ns"]
                     out["chunks"][-1]["positions"] = [s["position"] for s in msg["steps"]]
                     out["chunks"][-1]["model"] = msg.get("model")
             elif channel.topic == "/pi0d/events":
