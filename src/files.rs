@@ -36,8 +36,28 @@ pub(crate) fn read_regular(path: &Path, cap: u64) -> io::Result<String> {
     read_open(file, cap)
 }
 
-/// As `read_regular`, on a file already open.
-pub(crate) fn read_open(file: File, cap: u64) -> io::Result<String> {
+/// Opens `path` for reading as `read_regular` does (never blocking on a FIFO), for a reader
+/// that streams it: anything but a regular file is refused (`InvalidInput`, saying what it is).
+pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    regular(&file)?;
+    Ok(file)
+}
+
+/// A whole binary file (a model, a graph), only when it is a regular file: as large as it
+/// is, no more (its size was stated by the file system, not by the file).
+pub(crate) fn read_regular_bytes(path: &Path) -> io::Result<Vec<u8>> {
+    let file = open_regular(path)?;
+    let len = file.metadata()?.len();
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(len).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn regular(file: &File) -> io::Result<std::fs::Metadata> {
     let meta = file.metadata()?;
     if !meta.file_type().is_file() {
         return Err(io::Error::new(
@@ -45,6 +65,12 @@ pub(crate) fn read_open(file: File, cap: u64) -> io::Result<String> {
             format!("is {}, expected a regular file", kind(meta.file_type())),
         ));
     }
+    Ok(meta)
+}
+
+/// As `read_regular`, on a file already open.
+pub(crate) fn read_open(file: File, cap: u64) -> io::Result<String> {
+    let meta = regular(&file)?;
     let too_large = |n: u64| {
         io::Error::new(
             io::ErrorKind::InvalidData,

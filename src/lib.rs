@@ -48,9 +48,12 @@ mod counting_alloc;
 pub mod daemon;
 pub mod errors;
 pub(crate) mod files;
+#[doc(hidden)]
+pub mod fuzz;
 mod io;
 pub mod joints;
 pub mod observation;
+pub mod outside;
 pub(crate) mod panics;
 pub mod policy;
 pub mod record;

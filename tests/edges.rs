@@ -234,6 +234,51 @@ fn when_second_sigterm_arrives_while_stopping_expect_exit_130_at_once() {
     assert!(summary_in(&dir).is_none(), "exited at once, no summary");
 }
 
+/// A policy whose load and first inference take long (here a scripted one whose inference
+/// takes 30 s): SIGTERM during the warm-up ends the start at once, with a line saying where
+/// it was; nothing moved (no control loop ran), so the exit is clean.
+#[test]
+fn when_sigterm_comes_during_a_long_warm_up_expect_exit_0_at_once_naming_the_phase() {
+    let _serial = serial();
+    let mut cfg = sim_config();
+    cfg["policy"]["latency_s"] = Value::Float(30.0);
+    let (mut run, dir) = start_run("sigterm-warm-up", &cfg, 60.0);
+    run.wait_for_log("warming up", 20.0);
+    let sent = Instant::now();
+    send_signal(&run.child, libc::SIGTERM);
+    let (status, stderr) = run.finish(25.0);
+    // Far below the warm-up's 30 s: it was not waited for.
+    assert!(sent.elapsed() < Duration::from_secs(15), "{stderr}");
+    let s = summary_in(&dir).unwrap_or_else(|| panic!("no summary:\n{stderr}"));
+    assert_exit(status, Some(&s), 0, "clean", &stderr);
+    assert!(
+        stderr.contains(
+            "stop requested while running the policy's first inference (warm-up): nothing moved"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("to=running"), "{stderr}");
+}
+
+/// The run's `--duration` ends a start still warming up, as it ends one still waiting for
+/// its first chunk (exit 8), with the phase named.
+#[test]
+fn when_the_duration_ends_during_a_long_warm_up_expect_exit_8_naming_the_phase() {
+    let _serial = serial();
+    let mut cfg = sim_config();
+    cfg["policy"]["latency_s"] = Value::Float(30.0);
+    let started = Instant::now();
+    let (run, dir) = start_run("duration-warm-up", &cfg, 2.0);
+    let (status, stderr) = run.finish(25.0);
+    assert!(started.elapsed() < Duration::from_secs(15), "{stderr}");
+    let s = summary_in(&dir).unwrap_or_else(|| panic!("no summary:\n{stderr}"));
+    assert_exit(status, Some(&s), 8, "start_timeout", &stderr);
+    assert!(
+        stderr.contains("the run's --duration ended while running the policy's first inference (warm-up): nothing moved"),
+        "{stderr}"
+    );
+}
+
 // ---- 4. Bad inputs refused by `check` ----
 
 #[test]

@@ -219,7 +219,37 @@ pub(crate) fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
         None => None,
     };
     compute_threads(options.threads)?;
-    let pipeline = classified(Pi0Pipeline::load(&options))?;
+    // On a thread of its own: a stop signal ends a long load (a full-size checkpoint) at once.
+    let pipeline = {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let opts = options.clone();
+        std::thread::Builder::new()
+            .name("pi0d-load".into())
+            .spawn(move || {
+                let _ = tx.send(Pi0Pipeline::load(&opts));
+            })
+            .map_err(|e| Failure::new(ExitReason::RuntimeFailure, anyhow::anyhow!(e)))?;
+        loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(loaded) => break classified(loaded)?,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if signals.stop_requested() {
+                        pi0d::daemon::log::tell(&format!(
+                            "stop requested while loading {}: exiting without serving",
+                            pi0d::outside::path(&options.checkpoint)
+                        ));
+                        return Ok(ExitReason::Clean);
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Failure::new(
+                        ExitReason::RuntimeFailure,
+                        anyhow::anyhow!("the checkpoint's loading thread ended without a result"),
+                    ))
+                }
+            }
+        }
+    };
     let layout = pi0d::remote::checkpoint_layout(&pipeline, &optional, &sc.keys)
         .map_err(|e| Failure::new(ExitReason::InvalidInput, anyhow::anyhow!(e)))?;
     say(&format!(

@@ -45,6 +45,10 @@ pub use rtc::{RtcSettings, Schedule};
 pub(crate) use safety::SafetyConfig;
 pub(crate) use sim::{SimConfig, SimEventKind};
 
+/// Cameras a configuration (and a recording) may have: far above any pi0 or pi0.5's (one to
+/// three), low enough that a list of thousands is refused before anything is subscribed.
+pub const MAX_CAMERAS: usize = 16;
+
 use crate::robot::urdf::{self, UrdfError};
 use crate::robot::{RobotLimits, Workspace};
 use check::Check;

@@ -303,6 +303,16 @@ pub(crate) fn validate(
             return c.fail(&field, format!("\"{t}\" is not a ROS topic name: it {why}"));
         }
     }
+    if camera_topics.len() > super::MAX_CAMERAS {
+        return c.fail(
+            "ros.cameras",
+            format!(
+                "{} cameras; pi0d takes at most {} (no pi0 or pi0.5 has more than a few)",
+                camera_topics.len(),
+                super::MAX_CAMERAS
+            ),
+        );
+    }
     for (i, t) in camera_topics.iter().enumerate() {
         if camera_topics[..i].contains(t) {
             return c.fail(&camera_fields[i], format!("topic \"{t}\" is listed twice"));

@@ -71,6 +71,16 @@ pub(crate) fn validate(
             initial[i] = 0.5 * (j.lower + j.upper);
         }
     }
+    if raw.cameras.len() > super::MAX_CAMERAS {
+        return c.fail(
+            "sim.cameras",
+            format!(
+                "{} cameras; pi0d takes at most {}",
+                raw.cameras.len(),
+                super::MAX_CAMERAS
+            ),
+        );
+    }
     let mut cameras: Vec<CameraConfig> = Vec::new();
     for (i, cam) in raw.cameras.iter().enumerate() {
         if cameras.iter().any(|o| o.name == cam.name) {

@@ -13,6 +13,7 @@ static STATUS_OPEN: AtomicBool = AtomicBool::new(false);
 /// Draws the terminal status line (`\r`, no newline) so that the next log line clears it
 /// instead of being glued onto it.
 pub(crate) fn write_status(line: &str) {
+    let line = crate::outside::inert(line, &[]).to_string();
     write_stderr(format!("\r{line}\x1b[K").as_bytes());
     STATUS_OPEN.store(true, Ordering::Relaxed);
 }
@@ -46,8 +47,10 @@ pub(crate) fn write_stderr(bytes: &[u8]) {
 /// A line to stderr (messages at the binary edge, the status line).
 pub fn tell(line: &str) {
     close_status();
+    // Whatever outside text went into the line reaches the terminal inert.
+    let line = crate::outside::inert(line, &['\n', '\t']).to_string();
     let mut buf = String::with_capacity(line.len() + 1);
-    buf.push_str(line);
+    buf.push_str(&line);
     buf.push('\n');
     write_stderr(buf.as_bytes());
 }
@@ -55,7 +58,60 @@ pub fn tell(line: &str) {
 /// A line to stdout; a closed stdout is ignored (the reader went away, e.g. `| head -1`).
 pub fn say(line: &str) {
     let mut out = std::io::stdout().lock();
+    let line = crate::outside::inert(line, &['\n', '\t']).to_string();
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}
+
+/// The text log's fields (the message first, then `name=value`), each made inert: a log line
+/// is one line on the terminal whatever text went into its fields.
+struct InertFields;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for InertFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut visit = InertVisitor {
+            writer: &mut writer,
+            first: true,
+            result: Ok(()),
+        };
+        fields.record(&mut visit);
+        visit.result
+    }
+}
+
+struct InertVisitor<'a, 'w> {
+    writer: &'a mut tracing_subscriber::fmt::format::Writer<'w>,
+    first: bool,
+    result: std::fmt::Result,
+}
+
+impl tracing::field::Visit for InertVisitor<'_, '_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.record_debug(field, &format_args!("{value}"));
+        } else {
+            self.record_debug(field, &value);
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        // The `log` crate's records carry their origin as `log.*` fields: not shown.
+        if self.result.is_err() || field.name().starts_with("log.") {
+            return;
+        }
+        let text = format!("{value:?}");
+        let text = crate::outside::inert(&text, &[]);
+        let sep = if self.first { "" } else { " " };
+        self.first = false;
+        self.result = if field.name() == "message" {
+            write!(self.writer, "{sep}{text}")
+        } else {
+            write!(self.writer, "{sep}{}={text}", field.name())
+        };
+    }
 }
 
 /// The tracing writer: each event is buffered whole and written with one call.
@@ -157,6 +213,7 @@ pub fn init() {
         }
     }
     let text = tracing_subscriber::fmt::layer()
+        .fmt_fields(InertFields)
         .with_writer(SafeStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .log_internal_errors(false);

@@ -2,13 +2,18 @@
 //! (prometheus-client's encoder; Prometheus scrapes it as such). Counters and gauges are read at each scrape from what the
 //! daemon already keeps (the live statistics, the blackboard's input stamps, the worker's
 //! stages); the observation-to-chunk latency is a histogram the supervisor fills as chunks are
-//! accepted. A plain thread serves it; a failed scrape costs that scrape only.
+//! accepted. One thread serves it on a single-threaded tokio runtime: every connection is
+//! served at once, each within its own deadline, at most [`MAX_CONNECTIONS`] held (a newcomer
+//! beyond them closes the longest-held one still waiting for its request), so idle or slow
+//! connections never delay a scrape. A failed scrape costs that scrape only.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -19,15 +24,34 @@ use prometheus_client::registry::Registry;
 
 use super::worker::WorkerStats;
 use crate::io::Blackboard;
+use crate::remote::admission::{Budget, Room, Slot};
 use crate::safety::ModeKind;
 use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
+
+/// Connections held at once; a newcomer beyond them closes the longest-held idle one.
+pub(crate) const MAX_CONNECTIONS: usize = 32;
+/// Each connection's time to send its request and take the answer (Prometheus's own scrape
+/// timeout is 10 s by default).
+pub(crate) const DEADLINE: Duration = Duration::from_secs(5);
+/// Bytes of a request's head read at most (a scrape's is a few hundred).
+const HEAD_BYTES: usize = 4096;
+/// How often the server looks at the stop flag.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
+/// What the endpoint itself counts.
+#[derive(Default)]
+struct Served {
+    /// Connections closed unanswered: evicted for a newcomer, or past their deadline.
+    refused: AtomicU64,
+}
 
 /// What a scrape reads.
 struct Live {
     live: Arc<LiveStats>,
     worker: Arc<WorkerStats>,
     board: Arc<Blackboard>,
+    served: Arc<Served>,
 }
 
 impl std::fmt::Debug for Live {
@@ -113,6 +137,12 @@ impl Collector for Live {
             "Policy errors (no chunk).",
             self.worker.policy_errors.load(Ordering::Relaxed),
         )?;
+        counter(
+            &mut e,
+            "pi0d_metrics_connections_refused",
+            "Connections to this endpoint closed unanswered: the longest-held idle one when a newcomer found every place held, or one past its deadline.",
+            self.served.refused.load(Ordering::Relaxed),
+        )?;
         gauge(
             &mut e,
             "pi0d_fault_latched",
@@ -162,6 +192,7 @@ impl Collector for Live {
 
 pub(crate) struct Metrics {
     registry: Registry,
+    served: Arc<Served>,
     /// Observation to chunk arrival, per accepted chunk.
     pub(crate) chunk_latency: Histogram,
 }
@@ -180,13 +211,16 @@ impl Metrics {
             "Observation capture to chunk arrival at the control loop.",
             chunk_latency.clone(),
         );
+        let served = Arc::new(Served::default());
         registry.register_collector(Box::new(Live {
             live,
             worker,
             board,
+            served: served.clone(),
         }));
         Metrics {
             registry,
+            served,
             chunk_latency,
         }
     }
@@ -205,62 +239,146 @@ pub(crate) fn serve(
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let listener = TcpListener::bind(listen)?;
-    listener.set_nonblocking(true)?;
+    let listener = std::net::TcpListener::bind(listen)?;
     tracing::info!(%listen, "metrics on http://{listen}/metrics");
+    serve_on(listener, metrics, stop, DEADLINE)
+}
+
+/// As [`serve`], on a bound listener.
+fn serve_on(
+    listener: std::net::TcpListener,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+    deadline: Duration,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    listener.set_nonblocking(true)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    // Registered with this runtime's reactor here, so that a failure is the caller's error.
+    let listener = {
+        let _entered = rt.enter();
+        tokio::net::TcpListener::from_std(listener)?
+    };
     std::thread::Builder::new()
         .name("pi0d-metrics".into())
         .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let m = &metrics;
-                        // A panicking scrape is that scrape's loss only.
-                        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            answer(stream, m)
-                        }))
-                        .is_err()
-                        {
-                            tracing::warn!("a metrics scrape failed");
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(20))
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "metrics accept");
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                }
-            }
+            rt.block_on(accept_loop(listener, metrics, stop, deadline));
+            // Connections still open end with the runtime.
+            rt.shutdown_background();
         })
 }
 
-fn answer(mut stream: TcpStream, metrics: &Metrics) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-    let mut head = [0u8; 2048];
-    let n = stream.read(&mut head).unwrap_or(0);
-    let line = String::from_utf8_lossy(&head[..n]);
-    let ok = line.starts_with("GET /metrics ") || line.starts_with("GET /metrics?");
-    let (status, kind, body) = if ok {
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+    deadline: Duration,
+) {
+    let budget = Budget::new(MAX_CONNECTIONS);
+    let mut poll = tokio::time::interval(STOP_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    while !stop.load(Ordering::Relaxed) {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => match budget.admit(Instant::now()) {
+                    Ok((slot, room)) => {
+                        if room == Room::Evicted {
+                            metrics.served.refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        tokio::spawn(connection(stream, slot, metrics.clone(), deadline));
+                    }
+                    // Every place is mid-answer (each ends within its deadline): this one waits
+                    // for none of them.
+                    Err(_) => {
+                        metrics.served.refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                },
+                // Out of descriptors and the like: the scrapes already connected go on.
+                Err(e) => {
+                    tracing::debug!(error = %e, "metrics accept");
+                    tokio::time::sleep(STOP_POLL).await;
+                }
+            },
+            _ = poll.tick() => {}
+        }
+    }
+}
+
+/// One connection: its request read, answered and closed within `deadline`, or closed
+/// unanswered when a newcomer takes its place first (counted as it is evicted).
+async fn connection(mut stream: TcpStream, slot: Slot, metrics: Arc<Metrics>, deadline: Duration) {
+    tokio::select! {
+        done = tokio::time::timeout(deadline, exchange(&mut stream, &slot, &metrics)) => {
+            if done.is_err() {
+                metrics.served.refused.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        () = slot.evicted() => {}
+    }
+}
+
+async fn exchange(stream: &mut TcpStream, slot: &Slot, metrics: &Metrics) {
+    let Some(head) = read_head(stream).await else {
+        return;
+    };
+    // Answering now: no newcomer takes this place.
+    if !slot.begin() {
+        return;
+    }
+    let reply = answer(&head, metrics);
+    let _ = stream.write_all(reply.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+/// The request's head: up to its blank line, [`HEAD_BYTES`] or the end of what the peer
+/// sends; `None` when the peer sent nothing.
+async fn read_head(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while head.len() < HEAD_BYTES && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n.min(HEAD_BYTES - head.len())]),
+        }
+    }
+    (!head.is_empty()).then_some(head)
+}
+
+/// The whole HTTP answer to a request whose head is `head`.
+fn answer(head: &[u8], metrics: &Metrics) -> String {
+    let ok = head.starts_with(b"GET /metrics ") || head.starts_with(b"GET /metrics?");
+    // A panicking encoder is this scrape's loss only.
+    let body = ok
+        .then(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| metrics.encode())).ok());
+    let (status, kind, body) = match body {
         // prometheus-client writes OpenMetrics (`_total` samples, `# EOF`).
-        (
+        Some(Some(body)) => (
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics.encode(),
-        )
-    } else {
-        (
+            body,
+        ),
+        Some(None) => {
+            tracing::warn!("a metrics scrape failed");
+            (
+                "500 Internal Server Error",
+                "text/plain",
+                "the metrics could not be encoded\n".to_string(),
+            )
+        }
+        None => (
             "404 Not Found",
             "text/plain",
             "only GET /metrics\n".to_string(),
-        )
+        ),
     };
-    let _ = write!(
-        stream,
+    format!(
         "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    );
+    )
 }
+
+#[cfg(test)]
+#[path = "metrics_tests.rs"]
+mod tests;

@@ -13,6 +13,7 @@ mod drill;
 pub mod exit;
 pub(crate) mod latch;
 pub(crate) mod lifecycle;
+mod load;
 pub mod log;
 pub(crate) mod metrics;
 pub(crate) mod notify;
@@ -477,6 +478,34 @@ fn supervise(
         tracing::info!("stop requested before the first joint state: nothing moved");
         return Ok(Summary::default());
     };
+    // The start gate, before the load: an arm outside its limits refuses the start at once.
+    Controller::from_config(cfg, &first, MonoTime::now())?;
+    let worker_stats = Arc::new(WorkerStats::default());
+    let ends_at = opts.duration_s.map(|d| start.offset_seconds(d));
+    let policy = match load::load(cfg, board, &worker_stats, &signals.stop, ends_at, io)? {
+        load::Loaded::Ready(p) => p,
+        load::Loaded::Stopped(phase) => {
+            tracing::info!(
+                "stop requested while {}: nothing moved; exiting without waiting for it",
+                phase.doing()
+            );
+            return Ok(Summary::default());
+        }
+        load::Loaded::DurationOver(phase) => {
+            tracing::error!(
+                "the run's --duration ended while {}: nothing moved; stopping",
+                phase.doing()
+            );
+            let exit = ExitReason::StartTimeout;
+            return Ok(Summary {
+                exit,
+                exit_code: exit.code(),
+                ..Summary::default()
+            });
+        }
+    };
+    // Motion starts from where the arm is now, not where it was before the load.
+    let first = board.inputs.joint_state.load();
     let controller = Controller::from_config(cfg, &first, MonoTime::now())?;
     tracing::info!(
         joints = cfg.limits.len(),
@@ -484,10 +513,6 @@ fn supervise(
         start = ?first.position,
         "start gate passed: motion starts from the measured position"
     );
-
-    let mut policy = crate::policy::from_config(cfg)?;
-    let worker_stats = Arc::new(WorkerStats::default());
-    warm_up(policy.as_mut(), cfg, board, &worker_stats);
     // Before any motion: an address that cannot be served stops the start, not a run.
     let chunk_latency = match &cfg.metrics {
         Some(m) => {

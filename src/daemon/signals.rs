@@ -161,6 +161,11 @@ impl Signals {
     }
 
     /// Whether a SIGHUP arrived since the last call (several count as one reload).
+    /// Whether a stop signal (SIGINT, SIGTERM, SIGQUIT) has arrived.
+    pub fn stop_requested(&self) -> bool {
+        self.stop.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(crate) fn take_reload(&self) -> bool {
         self.reload.swap(0, Ordering::Relaxed) > 0
     }

@@ -240,7 +240,10 @@ impl OpenpiPolicy {
             match (k.as_str(), v) {
                 ("actions", Item::Array(a)) => actions = Some(a),
                 ("actions", other) => {
-                    return Err(malformed(format!("`actions` is not an array ({other:?})")))
+                    return Err(malformed(format!(
+                        "`actions` is not an array ({})",
+                        crate::outside::text(&format!("{other:?}"))
+                    )))
                 }
                 ("server_timing", Item::Map(m)) => {
                     if let Some((_, Item::Number(ms))) = m.iter().find(|(k, _)| k == "infer_ms") {
@@ -440,6 +443,38 @@ impl Policy for OpenpiPolicy {
             ..self.stats.clone()
         })
     }
+}
+
+/// The client's parser of a reply (`chunk`) on arbitrary bytes, for `crate::fuzz`: a
+/// one-camera, 7-joint robot's policy whose server is never contacted.
+pub(crate) fn fuzz_reply(bytes: &[u8]) -> Result<(), String> {
+    let opts = OpenpiOptions {
+        url: "ws://127.0.0.1:9".into(),
+        api_key: None,
+        ca_file: None,
+        connect_timeout_s: 1.0,
+        request_timeout_s: 1.0,
+        reconnect_initial_s: 0.1,
+        reconnect_max_s: 1.0,
+        images: None,
+        state_key: "observation.state".into(),
+        prompt_key: "prompt".into(),
+        extra: Vec::new(),
+        image_size: 0,
+        action_dim: None,
+        max_reply_bytes: 1 << 20,
+        zenoh: None,
+    };
+    let mut policy =
+        OpenpiPolicy::new(&opts, &["front".to_string()], 7, 50, 0.02).map_err(|e| e.to_string())?;
+    let obs = Observation {
+        state: vec![0.0; 7],
+        ..Observation::default()
+    };
+    policy
+        .chunk(bytes, &obs)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

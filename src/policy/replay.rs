@@ -35,7 +35,8 @@ impl ReplayPolicy {
             file: file.display().to_string(),
             message,
         };
-        let text = std::fs::read_to_string(file).map_err(|e| err(e.to_string()))?;
+        // A regular file of at most 64 MiB: a FIFO or a device would block or never end.
+        let text = crate::files::read_regular(file, 64 << 20).map_err(|e| err(e.to_string()))?;
         let raw: ReplayFile = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
         if !(raw.step_period_s > 0.0 && raw.step_period_s.is_finite()) {
             return Err(err(format!(

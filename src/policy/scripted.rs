@@ -110,4 +110,11 @@ impl Policy for ScriptedPolicy {
             model: None,
         })
     }
+
+    /// Costs what an inference costs (`policy.latency_s`), as a model's warm-up does; the
+    /// motion's origin is left to the first real chunk.
+    fn warm_up(&mut self, _obs: &Observation) -> Result<(), PolicyError> {
+        std::thread::sleep(self.latency);
+        Ok(())
+    }
 }

@@ -12,6 +12,7 @@ mod file;
 pub mod plot;
 pub mod read;
 mod schemas;
+pub(crate) mod stream;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

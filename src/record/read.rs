@@ -11,17 +11,15 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
-use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use byteorder::LittleEndian;
 use mcap::records::{op, Record};
-use mcap::sans_io::{LinearReadEvent, LinearReader, LinearReaderOptions};
 use mcap::McapError;
 use serde::Deserialize;
 
 use super::file::{CHUNKS_TOPIC, COMMAND_TOPIC, EVENTS_TOPIC};
+use super::stream::{self, Bounds, End, Flow, StreamError};
 use crate::io::ros::msgs;
 pub(crate) use crate::joints::MAX_JOINTS;
 
@@ -378,7 +376,6 @@ impl Reading<'_> {
         partial: &mut Option<Partial>,
     ) -> Result<bool, Stop> {
         match opcode {
-            op::DATA_END => return Ok(false),
             op::METADATA if data.len() > METADATA_BYTES => {
                 return Err(Stop::Read(ReadError::Metadata {
                     path: self.path.to_path_buf(),
@@ -532,21 +529,6 @@ pub fn read(path: &Path) -> Result<RunTrace, ReadError> {
 
 /// Reads `path` into a `RunTrace` within `limits`.
 pub(crate) fn read_within(path: &Path, limits: ReadLimits) -> Result<RunTrace, ReadError> {
-    let open_err = |source| ReadError::Open {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = File::open(path).map_err(open_err)?;
-    let size = file.metadata().map_err(open_err)?.len();
-    let mut src = BufReader::new(file);
-    let decoded_max = limits
-        .decoded_floor
-        .max(size.saturating_mul(limits.decoded_per_file_byte));
-    let mut reader = LinearReader::new_with_options(
-        LinearReaderOptions::default()
-            .with_skip_end_magic(true)
-            .with_record_length_limit(limits.record_bytes),
-    );
     let mut r = Reading {
         path,
         limits,
@@ -561,65 +543,49 @@ pub(crate) fn read_within(path: &Path, limits: ReadLimits) -> Result<RunTrace, R
         transitions: Vec::new(),
         index: 0,
     };
-    let (mut records, mut decoded) = (0u64, 0u64);
     let mut partial = None;
-    let mut failed: Option<McapError> = None;
-    let mut ended = false;
-    while let Some(event) = reader.next_event() {
-        match event {
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-            Ok(LinearReadEvent::ReadRequest(need)) => {
-                let got = loop {
-                    match src.read(reader.insert(need)) {
-                        Ok(n) => break n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(open_err(e)),
-                    }
-                };
-                reader.notify_read(got);
-            }
-            Ok(LinearReadEvent::Record { opcode, data }) => {
-                records += 1;
-                // The record's opcode and length count too: a flood of empty records is work.
-                decoded += data.len() as u64 + 9;
-                if decoded > decoded_max {
-                    partial = Some(Partial::Decoded { bytes: decoded_max });
-                    break;
-                }
-                match r.record(opcode, data, &mut partial) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        ended = partial.is_none();
-                        break;
-                    }
-                    Err(Stop::Read(e)) => return Err(e),
-                    Err(Stop::Mcap(e)) => {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-            }
+    let bounds = Bounds {
+        record_bytes: limits.record_bytes,
+        decoded_floor: limits.decoded_floor,
+        decoded_per_file_byte: limits.decoded_per_file_byte,
+    };
+    let streamed = stream::stream(path, bounds, |opcode, data| {
+        match r.record(opcode, data, &mut partial) {
+            Ok(true) => Flow::Go,
+            Ok(false) => Flow::Done,
+            Err(Stop::Mcap(e)) => Flow::Broken(e),
+            Err(Stop::Read(e)) => Flow::Fail(e),
         }
-    }
-    if records == 0 {
+    })
+    .map_err(|e| match e {
+        StreamError::Io(source) => ReadError::Open {
+            path: path.to_path_buf(),
+            source,
+        },
+        StreamError::Fail(e) => e,
+    })?;
+    if streamed.records == 0 {
         return Err(ReadError::NotMcap {
             path: path.to_path_buf(),
-            source: failed.unwrap_or(McapError::UnexpectedEof),
+            source: match streamed.end {
+                End::Broken(e) => e,
+                _ => McapError::UnexpectedEof,
+            },
         });
     }
-    if let Some(e) = failed {
-        if r.commands.is_none() {
-            return Err(ReadError::Broken {
-                path: path.to_path_buf(),
-                source: e,
-            });
+    match streamed.end {
+        End::Complete | End::Done => {}
+        End::Broken(e) => {
+            if r.commands.is_none() {
+                return Err(ReadError::Broken {
+                    path: path.to_path_buf(),
+                    source: e,
+                });
+            }
+            partial = Some(Partial::EndsEarly(e.to_string()));
         }
-        partial = Some(Partial::EndsEarly(e.to_string()));
-    } else if !ended && partial.is_none() {
-        partial = Some(Partial::EndsEarly("no end of its data section".into()));
+        End::Cut => partial = Some(Partial::EndsEarly("no end of its data section".into())),
+        End::Decoded { bytes } => partial = Some(Partial::Decoded { bytes }),
     }
     trace_of(r, partial)
 }

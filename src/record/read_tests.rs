@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::record::plot;
+use std::fs::File;
 
 fn scratch(name: &str) -> crate::test_dirs::TempDir {
     crate::test_dirs::TempDir::new(&format!("read-{name}"))

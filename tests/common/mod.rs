@@ -7,6 +7,7 @@ pub mod counting_alloc;
 pub mod edge;
 pub mod hil;
 pub mod procs;
+pub mod pty;
 
 use std::path::Path;
 use std::process::{Command, Output};

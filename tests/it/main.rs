@@ -11,13 +11,16 @@
 mod common;
 
 mod acl_backend;
+mod calibration_files;
 mod check_output;
 mod config_files;
 mod config_validation;
 mod docs;
 mod fault_latch;
 mod first_run;
+mod fuzz;
 mod layouts;
+mod outside_text;
 mod pi0_golden;
 mod policy_inputs;
 mod quantized;

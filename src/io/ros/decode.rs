@@ -105,19 +105,13 @@ impl InputError {
     }
 }
 
-/// Characters of a sender's string kept in a reason.
-const SHOWN_CHARS: usize = 64;
+/// Bytes of a sender's string kept in a reason.
+const SHOWN_BYTES: usize = 64;
 
-/// A sender's string for a log line: quoted, escaped (no control characters reach the log) and
-/// cut short.
+/// A sender's string for a log line: quoted, shown as outside text (no control character
+/// reaches the log) and cut short.
 pub(crate) fn shown(s: &str) -> String {
-    let mut out = String::from("`");
-    out.extend(s.chars().take(SHOWN_CHARS).flat_map(char::escape_debug));
-    if s.chars().nth(SHOWN_CHARS).is_some() {
-        out.push('…');
-    }
-    out.push('`');
-    out
+    format!("`{}`", crate::outside::text(s).cap(SHOWN_BYTES))
 }
 
 /// Stamps further ahead than this are refused.
@@ -761,6 +755,9 @@ mod tests {
         assert_eq!(shown("rgb8"), "`rgb8`");
         assert_eq!(shown("a\nb"), "`a\\nb`");
         let long = shown(&"é".repeat(1000));
-        assert!(long.chars().count() <= SHOWN_CHARS + 3, "{long}");
+        assert_eq!(
+            long,
+            format!("`{}... 2000 bytes, first 64 shown`", "é".repeat(32))
+        );
     }
 }

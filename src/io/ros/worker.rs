@@ -263,7 +263,7 @@ impl<'a> Worker<'a> {
             |msg, report| match guarded(|| decode::prompt(&msg.data).map(|_| ())) {
                 Ok(Ok(())) => {
                     if let Ok(mut p) = board.inputs.prompt.lock() {
-                        tracing::info!(prompt = ?msg.data, "task prompt");
+                        tracing::info!(prompt = %crate::outside::text(&msg.data), "task prompt");
                         *p = msg.data;
                     }
                 }

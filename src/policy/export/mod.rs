@@ -378,7 +378,7 @@ fn quant_scheme(ck: &Checkpoint, opts: &ExportOptions) -> Result<Option<Scheme>,
 
 /// Reads an exported graph file back (tests, self-checks).
 pub fn read_model(path: &Path) -> Result<proto::ModelProto, ExportError> {
-    let bytes = std::fs::read(path).map_err(|source| ExportError::Read {
+    let bytes = crate::files::read_regular_bytes(path).map_err(|source| ExportError::Read {
         path: path.into(),
         source,
     })?;

@@ -238,6 +238,9 @@ impl OnnxRuntime {
             .map_err(ld("ONNX Runtime environment"))?;
         let session = |file: &str| -> Result<(Session, Option<Probes>), GraphError> {
             let path = dir.join(file);
+            // ONNX Runtime would block on a FIFO, or read a device without end.
+            crate::files::open_regular(&path)
+                .map_err(|e| GraphError::Load(format!("{}: {e}", crate::outside::path(&path))))?;
             let mut b = Session::builder()
                 .map_err(ld("session builder"))?
                 .with_optimization_level(GraphOptimizationLevel::Level3)

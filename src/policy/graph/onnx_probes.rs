@@ -37,7 +37,7 @@ impl Probes {
     /// The graph at `path` with a scalar output per marked value, encoded; refused when the
     /// graph marks none (exported by an older pi0d, or not by pi0d).
     pub(crate) fn instrument(path: &Path) -> Result<(Vec<u8>, Probes), GraphError> {
-        let bytes = std::fs::read(path)
+        let bytes = crate::files::read_regular_bytes(path)
             .map_err(|e| GraphError::Load(format!("{}: cannot read it: {e}", path.display())))?;
         let mut model = crate::policy::export::proto::decode_model(&bytes)
             .map_err(|e| GraphError::Load(format!("{}: not an ONNX model: {e}", path.display())))?;

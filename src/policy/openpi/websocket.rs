@@ -16,6 +16,7 @@ use super::msgpack_numpy::{self, Item};
 use super::wire::{DeadlineTcp, Framed, Transport};
 use super::{fault, Link};
 use crate::config::OpenpiOptions;
+use crate::outside;
 use crate::policy::{PolicyError, RemoteFault};
 
 /// The longest a close frame may take to go out when a connection is dropped.
@@ -307,7 +308,7 @@ fn timed_out(e: &tungstenite::Error) -> bool {
 }
 
 fn close_reason(c: Option<tungstenite::protocol::CloseFrame>) -> String {
-    c.map(|c| format!(" ({}: {})", c.code, c.reason))
+    c.map(|c| format!(" ({}: {})", c.code, outside::text(&c.reason)))
         .unwrap_or_default()
 }
 
@@ -343,7 +344,10 @@ fn closed_or_malformed(e: tungstenite::Error, partial: bool, when: &str) -> Poli
             RemoteFault::Malformed,
             format!("reply too large: {c} (policy.openpi.max_reply_mib)"),
         ),
-        e => fault(RemoteFault::Malformed, e.to_string()),
+        e => fault(
+            RemoteFault::Malformed,
+            outside::text(&e.to_string()).to_string(),
+        ),
     }
 }
 
@@ -524,22 +528,29 @@ fn describe(m: &Message) -> &'static str {
     }
 }
 
-/// The last lines of a server's error text (openpi's server sends a whole traceback).
+/// The last lines of a server's error text (openpi's server sends a whole traceback), shown
+/// as outside text.
 fn first_lines(t: &str) -> String {
     let lines: Vec<&str> = t.trim_end().lines().collect();
     let tail = &lines[lines.len().saturating_sub(3)..];
-    format!("the server answered with an error: {}", tail.join(" | "))
+    format!(
+        "the server answered with an error: {}",
+        outside::text(&tail.join(" | "))
+    )
 }
 
+/// The server's metadata in a line: its keys and short values, shown as outside text.
 fn summarize(meta: &[(String, Item)]) -> String {
-    meta.iter()
+    let line = meta
+        .iter()
         .map(|(k, v)| match v {
             Item::Text(t) => format!("{k}={t}"),
             Item::Number(x) => format!("{k}={x}"),
             _ => k.clone(),
         })
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    outside::text(&line).to_string()
 }
 
 #[cfg(test)]

@@ -137,12 +137,48 @@ fn field<T: DeserializeOwned>(
     }
 }
 
+/// A refused value; what was found is outside text (the file's), shown as such.
 fn value_err(path: &Path, field: &str, expected: &str, found: impl ToString) -> CheckpointError {
     CheckpointError::Value {
         path: path.into(),
         field: field.into(),
         expected: expected.into(),
-        found: found.to_string(),
+        found: crate::outside::text(&found.to_string()).to_string(),
+    }
+}
+
+/// What a checkpoint may state, at most: far above any pi0 or pi0.5 (48 or 200 prompt tokens,
+/// 50-step chunks of 32-wide actions, 10 denoising steps, 224-pixel images), low enough that
+/// nothing is allocated or computed for a size no model has. Checked before anything is.
+pub(crate) mod bounds {
+    /// `tokenizer_max_length`, and the tokenizer step's `max_length`.
+    pub(crate) const PROMPT_TOKENS: usize = 2048;
+    /// `chunk_size`.
+    pub(crate) const CHUNK_SIZE: usize = 1024;
+    /// `max_state_dim`, `max_action_dim`.
+    pub(crate) const WIDTH: usize = 1024;
+    /// `num_inference_steps`.
+    pub(crate) const INFERENCE_STEPS: usize = 1000;
+    /// Each of `image_resolution`'s sides.
+    pub(crate) const IMAGE_SIDE: usize = 2048;
+}
+
+/// `v` within pi0d's `bound` for field `name` of `path`.
+pub(crate) fn at_most(
+    path: &Path,
+    name: &str,
+    v: usize,
+    bound: usize,
+) -> Result<usize, CheckpointError> {
+    if v > bound {
+        Err(value_err(
+            path,
+            name,
+            &format!("at most {bound} (pi0d's bound: no pi0 or pi0.5 comes near it)"),
+            v,
+        ))
+    } else {
+        Ok(v)
     }
 }
 
@@ -186,12 +222,33 @@ impl PolicyConfigJson {
                 None => k,
             })
             .collect();
-        at_least_1(path, "chunk_size", c.chunk_size)?;
-        at_least_1(path, "max_state_dim", c.max_state_dim)?;
-        at_least_1(path, "max_action_dim", c.max_action_dim)?;
-        at_least_1(path, "num_inference_steps", c.num_inference_steps)?;
+        if c.camera_names.len() > crate::config::MAX_CAMERAS {
+            return Err(value_err(
+                path,
+                "input_features",
+                &format!(
+                    "at most {} VISUAL features (pi0d's bound)",
+                    crate::config::MAX_CAMERAS
+                ),
+                c.camera_names.len(),
+            ));
+        }
+        for (name, v, bound) in [
+            ("chunk_size", c.chunk_size, bounds::CHUNK_SIZE),
+            ("max_state_dim", c.max_state_dim, bounds::WIDTH),
+            ("max_action_dim", c.max_action_dim, bounds::WIDTH),
+            (
+                "num_inference_steps",
+                c.num_inference_steps,
+                bounds::INFERENCE_STEPS,
+            ),
+        ] {
+            at_least_1(path, name, v)?;
+            at_most(path, name, v, bound)?;
+        }
         if let Some(n) = c.tokenizer_max_length {
             at_least_1(path, "tokenizer_max_length", n)?;
+            at_most(path, "tokenizer_max_length", n, bounds::PROMPT_TOKENS)?;
         }
         for (name, v) in [("min_period", c.min_period), ("max_period", c.max_period)] {
             if !(v.is_finite() && v > 0.0) {
@@ -206,11 +263,16 @@ impl PolicyConfigJson {
                 c.min_period,
             ));
         }
-        if c.image_resolution.contains(&0) {
+        if c.image_resolution.contains(&0)
+            || c.image_resolution.iter().any(|s| *s > bounds::IMAGE_SIDE)
+        {
             return Err(value_err(
                 path,
                 "image_resolution",
-                "two sizes of at least 1",
+                &format!(
+                    "two sizes of at least 1 and at most {} (pi0d's bound)",
+                    bounds::IMAGE_SIDE
+                ),
                 format!("{:?}", c.image_resolution),
             ));
         }

@@ -187,7 +187,7 @@ fn err(path: &Path, message: impl std::fmt::Display) -> CheckpointError {
 
 pub(crate) fn read_stats(path: &Path) -> Result<HashMap<String, Vec<f32>>, CheckpointError> {
     regular_file(path, "a safetensors file")?;
-    let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
+    let bytes = crate::files::read_regular_bytes(path).map_err(|source| CheckpointError::Io {
         path: path.into(),
         source,
     })?;

@@ -86,6 +86,7 @@ impl PipelineError {
     }
 }
 
+#[derive(Clone, Debug)]
 pub struct PipelineOptions {
     pub checkpoint: PathBuf,
     pub arch: Option<PathBuf>,

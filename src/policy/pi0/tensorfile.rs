@@ -73,7 +73,7 @@ impl TensorFile {
             message: m,
         };
         regular_file(path, "a safetensors file").map_err(TensorFileError::File)?;
-        let bytes = std::fs::read(path).map_err(|source| {
+        let bytes = crate::files::read_regular_bytes(path).map_err(|source| {
             TensorFileError::File(CheckpointError::Io {
                 path: path.into(),
                 source,

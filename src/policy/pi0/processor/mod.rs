@@ -45,9 +45,9 @@ impl std::fmt::Display for StepAt {
         write!(
             f,
             "{}, step {} (`{}`)",
-            self.file.display(),
+            crate::outside::path(&self.file),
             self.index,
-            self.name
+            crate::outside::text(&self.name).cap(128)
         )
     }
 }

@@ -14,6 +14,7 @@ use super::normalizer::{self, NormMode, Normalize, Settings as NormalizerSetting
 use super::relative::RelativeStep;
 use super::{Context, Padding, PostStep, PreStep, ProcessorError, StepAt, TokenizerStep};
 use crate::policy::pi0::checkpoint::read_text;
+use crate::policy::pi0::config_json::bounds::PROMPT_TOKENS;
 use crate::policy::pi0::config_json::parse_object;
 
 /// Where a step is, for messages: its file, index and registry name.
@@ -26,10 +27,11 @@ pub(crate) fn at(path: &Path, index: usize, name: &str) -> StepAt {
 }
 
 fn refuse(step: &StepAt, setting: &str, problem: impl Into<String>) -> ProcessorError {
+    // The problem quotes the file's values: shown as outside text, cut short.
     ProcessorError::Setting {
         step: step.clone(),
-        setting: setting.to_string(),
-        problem: problem.into(),
+        setting: crate::outside::text(setting).cap(128).to_string(),
+        problem: crate::outside::text(&problem.into()).cap(1024).to_string(),
     }
 }
 
@@ -166,13 +168,16 @@ fn tokenizer(s: &mut Settings) -> Result<TokenizerStep, ProcessorError> {
         None => 512, // lerobot's default
         Some(v) => v
             .as_u64()
-            .filter(|n| *n >= 1)
+            .filter(|n| (1..=PROMPT_TOKENS as u64).contains(n))
             .map(|n| n as usize)
             .ok_or_else(|| {
                 refuse(
                     s.step,
                     "max_length",
-                    format!("expected a count of at least 1, found {v}"),
+                    format!(
+                        "expected a count from 1 to {PROMPT_TOKENS} (pi0d's bound), found {}",
+                        crate::outside::text(&v.to_string())
+                    ),
                 )
             })?,
     };
@@ -393,7 +398,8 @@ fn step_name<'v>(path: &Path, index: usize, entry: &'v Value) -> Result<&'v str,
     }
     let what = match entry.get("class").and_then(Value::as_str) {
         Some(class) => format!(
-            "an unregistered step `{class}`: pi0d runs only the steps it knows by registry name"
+            "an unregistered step `{}`: pi0d runs only the steps it knows by registry name",
+            crate::outside::text(class).cap(128)
         ),
         None => "a step with neither `registry_name` nor `class`".to_string(),
     };

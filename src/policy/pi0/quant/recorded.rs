@@ -32,11 +32,12 @@ const MAX_OBSERVATIONS: usize = 32;
 const MAX_FRAME_BYTES: u64 = 64 << 20;
 const MAGIC: &[u8] = b"\x89MCAP0\r\n";
 
-/// Whether `path` is an MCAP file (by its magic bytes).
+/// Whether `path` is an MCAP file (by its magic bytes); a FIFO or a device is not opened for
+/// good (its reader refuses it by name).
 pub(crate) fn is_recording(path: &Path) -> bool {
     use std::io::Read;
     let mut head = [0u8; 8];
-    std::fs::File::open(path)
+    crate::files::open_regular(path)
         .and_then(|mut f| f.read_exact(&mut head))
         .is_ok_and(|()| head == MAGIC)
 }
@@ -50,80 +51,182 @@ pub(crate) struct Recorded {
 fn refused(path: &Path, reason: impl std::fmt::Display) -> QuantizeError {
     QuantizeError::Invalid(format!(
         "--calibration {}: {reason} (expected a `pi0d infer` inputs file, or a recording pi0d made with [record])",
-        path.display()
+        crate::outside::path(path)
     ))
 }
 
-/// The observations of the recording at `path`, and its prompt.
-pub(crate) fn read(path: &Path) -> Result<(Vec<Recorded>, String), QuantizeError> {
-    let bytes = std::fs::read(path).map_err(|source| QuantizeError::Io {
-        path: path.into(),
-        source,
-    })?;
-    let records = mcap::read::ChunkFlattener::new(&bytes).map_err(|e| refused(path, e))?;
-    let mut cameras: Vec<u16> = Vec::new();
-    let mut joints: Option<u16> = None;
-    let mut prompt = None;
-    let mut latest: Vec<Option<Arc<CameraFrame>>> = Vec::new();
-    let mut state: Option<Vec<f32>> = None;
-    let mut out = Vec::new();
-    for record in records {
-        // A recording cut short (a killed run) still gives what it holds.
-        let Ok(record) = record else { break };
+/// A camera frame as recorded (JPEG or PNG), decoded only for the observations kept.
+type Compressed = Arc<Vec<u8>>;
+
+/// What the reading keeps: the channels found, the latest of each input, and the
+/// observations, thinned evenly as they are read (at most `2 * MAX_OBSERVATIONS` held, so a
+/// long run costs no more memory than a short one).
+#[derive(Default)]
+struct Reading {
+    cameras: Vec<u16>,
+    joints: Option<u16>,
+    prompt: Option<String>,
+    latest: Vec<Option<Compressed>>,
+    state: Option<Vec<f32>>,
+    kept: Vec<(Vec<Option<Compressed>>, Vec<f32>)>,
+    /// Every `stride`-th observation is kept.
+    stride: usize,
+    seen: usize,
+}
+
+impl Reading {
+    fn record(&mut self, record: Record<'_>) -> Result<(), String> {
         match record {
             Record::Channel(c) => {
                 if c.topic.starts_with("/pi0d/camera/") && c.topic.ends_with("/compressed") {
-                    cameras.push(c.id);
-                    latest.push(None);
-                } else if !c.topic.starts_with("/pi0d/") && joints.is_none() {
-                    // pi0d records the measured joint states on the robot's own topic.
-                    if c.topic != "/diagnostics" {
-                        joints = Some(c.id);
+                    if self.cameras.len() >= crate::config::MAX_CAMERAS {
+                        return Err(format!(
+                            "more than {} camera channels; pi0d records at most that many",
+                            crate::config::MAX_CAMERAS
+                        ));
                     }
+                    self.cameras.push(c.id);
+                    self.latest.push(None);
+                } else if !c.topic.starts_with("/pi0d/")
+                    && self.joints.is_none()
+                    && c.topic != "/diagnostics"
+                {
+                    // pi0d records the measured joint states on the robot's own topic.
+                    self.joints = Some(c.id);
                 }
             }
-            Record::Metadata(m) if m.name == "pi0d" => prompt = m.metadata.get("prompt").cloned(),
+            Record::Metadata(m) if m.name == "pi0d" => {
+                self.prompt = m.metadata.get("prompt").cloned()
+            }
             Record::Message { header, data } => {
                 let cdr = || data.get(4..).filter(|_| data.get(1) == Some(&1));
-                if Some(header.channel_id) == joints {
-                    let Some(body) = cdr() else {
-                        return Err(refused(path, "a joint state is not little-endian CDR"));
-                    };
+                if Some(header.channel_id) == self.joints {
+                    let body = cdr().ok_or("a joint state is not little-endian CDR")?;
                     let (js, _) = from_bytes::<msgs::JointState, LittleEndian>(body)
-                        .map_err(|e| refused(path, format!("a joint state: {e}")))?;
-                    state = Some(js.position.iter().map(|v| *v as f32).collect());
-                } else if let Some(k) = cameras.iter().position(|c| *c == header.channel_id) {
-                    let Some(body) = cdr() else {
-                        return Err(refused(path, "a camera frame is not little-endian CDR"));
-                    };
+                        .map_err(|e| format!("a joint state: {e}"))?;
+                    if js.position.len() > crate::joints::MAX_JOINTS {
+                        return Err(format!(
+                            "a joint state of {} positions; pi0d commands at most {}",
+                            js.position.len(),
+                            crate::joints::MAX_JOINTS
+                        ));
+                    }
+                    self.state = Some(js.position.iter().map(|v| *v as f32).collect());
+                } else if let Some(k) = self.cameras.iter().position(|c| *c == header.channel_id) {
+                    let body = cdr().ok_or("a camera frame is not little-endian CDR")?;
                     let (img, _) = from_bytes::<msgs::CompressedImage, LittleEndian>(body)
-                        .map_err(|e| refused(path, format!("a camera frame: {e}")))?;
-                    latest[k] = Some(Arc::new(decode(&img.data).map_err(|e| {
-                        refused(path, format!("a camera frame does not decode: {e}"))
-                    })?));
-                    if let (0, Some(s)) = (k, &state) {
-                        out.push(Recorded {
-                            frames: latest.clone(),
-                            state: s.clone(),
-                        });
+                        .map_err(|e| format!("a camera frame: {e}"))?;
+                    self.latest[k] = Some(Arc::new(img.data));
+                    if let (0, Some(s)) = (k, &self.state) {
+                        self.observe(s.clone());
                     }
                 }
             }
             _ => {}
         }
+        Ok(())
     }
-    let Some(prompt) = prompt else {
+
+    fn observe(&mut self, state: Vec<f32>) {
+        let stride = self.stride.max(1);
+        if self.seen.is_multiple_of(stride) {
+            self.kept.push((self.latest.clone(), state));
+            if self.kept.len() >= 2 * MAX_OBSERVATIONS {
+                // Every other one goes, and from now on every other one is taken.
+                let mut i = 0;
+                self.kept.retain(|_| {
+                    i += 1;
+                    i % 2 == 1
+                });
+                self.stride = stride * 2;
+                self.seen /= 2;
+            }
+        }
+        self.seen += 1;
+    }
+}
+
+/// The observations of the recording at `path`, and its prompt. The file is streamed within
+/// the recordings' bounds (`record::stream`); a recording that ends early (a killed run)
+/// gives what it holds, with a line saying so; a damaged one is refused naming it.
+pub(crate) fn read(path: &Path) -> Result<(Vec<Recorded>, String), QuantizeError> {
+    use crate::record::stream::{self, Bounds, End, Flow, StreamError};
+    use mcap::records::op;
+    let mut r = Reading::default();
+    let streamed = stream::stream(path, Bounds::default(), |opcode, data| {
+        match opcode {
+            op::METADATA if data.len() > crate::record::read::METADATA_BYTES => {
+                return Flow::Fail(refused(
+                    path,
+                    format!(
+                        "a metadata record of {} bytes; pi0d writes at most {}",
+                        data.len(),
+                        crate::record::read::METADATA_BYTES
+                    ),
+                ))
+            }
+            op::CHANNEL | op::MESSAGE | op::METADATA => {}
+            _ => return Flow::Go,
+        }
+        match mcap::parse_record(opcode, data) {
+            Ok(record) => match r.record(record) {
+                Ok(()) => Flow::Go,
+                Err(e) => Flow::Fail(refused(path, e)),
+            },
+            Err(e) => Flow::Broken(e),
+        }
+    })
+    .map_err(|e| match e {
+        StreamError::Io(source) => QuantizeError::Io {
+            path: path.into(),
+            source,
+        },
+        StreamError::Fail(e) => e,
+    })?;
+    match streamed.end {
+        End::Complete | End::Done => {}
+        End::Cut | End::Broken(mcap::McapError::UnexpectedEof) => tracing::warn!(
+            "--calibration {}: the file ends before its data section does (a run killed or still recording): calibrating on the {} observations before that",
+            crate::outside::path(path),
+            r.seen
+        ),
+        End::Broken(e) => {
+            return Err(refused(
+                path,
+                format!("damaged after record {}: {e}", streamed.records),
+            ))
+        }
+        End::Decoded { bytes } => {
+            return Err(refused(
+                path,
+                format!("it inflates past {bytes} bytes, far beyond any recording of its size"),
+            ))
+        }
+    }
+    let Some(prompt) = r.prompt else {
         return Err(refused(path, "no pi0d metadata with the prompt"));
     };
-    if out.is_empty() {
+    if r.kept.is_empty() {
         return Err(refused(
             path,
             "no camera frame with a joint state before it (record.camera_hz 0, or the run ended before the first)",
         ));
     }
     // Evenly spread over the run.
-    let step = out.len().div_ceil(MAX_OBSERVATIONS);
-    let out = out.into_iter().step_by(step).collect();
+    let step = r.kept.len().div_ceil(MAX_OBSERVATIONS);
+    let mut out = Vec::new();
+    for (frames, state) in r.kept.into_iter().step_by(step) {
+        let frames = frames
+            .iter()
+            .map(|f| {
+                f.as_ref()
+                    .map(|bytes| decode(bytes).map(Arc::new))
+                    .transpose()
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|e| refused(path, format!("a camera frame does not decode: {e}")))?;
+        out.push(Recorded { frames, state });
+    }
     Ok((out, prompt))
 }
 
