@@ -28,10 +28,13 @@ pub enum Target {
     Mcap,
     /// A websocket handshake answer, as pi0d's openpi client reads it.
     WebsocketHandshake,
+    /// A client's first bytes to `pi0d serve`: its request head, the health check, the
+    /// websocket handshake with an API key.
+    ServeHandshake,
 }
 
 impl Target {
-    pub const ALL: [Target; 8] = [
+    pub const ALL: [Target; 9] = [
         Target::ConfigToml,
         Target::RosParamsYaml,
         Target::ConfigJson,
@@ -40,6 +43,7 @@ impl Target {
         Target::OpenpiFrame,
         Target::Mcap,
         Target::WebsocketHandshake,
+        Target::ServeHandshake,
     ];
 
     /// The corpus directory's name (`tests/fuzz/<name>/`).
@@ -53,6 +57,7 @@ impl Target {
             Target::OpenpiFrame => "openpi_frame",
             Target::Mcap => "mcap",
             Target::WebsocketHandshake => "websocket_handshake",
+            Target::ServeHandshake => "serve_handshake",
         }
     }
 }
@@ -126,6 +131,7 @@ pub fn run(target: Target, bytes: &[u8], scratch: &Scratch) -> Result<(), String
             plot.and(calibration)
         }
         Target::WebsocketHandshake => handshake(bytes),
+        Target::ServeHandshake => crate::remote::serve::fuzz_handshake(bytes),
     }
 }
 

@@ -216,6 +216,12 @@ fn when_peer_sends_malformed_images_and_prompts_expect_warnings_and_commands_kee
     ] {
         assert!(stderr.contains(needle), "`{needle}` not in:\n{stderr}");
     }
+    // The sender's text reached the log as data: the taken prompt's right-to-left override
+    // shown escaped, the refused prompt's escape sequence not at all; neither as itself.
+    assert!(stderr.contains("prompt=\\u{202e}gnp.exe"), "{stderr}");
+    for raw in ["\x1b[2J", "\u{202e}"] {
+        assert!(!stderr.contains(raw), "{raw:?} reached the log:\n{stderr}");
+    }
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 

@@ -12,6 +12,7 @@ use pi0d::config::ranges::{
 use pi0d::config::ros_args::RosArgs;
 use pi0d::config::serve::{DEFAULT_HANDSHAKE_TIMEOUT_S, DEFAULT_IDLE_TIMEOUT_S};
 use pi0d::daemon::exit::ExitReason;
+use pi0d::daemon::load::{watched, Waited};
 use pi0d::daemon::log::say;
 use pi0d::daemon::signals::Signals;
 
@@ -220,35 +221,18 @@ pub(crate) fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
     };
     compute_threads(options.threads)?;
     // On a thread of its own: a stop signal ends a long load (a full-size checkpoint) at once.
-    let pipeline = {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let opts = options.clone();
-        std::thread::Builder::new()
-            .name("pi0d-load".into())
-            .spawn(move || {
-                let _ = tx.send(Pi0Pipeline::load(&opts));
-            })
-            .map_err(|e| Failure::new(ExitReason::RuntimeFailure, anyhow::anyhow!(e)))?;
-        loop {
-            match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(loaded) => break classified(loaded)?,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    if signals.stop_requested() {
-                        pi0d::daemon::log::tell(&format!(
-                            "stop requested while loading {}: exiting without serving",
-                            pi0d::outside::path(&options.checkpoint)
-                        ));
-                        return Ok(ExitReason::Clean);
-                    }
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(Failure::new(
-                        ExitReason::RuntimeFailure,
-                        anyhow::anyhow!("the checkpoint's loading thread ended without a result"),
-                    ))
-                }
-            }
+    let opts = options.clone();
+    let stop = || signals.stop_requested().then_some(());
+    let pipeline = match watched("load", move || Pi0Pipeline::load(&opts), stop) {
+        Ok(Waited::Done(loaded)) => classified(loaded)?,
+        Ok(Waited::GaveUp(())) => {
+            pi0d::daemon::log::tell(&format!(
+                "stop requested while loading {}: exiting without serving",
+                pi0d::outside::path(&options.checkpoint)
+            ));
+            return Ok(ExitReason::Clean);
         }
+        Err(e) => return Err(Failure::new(ExitReason::RuntimeFailure, e)),
     };
     let layout = pi0d::remote::checkpoint_layout(&pipeline, &optional, &sc.keys)
         .map_err(|e| Failure::new(ExitReason::InvalidInput, anyhow::anyhow!(e)))?;

@@ -3,6 +3,7 @@
 //! start within a supervision period whatever the load costs (a full-size checkpoint read and
 //! checked, graphs built, a long first inference). Nothing has moved then: the control loop
 //! starts after the load. A loader left behind ends with the process; nothing waits on it.
+//! `pi0d serve` loads its checkpoint through [`watched`] too.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc;
@@ -50,6 +51,60 @@ impl Phase {
     }
 }
 
+/// What waiting on work on its own thread came to.
+#[derive(Debug)]
+pub enum Waited<T, W> {
+    /// The work's result.
+    Done(T),
+    /// The caller's reason to stop waiting came first.
+    GaveUp(W),
+}
+
+/// The work's thread could not start, or ended without a result (it panicked).
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("cannot start the {0} thread")]
+    Spawn(&'static str, #[source] std::io::Error),
+    #[error("the {0} thread ended without a result")]
+    Ended(&'static str),
+}
+
+/// Runs `work` on a thread named `name` and waits for its result, asking `give_up` every
+/// supervision period whether to stop waiting; a thread given up on is left to end with the
+/// process. What a long load or first inference runs in, so that a stop signal or a deadline
+/// never waits on it.
+pub fn watched<T: Send + 'static, W>(
+    name: &'static str,
+    work: impl FnOnce() -> T + Send + 'static,
+    mut give_up: impl FnMut() -> Option<W>,
+) -> Result<Waited<T, W>, WatchError> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("pi0d-{name}"))
+        .spawn(move || {
+            // The caller may have gone on without it.
+            let _ = tx.send(work());
+        })
+        .map_err(|e| WatchError::Spawn(name, e))?;
+    loop {
+        match rx.recv_timeout(SUPERVISE_PERIOD) {
+            Ok(done) => return Ok(Waited::Done(done)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(WatchError::Ended(name)),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if let Some(why) = give_up() {
+            return Ok(Waited::GaveUp(why));
+        }
+    }
+}
+
+/// Why the daemon stopped waiting for its policy.
+enum GiveUp {
+    Stop(Phase),
+    Duration(Phase),
+    Io(DaemonError),
+}
+
 /// Loads the policy as `cfg` says and warms it up on the newest inputs, until done or until
 /// `stop`, `ends_at` (the run's `--duration`, from the daemon's start) or the I/O thread's
 /// death ends the wait.
@@ -61,56 +116,84 @@ pub(super) fn load(
     ends_at: Option<MonoTime>,
     io: &Supervised<()>,
 ) -> Result<Loaded, DaemonError> {
-    let (tx, rx) = mpsc::channel();
     let phase = Arc::new(AtomicU8::new(0));
-    {
+    let work = {
         let (cfg, board, stats, phase) = (cfg.clone(), board.clone(), stats.clone(), phase.clone());
-        std::thread::Builder::new()
-            .name("pi0d-load".into())
-            .spawn(move || {
-                let loaded = match supervise::caught(|| crate::policy::from_config(&cfg)) {
-                    Ok(Ok(mut policy)) => {
-                        phase.store(1, Ordering::SeqCst);
-                        tracing::info!(policy = policy.name(), "policy loaded; warming up");
-                        super::warm_up(policy.as_mut(), &cfg, &board, &stats);
-                        Ok(policy)
-                    }
-                    Ok(Err(e)) => Err(DaemonError::Policy(e)),
-                    Err(panic) => Err(DaemonError::StartupThread(
-                        "policy loading",
-                        format!("panicked: {panic}"),
-                    )),
-                };
-                // The supervisor may have gone on without it.
-                let _ = tx.send(loaded);
-            })
-            .map_err(|source| DaemonError::Spawn {
-                thread: "policy loading",
-                source,
-            })?;
-    }
-    loop {
-        match rx.recv_timeout(SUPERVISE_PERIOD) {
-            Ok(loaded) => return loaded.map(Loaded::Ready),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(DaemonError::StartupThread(
-                    "policy loading",
-                    "ended without a policy".into(),
-                ))
+        move || match supervise::caught(|| crate::policy::from_config(&cfg)) {
+            Ok(Ok(mut policy)) => {
+                phase.store(1, Ordering::SeqCst);
+                tracing::info!(policy = policy.name(), "policy loaded; warming up");
+                super::warm_up(policy.as_mut(), &cfg, &board, &stats);
+                Ok(policy)
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Ok(Err(e)) => Err(DaemonError::Policy(e)),
+            Err(panic) => Err(DaemonError::StartupThread(
+                "policy loading",
+                format!("panicked: {panic}"),
+            )),
         }
+    };
+    let give_up = || {
         let now = MonoTime::now();
         let phase = Phase::from_code(phase.load(Ordering::SeqCst));
         if stop.load(Ordering::Relaxed) {
-            return Ok(Loaded::Stopped(phase));
+            return Some(GiveUp::Stop(phase));
         }
         if ends_at.is_some_and(|end| now >= end) {
-            return Ok(Loaded::DurationOver(phase));
+            return Some(GiveUp::Duration(phase));
         }
         match io.health(now, Some(IO_STALL_S)) {
-            Health::Alive => {}
-            h => return Err(DaemonError::StartupThread(io.role.name(), h.to_string())),
+            Health::Alive => None,
+            h => Some(GiveUp::Io(DaemonError::StartupThread(
+                io.role.name(),
+                h.to_string(),
+            ))),
         }
+    };
+    match watched("load", work, give_up) {
+        Ok(Waited::Done(loaded)) => loaded.map(Loaded::Ready),
+        Ok(Waited::GaveUp(GiveUp::Stop(phase))) => Ok(Loaded::Stopped(phase)),
+        Ok(Waited::GaveUp(GiveUp::Duration(phase))) => Ok(Loaded::DurationOver(phase)),
+        Ok(Waited::GaveUp(GiveUp::Io(e))) => Err(e),
+        Err(WatchError::Spawn(_, source)) => Err(DaemonError::Spawn {
+            thread: "policy loading",
+            source,
+        }),
+        Err(WatchError::Ended(_)) => Err(DaemonError::StartupThread(
+            "policy loading",
+            "ended without a policy".into(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn when_asked_to_give_up_expect_the_wait_over_at_once_whatever_the_work_costs() {
+        let started = Instant::now();
+        let mut polls = 0;
+        let waited = watched(
+            "test-slow",
+            || std::thread::sleep(Duration::from_secs(600)),
+            || {
+                polls += 1;
+                (polls == 3).then_some("stop")
+            },
+        )
+        .unwrap();
+        assert!(matches!(waited, Waited::GaveUp("stop")));
+        // Three supervision periods, not the work's ten minutes.
+        assert!(started.elapsed() < Duration::from_secs(60));
+    }
+
+    #[test]
+    fn when_the_work_ends_expect_its_result_and_a_panic_named() {
+        let waited = watched("test-quick", || 7, || None::<()>).unwrap();
+        assert!(matches!(waited, Waited::Done(7)));
+        let panicked = watched("test-panic", || -> u8 { panic!("boom") }, || None::<()>);
+        assert!(matches!(panicked, Err(WatchError::Ended("test-panic"))));
     }
 }

@@ -13,7 +13,7 @@ mod drill;
 pub mod exit;
 pub(crate) mod latch;
 pub(crate) mod lifecycle;
-mod load;
+pub mod load;
 pub mod log;
 pub(crate) mod metrics;
 pub(crate) mod notify;

@@ -428,17 +428,11 @@ async fn open(mut stream: TcpStream, sh: &Shared) -> Opened {
     // tungstenite's callback signature: its error is the HTTP response sent back.
     #[allow(clippy::result_large_err)]
     let check = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
-        if let Some(key) = key {
-            let given = req
-                .headers()
-                .get("authorization")
-                .and_then(|v| v.to_str().ok());
-            if !given.is_some_and(|g| same(g, &format!("Api-Key {key}"))) {
-                return Err(refuse(
-                    StatusCode::UNAUTHORIZED,
-                    "missing or wrong API key\n".into(),
-                ));
-            }
+        if !authorized(req, key) {
+            return Err(refuse(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong API key\n".into(),
+            ));
         }
         match sessions.admit(Instant::now()) {
             Ok((slot, room)) => {
@@ -471,6 +465,60 @@ async fn open(mut stream: TcpStream, sh: &Shared) -> Opened {
     }
 }
 
+/// Whether `req` carries the API key `key` (any request, without one).
+fn authorized(req: &Request, key: Option<&str>) -> bool {
+    let Some(key) = key else {
+        return true;
+    };
+    req.headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|g| same(g, &format!("Api-Key {key}")))
+}
+
+/// A client's first bytes as `open` reads them (its request head, the health check, the
+/// websocket handshake with an API key), on arbitrary bytes: for `crate::fuzz`.
+pub(crate) fn fuzz_handshake(bytes: &[u8]) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        // Room for all of it: the client's bytes are written, then its side closes.
+        let (mut client, mut server) = tokio::io::duplex(bytes.len().max(1));
+        client.write_all(bytes).await.map_err(|e| e.to_string())?;
+        drop(client);
+        let head = match read_head(&mut server).await.map_err(|e| e.to_string())? {
+            Head::Complete(head) => head,
+            Head::Eof => return Err("closed before its head ended".into()),
+            Head::TooLarge => return Err("head too large".into()),
+        };
+        if is_health_check(&head) {
+            return Ok(());
+        }
+        let (rd, wr) = tokio::io::split(server);
+        let io = tokio::io::join(std::io::Cursor::new(head).chain(rd), wr);
+        #[allow(clippy::result_large_err)]
+        let check = |req: &Request, resp: Response| -> Result<Response, ErrorResponse> {
+            if authorized(req, Some("key")) {
+                Ok(resp)
+            } else {
+                Err(ErrorResponse::new(None))
+            }
+        };
+        let config = WebSocketConfig {
+            max_message_size: Some(1 << 20),
+            max_frame_size: Some(1 << 20),
+            ..Default::default()
+        };
+        let mut ws = tokio_tungstenite::accept_hdr_async_with_config(io, check, Some(config))
+            .await
+            .map_err(|e| e.to_string())?;
+        // What follows the handshake is frames: read them until the bytes end.
+        while let Some(Ok(_)) = ws.next().await {}
+        Ok(())
+    })
+}
+
 /// Compares without stopping at the first difference (the key's length aside).
 fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
@@ -486,7 +534,7 @@ enum Head {
 
 /// Reads up to the blank line that ends an HTTP request head. Reads, never peeks: a client
 /// that sends a few bytes and closes is seen closing at once.
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Head> {
+async fn read_head<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> std::io::Result<Head> {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {

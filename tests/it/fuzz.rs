@@ -1,13 +1,14 @@
 //! Every parser of outside bytes, fuzzed (`pi0d::fuzz`'s targets): configuration TOML, ROS
 //! parameter YAML, a checkpoint's config.json and processor JSON, safetensors files, openpi
 //! msgpack frames (a request as `serve` reads it, a reply as the client reads it), MCAP files
-//! (as `plot` and calibration read them) and the websocket handshake's answer. Each corpus
-//! file (`tests/fuzz/<target>/`, plus the repository's own files of that kind) is run as it
-//! is, then mutated: bytes flipped, inserted, deleted and repeated, lengths and counts set to
-//! hostile values, parts of two inputs spliced. A parser must answer each input within
-//! `HANG_S` without panicking; its answer (a value or a refusal) is its own business. A crash
-//! found is kept: its input as a corpus file (run every time) and proptest's seed in
-//! `tests/fuzz/regressions.txt`. `PI0D_FUZZ_CASES` sets the mutated inputs per target.
+//! (as `plot` and calibration read them), the websocket handshake's answer, and a client's
+//! first bytes to `pi0d serve`. Each corpus file (`tests/fuzz/<target>/`, plus the
+//! repository's own files of that kind) is run as it is, then mutated: bytes flipped,
+//! inserted, deleted and repeated, lengths and counts set to hostile values, parts of two
+//! inputs spliced. A parser must answer each input within `HANG_S` without panicking; its
+//! answer (a value or a refusal) is its own business. A crash found is kept: its input as a
+//! corpus file (run every time) and proptest's seed in `tests/fuzz/regressions.txt`.
+//! `PI0D_FUZZ_CASES` sets the mutated inputs per target.
 
 use crate::common;
 
@@ -105,6 +106,16 @@ fn handshakes() -> Vec<Vec<u8>> {
     answers.iter().map(|a| a.to_vec()).collect()
 }
 
+/// What clients send `pi0d serve`: an upgrade with the key, one without, a health check.
+fn requests() -> Vec<Vec<u8>> {
+    let requests: [&[u8]; 3] = [
+        b"GET / HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Api-Key key\r\n\r\n\x82\x85\x01\x02\x03\x04ignmk",
+        b"GET / HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n\r\n",
+    ];
+    requests.iter().map(|r| r.to_vec()).collect()
+}
+
 /// Every seed of `t`: its corpus directory's files, the repository's, the generated ones.
 fn seeds(t: Target) -> Vec<Vec<u8>> {
     let dir = common::root().join("tests/fuzz").join(t.name());
@@ -120,6 +131,7 @@ fn seeds(t: Target) -> Vec<Vec<u8>> {
     match t {
         Target::OpenpiFrame => out.extend(frames()),
         Target::WebsocketHandshake => out.extend(handshakes()),
+        Target::ServeHandshake => out.extend(requests()),
         _ => {}
     }
     assert!(!out.is_empty(), "no seed for {}", t.name());
@@ -372,6 +384,11 @@ fn mcap() {
 #[test]
 fn websocket_handshake() {
     fuzz_target(Target::WebsocketHandshake);
+}
+
+#[test]
+fn serve_handshake() {
+    fuzz_target(Target::ServeHandshake);
 }
 
 #[test]

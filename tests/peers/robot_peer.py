@@ -65,7 +65,9 @@ def bad_frames(w, h):
                   encoding=f.get("encoding", "rgb8"), step=f["step"], data=f["data"]) for f in frames]
 
 
-BAD_PROMPTS = ["stack\x1b[2J the blocks", "x" * 2000]
+# Refused (a control character, too long), then one taken but shown escaped in the log: a
+# right-to-left override would make the line read backwards on a terminal.
+BAD_PROMPTS = ["stack\x1b[2J the blocks", "x" * 2000, "\u202egnp.exe stack the blocks"]
 
 
 def percentiles(seconds):
