@@ -30,8 +30,9 @@ fn hostile(pad: usize) -> String {
     )
 }
 
-/// An openpi server on a loopback port: its metadata hostile; its first connections answer
-/// each request with a hostile 1 MiB error text, the later ones close with a hostile reason.
+/// An openpi server on a loopback port: its metadata hostile; its first two connections
+/// (`check`'s probe, `run`'s warm-up) answer each request with a hostile 1 MiB error text,
+/// the later ones close with a hostile reason.
 fn hostile_server() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -40,7 +41,7 @@ fn hostile_server() -> u16 {
             let Ok(conn) = conn else { continue };
             std::thread::spawn(move || {
                 if let Ok(ws) = tungstenite::accept(conn) {
-                    serve(ws, n >= 4);
+                    serve(ws, n >= 2);
                 }
             });
         }
