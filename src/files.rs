@@ -29,20 +29,13 @@ fn kind(t: FileType) -> &'static str {
 /// A refusal is an `io::Error` saying what the file is (`InvalidInput`) or that it is too
 /// large or not text (`InvalidData`).
 pub(crate) fn read_regular(path: &Path, cap: u64) -> io::Result<String> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)?;
-    read_open(file, cap)
+    read_open(open_nonblocking(path)?, cap)
 }
 
 /// Opens `path` for reading as `read_regular` does (never blocking on a FIFO), for a reader
 /// that streams it: anything but a regular file is refused (`InvalidInput`, saying what it is).
 pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)?;
+    let file = open_nonblocking(path)?;
     regular(&file)?;
     Ok(file)
 }
@@ -50,11 +43,19 @@ pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
 /// A whole binary file (a model, a graph), only when it is a regular file: as large as it
 /// is, no more (its size was stated by the file system, not by the file).
 pub(crate) fn read_regular_bytes(path: &Path) -> io::Result<Vec<u8>> {
-    let file = open_regular(path)?;
-    let len = file.metadata()?.len();
+    let file = open_nonblocking(path)?;
+    let len = regular(&file)?.len();
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     file.take(len).read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// O_NONBLOCK: opening a FIFO with no writer returns at once (its type is then checked).
+fn open_nonblocking(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
 }
 
 fn regular(file: &File) -> io::Result<std::fs::Metadata> {

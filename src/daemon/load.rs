@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
+use super::exit::ExitReason;
+use super::summary::Summary;
 use super::supervise::{self, Health, Supervised};
 use super::worker::WorkerStats;
 use super::{DaemonError, IO_STALL_S, SUPERVISE_PERIOD};
@@ -27,6 +29,35 @@ pub(super) enum Loaded {
     DurationOver(Phase),
 }
 
+impl Loaded {
+    /// The policy, or the summary of a run that ended before it was ready (the line saying
+    /// why logged): nothing moved.
+    pub(super) fn into_policy(self) -> Result<Box<dyn Policy>, Box<Summary>> {
+        match self {
+            Loaded::Ready(p) => Ok(p),
+            Loaded::Stopped(phase) => {
+                tracing::info!(
+                    "stop requested while {}: nothing moved; exiting without waiting for it",
+                    phase.doing()
+                );
+                Err(Box::default())
+            }
+            Loaded::DurationOver(phase) => {
+                tracing::error!(
+                    "the run's --duration ended while {}: nothing moved; stopping",
+                    phase.doing()
+                );
+                let exit = ExitReason::StartTimeout;
+                Err(Box::new(Summary {
+                    exit,
+                    exit_code: exit.code(),
+                    ..Summary::default()
+                }))
+            }
+        }
+    }
+}
+
 /// Where the load was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Phase {
@@ -35,7 +66,7 @@ pub(super) enum Phase {
 }
 
 impl Phase {
-    pub(super) fn doing(self) -> &'static str {
+    fn doing(self) -> &'static str {
         match self {
             Phase::Loading => "loading the policy",
             Phase::WarmingUp => "running the policy's first inference (warm-up)",

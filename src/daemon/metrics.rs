@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use prometheus_client::collector::Collector;
@@ -25,6 +25,7 @@ use prometheus_client::registry::Registry;
 use super::worker::WorkerStats;
 use crate::io::Blackboard;
 use crate::remote::admission::{Budget, Room, Slot};
+use crate::remote::head::read_head;
 use crate::safety::ModeKind;
 use crate::telemetry::LiveStats;
 use crate::time::MonoTime;
@@ -320,9 +321,15 @@ async fn connection(mut stream: TcpStream, slot: Slot, metrics: Arc<Metrics>, de
 }
 
 async fn exchange(stream: &mut TcpStream, slot: &Slot, metrics: &Metrics) {
-    let Some(head) = read_head(stream).await else {
-        return;
+    // However the head ended (its blank line, the peer closing, the cap): what came is
+    // answered; nothing came, or the connection broke, is not.
+    let head = match read_head(stream, HEAD_BYTES).await {
+        Ok(head) => head.bytes(),
+        Err(_) => return,
     };
+    if head.is_empty() {
+        return;
+    }
     // Answering now: no newcomer takes this place.
     if !slot.begin() {
         return;
@@ -330,20 +337,6 @@ async fn exchange(stream: &mut TcpStream, slot: &Slot, metrics: &Metrics) {
     let reply = answer(&head, metrics);
     let _ = stream.write_all(reply.as_bytes()).await;
     let _ = stream.shutdown().await;
-}
-
-/// The request's head: up to its blank line, [`HEAD_BYTES`] or the end of what the peer
-/// sends; `None` when the peer sent nothing.
-async fn read_head(stream: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    while head.len() < HEAD_BYTES && !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => head.extend_from_slice(&buf[..n.min(HEAD_BYTES - head.len())]),
-        }
-    }
-    (!head.is_empty()).then_some(head)
 }
 
 /// The whole HTTP answer to a request whose head is `head`.

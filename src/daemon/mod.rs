@@ -482,27 +482,10 @@ fn supervise(
     Controller::from_config(cfg, &first, MonoTime::now())?;
     let worker_stats = Arc::new(WorkerStats::default());
     let ends_at = opts.duration_s.map(|d| start.offset_seconds(d));
-    let policy = match load::load(cfg, board, &worker_stats, &signals.stop, ends_at, io)? {
-        load::Loaded::Ready(p) => p,
-        load::Loaded::Stopped(phase) => {
-            tracing::info!(
-                "stop requested while {}: nothing moved; exiting without waiting for it",
-                phase.doing()
-            );
-            return Ok(Summary::default());
-        }
-        load::Loaded::DurationOver(phase) => {
-            tracing::error!(
-                "the run's --duration ended while {}: nothing moved; stopping",
-                phase.doing()
-            );
-            let exit = ExitReason::StartTimeout;
-            return Ok(Summary {
-                exit,
-                exit_code: exit.code(),
-                ..Summary::default()
-            });
-        }
+    let loaded = load::load(cfg, board, &worker_stats, &signals.stop, ends_at, io)?;
+    let policy = match loaded.into_policy() {
+        Ok(p) => p,
+        Err(ended) => return Ok(*ended),
     };
     // Motion starts from where the arm is now, not where it was before the load.
     let first = board.inputs.joint_state.load();

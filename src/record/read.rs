@@ -3,7 +3,7 @@
 //! that ends early (a killed run) gives what it holds, with a note.
 //!
 //! Any file is read within fixed bounds, whatever it claims: it is streamed (memory follows
-//! the largest record, at most `ReadLimits::record_bytes`), the series are thinned evenly as
+//! the largest record, at most `stream::Bounds::record_bytes`), the series are thinned evenly as
 //! they are read (a long run costs no more memory than a short one), a recording names at most
 //! `MAX_JOINTS` joints (more is refused: pi0d never writes them), and the decompressed bytes
 //! read are bounded by the file's size (a small file that inflates without end is read up to
@@ -67,12 +67,8 @@ pub enum ReadError {
 /// The bounds every read keeps to (`Default`: what `pi0d plot` uses).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReadLimits {
-    /// The longest record read, and the most compressed data buffered for one chunk.
-    pub(crate) record_bytes: usize,
-    /// Decompressed bytes read at most: this many...
-    pub(crate) decoded_floor: u64,
-    /// ...or this many times the file's size, if that is more.
-    pub(crate) decoded_per_file_byte: u64,
+    /// The file's: the longest record, the decompressed bytes read (`stream::Bounds`).
+    pub(crate) stream: Bounds,
     /// Samples kept per series: a longer run is thinned evenly as it is read.
     pub(crate) keep_samples: usize,
     /// State transitions read at most.
@@ -82,11 +78,7 @@ pub(crate) struct ReadLimits {
 impl Default for ReadLimits {
     fn default() -> Self {
         ReadLimits {
-            // pi0d's largest records are camera frames (JPEG) and chunks: well under this.
-            record_bytes: 16 << 20,
-            decoded_floor: 1 << 30,
-            // pi0d's recordings (zstd) inflate a few times; a file beyond this is a bomb.
-            decoded_per_file_byte: 64,
+            stream: Bounds::default(),
             // `plot` draws at most 4000 points per line: 4 to 8 thousand kept leaves it room.
             keep_samples: 8000,
             transitions: 10_000,
@@ -544,12 +536,7 @@ pub(crate) fn read_within(path: &Path, limits: ReadLimits) -> Result<RunTrace, R
         index: 0,
     };
     let mut partial = None;
-    let bounds = Bounds {
-        record_bytes: limits.record_bytes,
-        decoded_floor: limits.decoded_floor,
-        decoded_per_file_byte: limits.decoded_per_file_byte,
-    };
-    let streamed = stream::stream(path, bounds, |opcode, data| {
+    let streamed = stream::stream(path, limits.stream, |opcode, data| {
         match r.record(opcode, data, &mut partial) {
             Ok(true) => Flow::Go,
             Ok(false) => Flow::Done,

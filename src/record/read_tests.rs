@@ -222,10 +222,13 @@ fn when_a_small_file_inflates_past_its_bound_expect_it_read_in_part() {
     // 10 MB of zeros in a file of a few kB.
     assert!(size < 100_000, "{size}");
     let limits = ReadLimits {
-        decoded_floor: 1 << 20,
+        stream: Bounds {
+            decoded_floor: 1 << 20,
+            ..Bounds::default()
+        },
         ..ReadLimits::default()
     };
-    let bound = (1 << 20u64).max(size * limits.decoded_per_file_byte);
+    let bound = (1 << 20u64).max(size * limits.stream.decoded_per_file_byte);
     let trace = read_within(&file, limits).unwrap();
     assert_eq!(trace.partial, Some(Partial::Decoded { bytes: bound }));
     let commands = trace.command.t.len() as u64;

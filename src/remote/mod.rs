@@ -3,6 +3,7 @@
 //! client of that protocol is a policy backend (`policy::openpi`).
 
 pub mod admission;
+pub(crate) mod head;
 pub(crate) mod refusal;
 pub(crate) mod request;
 pub mod serve;

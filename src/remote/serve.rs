@@ -30,6 +30,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 use super::admission::{Budget, Full, Room, Slot, MAX_PENDING, MAX_SESSIONS};
+use super::head::{read_head, Head};
 use super::refusal::Refusal;
 use super::request::{Layout, Request as Observation};
 use super::worker::{infer_loop, Job};
@@ -402,10 +403,10 @@ async fn connection(
 /// Reads the HTTP request and answers it: a health check, or the websocket handshake (API key
 /// checked, a session place taken).
 async fn open(mut stream: TcpStream, sh: &Shared) -> Opened {
-    let head = match read_head(&mut stream).await {
+    let head = match read_head(&mut stream, MAX_HEAD).await {
         Ok(Head::Complete(head)) => head,
-        Ok(Head::Eof) => return Opened::Closed,
-        Ok(Head::TooLarge) => return Opened::HeadTooLarge,
+        Ok(Head::Eof(_)) => return Opened::Closed,
+        Ok(Head::TooLarge(_)) => return Opened::HeadTooLarge,
         Err(e) => return Opened::Lost(e),
     };
     if is_health_check(&head) {
@@ -487,10 +488,13 @@ pub(crate) fn fuzz_handshake(bytes: &[u8]) -> Result<(), String> {
         let (mut client, mut server) = tokio::io::duplex(bytes.len().max(1));
         client.write_all(bytes).await.map_err(|e| e.to_string())?;
         drop(client);
-        let head = match read_head(&mut server).await.map_err(|e| e.to_string())? {
+        let head = match read_head(&mut server, MAX_HEAD)
+            .await
+            .map_err(|e| e.to_string())?
+        {
             Head::Complete(head) => head,
-            Head::Eof => return Err("closed before its head ended".into()),
-            Head::TooLarge => return Err("head too large".into()),
+            Head::Eof(_) => return Err("closed before its head ended".into()),
+            Head::TooLarge(_) => return Err("head too large".into()),
         };
         if is_health_check(&head) {
             return Ok(());
@@ -522,36 +526,6 @@ pub(crate) fn fuzz_handshake(bytes: &[u8]) -> Result<(), String> {
 /// Compares without stopping at the first difference (the key's length aside).
 fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
-}
-
-enum Head {
-    /// The request head, and whatever followed it in the same reads.
-    Complete(Vec<u8>),
-    /// The client closed first.
-    Eof,
-    TooLarge,
-}
-
-/// Reads up to the blank line that ends an HTTP request head. Reads, never peeks: a client
-/// that sends a few bytes and closes is seen closing at once.
-async fn read_head<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> std::io::Result<Head> {
-    let mut head = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let room = (MAX_HEAD - head.len()).min(chunk.len());
-        let n = stream.read(&mut chunk[..room]).await?;
-        if n == 0 {
-            return Ok(Head::Eof);
-        }
-        let from = head.len().saturating_sub(3);
-        head.extend_from_slice(&chunk[..n]);
-        if head[from..].windows(4).any(|w| w == b"\r\n\r\n") {
-            return Ok(Head::Complete(head));
-        }
-        if head.len() >= MAX_HEAD {
-            return Ok(Head::TooLarge);
-        }
-    }
 }
 
 /// `GET /healthz` without an upgrade.

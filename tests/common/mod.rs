@@ -347,6 +347,53 @@ pub fn wide_mlp_checkpoint(name: &str, width: usize) -> TempDir {
     })
 }
 
+/// A copy of the checkpoint (or any flat directory) `src` in a scratch directory, to be edited
+/// by a test; linked files are copied as regular files.
+pub fn copied_checkpoint(src: &Path, name: &str) -> TempDir {
+    let dir = scratch_dir(name);
+    for e in std::fs::read_dir(src).unwrap().flatten() {
+        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+    }
+    dir
+}
+
+/// The JSON file at `path` edited by `f`, in place.
+pub fn edit_json(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    f(&mut v);
+    std::fs::write(path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+/// The f32 tensors of a safetensors file (a normalizer's stats) for which `values` gives new
+/// values (same count) replaced, in place; the others kept.
+pub fn set_f32_tensors(path: &Path, values: impl Fn(&str) -> Option<Vec<f32>>) {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = st
+        .iter()
+        .map(|(n, v)| {
+            let data = match values(n) {
+                Some(new) => new.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                None => v.data().to_vec(),
+            };
+            (n.to_string(), v.shape().to_vec(), data)
+        })
+        .collect();
+    write_f32_tensors(path, &tensors);
+}
+
+fn write_f32_tensors(path: &Path, tensors: &[(String, Vec<usize>, Vec<u8>)]) {
+    let views: Vec<_> = tensors
+        .iter()
+        .map(|(n, s, b)| {
+            let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b);
+            (n.clone(), v.unwrap())
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, path).unwrap();
+}
+
 /// Cuts the f32 vector `name` of a safetensors file of f32 vectors (a lerobot normalizer's
 /// stats) to its first `keep` values, in place.
 pub fn truncate_f32_tensor(path: &Path, name: &str, keep: usize) {
@@ -359,14 +406,7 @@ pub fn truncate_f32_tensor(path: &Path, name: &str, keep: usize) {
     let t = tensors.iter_mut().find(|t| t.0 == name).expect("tensor");
     t.1 = vec![keep];
     t.2.truncate(keep * 4);
-    let views: Vec<_> = tensors
-        .iter()
-        .map(|(n, s, b)| {
-            let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b);
-            (n.clone(), v.unwrap())
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, path).unwrap();
+    write_f32_tensors(path, &tensors);
 }
 
 /// The ONNX Runtime library of the venv `tools/test.sh` makes (or ORT_DYLIB_PATH): the

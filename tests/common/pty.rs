@@ -5,7 +5,6 @@
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
 
 /// What the terminal received and how the command ended.
 pub struct Screen {
@@ -82,18 +81,7 @@ pub fn run(mut cmd: Command, limit_s: f64) -> Screen {
         }
         bytes
     });
-    let deadline = Instant::now() + Duration::from_secs_f64(limit_s);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("still running after {limit_s} s: killed");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = super::procs::wait_for_exit(&mut child, limit_s);
     Screen {
         status,
         bytes: reader.join().unwrap(),

@@ -294,21 +294,18 @@ fn answer(t: Target, bytes: Vec<u8>, scratch: &Arc<Scratch>) -> Result<(), Strin
     }
 }
 
-fn scratch(t: Target) -> (common::TempDir, Arc<Scratch>) {
+/// A scratch directory and a copy of the bundled model for `t`: kept alive by the caller.
+fn scratch(t: Target) -> ([common::TempDir; 2], Arc<Scratch>) {
     let dir = common::scratch_dir(&format!("fuzz-{}", t.name()));
-    let checkpoint = dir.join("checkpoint");
-    std::fs::create_dir(&checkpoint).unwrap();
-    for e in std::fs::read_dir(common::root().join("models/tiny-pi0"))
-        .unwrap()
-        .flatten()
-    {
-        std::fs::copy(e.path(), checkpoint.join(e.file_name())).unwrap();
-    }
+    let checkpoint = common::copied_checkpoint(
+        &common::root().join("models/tiny-pi0"),
+        &format!("fuzz-{}-checkpoint", t.name()),
+    );
     let s = Arc::new(Scratch {
         dir: dir.to_path_buf(),
-        checkpoint,
+        checkpoint: checkpoint.to_path_buf(),
     });
-    (dir, s)
+    ([dir, checkpoint], s)
 }
 
 fn cases() -> u32 {

@@ -131,21 +131,7 @@ fn when_an_openpi_server_sends_escapes_and_a_megabyte_expect_check_and_run_to_sh
 
 /// The bundled random-weight model, copied to be edited.
 fn tiny_model(name: &str) -> common::TempDir {
-    let dir = common::scratch_dir(name);
-    for e in std::fs::read_dir(common::root().join("models/tiny-pi0"))
-        .unwrap()
-        .flatten()
-    {
-        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
-    }
-    dir
-}
-
-fn edit_json(path: &std::path::Path, f: impl FnOnce(&mut serde_json::Value)) {
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    f(&mut v);
-    std::fs::write(path, serde_json::to_string(&v).unwrap()).unwrap();
+    common::copied_checkpoint(&common::root().join("models/tiny-pi0"), name)
 }
 
 fn model_config(model: &std::path::Path) -> toml::Table {
@@ -157,7 +143,7 @@ fn model_config(model: &std::path::Path) -> toml::Table {
 #[test]
 fn when_a_checkpoint_names_a_step_with_escapes_and_a_megabyte_expect_the_refusal_inert() {
     let model = tiny_model("outside-step");
-    edit_json(&model.join("policy_preprocessor.json"), |p| {
+    common::edit_json(&model.join("policy_preprocessor.json"), |p| {
         p["steps"][1]["registry_name"] = serde_json::Value::String(hostile(1 << 20));
     });
     let dir = common::scratch_dir("outside-step-config");
@@ -176,7 +162,7 @@ fn when_a_checkpoint_names_a_step_with_escapes_and_a_megabyte_expect_the_refusal
 #[test]
 fn when_a_checkpoint_asks_for_a_million_prompt_tokens_expect_it_refused_naming_the_bound() {
     let model = tiny_model("outside-prompt-tokens");
-    edit_json(&model.join("config.json"), |c| {
+    common::edit_json(&model.join("config.json"), |c| {
         c["tokenizer_max_length"] = serde_json::json!(1_000_000);
     });
     let dir = common::scratch_dir("outside-prompt-tokens-config");
@@ -193,7 +179,7 @@ fn when_a_checkpoint_asks_for_a_million_prompt_tokens_expect_it_refused_naming_t
     assert!(text.contains("found 1000000"), "{text}");
     // The same through the tokenizer step's own setting.
     let model = tiny_model("outside-step-tokens");
-    edit_json(&model.join("policy_preprocessor.json"), |p| {
+    common::edit_json(&model.join("policy_preprocessor.json"), |p| {
         p["steps"][3]["config"]["max_length"] = serde_json::json!(1_000_000);
     });
     let config = write_config(&dir, &model_config(&model));

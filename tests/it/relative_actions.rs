@@ -11,7 +11,7 @@ use crate::common;
 use std::path::Path;
 
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 const JOINTS: [&str; 7] = [
     "shoulder_pan",
@@ -27,46 +27,18 @@ const JOINTS: [&str; 7] = [
 const MEAN: [f32; 7] = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.02];
 const STD: [f32; 7] = [0.0002, 0.0002, 0.0002, 0.0002, 0.0002, 0.0002, 0.00002];
 
-fn edit_json(path: &Path, f: impl FnOnce(&mut Value)) {
-    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    f(&mut v);
-    std::fs::write(path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-}
-
 /// `action.mean` and `action.std` in a normalizer's state file replaced by `MEAN` and `STD`.
 fn write_action_stats(path: &Path) {
-    let bytes = std::fs::read(path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut tensors: Vec<(String, Vec<u8>, Vec<usize>)> = st
-        .iter()
-        .map(|(n, v)| (n.to_string(), v.data().to_vec(), v.shape().to_vec()))
-        .collect();
-    let le = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    for (n, data, _) in tensors.iter_mut() {
-        match n.as_str() {
-            "action.mean" => *data = le(&MEAN),
-            "action.std" => *data = le(&STD),
-            _ => {}
-        }
-    }
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
-        .iter()
-        .map(|(n, d, s)| {
-            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), d)
-                .unwrap();
-            (n.clone(), view)
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, path).unwrap();
+    set_f32_tensors(path, |n| match n {
+        "action.mean" => Some(MEAN.to_vec()),
+        "action.std" => Some(STD.to_vec()),
+        _ => None,
+    });
 }
 
 /// models/tiny-pi0 as lerobot saves a checkpoint trained with `use_relative_actions=True`.
 fn relative_checkpoint() -> TempDir {
-    let src = root().join("models/tiny-pi0");
-    let dir = scratch_dir("relative-checkpoint");
-    for e in std::fs::read_dir(&src).unwrap().flatten() {
-        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
-    }
+    let dir = copied_checkpoint(&root().join("models/tiny-pi0"), "relative-checkpoint");
     let names: Vec<String> = JOINTS.iter().map(|j| format!("{j}.pos")).collect();
     edit_json(&dir.join("config.json"), |c| {
         c["use_relative_actions"] = json!(true);

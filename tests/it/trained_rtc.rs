@@ -21,51 +21,26 @@ const HALF: [f32; 7] = [0.02, 0.02, 0.02, 0.02, 0.02, 0.02, 0.0005];
 /// latency stays within it: its weights are random either way).
 const MAX_DELAY: usize = 40;
 
-fn edit_json(path: &Path, f: impl FnOnce(&mut Value)) {
-    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    f(&mut v);
-    std::fs::write(path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-}
-
 /// A normalizer's state file with its quantiles (state wide, actions narrow) around the start.
 fn write_quantiles(path: &Path) {
-    let bytes = std::fs::read(path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let le = |v: Vec<f32>| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     let around = |half: &[f32; 7], sign: f32| -> Vec<f32> {
         START.iter().zip(half).map(|(s, h)| s + sign * h).collect()
     };
-    let tensors: Vec<(String, Vec<u8>, Vec<usize>)> = st
-        .iter()
-        .map(|(n, v)| {
-            let data = match n {
-                "action.q01" => le(around(&HALF, -1.0)),
-                "action.q99" => le(around(&HALF, 1.0)),
-                "observation.state.q01" => le(around(&[0.5; 7], -1.0)),
-                "observation.state.q99" => le(around(&[0.5; 7], 1.0)),
-                _ => v.data().to_vec(),
-            };
-            (n.to_string(), data, v.shape().to_vec())
-        })
-        .collect();
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
-        .iter()
-        .map(|(n, d, s)| {
-            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), d)
-                .unwrap();
-            (n.clone(), view)
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, path).unwrap();
+    set_f32_tensors(path, |n| match n {
+        "action.q01" => Some(around(&HALF, -1.0)),
+        "action.q99" => Some(around(&HALF, 1.0)),
+        "observation.state.q01" => Some(around(&[0.5; 7], -1.0)),
+        "observation.state.q99" => Some(around(&[0.5; 7], 1.0)),
+        _ => None,
+    });
 }
 
 fn trained_checkpoint() -> TempDir {
-    let src = root().join("tests/fixtures/pi05_float32_rtc8");
-    let dir = scratch_dir("trained-rtc-checkpoint");
-    for e in std::fs::read_dir(&src).unwrap().flatten() {
-        // The fixture's files are links to pi05_float32's: copied as regular files.
-        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
-    }
+    // The fixture's files are links to pi05_float32's: copied as regular files.
+    let dir = copied_checkpoint(
+        &root().join("tests/fixtures/pi05_float32_rtc8"),
+        "trained-rtc-checkpoint",
+    );
     edit_json(&dir.join("config.json"), |c| {
         c["rtc_training_max_delay"] = json!(MAX_DELAY)
     });
