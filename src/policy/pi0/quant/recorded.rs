@@ -138,8 +138,8 @@ impl Reading {
                     i += 1;
                     i % 2 == 1
                 });
+                // Those kept are the multiples of the doubled stride: `seen` goes on counting.
                 self.stride = stride * 2;
-                self.seen /= 2;
             }
         }
         self.seen += 1;
@@ -300,4 +300,33 @@ pub(crate) fn collect(
     }
     drop(pipeline);
     Ok(recorder.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// However long the run, the observations kept are evenly spaced and bounded.
+    #[test]
+    fn when_a_long_run_is_read_expect_observations_kept_evenly_within_the_bound() {
+        for n in [10usize, 64, 65, 200, 1000, 5000] {
+            let mut r = Reading::default();
+            for k in 0..n {
+                r.observe(vec![k as f32]);
+            }
+            let kept: Vec<usize> = r.kept.iter().map(|(_, s)| s[0] as usize).collect();
+            assert!(
+                kept.len() < 2 * MAX_OBSERVATIONS,
+                "{n}: {} kept",
+                kept.len()
+            );
+            assert_eq!(kept[0], 0, "{n}");
+            let gaps: std::collections::BTreeSet<usize> =
+                kept.windows(2).map(|w| w[1] - w[0]).collect();
+            assert!(gaps.len() <= 1, "{n}: uneven gaps {gaps:?}");
+            // The last kept is within one gap of the run's end.
+            let gap = gaps.first().copied().unwrap_or(1);
+            assert!(n - 1 - kept[kept.len() - 1] < gap, "{n}: {kept:?}");
+        }
+    }
 }
