@@ -193,8 +193,21 @@ fn when_peer_sends_malformed_images_and_prompts_expect_warnings_and_commands_kee
     let cfg = ros_config(domain);
     // Bad frames for a second from 2.5 s on (peer time), then good ones only; pi0d runs on.
     let peer = ["--duration", "9", "--bad-frames-at", "2.5"];
-    let x = exchange("ros-bad-frames", &cfg, domain, &peer, 6.0);
-    let (r, stderr) = (&x.report, &x.stderr);
+    // On a terminal, as an operator runs it: what the sender's strings do to the screen is read.
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir("ros-bad-frames");
+    let peer = cyclone_peer(domain, &dir.join("peer.json"), &peer);
+    let (x, screen) = common::run_beside_peer_on_terminal(&dir, &cfg, peer, 6.0, &[]);
+    // A title sequence, a screen clear and a right-to-left override sent as prompts, and a
+    // 1 MiB prompt: none acts on the terminal, the long one is named by its size, not shown.
+    screen.assert_inert("PWNED", 256 * 1024);
+    let stderr = &screen.plain();
+    let r = &x.report;
+    assert_eq!(r["bad_prompts_sent"], 3, "{r}");
+    assert!(
+        stderr.contains("prompt of 1048576 bytes is longer than"),
+        "{stderr}"
+    );
     assert!(r["bad_sent"].as_u64().unwrap() >= 20, "{r}");
     // The ROS thread survived them: commands kept coming (200 Hz) and kept moving the arm.
     let after = r["commands_after_bad"].as_u64().unwrap();

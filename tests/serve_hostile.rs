@@ -45,11 +45,19 @@ struct Server {
 
 impl Server {
     fn start(extra: &[&str]) -> Server {
-        let model = root().join("models/tiny-pi0");
+        let (mut server, port_rx) = Server::spawn(&root().join("models/tiny-pi0"), extra);
+        server.port = port_rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("not listening:\n{}", server.log()));
+        server
+    }
+
+    /// Starts serving `model`; its port once it listens.
+    fn spawn(model: &std::path::Path, extra: &[&str]) -> (Server, std::sync::mpsc::Receiver<u16>) {
         let mut child = Command::new(pi0d_bin())
             .arg("serve")
             .arg("--checkpoint")
-            .arg(&model)
+            .arg(model)
             .args(["--threads", "1", "--listen", "127.0.0.1:0"])
             .args(["--api-key-env", "PI0D_TEST_KEY"])
             .args(extra)
@@ -77,10 +85,14 @@ impl Server {
                 l.push('\n');
             }
         });
-        let port = port_rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("not listening:\n{}", log.lock().unwrap()));
-        Server { child, port, log }
+        (
+            Server {
+                child,
+                port: 0,
+                log,
+            },
+            port_rx,
+        )
     }
 
     fn log(&self) -> String {
@@ -536,5 +548,63 @@ fn when_a_numeric_option_is_out_of_range_expect_exit_2_naming_option_and_range()
         let (code, out) = check_config(&format!("serve-{field}"), &cfg);
         assert_eq!(code, Some(1), "{out}");
         assert!(out.contains(&format!("serve.{field}")), "{out}");
+    }
+}
+
+/// A copy of the bundled model whose text embedding has 4 Mi rows (1 GiB of f32, zeros: the file
+/// is sparse and takes no disk), so that loading it takes a while.
+fn slow_to_load() -> TempDir {
+    let dir = copied_checkpoint(&root().join("models/tiny-pi0"), "serve-slow-load");
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let data = &bytes[8 + n..];
+    let big = "model.paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight";
+    let width = header[big]["shape"][1].as_u64().unwrap();
+    let mut kept = Vec::new();
+    for (name, t) in header.iter_mut() {
+        if name == "__metadata__" || name == big {
+            continue;
+        }
+        let at = |i: usize| t["data_offsets"][i].as_u64().unwrap() as usize;
+        let (from, to) = (at(0), at(1));
+        t["data_offsets"] = serde_json::json!([kept.len(), kept.len() + to - from]);
+        kept.extend_from_slice(&data[from..to]);
+    }
+    let size = (4u64 << 20) * width * 4;
+    header[big]["shape"] = serde_json::json!([4u64 << 20, width]);
+    header[big]["data_offsets"] = serde_json::json!([kept.len() as u64, kept.len() as u64 + size]);
+    let mut head = serde_json::to_vec(&header).unwrap();
+    head.resize(head.len().div_ceil(8) * 8, b' ');
+    let mut file = std::fs::File::create(&path).unwrap();
+    file.write_all(&(head.len() as u64).to_le_bytes()).unwrap();
+    file.write_all(&head).unwrap();
+    file.write_all(&kept).unwrap();
+    file.set_len(8 + head.len() as u64 + kept.len() as u64 + size)
+        .unwrap();
+    dir
+}
+
+#[test]
+fn when_a_stop_signal_arrives_while_the_checkpoint_loads_expect_exit_0_before_the_load_ends() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let model = slow_to_load();
+    let (mut server, _port) = Server::spawn(&model, &[]);
+    server.wait_for("loading ", 1, Duration::from_secs(60));
+    server.signal(libc::SIGTERM);
+    let code = server.wait(Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(100));
+    let log = server.log();
+    // Stopped while the 1 GiB load was under way, not after it: the model was never reported
+    // loaded, nothing was served, and the exit is a clean one.
+    assert_eq!(code, Some(0), "{log}");
+    assert!(
+        log.contains("stop requested while loading"),
+        "no stop line:\n{log}"
+    );
+    for never in ["model loaded", "on ws://"] {
+        assert!(!log.contains(never), "`{never}` after the stop:\n{log}");
     }
 }

@@ -92,7 +92,7 @@ install_systemd() {
   fi
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "systemd-analyze is missing (tests/systemd_notify.rs verifies systemd/pi0d.service with it)."
+  echo "systemd-analyze is missing (tests/it/systemd_notify.rs verifies systemd/pi0d.service with it)."
   echo "System packages to install with ${sudo:-root} apt-get (apt-get update first):"
   printf '  %s\n' "${system_packages[@]}"
   if [ -t 0 ]; then

@@ -221,6 +221,11 @@ pub(crate) fn serve(a: ServeArgs, ros: &RosArgs) -> Outcome {
     };
     compute_threads(options.threads)?;
     // On a thread of its own: a stop signal ends a long load (a full-size checkpoint) at once.
+    // A full-size checkpoint takes a while on a board: the operator sees what it waits for.
+    pi0d::daemon::log::tell(&format!(
+        "loading {}",
+        pi0d::outside::path(&options.checkpoint)
+    ));
     let opts = options.clone();
     let stop = || signals.stop_requested().then_some(());
     let pipeline = match watched("load", move || Pi0Pipeline::load(&opts), stop) {

@@ -440,34 +440,60 @@ pub fn run_beside_peer(
 pub fn run_beside_peer_with(
     dir: &Path,
     cfg: &toml::Table,
-    mut peer: std::process::Child,
+    peer: std::process::Child,
     pi0d_s: f64,
     args: &[&str],
 ) -> Exchange {
+    let run = pi0d_beside_peer(dir, cfg, pi0d_s, args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr).to_string();
+    finish_beside_peer(dir, peer, run.status, stderr)
+}
+
+/// As `run_beside_peer_with`, with pi0d's stdout and stderr on a pseudo-terminal, as an operator
+/// sees them: the exchange's `stderr` is what the terminal received, returned with its screen.
+pub fn run_beside_peer_on_terminal(
+    dir: &Path,
+    cfg: &toml::Table,
+    peer: std::process::Child,
+    pi0d_s: f64,
+    args: &[&str],
+) -> (Exchange, pty::Screen) {
+    let cmd = pi0d_beside_peer(dir, cfg, pi0d_s, args);
+    let screen = pty::run(cmd, pi0d_s + 60.0);
+    let x = finish_beside_peer(dir, peer, screen.status, screen.text());
+    (x, screen)
+}
+
+fn pi0d_beside_peer(dir: &Path, cfg: &toml::Table, pi0d_s: f64, args: &[&str]) -> Command {
     let cfg_path = dir.join("config.toml");
     std::fs::write(&cfg_path, toml::to_string(cfg).unwrap()).unwrap();
-    let summary = dir.join("summary.json");
-    let run = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args([
-            "run",
-            "--quiet",
-            "--duration",
-            &pi0d_s.to_string(),
-            "--config",
-        ])
-        .arg(&cfg_path)
-        .arg("--summary")
-        .arg(&summary)
-        .args(args)
-        .output()
-        .unwrap();
+    let mut run = Command::new(env!("CARGO_BIN_EXE_pi0d"));
+    run.args([
+        "run",
+        "--quiet",
+        "--duration",
+        &pi0d_s.to_string(),
+        "--config",
+    ])
+    .arg(&cfg_path)
+    .arg("--summary")
+    .arg(dir.join("summary.json"))
+    .args(args);
+    run
+}
+
+fn finish_beside_peer(
+    dir: &Path,
+    mut peer: std::process::Child,
+    status: std::process::ExitStatus,
+    stderr: String,
+) -> Exchange {
     let peer_ok = end_peer(&mut peer).success();
-    let stderr = String::from_utf8_lossy(&run.stderr).to_string();
-    assert!(run.status.success(), "pi0d failed:\n{stderr}");
+    assert!(status.success(), "pi0d failed:\n{stderr}");
     assert!(peer_ok, "peer failed");
     let read = |p: &Path| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
     Exchange {
-        summary: read(&summary),
+        summary: read(&dir.join("summary.json")),
         report: read(&dir.join("peer.json")),
         stderr,
     }

@@ -17,6 +17,29 @@ impl Screen {
         String::from_utf8_lossy(&self.bytes).into_owned()
     }
 
+    /// The text with its colours (SGR sequences, `ESC [ digits m`) taken out, for reading what
+    /// the lines say.
+    pub fn plain(&self) -> String {
+        let text = self.text();
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("\x1b[") {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + 2..];
+            let params = after
+                .find(|c: char| !(c.is_ascii_digit() || c == ';'))
+                .unwrap_or(after.len());
+            if after[params..].starts_with('m') {
+                rest = &after[params + 1..];
+            } else {
+                out.push_str("\x1b[");
+                rest = after;
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
     /// Fails the test when a sequence that changes the terminal beyond a colour reached it
     /// (an operating-system command such as a title, a screen clear, a cursor move), when
     /// `marker` appears other than shown escaped (`\x1b]0;MARKER`), or when more than

@@ -65,9 +65,11 @@ def bad_frames(w, h):
                   encoding=f.get("encoding", "rgb8"), step=f["step"], data=f["data"]) for f in frames]
 
 
-# Refused (a control character, too long), then one taken but shown escaped in the log: a
-# right-to-left override would make the line read backwards on a terminal.
-BAD_PROMPTS = ["stack\x1b[2J the blocks", "x" * 2000, "\u202egnp.exe stack the blocks"]
+# Refused (control characters: a window title and a screen clear; 1 MiB long), then one taken
+# but shown escaped in the log: a right-to-left override would make the line read backwards on a
+# terminal. pi0d names one refusal of each kind per topic and counts the rest.
+BAD_PROMPTS = ["\x1b]0;PWNED\x07stack\x1b[2J the blocks", "y" * (1 << 20),
+               "\u202egnp.exe stack the blocks"]
 
 
 def percentiles(seconds):
@@ -313,7 +315,9 @@ def main():
               # On the controller model's time axis (s after the first command was written).
               "estop_sent_s": estop_sent - written_at[0][0] if estop_sent and written_at else None,
               "reset_sent_s": reset_sent - written_at[0][0] if reset_sent and written_at else None,
-              "bad_sent": bad_sent, "commands_after_bad": commands_after_bad,
+              "bad_sent": bad_sent,
+              "bad_prompts_sent": min(bad_sent, len(BAD_PROMPTS)),
+              "commands_after_bad": commands_after_bad,
               "moved_after_bad": None if at_bad_end is None or last is None
               else sum(abs(a - b) for a, b in zip(at_bad_end, last))}
     Path(args.report).write_text(json.dumps(report))

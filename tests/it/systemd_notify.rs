@@ -3,7 +3,7 @@
 //! unit file checked by `systemd-analyze verify` (Debian's systemd, installed by
 //! tools/test.sh) and for what it must say; its example configuration loads.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

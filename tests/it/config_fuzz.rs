@@ -7,7 +7,7 @@
 //! split when a batch fails): an e-stop, then the end of the run, must end in a controlled
 //! way. The binary's `check` is run on a sample, the values filed as defects among them.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! `--ros-args` through the real binary, as launch_ros passes them.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

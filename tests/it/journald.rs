@@ -5,7 +5,7 @@
 //! root), so nothing on the machine is touched. With `JOURNAL_STREAM` naming another stream
 //! (a redirected child), the log stays text on stderr.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
