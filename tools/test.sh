@@ -141,11 +141,12 @@ with_clippy() {
 stage "aarch64 kernels (cross, qemu-user)" ./tools/test_aarch64.sh || failed=1
 # Every feature that can run here is tested (onnx: ONNX Runtime from the venv's wheel). Built
 # first as a stage of its own so that the build and the run are timed apart. The benches and
-# examples are built (and so linted) too; they have no doctests to run.
+# examples are built (and so linted) too; they have no doctests to run. `--lib` builds the
+# model of AscendCL (tools/ascendcl-model, a shared library the acl backend's tests load).
 test_targets=(--workspace --all-features --locked --lib --bins --tests)
 build_and_lint() {
   with_clippy cargo test "${test_targets[@]}" --no-run \
-    && with_clippy cargo build --workspace --all-features --locked --benches --examples
+    && with_clippy cargo build --workspace --all-features --locked --lib --benches --examples
 }
 stage "cargo test build + clippy (all features, all targets)" build_and_lint || failed=1
 run_tests() { with_clippy cargo test "${test_targets[@]}" --no-fail-fast 2>&1 | tee "$test_log"; }

@@ -69,6 +69,7 @@ macro_rules! acl_api {
 
 acl_api! {
     aclInit(*const c_char) -> AclError;
+    aclFinalize() -> AclError;
     aclrtSetDevice(i32) -> AclError;
     aclrtResetDevice(i32) -> AclError;
     aclrtCreateContext(*mut Handle, i32) -> AclError;
@@ -104,6 +105,7 @@ acl_api! {
 #[cfg(test)]
 pub(crate) const DOCUMENTED_PROTOTYPES: &str = "
 aclError aclInit(const char *configPath);
+aclError aclFinalize();
 aclError aclrtSetDevice(int32_t deviceId);
 aclError aclrtResetDevice(int32_t deviceId);
 aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId);

@@ -247,9 +247,17 @@ struct Datasets {
     buffers: Vec<*mut c_void>,
 }
 
+/// AscendCL runtimes alive in this process: AscendCL is initialized once per process and
+/// finalized when the last runtime ends (CANN: `aclFinalize` before the process exits).
+static RUNTIMES: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+
 /// AscendCL state, owned by the AscendCL thread only.
 struct Device {
     api: AclApi,
+    /// Counted in `RUNTIMES` (AscendCL initialized for it).
+    counted: bool,
+    /// `aclrtSetDevice` succeeded: the device is reset at the end.
+    device_set: bool,
     device_id: i32,
     context: Handle,
     stream: Handle,
@@ -287,6 +295,8 @@ impl Device {
         let api = ffi::load(opts.library.as_deref())?;
         let mut d = Device {
             api,
+            counted: false,
+            device_set: false,
             device_id: opts.device_id,
             context: std::ptr::null_mut(),
             stream: std::ptr::null_mut(),
@@ -300,12 +310,19 @@ impl Device {
         // types they are documented with (`ffi`), out-pointers to live locals, and handles this
         // thread created and has not released.
         unsafe {
-            let code = (d.api.aclInit)(std::ptr::null());
-            // 100002: already initialized in this process (a second runtime): fine.
-            if code != 100002 {
-                d.check("aclInit", code)?;
+            let mut runtimes = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
+            if *runtimes == 0 {
+                let code = (d.api.aclInit)(std::ptr::null());
+                // 100002: initialized already by whatever else in this process uses AscendCL.
+                if code != 100002 {
+                    d.check("aclInit", code)?;
+                }
             }
+            *runtimes += 1;
+            d.counted = true;
+            drop(runtimes);
             d.check("aclrtSetDevice", (d.api.aclrtSetDevice)(d.device_id))?;
+            d.device_set = true;
             let mut ctx = std::ptr::null_mut();
             d.check(
                 "aclrtCreateContext",
@@ -623,14 +640,28 @@ impl Drop for Device {
                 (a.aclmdlDestroyDesc)(m.desc);
             }
             if !self.stream.is_null() {
+                // Work may still be queued after a failed run: a stream is destroyed empty.
+                (a.aclrtSynchronizeStream)(self.stream);
                 (a.aclrtDestroyStream)(self.stream);
             }
             if !self.context.is_null() {
                 (a.aclrtDestroyContext)(self.context);
             }
-            let code = (a.aclrtResetDevice)(self.device_id);
-            if code != 0 {
-                tracing::warn!("{}", error::message("aclrtResetDevice", code, None));
+            if self.device_set {
+                let code = (a.aclrtResetDevice)(self.device_id);
+                if code != 0 {
+                    tracing::warn!("{}", error::message("aclrtResetDevice", code, None));
+                }
+            }
+            if self.counted {
+                let mut runtimes = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
+                *runtimes -= 1;
+                if *runtimes == 0 {
+                    let code = (a.aclFinalize)();
+                    if code != 0 {
+                        tracing::warn!("{}", error::message("aclFinalize", code, None));
+                    }
+                }
             }
         }
     }
