@@ -10,6 +10,7 @@
 //! reloaded limits in force only once the control thread applied them, systemd's watchdog fed
 //! only while the loop ticks, and the exit reason. The stop ladder's deadline is `StopLadder`.
 
+use crate::policy::AcceleratorFault;
 use crate::robot::RobotLimits;
 use crate::safety::reconfigure::Reconfigure;
 use crate::safety::Waiting;
@@ -17,6 +18,7 @@ use crate::time::MonoTime;
 
 use super::exit::ExitReason;
 use super::supervise::{Health, Role};
+use super::worker::ACCELERATOR_FAILURES;
 
 /// A control loop that has not ticked for this long (s) is stuck.
 pub(crate) const CONTROL_STALL_S: f64 = 1.0;
@@ -76,6 +78,8 @@ pub(crate) struct Observed {
     pub(crate) stop_signal: bool,
     /// What the control thread did with reloaded limits, when it reported it.
     pub(crate) reconfigured: Option<Reconfigure>,
+    /// The policy's accelerator gave out.
+    pub(crate) accelerator: Option<AcceleratorFault>,
 }
 
 /// A fault found at this poll: reported once, it decides the exit.
@@ -87,6 +91,8 @@ pub(crate) enum Fault {
     Thread(Role, Health),
     /// The independent monitor refused a command outside the limits.
     LimitViolation,
+    /// The policy's accelerator was lost, or failed inference after inference.
+    Accelerator(AcceleratorFault),
 }
 
 impl std::fmt::Display for Fault {
@@ -102,6 +108,13 @@ impl std::fmt::Display for Fault {
             Fault::LimitViolation => {
                 f.write_str("the independent monitor refused a command outside the limits")
             }
+            Fault::Accelerator(AcceleratorFault::Lost) => {
+                f.write_str("the policy's accelerator answers no more")
+            }
+            Fault::Accelerator(AcceleratorFault::Failed) => write!(
+                f,
+                "the policy's accelerator failed {ACCELERATOR_FAILURES} inferences in a row"
+            ),
         }
     }
 }
@@ -117,6 +130,8 @@ pub(crate) enum StopCause {
     DurationBeforeStart,
     ThreadFault,
     LimitViolation,
+    /// The policy's accelerator gave out (exit 9).
+    AcceleratorFault,
 }
 
 /// What the supervisor must do after one poll.
@@ -270,6 +285,11 @@ impl Lifecycle {
         if o.control_finished {
             step.finished = true;
             return step;
+        }
+        if let (Some(a), ExitReason::Clean) = (o.accelerator, self.exit) {
+            step.fault = Some(Fault::Accelerator(a));
+            self.stop(&mut step, StopCause::AcceleratorFault);
+            self.exit = ExitReason::RuntimeFailure;
         }
         if self.exit != ExitReason::ThreadFault {
             if let Some(fault) = self.thread_fault(o) {

@@ -52,6 +52,7 @@ impl World {
                 waiting: Waiting::Nothing,
                 stop_signal: false,
                 reconfigured: None,
+                accelerator: None,
             },
         }
     }
@@ -592,4 +593,22 @@ fn when_the_simulator_thread_dies_expect_the_fault_to_name_it() {
         s.fault.map(|f| f.to_string()).as_deref(),
         Some("simulator thread panicked: sim event `crash`")
     );
+}
+
+#[test]
+fn when_the_accelerator_gives_out_expect_one_controlled_stop_and_exit_9_whatever_comes_after() {
+    for fault in [AcceleratorFault::Lost, AcceleratorFault::Failed] {
+        let mut w = World::new(settings());
+        w.run(0.0, 1.0, no_stop);
+        w.o.accelerator = Some(fault);
+        let s = w.poll(1.0);
+        assert_eq!(s.stop, Some(StopCause::AcceleratorFault), "{fault:?}");
+        assert_eq!(s.fault, Some(Fault::Accelerator(fault)));
+        assert!(!s.abandon, "the control loop ticks: a controlled stop");
+        // Said once; a stop signal during the stop changes nothing.
+        w.o.stop_signal = true;
+        w.run(1.02, 2.0, |s| s.stop.is_none() && s.fault.is_none());
+        let end = ControlEnd::Returned { reached_rest: true };
+        assert_eq!(w.lc.finish(end), ExitReason::RuntimeFailure);
+    }
 }

@@ -635,6 +635,7 @@ fn supervise(
             waiting: Waiting::from_code(LiveStats::get(&live.waiting)),
             stop_signal: signals.stop.load(Ordering::Relaxed),
             reconfigured: log.reconfigured.take(),
+            accelerator: worker_stats.accelerator_fault(),
         };
         let step = lifecycle.poll(&observed);
         if !carry_out(
@@ -767,6 +768,14 @@ fn carry_out(
             lifecycle::Fault::LimitViolation => {
                 tracing::error!("{fault}: braking to rest, then exiting")
             }
+            lifecycle::Fault::Accelerator(_) => tracing::error!(
+                last_error = worker_stats
+                    .last_policy_error
+                    .lock()
+                    .ok()
+                    .and_then(|e| e.clone()),
+                "{fault}: decelerating to rest, then exiting"
+            ),
         }
         faults.push(fault.to_string());
     }

@@ -2,7 +2,7 @@
 //! observation, runs the policy (panics caught), converts and validates the chunk, and hands it
 //! to the control thread through a bounded channel. Chunk buffers come back for reuse.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,7 +14,7 @@ use crate::control::rtc::RtcPlanner;
 use crate::io::Blackboard;
 use crate::joints::{ActionMap, StateLayout};
 use crate::observation::Observation;
-use crate::policy::{Policy, PolicyError, RemoteFault, RemoteStats, StageTiming};
+use crate::policy::{AcceleratorFault, Policy, PolicyError, RemoteFault, RemoteStats, StageTiming};
 use crate::record::{Note, NoteTap};
 use crate::robot::RobotLimits;
 use crate::safety::validate::{check_chunk, ChunkFaultKind};
@@ -39,6 +39,10 @@ pub(crate) struct WorkerStats {
     pub(crate) remote_faults: [AtomicU64; RemoteFault::ALL.len()],
     /// The latest policy error, as said.
     pub(crate) last_policy_error: Mutex<Option<String>>,
+    /// Inferences in a row whose accelerator failed.
+    accelerator_failures: AtomicU64,
+    /// The accelerator gave out (`accelerator_fault`): 0 not, 1 lost, 2 failed repeatedly.
+    accelerator: AtomicU8,
     /// A remote policy's link, as of its latest request.
     pub(crate) remote: Mutex<Option<RemoteStats>>,
     /// Chunk switches: how far each new chunk is from the running one's plan.
@@ -47,7 +51,42 @@ pub(crate) struct WorkerStats {
     pub(crate) stages: Mutex<StageSamples>,
 }
 
+/// Inferences in a row an accelerator may fail before the run stops: one failure costs a chunk
+/// (the arm holds meanwhile); this many say the device will not run the model.
+pub(crate) const ACCELERATOR_FAILURES: u64 = 3;
+
 impl WorkerStats {
+    /// The accelerator gave out: lost, or failed `ACCELERATOR_FAILURES` inferences in a row.
+    pub(crate) fn accelerator_fault(&self) -> Option<AcceleratorFault> {
+        match self.accelerator.load(Ordering::Acquire) {
+            1 => Some(AcceleratorFault::Lost),
+            2 => Some(AcceleratorFault::Failed),
+            _ => None,
+        }
+    }
+
+    /// One inference's outcome on the accelerator: `None` for a success or a failure of
+    /// something else (which breaks a run of failures).
+    fn note_accelerator(&self, fault: Option<AcceleratorFault>) {
+        let gave_out = match fault {
+            None => {
+                self.accelerator_failures.store(0, Ordering::Relaxed);
+                return;
+            }
+            Some(AcceleratorFault::Lost) => 1,
+            Some(AcceleratorFault::Failed) => {
+                let n = self.accelerator_failures.fetch_add(1, Ordering::Relaxed) + 1;
+                if n < ACCELERATOR_FAILURES {
+                    return;
+                }
+                2
+            }
+        };
+        let _ = self
+            .accelerator
+            .compare_exchange(0, gave_out, Ordering::AcqRel, Ordering::Acquire);
+    }
+
     /// Counts `e` under its kind when it is a remote policy's (`remote_faults`, the summary's
     /// `policy_errors_by_kind`).
     pub(crate) fn count_kind(&self, e: &PolicyError) {
@@ -311,6 +350,7 @@ fn infer_one(
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             stats.count_kind(&e);
+            stats.note_accelerator(e.accelerator_fault());
             // The error with its causes (a model's error keeps its own as the source).
             let said = crate::errors::Chain(&e).to_string();
             if let Ok(mut slot) = stats.last_policy_error.lock() {
@@ -332,6 +372,7 @@ fn infer_one(
             return None;
         }
     };
+    stats.note_accelerator(None);
     stats.produced.fetch_add(1, Ordering::Relaxed);
     if chunk.action_dim != setup.map.action_dim() || chunk.steps() < 2 {
         let n = stats.rejected_shape.fetch_add(1, Ordering::Relaxed);
@@ -497,5 +538,29 @@ mod tests {
         // Not conditioned (guided, plain, the first chunk): never late.
         assert_eq!(late_steps(&conditioned(Some(0)), 1.0), None);
         assert_eq!(late_steps(&conditioned(None), 1.0), None);
+    }
+
+    #[test]
+    fn when_the_accelerator_fails_in_a_row_or_is_lost_expect_it_given_out_and_a_success_to_reset_the_run(
+    ) {
+        let failed = Some(AcceleratorFault::Failed);
+        let s = WorkerStats::default();
+        for _ in 1..ACCELERATOR_FAILURES {
+            s.note_accelerator(failed);
+        }
+        // A success (or another kind of error) breaks the run of failures.
+        s.note_accelerator(None);
+        for _ in 1..ACCELERATOR_FAILURES {
+            s.note_accelerator(failed);
+        }
+        assert_eq!(s.accelerator_fault(), None);
+        s.note_accelerator(failed);
+        assert_eq!(s.accelerator_fault(), failed);
+        // What gave out first stays.
+        s.note_accelerator(Some(AcceleratorFault::Lost));
+        assert_eq!(s.accelerator_fault(), failed);
+        let s = WorkerStats::default();
+        s.note_accelerator(Some(AcceleratorFault::Lost));
+        assert_eq!(s.accelerator_fault(), Some(AcceleratorFault::Lost));
     }
 }

@@ -35,6 +35,26 @@ pub enum PolicyError {
     Remote { fault: RemoteFault, message: String },
 }
 
+/// How the accelerator a policy runs on failed, beyond the observation at hand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcceleratorFault {
+    /// It answers no more (the device lost, its driver failed): nothing runs on it again in
+    /// this process.
+    Lost,
+    /// An execution failed; the next one may run.
+    Failed,
+}
+
+impl PolicyError {
+    /// The accelerator's fault behind this error, if the error is one.
+    pub fn accelerator_fault(&self) -> Option<AcceleratorFault> {
+        match self {
+            PolicyError::Model(e) | PolicyError::Guidance(e) => e.accelerator_fault(),
+            _ => None,
+        }
+    }
+}
+
 /// Why a remote policy gave no chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RemoteFault {

@@ -4,9 +4,13 @@
 
 use crate::common;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{root, run_daemon, scratch_dir, sim_model_config, with_backend};
+use common::{
+    acl_model, acl_model_env, assert_safe, root, run_daemon, scratch_dir, sim_model_config,
+    with_backend, TempDir,
+};
 
 #[test]
 fn when_cann_is_missing_expect_infer_and_daemon_to_name_the_library() {
@@ -75,9 +79,6 @@ fn when_cann_is_missing_expect_infer_and_daemon_to_name_the_library() {
 
 // ---- On the AscendCL model (tools/ascendcl-model): the backend's whole calling sequence ----
 
-use std::path::{Path, PathBuf};
-
-use common::{acl_model, acl_model_env, TempDir};
 use pi0d::policy::pi0::tensorfile::TensorFile;
 
 fn case_dir(case: &str) -> PathBuf {
@@ -239,5 +240,183 @@ fn when_the_golden_cases_run_on_the_ascendcl_model_expect_lerobot_actions_and_ev
         assert_eq!(r["errors"], serde_json::json!([]), "{case} {flags:?}: {r}");
         assert_eq!(r["executions"], executions, "{case} {flags:?}: {r}");
         assert_released(r, &run.stderr);
+    }
+}
+
+#[test]
+fn when_the_ascendcl_model_refuses_or_fails_expect_the_code_named_and_everything_released() {
+    let case = "pi0_f32_1cam_short";
+    // Compiled for another SoC than the device's: 507011 at execution, as a board answers.
+    let dir = compiled(case, &[], "Ascend310B1");
+    let run = infer(&dir, case, &[], &[("ACL_MODEL_SOC", "Ascend310P1")]);
+    assert_eq!(run.status, Some(9), "{}", run.stderr);
+    for said in [
+        "507011 ACL_ERROR_RT_MODEL_EXECUTE",
+        "re-run ATC with the right --soc_version",
+        "compiled for Ascend310B1, this device is Ascend310P1",
+    ] {
+        assert!(
+            run.stderr.contains(said),
+            "`{said}` not in:\n{}",
+            run.stderr
+        );
+    }
+    assert!(!dir.join("actions.safetensors").exists());
+    assert_released(&run.report, &run.stderr);
+
+    let dir = compiled(case, &[], "Ascend310P1");
+    // Device memory refused part way through the load: what was taken is given back.
+    let run = infer(&dir, case, &[], &[("ACL_MODEL_MALLOC_FAIL_AFTER", "3")]);
+    assert_ne!(run.status, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("failed: 207001 ACL_ERROR_RT_MEMORY_ALLOCATION"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.report["calls"]["aclrtMalloc"], 4, "{}", run.report);
+    assert_released(&run.report, &run.stderr);
+
+    // An execution refused as the denoising steps are queued (the prefix ran, then 4 steps
+    // were queued): the error is named, the steps left on the stream are run before the
+    // stream is destroyed (destroying it with work queued is an error), nothing leaks.
+    let run = infer(&dir, case, &[], &[("ACL_MODEL_EXECUTE_FAIL_AFTER", "5")]);
+    assert_eq!(run.status, Some(9), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("aclmdlExecuteAsync failed: 507011 ACL_ERROR_RT_MODEL_EXECUTE"),
+        "{}",
+        run.stderr
+    );
+    let errors = run.report["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "only the injected refusal: {}", run.report);
+    assert_released(&run.report, &run.stderr);
+}
+
+/// The bundled model's graphs for the simulated arm, compiled by the ATC model.
+fn sim_graphs() -> TempDir {
+    let dir = scratch_dir("acl-sim-graphs");
+    let report = dir.join("unused.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args([
+            "export",
+            "--cameras",
+            "1",
+            "--atc",
+            "Ascend310P1",
+            "--checkpoint",
+        ])
+        .arg(root().join("models/tiny-pi0"))
+        .arg("--out")
+        .arg(&dir)
+        .envs(acl_model_env(&report, &[]))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+fn acl_sim_config(graphs: &Path) -> toml::Table {
+    let mut cfg = sim_model_config();
+    with_backend(
+        &mut cfg,
+        "acl",
+        &[
+            (
+                "model_dir",
+                toml::Value::String(graphs.display().to_string()),
+            ),
+            (
+                "library",
+                toml::Value::String(acl_model().display().to_string()),
+            ),
+        ],
+    );
+    cfg
+}
+
+#[test]
+fn when_the_daemon_drives_the_sim_on_the_ascendcl_model_expect_chunks_and_faults_ending_in_a_controlled_stop(
+) {
+    let graphs = sim_graphs();
+    let cfg = acl_sim_config(&graphs);
+    let on_model = |name: &str, seconds: f64, faults: &[(&str, &str)]| {
+        let report = graphs.join(format!("{name}.json"));
+        let env = acl_model_env(&report, faults);
+        let run = common::run_daemon_in(
+            name,
+            &cfg,
+            seconds,
+            &["--quiet"],
+            std::time::Duration::from_secs(60),
+            &env,
+        );
+        let r = self::report(&report);
+        (run, r)
+    };
+
+    // `pi0d check` loads the models as `run` does.
+    let report = graphs.join("check.json");
+    let dir = scratch_dir("acl-check");
+    let config = dir.join("config.toml");
+    std::fs::write(&config, toml::to_string(&cfg).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .arg("check")
+        .arg("--config")
+        .arg(&config)
+        .envs(acl_model_env(&report, &[]))
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("AscendCL models loaded"), "{said}");
+    assert_released(&self::report(&report), &said);
+
+    let (run, r) = on_model("acl-daemon", 4.0, &[]);
+    assert_eq!(run.code(), 0, "{}", run.stderr);
+    assert_safe(&run, &cfg);
+    let s = run.summary();
+    assert!(s["chunks_accepted"].as_u64().unwrap() >= 3, "{s}");
+    assert_eq!(s["chunks_rejected"], 0, "{s}");
+    assert_eq!(r["errors"], serde_json::json!([]), "{r}");
+    assert!(r["executions"].as_u64().unwrap() >= 4 * 11, "{r}");
+    assert_released(&r, &run.stderr);
+
+    // The device lost mid-run (after 5 inferences of 11 executions), and executions refused
+    // from the 60th on: each ends the run with the arm brought to rest, exit 9, the cause said.
+    for (name, fault, said) in [
+        (
+            "acl-device-lost",
+            ("ACL_MODEL_DEVICE_LOST_AFTER", "55"),
+            "the policy's accelerator answers no more",
+        ),
+        (
+            "acl-execute-refused",
+            ("ACL_MODEL_EXECUTE_FAIL_AFTER", "60"),
+            "the policy's accelerator failed 3 inferences in a row",
+        ),
+    ] {
+        let (run, r) = on_model(name, 20.0, &[fault]);
+        assert_eq!(run.code(), 9, "{name}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(said),
+            "{name}: `{said}` not in:\n{}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains("decelerating to rest, then exiting"),
+            "{name}: {}",
+            run.stderr
+        );
+        let s = run.summary();
+        assert_eq!(s["exit"], "runtime_failure", "{name}: {s}");
+        assert!(s["chunks_accepted"].as_u64().unwrap() >= 2, "{name}: {s}");
+        assert_eq!(s["limit_violations"], 0, "{name}: {s}");
+        assert_released(&r, &run.stderr);
     }
 }

@@ -39,6 +39,9 @@ pub enum GraphError {
     /// The runtime failed while running the graphs (exit 9).
     #[error("{0}")]
     Runtime(String),
+    /// The device the graphs run on answers no more (lost, its driver failed).
+    #[error("{0}")]
+    DeviceLost(String),
     #[error("input `{name}`: {message}")]
     Input { name: String, message: String },
     #[error(transparent)]
@@ -50,8 +53,17 @@ impl GraphError {
     pub fn is_input_error(&self) -> bool {
         !matches!(
             self,
-            GraphError::Runtime(_) | GraphError::NonFiniteActions(_)
+            GraphError::Runtime(_) | GraphError::DeviceLost(_) | GraphError::NonFiniteActions(_)
         )
+    }
+
+    /// A run's failure on the device, rather than the inputs' or the model's numbers.
+    pub fn accelerator_fault(&self) -> Option<crate::policy::AcceleratorFault> {
+        match self {
+            GraphError::DeviceLost(_) => Some(crate::policy::AcceleratorFault::Lost),
+            GraphError::Runtime(_) => Some(crate::policy::AcceleratorFault::Failed),
+            _ => None,
+        }
     }
 }
 

@@ -84,6 +84,14 @@ impl PipelineError {
             _ => true,
         }
     }
+
+    pub fn accelerator_fault(&self) -> Option<crate::policy::AcceleratorFault> {
+        match self {
+            PipelineError::Graph(e) => e.accelerator_fault(),
+            PipelineError::GraphBatch(e) => e.accelerator_fault(),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

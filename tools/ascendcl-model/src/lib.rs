@@ -24,7 +24,7 @@
 //! Environment: `ACL_MODEL_SOC`, `ACL_MODEL_DEVICES` (device count, default 1),
 //! `ACL_MODEL_DEVICE_MB` (device memory, default 8192), `ACL_MODEL_REPORT` (a JSON report of
 //! calls, errors and leaks, written at `aclFinalize` and at exit), and faults:
-//! `ACL_MODEL_EXECUTE_FAIL_AFTER=N` (executions after the N-th fail at synchronize, 507011),
+//! `ACL_MODEL_EXECUTE_FAIL_AFTER=N` (executions after the N-th refused as queued, 507011),
 //! `ACL_MODEL_DEVICE_LOST_AFTER=N` (the device stops answering after N executions, 507010),
 //! `ACL_MODEL_MALLOC_FAIL_AFTER=N` (allocations after the N-th refused, 207001).
 

@@ -33,14 +33,30 @@ const KNOWN: &[(i32, &str, &str)] = &[
     (207004, "ACL_ERROR_RT_NO_DEVICE", "no NPU visible: check npu-smi info and the container's device mounts"),
     (207006, "ACL_ERROR_RT_NO_PERMISSION", "no permission for the NPU: run as a user in the HwHiAiUser group"),
     (507000, "ACL_ERROR_RT_INTERNAL_ERROR", "runtime internal error: see the plog (~/ascend/log)"),
+    (507004, "ACL_ERROR_RT_STREAM_NOT_COMPLETE", "work still queued on the stream"),
     (507008, "ACL_ERROR_RT_SOC_VERSION", "the .om was compiled for another SoC: re-run ATC with the --soc_version npu-smi reports"),
+    (507010, "ACL_ERROR_RT_LOST_HEARTBEAT", "the NPU stopped answering: check npu-smi info and dmesg; the device may need a reset"),
     (507011, "ACL_ERROR_RT_MODEL_EXECUTE", "model execution failed; most often the .om was compiled for another SoC (re-run ATC with the right --soc_version)"),
     (507014, "ACL_ERROR_RT_AICORE_TIMEOUT", "an AI Core task timed out"),
     (507015, "ACL_ERROR_RT_AICORE_EXCEPTION", "an AI Core task faulted: see the plog (~/ascend/log)"),
     (507033, "ACL_ERROR_RT_DEV_SETUP_ERROR", "device setup failed: check the driver and that no other process holds the NPU"),
+    (507053, "ACL_ERROR_RT_DEVICE_MEM_ERROR", "the NPU's memory faulted: the device needs a reset"),
+    (507054, "ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR", "uncorrectable ECC error in the NPU's memory: the device needs a reset"),
+    (507056, "ACL_ERROR_RT_LINK_ERROR", "the link to the NPU failed: check the driver and dmesg"),
     (507899, "ACL_ERROR_RT_DRV_INTERNAL_ERROR", "driver internal error"),
+    (507901, "ACL_ERROR_RT_SOCKET_CLOSE", "the host lost its connection to the NPU: check the driver and dmesg"),
     (545001, "ACL_ERROR_GE_LOAD_MODEL", "loading the model failed: SoC or CANN version mismatch, or out of device memory"),
 ];
+
+/// Codes after which the device answers no more in this process (lost, its driver or link
+/// failed, its memory faulted): running again cannot help.
+const DEVICE_LOST: &[i32] = &[
+    207004, 507010, 507033, 507053, 507054, 507056, 507899, 507901,
+];
+
+pub(crate) fn device_lost(code: i32) -> bool {
+    DEVICE_LOST.contains(&code)
+}
 
 /// The name and a hint for `code`.
 pub(crate) fn describe(code: i32) -> (&'static str, &'static str) {

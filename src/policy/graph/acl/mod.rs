@@ -279,11 +279,12 @@ impl Device {
             let p = (self.api.aclGetRecentErrMsg)();
             (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
         };
-        Err(GraphError::Runtime(error::message(
-            call,
-            code,
-            recent.as_deref(),
-        )))
+        let message = error::message(call, code, recent.as_deref());
+        Err(if error::device_lost(code) {
+            GraphError::DeviceLost(message)
+        } else {
+            GraphError::Runtime(message)
+        })
     }
 
     fn open(
@@ -542,7 +543,14 @@ impl Device {
         let code = unsafe {
             (self.api.aclmdlExecuteAsync)(self.models[model].id, ds.input, ds.output, self.stream)
         };
-        self.check("aclmdlExecuteAsync", code)
+        let refused = self.check("aclmdlExecuteAsync", code);
+        if refused.is_err() {
+            // What was queued before it runs out now: the next request starts on an empty
+            // stream, not behind the rest of a run that failed.
+            // SAFETY: as in `open`.
+            unsafe { (self.api.aclrtSynchronizeStream)(self.stream) };
+        }
+        refused
     }
 
     fn serve(&mut self, request: Request) -> Reply {
@@ -625,6 +633,11 @@ impl Drop for Device {
         // SAFETY: every handle was created by this thread and is released once.
         unsafe {
             let a = &self.api;
+            // Work may still be queued after a failed run: it ends before the memory it uses
+            // is freed and the models it runs are unloaded.
+            if !self.stream.is_null() {
+                (a.aclrtSynchronizeStream)(self.stream);
+            }
             for ds in self.prefix.take().into_iter().chain(self.denoise.drain(..)) {
                 for b in ds.buffers {
                     (a.aclDestroyDataBuffer)(b);
@@ -640,8 +653,6 @@ impl Drop for Device {
                 (a.aclmdlDestroyDesc)(m.desc);
             }
             if !self.stream.is_null() {
-                // Work may still be queued after a failed run: a stream is destroyed empty.
-                (a.aclrtSynchronizeStream)(self.stream);
                 (a.aclrtDestroyStream)(self.stream);
             }
             if !self.context.is_null() {
