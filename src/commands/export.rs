@@ -230,7 +230,14 @@ pub(crate) fn export(a: ExportArgs) -> Outcome {
                 }
             }
         }
-        if !have_atc {
+        if have_atc {
+            runtime(atc::record_compiled(&opts.out, soc).with_context(|| {
+                format!(
+                    "{}: cannot write it",
+                    opts.out.join(atc::COMPILED_FILE).display()
+                )
+            }))?;
+        } else {
             say(
                 "(atc is not on the PATH: run the commands above on a machine with CANN's toolkit)",
             );

@@ -246,8 +246,22 @@ fn when_the_golden_cases_run_on_the_ascendcl_model_expect_lerobot_actions_and_ev
 #[test]
 fn when_the_ascendcl_model_refuses_or_fails_expect_the_code_named_and_everything_released() {
     let case = "pi0_f32_1cam_short";
-    // Compiled for another SoC than the device's: 507011 at execution, as a board answers.
+    // Compiled by `pi0d export --atc` for another SoC than the device's: refused at load.
     let dir = compiled(case, &[], "Ascend310B1");
+    let run = infer(&dir, case, &[], &[("ACL_MODEL_SOC", "Ascend310P1")]);
+    assert_eq!(run.status, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "the offline models were compiled for Ascend310B1, this NPU is Ascend310P1: compile them again with `pi0d export --atc Ascend310P1`"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.report["calls"]["aclmdlLoadFromFile"], serde_json::Value::Null);
+    assert_released(&run.report, &run.stderr);
+    // Compiled some other way (no record of ATC's SoC): 507011 at execution, as a board
+    // answers.
+    std::fs::remove_file(dir.join("compiled.json")).unwrap();
     let run = infer(&dir, case, &[], &[("ACL_MODEL_SOC", "Ascend310P1")]);
     assert_eq!(run.status, Some(9), "{}", run.stderr);
     for said in [
@@ -265,6 +279,15 @@ fn when_the_ascendcl_model_refuses_or_fails_expect_the_code_named_and_everything
     assert_released(&run.report, &run.stderr);
 
     let dir = compiled(case, &[], "Ascend310P1");
+    // A device the machine does not have.
+    let run = infer(&dir, case, &["--device-id", "1"], &[]);
+    assert_eq!(run.status, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("policy.acl.device_id 1: this machine has 1 NPU(s)"),
+        "{}",
+        run.stderr
+    );
+    assert_released(&run.report, &run.stderr);
     // Device memory refused part way through the load: what was taken is given back.
     let run = infer(&dir, case, &[], &[("ACL_MODEL_MALLOC_FAIL_AFTER", "3")]);
     assert_ne!(run.status, Some(0), "{}", run.stderr);
@@ -374,7 +397,18 @@ fn when_the_daemon_drives_the_sim_on_the_ascendcl_model_expect_chunks_and_faults
     let said =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{said}");
-    assert!(said.contains("AscendCL models loaded"), "{said}");
+    // What it found: the library, its version, the SoC, the devices, what the models were
+    // compiled for.
+    for found in [
+        "AscendCL models loaded",
+        "libascendcl.so",
+        "version=1.8.0",
+        "soc=Ascend310P1",
+        "devices=1",
+        "compiled_for=Ascend310P1",
+    ] {
+        assert!(said.contains(found), "`{found}` not in:\n{said}");
+    }
     assert_released(&self::report(&report), &said);
 
     let (run, r) = on_model("acl-daemon", 4.0, &[]);

@@ -92,6 +92,24 @@ pub fn atc_commands(
         .collect()
 }
 
+/// Beside the graphs once `pi0d export --atc SOC` has run ATC: the SoC the offline models were
+/// compiled for, which the `acl` backend compares with the device's at load.
+pub const COMPILED_FILE: &str = "compiled.json";
+
+/// Records that ATC compiled the graphs in `dir` for `soc`.
+pub fn record_compiled(dir: &Path, soc: &str) -> std::io::Result<()> {
+    let text = serde_json::json!({ "soc_version": soc }).to_string();
+    std::fs::write(dir.join(COMPILED_FILE), text)
+}
+
+/// The SoC the offline models in `dir` were compiled for, when `pi0d export` ran ATC (`None`:
+/// ATC was run some other way, or the record does not read).
+pub fn compiled_for(dir: &Path) -> Option<String> {
+    let text = crate::files::read_regular(&dir.join(COMPILED_FILE), 4096).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("soc_version")?.as_str().map(str::to_string)
+}
+
 /// float16's largest finite value.
 pub const F16_MAX: f32 = 65504.0;
 /// Activations within this factor of `F16_MAX` on the calibration inputs may pass it on others.

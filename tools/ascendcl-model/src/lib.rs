@@ -295,6 +295,22 @@ pub unsafe extern "C" fn aclrtGetDeviceCount(count: *mut u32) -> AclError {
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn aclrtGetVersion(
+    major: *mut i32,
+    minor: *mut i32,
+    patch: *mut i32,
+) -> AclError {
+    call("aclrtGetVersion", |_| {
+        if major.is_null() || minor.is_null() || patch.is_null() {
+            return Err(Fail::param("a version pointer is null"));
+        }
+        // The AscendCL of CANN 8.0.
+        (*major, *minor, *patch) = (1, 8, 0);
+        Ok(())
+    })
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn aclGetRecentErrMsg() -> *const c_char {
     state::recent_message()
 }

@@ -99,6 +99,9 @@ acl_api! {
     aclDestroyDataBuffer(*const c_void) -> AclError;
     aclmdlExecuteAsync(u32, *const c_void, *mut c_void, Handle) -> AclError;
     aclGetRecentErrMsg() -> *const c_char;
+    aclrtGetSocName() -> *const c_char;
+    aclrtGetDeviceCount(*mut u32) -> AclError;
+    aclrtGetVersion(*mut i32, *mut i32, *mut i32) -> AclError;
 }
 
 /// The C prototypes, as CANN's AscendCL reference documents them.
@@ -135,6 +138,9 @@ aclDataBuffer *aclCreateDataBuffer(void *data, size_t size);
 aclError aclDestroyDataBuffer(const aclDataBuffer *dataBuffer);
 aclError aclmdlExecuteAsync(uint32_t modelId, const aclmdlDataset *input, aclmdlDataset *output, aclrtStream stream);
 const char *aclGetRecentErrMsg();
+const char *aclrtGetSocName();
+aclError aclrtGetDeviceCount(uint32_t *count);
+aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion);
 ";
 
 /// Where CANN installs the library, searched after `ASCEND_HOME_PATH` / `ASCEND_TOOLKIT_HOME`
@@ -218,6 +224,7 @@ pub(crate) fn c_type_to_rust(c: &str) -> Option<&'static str> {
         "void **" => "*mut *mut c_void",
         "const void *" => "*const c_void",
         "uint32_t *" => "*mut u32",
+        "int32_t *" => "*mut i32",
         "aclmdlDesc *" | "aclmdlDataset *" | "aclDataBuffer *" => "*mut c_void",
         "const aclmdlDesc *" | "const aclmdlDataset *" | "const aclDataBuffer *" => "*const c_void",
         _ => return None,

@@ -258,6 +258,7 @@ struct Device {
     counted: bool,
     /// `aclrtSetDevice` succeeded: the device is reset at the end.
     device_set: bool,
+    found: Found,
     device_id: i32,
     context: Handle,
     stream: Handle,
@@ -268,7 +269,57 @@ struct Device {
     plan: BufferPlan,
 }
 
+/// What AscendCL says of this machine, and what the offline models were compiled for.
+#[derive(Default)]
+struct Found {
+    version: String,
+    soc: String,
+    devices: u32,
+    compiled_for: Option<String>,
+}
+
 impl Device {
+    /// The library's version, the SoC, the device count; refuses a device id beyond the count
+    /// and offline models `pi0d export` compiled for another SoC (they would fail at their
+    /// first execution).
+    fn what_is_here(&self, dir: &Path) -> Result<Found, GraphError> {
+        let (mut major, mut minor, mut patch, mut devices) = (0, 0, 0, 0u32);
+        // SAFETY: as in `open`; the SoC name is a NUL-terminated string owned by AscendCL,
+        // copied at once.
+        let soc = unsafe {
+            self.check(
+                "aclrtGetVersion",
+                (self.api.aclrtGetVersion)(&mut major, &mut minor, &mut patch),
+            )?;
+            self.check(
+                "aclrtGetDeviceCount",
+                (self.api.aclrtGetDeviceCount)(&mut devices),
+            )?;
+            let p = (self.api.aclrtGetSocName)();
+            (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+        }
+        .unwrap_or_else(|| "unknown".into());
+        if u32::try_from(self.device_id).map_or(true, |id| id >= devices) {
+            return Err(GraphError::Load(format!(
+                "policy.acl.device_id {}: this machine has {devices} NPU(s) (0..{devices}; npu-smi info lists them)",
+                self.device_id
+            )));
+        }
+        let compiled_for = crate::policy::export::atc::compiled_for(dir);
+        if let Some(c) = compiled_for.as_ref().filter(|c| **c != soc) {
+            return Err(GraphError::Load(format!(
+                "{}: the offline models were compiled for {c}, this NPU is {soc}: compile them again with `pi0d export --atc {soc}`",
+                dir.display()
+            )));
+        }
+        Ok(Found {
+            version: format!("{major}.{minor}.{patch}"),
+            soc,
+            devices,
+            compiled_for,
+        })
+    }
+
     fn check(&self, call: &str, code: ffi::AclError) -> Result<(), GraphError> {
         if code == 0 {
             return Ok(());
@@ -298,6 +349,7 @@ impl Device {
             api,
             counted: false,
             device_set: false,
+            found: Found::default(),
             device_id: opts.device_id,
             context: std::ptr::null_mut(),
             stream: std::ptr::null_mut(),
@@ -322,6 +374,7 @@ impl Device {
             *runtimes += 1;
             d.counted = true;
             drop(runtimes);
+            d.found = d.what_is_here(dir)?;
             d.check("aclrtSetDevice", (d.api.aclrtSetDevice)(d.device_id))?;
             d.device_set = true;
             let mut ctx = std::ptr::null_mut();
@@ -367,6 +420,10 @@ impl Device {
         tracing::info!(
             device = d.device_id,
             library = %d.api.path.display(),
+            version = %d.found.version,
+            soc = %d.found.soc,
+            devices = d.found.devices,
+            compiled_for = %d.found.compiled_for.as_deref().unwrap_or("not recorded (ATC run outside pi0d export)"),
             buffers = d.plan.buffers.len(),
             device_mb = d.plan.buffers.iter().map(|b| b.bytes).sum::<usize>() as f64 / 1e6,
             "AscendCL models loaded"
