@@ -366,3 +366,96 @@ fn when_serve_runs_a_relative_action_checkpoint_expect_lerobots_absolute_actions
         }
     }
 }
+
+/// `pi0d serve --config` with the `acl` backend, on the model of AscendCL (tools/ascendcl-model):
+/// graphs exported for batches of 2 and compiled by its ATC; openpi's client gets lerobot's
+/// actions, concurrent requests are batched in pairs on the NPU, each answered with its own.
+#[test]
+fn when_serve_runs_batched_on_the_ascendcl_model_expect_lerobots_actions_each_client_its_own() {
+    let dir = scratch_dir("serve-openpi-acl");
+    let case = root().join("tests/fixtures/cases/pi0_end_to_end");
+    let graphs = dir.join("graphs");
+    let report = dir.join("acl-report.json");
+    let export = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["export", "--checkpoint"])
+        .arg(root().join("tests/fixtures/pi0_float32"))
+        .args([
+            "--cameras",
+            "3",
+            "--batch",
+            "2",
+            "--atc",
+            "Ascend310P1",
+            "--out",
+        ])
+        .arg(&graphs)
+        .envs(acl_model_env(&report, &[]))
+        .output()
+        .unwrap();
+    assert!(
+        export.status.success(),
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    let mut cfg = fixture_config();
+    with_backend(
+        &mut cfg,
+        "acl",
+        &[
+            (
+                "model_dir",
+                toml::Value::String(graphs.display().to_string()),
+            ),
+            (
+                "library",
+                toml::Value::String(acl_model().display().to_string()),
+            ),
+        ],
+    );
+    let path = dir.join("serve.toml");
+    std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .args(["--max-batch", "2", "--listen", "127.0.0.1:0"])
+        .args(["--api-key-env", "PI0D_TEST_KEY"])
+        .env("PI0D_TEST_KEY", "k3y")
+        .envs(acl_model_env(&report, &[]))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = std::io::BufReader::new(server.stderr.take().unwrap());
+    let (port, seen) = listening_port(&mut log);
+    let rest = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = seen;
+        for line in log.lines().map_while(Result::ok) {
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let (r, status, log) = check((&mut server, port, rest), &dir, &case, &[]);
+    assert_eq!(status, Some(0), "{log}");
+    assert!(log.contains("AscendCL models loaded"), "{log}");
+    let err = error_against_lerobot(&case, &actions(&r));
+    assert!(err <= 1e-4, "max abs error {err} against lerobot (acl)");
+    let batches: Vec<u64> = r["concurrent_batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_u64().unwrap())
+        .collect();
+    assert!(batches.contains(&2), "never batched: {batches:?}");
+    assert_eq!(r["distinct_replies"], 4);
+    assert!(
+        r["concurrent_max_diff"].as_f64().unwrap() < 1e-5,
+        "a batched reply differs from the same request alone: {}",
+        r["concurrent_max_diff"]
+    );
+    let model: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(model["errors"], serde_json::json!([]), "{model}");
+    assert_eq!(model["finalized"], true, "{model}");
+    assert_eq!(model["leaks"], serde_json::json!({}), "{model}");
+}

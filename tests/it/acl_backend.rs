@@ -257,7 +257,10 @@ fn when_the_ascendcl_model_refuses_or_fails_expect_the_code_named_and_everything
         "{}",
         run.stderr
     );
-    assert_eq!(run.report["calls"]["aclmdlLoadFromFile"], serde_json::Value::Null);
+    assert_eq!(
+        run.report["calls"]["aclmdlLoadFromFile"],
+        serde_json::Value::Null
+    );
     assert_released(&run.report, &run.stderr);
     // Compiled some other way (no record of ATC's SoC): 507011 at execution, as a board
     // answers.
@@ -283,7 +286,8 @@ fn when_the_ascendcl_model_refuses_or_fails_expect_the_code_named_and_everything
     let run = infer(&dir, case, &["--device-id", "1"], &[]);
     assert_eq!(run.status, Some(1), "{}", run.stderr);
     assert!(
-        run.stderr.contains("policy.acl.device_id 1: this machine has 1 NPU(s)"),
+        run.stderr
+            .contains("policy.acl.device_id 1: this machine has 1 NPU(s)"),
         "{}",
         run.stderr
     );
