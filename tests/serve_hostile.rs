@@ -551,46 +551,10 @@ fn when_a_numeric_option_is_out_of_range_expect_exit_2_naming_option_and_range()
     }
 }
 
-/// A copy of the bundled model whose text embedding has 4 Mi rows (1 GiB of f32, zeros: the file
-/// is sparse and takes no disk), so that loading it takes a while.
-fn slow_to_load() -> TempDir {
-    let dir = copied_checkpoint(&root().join("models/tiny-pi0"), "serve-slow-load");
-    let path = dir.join("model.safetensors");
-    let bytes = std::fs::read(&path).unwrap();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let mut header: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-    let data = &bytes[8 + n..];
-    let big = "model.paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight";
-    let width = header[big]["shape"][1].as_u64().unwrap();
-    let mut kept = Vec::new();
-    for (name, t) in header.iter_mut() {
-        if name == "__metadata__" || name == big {
-            continue;
-        }
-        let at = |i: usize| t["data_offsets"][i].as_u64().unwrap() as usize;
-        let (from, to) = (at(0), at(1));
-        t["data_offsets"] = serde_json::json!([kept.len(), kept.len() + to - from]);
-        kept.extend_from_slice(&data[from..to]);
-    }
-    let size = (4u64 << 20) * width * 4;
-    header[big]["shape"] = serde_json::json!([4u64 << 20, width]);
-    header[big]["data_offsets"] = serde_json::json!([kept.len() as u64, kept.len() as u64 + size]);
-    let mut head = serde_json::to_vec(&header).unwrap();
-    head.resize(head.len().div_ceil(8) * 8, b' ');
-    let mut file = std::fs::File::create(&path).unwrap();
-    file.write_all(&(head.len() as u64).to_le_bytes()).unwrap();
-    file.write_all(&head).unwrap();
-    file.write_all(&kept).unwrap();
-    file.set_len(8 + head.len() as u64 + kept.len() as u64 + size)
-        .unwrap();
-    dir
-}
-
 #[test]
 fn when_a_stop_signal_arrives_while_the_checkpoint_loads_expect_exit_0_before_the_load_ends() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let model = slow_to_load();
+    let model = big_embedding("serve-slow-load");
     let (mut server, _port) = Server::spawn(&model, &[]);
     server.wait_for("loading ", 1, Duration::from_secs(60));
     server.signal(libc::SIGTERM);

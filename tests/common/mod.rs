@@ -976,3 +976,41 @@ pub fn assert_gripper_goals(
     );
     accepted
 }
+
+/// A copy of the bundled model whose text embedding has 4 Mi rows (1 GiB of f32, zeros: the file
+/// is sparse and takes no disk): a load that takes a while, and a table as large as a full-size
+/// pi0's that the load must not hold in memory.
+pub fn big_embedding(name: &str) -> TempDir {
+    use std::io::Write;
+    let dir = copied_checkpoint(&root().join("models/tiny-pi0"), name);
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let data = &bytes[8 + n..];
+    let big = "model.paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight";
+    let width = header[big]["shape"][1].as_u64().unwrap();
+    let mut kept = Vec::new();
+    for (name, t) in header.iter_mut() {
+        if name == "__metadata__" || name == big {
+            continue;
+        }
+        let at = |i: usize| t["data_offsets"][i].as_u64().unwrap() as usize;
+        let (from, to) = (at(0), at(1));
+        t["data_offsets"] = serde_json::json!([kept.len(), kept.len() + to - from]);
+        kept.extend_from_slice(&data[from..to]);
+    }
+    let size = (4u64 << 20) * width * 4;
+    header[big]["shape"] = serde_json::json!([4u64 << 20, width]);
+    header[big]["data_offsets"] = serde_json::json!([kept.len() as u64, kept.len() as u64 + size]);
+    let mut head = serde_json::to_vec(&header).unwrap();
+    head.resize(head.len().div_ceil(8) * 8, b' ');
+    let mut file = std::fs::File::create(&path).unwrap();
+    file.write_all(&(head.len() as u64).to_le_bytes()).unwrap();
+    file.write_all(&head).unwrap();
+    file.write_all(&kept).unwrap();
+    file.set_len(8 + head.len() as u64 + kept.len() as u64 + size)
+        .unwrap();
+    dir
+}

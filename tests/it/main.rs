@@ -22,6 +22,7 @@ mod first_run;
 mod fuzz;
 mod journald;
 mod layouts;
+mod load_peak;
 mod outside_text;
 mod pi0_golden;
 mod policy_inputs;
