@@ -24,6 +24,7 @@ mod journald;
 mod layouts;
 mod load_peak;
 mod outside_text;
+mod package;
 mod pi0_golden;
 mod policy_inputs;
 mod quantized;
