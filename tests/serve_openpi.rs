@@ -414,27 +414,14 @@ fn when_serve_runs_batched_on_the_ascendcl_model_expect_lerobots_actions_each_cl
     );
     let path = dir.join("serve.toml");
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .args(["--max-batch", "2", "--listen", "127.0.0.1:0"])
-        .args(["--api-key-env", "PI0D_TEST_KEY"])
-        .env("PI0D_TEST_KEY", "k3y")
-        .envs(acl_model_env(&report, &[]))
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = std::io::BufReader::new(server.stderr.take().unwrap());
-    let (port, seen) = listening_port(&mut log);
-    let rest = std::thread::spawn(move || {
-        use std::io::BufRead;
-        let mut all = seen;
-        for line in log.lines().map_while(Result::ok) {
-            all.push_str(&line);
-            all.push('\n');
-        }
-        all
-    });
+    let args: [&std::ffi::OsStr; 4] = [
+        "--config".as_ref(),
+        path.as_os_str(),
+        "--max-batch".as_ref(),
+        "2".as_ref(),
+    ];
+    let env = acl_model_env(&report, &[]);
+    let (mut server, port, rest) = pi0d_serve_in(&args, ("PI0D_TEST_KEY", "k3y"), &env);
     let (r, status, log) = check((&mut server, port, rest), &dir, &case, &[]);
     assert_eq!(status, Some(0), "{log}");
     assert!(log.contains("AscendCL models loaded"), "{log}");

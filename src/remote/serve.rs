@@ -140,6 +140,9 @@ pub(crate) fn metadata(p: &Pi0Pipeline, layout: &Layout) -> Out {
     ])
 }
 
+/// How long a stop waits for the model's thread to finish its request and release the model.
+const WORKER_GRACE: Duration = Duration::from_secs(10);
+
 /// Serves until a stop signal (SIGINT, SIGTERM, SIGQUIT, SIGXCPU, SIGPWR); a second one exits
 /// at once with 130 (`daemon::signals`).
 pub fn serve(
@@ -152,9 +155,14 @@ pub fn serve(
     let (jobs, queue) = mpsc::sync_channel(opts.queue.max(1));
     let (seed, max_batch, window) = (opts.seed, opts.max_batch.max(1), opts.batch_window);
     let rtc = opts.rtc;
+    let (ended, worker_ended) = mpsc::channel::<()>();
     let worker = std::thread::Builder::new()
         .name("pi0d-serve-infer".into())
-        .spawn(move || infer_loop(pipeline, queue, seed, max_batch, window, rtc))
+        .spawn(move || {
+            // The pipeline is dropped at the loop's end: an accelerator is released here.
+            infer_loop(pipeline, queue, seed, max_batch, window, rtc);
+            let _ = ended.send(());
+        })
         .map_err(ServeError::Runtime)?;
     let shared = Arc::new(Shared {
         jobs,
@@ -183,8 +191,18 @@ pub fn serve(
     ));
     // Connections end with the runtime; a decode still running is left behind.
     rt.shutdown_timeout(Duration::from_secs(1));
-    // The queue's sender is gone with the runtime's tasks: the worker ends after its job.
-    drop(worker);
+    // The queue's sender is gone with the runtime's tasks: the worker ends after its job and
+    // releases the model (an NPU's device, AscendCL finalized) before the process exits. A
+    // decode left behind may hold the queue open: then the exit does not wait past the grace.
+    match worker_ended.recv_timeout(WORKER_GRACE) {
+        Err(mpsc::RecvTimeoutError::Timeout) => tracing::warn!(
+            grace_s = WORKER_GRACE.as_secs_f64(),
+            "the model's thread has not ended: exiting without releasing the model"
+        ),
+        _ => {
+            let _ = worker.join();
+        }
+    }
     outcome
 }
 

@@ -788,7 +788,16 @@ pub fn listening_port(log: &mut impl std::io::BufRead) -> (u16, String) {
 /// collecting its log until it ends.
 pub fn pi0d_serve(
     args: &[&std::ffi::OsStr],
+    key: (&str, &str),
+) -> (std::process::Child, u16, std::thread::JoinHandle<String>) {
+    pi0d_serve_in(args, key, &[])
+}
+
+/// As `pi0d_serve`, with `env` added to the server's environment.
+pub fn pi0d_serve_in(
+    args: &[&std::ffi::OsStr],
     (key_env, key): (&str, &str),
+    env: &[(&str, std::ffi::OsString)],
 ) -> (std::process::Child, u16, std::thread::JoinHandle<String>) {
     use std::io::{BufRead, BufReader};
     let mut server = Command::new(env!("CARGO_BIN_EXE_pi0d"))
@@ -796,6 +805,7 @@ pub fn pi0d_serve(
         .args(args)
         .args(["--listen", "127.0.0.1:0", "--api-key-env", key_env])
         .env(key_env, key)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();

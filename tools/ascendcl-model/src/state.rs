@@ -158,7 +158,13 @@ pub fn recent_message() -> *const c_char {
 }
 
 extern "C" fn at_exit() {
-    let s = lock();
+    // A thread still inside a call at exit holds the lock: the report is then not written
+    // (waiting would hang the exit).
+    let s = match STATE.try_lock() {
+        Ok(s) => s,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
     s.write_report();
 }
 
