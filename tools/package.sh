@@ -14,6 +14,10 @@
 # --binary PATH       a pi0d binary built for --arch (default: the --build output)
 # --out DIR           where the .deb goes (default target/debian)
 # --compress xz|gzip|none  the package's compression (default xz)
+# --check             then run the packaged binary (arm64: under qemu-user): `pi0d check` on the
+#                     simulated arm's config, 5 s of the simulated arm (chunks executed, no limit
+#                     violation), and `pi0d infer` of a golden case against lerobot's actions
+#                     through the CPU kernels (NEON on arm64)
 #
 # The package's libc6 dependency is the newest GLIBC_ symbol version the binary requires (read
 # from its dynamic symbols), printed at the end: the oldest system it runs on.
@@ -25,6 +29,7 @@ build=0
 binary=""
 out="$repo/target/debian"
 compress=xz
+check=0
 
 die() {
   echo "package.sh: $*" >&2
@@ -35,6 +40,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --arch) [ $# -ge 2 ] || die "--arch needs amd64 or arm64"; arch=$2; shift 2 ;;
     --build) build=1; shift ;;
+    --check) check=1; shift ;;
     --binary) [ $# -ge 2 ] || die "--binary needs a path"; binary=$2; shift 2 ;;
     --out) [ $# -ge 2 ] || die "--out needs a directory"; out=$2; shift 2 ;;
     --compress) [ $# -ge 2 ] || die "--compress needs xz, gzip or none"; compress=$2; shift 2 ;;
@@ -44,8 +50,10 @@ while [ $# -gt 0 ]; do
 done
 
 case "$arch" in
-  amd64) triple=x86_64-unknown-linux-gnu; objdump=objdump; machine="X86-64" ;;
-  arm64) triple=aarch64-unknown-linux-gnu; objdump=aarch64-linux-gnu-objdump; machine="AArch64" ;;
+  amd64) triple=x86_64-unknown-linux-gnu; objdump=objdump; strip=strip; machine="X86-64" ;;
+  arm64)
+    triple=aarch64-unknown-linux-gnu; objdump=aarch64-linux-gnu-objdump
+    strip=aarch64-linux-gnu-strip; machine="AArch64" ;;
   *) die "--arch must be amd64 or arm64, not '${arch}'" ;;
 esac
 
@@ -65,6 +73,7 @@ fi
 [ -f "$binary" ] && [ -x "$binary" ] || die "--binary $binary: no executable there"
 command -v dpkg-deb >/dev/null || die "dpkg-deb is missing (apt-get install dpkg)"
 command -v "$objdump" >/dev/null || die "$objdump is missing (binutils for $arch)"
+command -v "$strip" >/dev/null || die "$strip is missing (binutils for $arch)"
 
 # The binary is for the package's architecture.
 file_machine="$(readelf -h "$binary" | sed -n 's/^ *Machine: *//p')"
@@ -83,6 +92,9 @@ trap 'rm -rf "$stage"' EXIT
 r="$stage/root"
 
 install -D -m 755 "$binary" "$r/usr/bin/pi0d"
+# Without its debug information (a release build's is two thirds of it); symbols stay, so a
+# backtrace still names functions.
+"$strip" --strip-debug "$r/usr/bin/pi0d"
 # The unit as docs/deployment.md describes it, the binary where a package puts it.
 install -d "$r/lib/systemd/system"
 sed 's|/usr/local/bin/pi0d|/usr/bin/pi0d|g' "$repo/systemd/pi0d.service" >"$r/lib/systemd/system/pi0d.service"
@@ -158,3 +170,44 @@ case "$compress" in xz | gzip | none) ;; *) die "--compress must be xz, gzip or 
 dpkg-deb --root-owner-group "-Z$compress" --build "$r" "$deb" >/dev/null
 echo "package: $deb"
 echo "glibc: $glibc or newer (libc6 >= $glibc)"
+
+[ "$check" -eq 1 ] || exit 0
+# The packaged binary, as installed, on this machine.
+run=("$r/usr/bin/pi0d")
+if [ "$arch" = arm64 ] && [ "$(uname -m)" != aarch64 ]; then
+  command -v qemu-aarch64 >/dev/null || die "--check on arm64 needs qemu-user (apt-get install qemu-user)"
+  run=(qemu-aarch64 -L /usr/aarch64-linux-gnu "$r/usr/bin/pi0d")
+fi
+work="$stage/check"
+mkdir -p "$work"
+echo "check: pi0d check on the simulated arm's config"
+"${run[@]}" check --config "$r/usr/share/pi0d/config/sim.toml" >"$work/check.log" 2>&1 \
+  || { cat "$work/check.log"; die "pi0d check failed"; }
+echo "check: 5 s of the simulated arm"
+"${run[@]}" run --quiet --config "$r/usr/share/pi0d/config/sim.toml" --duration 5 \
+  --summary "$work/summary.json" >"$work/run.log" 2>&1 || { cat "$work/run.log"; die "pi0d run failed"; }
+python3 - "$work/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(f"  chunks accepted {s['chunks_accepted']}, limit violations {s['limit_violations']}, exit {s['exit']}")
+assert s["chunks_accepted"] >= 1 and s["limit_violations"] == 0 and s["exit"] == "clean", s
+PY
+case_dir="$repo/tests/fixtures/cases/pi0_f32_1cam_short"
+echo "check: pi0d infer of a golden case against lerobot's actions"
+"${run[@]}" infer --checkpoint "$repo/tests/fixtures/pi0_float32" --inputs "$case_dir/inputs.safetensors" \
+  --output "$work/actions.safetensors" >"$work/infer.log" 2>&1 || { cat "$work/infer.log"; die "pi0d infer failed"; }
+python3 - "$work/actions.safetensors" "$case_dir/expected.safetensors" <<'PY'
+import json, struct, sys
+def actions(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    t = json.loads(b[8:8 + n])["actions"]
+    start, end = t["data_offsets"]
+    data = b[8 + n + start:8 + n + end]
+    return struct.unpack(f"<{len(data) // 4}f", data)
+got, want = actions(sys.argv[1]), actions(sys.argv[2])
+err = max(abs(a - b) for a, b in zip(got, want))
+print(f"  max abs error against lerobot {err:.1e}")
+assert len(got) == len(want) and err <= 1e-4, err
+PY
+echo "check: passed"

@@ -1,6 +1,7 @@
 //! tools/package.sh: the Debian package of the binary under test (amd64 here; arm64 is the
-//! same script on the cross-compiled binary), its contents where docs/deployment.md says, its
-//! glibc floor read from the binary, and its examples running from the unpacked tree.
+//! same script on the cross-compiled binary, its `--check` under qemu-user), its contents where
+//! docs/deployment.md says, its glibc floor read from the binary, and its examples running from
+//! the unpacked tree.
 
 use crate::common;
 
@@ -34,7 +35,14 @@ fn when_the_package_is_built_expect_the_deployment_layout_the_glibc_floor_and_ex
     let dir = scratch_dir("package");
     let binary = Path::new(env!("CARGO_BIN_EXE_pi0d"));
     let out = Command::new(root().join("tools/package.sh"))
-        .args(["--arch", "amd64", "--compress", "none", "--binary"])
+        .args([
+            "--arch",
+            "amd64",
+            "--compress",
+            "none",
+            "--check",
+            "--binary",
+        ])
         .arg(binary)
         .arg("--out")
         .arg(&dir)
@@ -43,6 +51,15 @@ fn when_the_package_is_built_expect_the_deployment_layout_the_glibc_floor_and_ex
     let said =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");
+    // --check ran the packaged binary: the sim config checked, 5 s of the simulated arm, a golden
+    // case against lerobot's actions (what the arm64 package runs under qemu-user).
+    for line in [
+        "limit violations 0, exit clean",
+        "max abs error against lerobot",
+        "check: passed",
+    ] {
+        assert!(said.contains(line), "`{line}` not in:\n{said}");
+    }
     let deb = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()
