@@ -314,3 +314,80 @@ pub unsafe extern "C" fn aclrtGetVersion(
 pub unsafe extern "C" fn aclGetRecentErrMsg() -> *const c_char {
     state::recent_message()
 }
+
+#[cfg(test)]
+mod tests {
+    //! The model's own strictness, through its C entry points (one test: the runtime is one
+    //! per process, as AscendCL's is).
+    use super::*;
+    use crate::codes::*;
+    use std::ptr::null_mut;
+
+    #[test]
+    fn when_called_as_the_reference_forbids_expect_its_error_codes() {
+        unsafe {
+            // Nothing before aclInit; then once only.
+            assert_eq!(aclrtSetDevice(0), 100001);
+            assert_eq!(aclInit(std::ptr::null()), 0);
+            assert_eq!(aclInit(std::ptr::null()), 100002);
+            // A device the machine does not have.
+            assert_eq!(aclrtSetDevice(1), 107001);
+            assert_eq!(aclrtSetDevice(0), 0);
+            // Contexts are per thread: another thread has none.
+            let other = std::thread::spawn(|| {
+                let mut p = null_mut();
+                aclrtMalloc(&mut p, 64, 0)
+            });
+            assert_eq!(other.join().unwrap(), 107002);
+            let mut ctx = null_mut();
+            assert_eq!(aclrtCreateContext(&mut ctx, 0), 0);
+            let mut dev = null_mut();
+            assert_eq!(aclrtMalloc(&mut dev, 64, 0), 0);
+            // Device memory is not host memory, in either direction, and has bounds.
+            let host = [7u8; 64];
+            let mut back = [0u8; 64];
+            let h2d = ACL_MEMCPY_HOST_TO_DEVICE;
+            let d2h = ACL_MEMCPY_DEVICE_TO_HOST;
+            assert_eq!(
+                aclrtMemcpy(back.as_mut_ptr().cast(), 64, host.as_ptr().cast(), 64, h2d),
+                107000
+            );
+            assert_eq!(aclrtMemcpy(dev, 64, host.as_ptr().cast(), 64, d2h), 107000);
+            assert_eq!(
+                aclrtMemcpy(dev, 128, [0u8; 128].as_ptr().cast(), 128, h2d),
+                107000
+            );
+            assert_eq!(aclrtMemcpy(dev, 32, host.as_ptr().cast(), 64, h2d), 100000);
+            // Fresh device memory is not zeros; a copy there and back is exact.
+            assert_eq!(aclrtMemcpy(back.as_mut_ptr().cast(), 64, dev, 64, d2h), 0);
+            assert_eq!(back, [0xA5; 64]);
+            assert_eq!(aclrtMemcpy(dev, 64, host.as_ptr().cast(), 64, h2d), 0);
+            assert_eq!(aclrtMemcpy(back.as_mut_ptr().cast(), 64, dev, 64, d2h), 0);
+            assert_eq!(back, host);
+            // The last failure is said.
+            let msg = CStr::from_ptr(aclGetRecentErrMsg())
+                .to_string_lossy()
+                .into_owned();
+            assert!(msg.contains("aclrtMemcpy"), "{msg}");
+            // Freed once; a model never loaded cannot run or unload.
+            assert_eq!(aclrtFree(dev), 0);
+            assert_eq!(aclrtFree(dev), 207002);
+            assert_eq!(aclrtMemcpy(dev, 64, host.as_ptr().cast(), 64, h2d), 107000);
+            assert_eq!(aclmdlUnload(9), 100011);
+            let mut stream = null_mut();
+            assert_eq!(aclrtCreateStream(&mut stream), 0);
+            let (input, output) = (aclmdlCreateDataset(), aclmdlCreateDataset());
+            assert_eq!(aclmdlExecuteAsync(9, input, output, stream), 100011);
+            // What is still held at aclFinalize is reported: here a stream, an allocation and
+            // two datasets.
+            let mut leaked = null_mut();
+            assert_eq!(aclrtMalloc(&mut leaked, 16, 0), 0);
+            let leaks = state::call_value("test", |s| s.leaks_now());
+            assert_eq!(leaks["streams"], 1);
+            assert_eq!(leaks["device allocations"], 1);
+            assert_eq!(leaks["datasets"], 2);
+            assert_eq!(aclFinalize(), 0);
+            assert_eq!(aclFinalize(), 100001);
+        }
+    }
+}

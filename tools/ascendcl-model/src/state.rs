@@ -241,6 +241,11 @@ impl State {
         Ok(())
     }
 
+    #[cfg(test)]
+    pub fn leaks_now(&self) -> serde_json::Value {
+        self.leaks()
+    }
+
     /// What is still held: nothing after a clean release.
     fn leaks(&self) -> serde_json::Value {
         let mut m = serde_json::Map::new();
