@@ -32,6 +32,8 @@ fn glibc_floor(binary: &Path) -> (u32, u32) {
 
 #[test]
 fn when_the_package_is_built_expect_the_deployment_layout_the_glibc_floor_and_examples_that_run() {
+    // --check runs the simulated arm: one daemon at a time, as the other tests run theirs.
+    let _serial = common::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("package");
     let binary = Path::new(env!("CARGO_BIN_EXE_pi0d"));
     let out = Command::new(root().join("tools/package.sh"))
