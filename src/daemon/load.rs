@@ -154,7 +154,7 @@ pub(super) fn load(
             Ok(Ok(mut policy)) => {
                 phase.store(1, Ordering::SeqCst);
                 tracing::info!(policy = policy.name(), "policy loaded; warming up");
-                super::warm_up(policy.as_mut(), &cfg, &board, &stats);
+                warm_up(policy.as_mut(), &cfg, &board, &stats);
                 Ok(policy)
             }
             Ok(Err(e)) => Err(DaemonError::Policy(e)),
@@ -194,6 +194,34 @@ pub(super) fn load(
             "policy loading",
             "ended without a policy".into(),
         )),
+    }
+}
+
+/// One inference (or a remote policy's connection) before READY: the first real chunk then
+/// costs what the others do. A failure is logged, not fatal: the worker retries and the arm
+/// waits as it would for any missing chunk. A failure is counted under its kind (the summary's
+/// `policy_errors_by_kind`), not as a chunk: no chunk was asked for.
+fn warm_up(
+    policy: &mut dyn crate::policy::Policy,
+    cfg: &Config,
+    board: &Blackboard,
+    stats: &WorkerStats,
+) {
+    let mut obs = crate::observation::Observation::default();
+    if !board.inputs.observe(&cfg.policy.state, &mut obs) {
+        return;
+    }
+    let started = MonoTime::now();
+    match supervise::caught(|| policy.warm_up(&obs)) {
+        Ok(Ok(())) => tracing::info!(
+            ms = format!("{:.1}", MonoTime::now().seconds_since(started) * 1e3),
+            "policy warmed up"
+        ),
+        Ok(Err(e)) => {
+            stats.count_kind(&e);
+            tracing::warn!(error = %crate::errors::Chain(&e), "policy warm-up failed; the worker retries");
+        }
+        Err(panic) => tracing::warn!(%panic, "policy warm-up panicked; the worker retries"),
     }
 }
 
