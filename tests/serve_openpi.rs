@@ -376,42 +376,11 @@ fn when_serve_runs_batched_on_the_ascendcl_model_expect_lerobots_actions_each_cl
     let case = root().join("tests/fixtures/cases/pi0_end_to_end");
     let graphs = dir.join("graphs");
     let report = dir.join("acl-report.json");
-    let export = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args(["export", "--checkpoint"])
-        .arg(root().join("tests/fixtures/pi0_float32"))
-        .args([
-            "--cameras",
-            "3",
-            "--batch",
-            "2",
-            "--atc",
-            "Ascend310P1",
-            "--out",
-        ])
-        .arg(&graphs)
-        .envs(acl_model_env(&report, &[]))
-        .output()
-        .unwrap();
-    assert!(
-        export.status.success(),
-        "{}",
-        String::from_utf8_lossy(&export.stderr)
-    );
+    let ck = root().join("tests/fixtures/pi0_float32");
+    let args = ["--cameras", "3", "--batch", "2", "--atc", "Ascend310P1"];
+    acl::export(&ck, &args, &graphs);
     let mut cfg = fixture_config();
-    with_backend(
-        &mut cfg,
-        "acl",
-        &[
-            (
-                "model_dir",
-                toml::Value::String(graphs.display().to_string()),
-            ),
-            (
-                "library",
-                toml::Value::String(acl_model().display().to_string()),
-            ),
-        ],
-    );
+    acl::with_backend_on(&mut cfg, &graphs);
     let path = dir.join("serve.toml");
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
     let args: [&std::ffi::OsStr; 4] = [
@@ -420,7 +389,7 @@ fn when_serve_runs_batched_on_the_ascendcl_model_expect_lerobots_actions_each_cl
         "--max-batch".as_ref(),
         "2".as_ref(),
     ];
-    let env = acl_model_env(&report, &[]);
+    let env = acl::env(&report, &[]);
     let (mut server, port, rest) = pi0d_serve_in(&args, ("PI0D_TEST_KEY", "k3y"), &env);
     let (r, status, log) = check((&mut server, port, rest), &dir, &case, &[]);
     assert_eq!(status, Some(0), "{log}");
@@ -440,9 +409,7 @@ fn when_serve_runs_batched_on_the_ascendcl_model_expect_lerobots_actions_each_cl
         "a batched reply differs from the same request alone: {}",
         r["concurrent_max_diff"]
     );
-    let model: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let model = acl::report(&report);
     assert_eq!(model["errors"], serde_json::json!([]), "{model}");
-    assert_eq!(model["finalized"], true, "{model}");
-    assert_eq!(model["leaks"], serde_json::json!({}), "{model}");
+    acl::assert_released(&model, &log);
 }

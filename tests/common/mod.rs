@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod acl;
 #[path = "../../src/counting_alloc.rs"]
 pub mod counting_alloc;
 pub mod edge;
@@ -565,47 +566,6 @@ pub fn assert_estop_latched_then_reset(x: &Exchange) {
 }
 
 /// `cfg` with `policy.backend = backend` and its `[policy.<backend>]` table.
-/// The model of AscendCL (tools/ascendcl-model: `libascendcl.so` for a machine without an
-/// Ascend NPU), built beside pi0d by tools/test.sh.
-pub fn acl_model() -> std::path::PathBuf {
-    let lib = Path::new(env!("CARGO_BIN_EXE_pi0d")).with_file_name("libascendcl.so");
-    assert!(
-        lib.is_file(),
-        "{} is missing: build the AscendCL model with `cargo build -p ascendcl-model` (tools/test.sh does)",
-        lib.display()
-    );
-    lib
-}
-
-/// The environment a command needs to run graphs on the AscendCL model: its ATC model first on
-/// the PATH, ONNX Runtime for its executions, its report written to `report`, and `extra`
-/// (the device's SoC, faults).
-pub fn acl_model_env(
-    report: &Path,
-    extra: &[(&str, &str)],
-) -> Vec<(&'static str, std::ffi::OsString)> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let mut dirs = vec![root().join("tools/ascendcl-model")];
-    dirs.extend(std::env::split_paths(&path));
-    let mut env: Vec<(&'static str, std::ffi::OsString)> = vec![
-        ("PATH", std::env::join_paths(dirs).unwrap()),
-        ("ORT_DYLIB_PATH", ort_library().into_os_string()),
-        ("ACL_MODEL_REPORT", report.as_os_str().to_owned()),
-    ];
-    for (k, v) in extra {
-        let k: &'static str = match *k {
-            "ACL_MODEL_SOC" => "ACL_MODEL_SOC",
-            "ACL_MODEL_DEVICES" => "ACL_MODEL_DEVICES",
-            "ACL_MODEL_EXECUTE_FAIL_AFTER" => "ACL_MODEL_EXECUTE_FAIL_AFTER",
-            "ACL_MODEL_DEVICE_LOST_AFTER" => "ACL_MODEL_DEVICE_LOST_AFTER",
-            "ACL_MODEL_MALLOC_FAIL_AFTER" => "ACL_MODEL_MALLOC_FAIL_AFTER",
-            other => panic!("not a setting of the AscendCL model: {other}"),
-        };
-        env.push((k, (*v).into()));
-    }
-    env
-}
-
 pub fn with_backend(cfg: &mut toml::Table, backend: &str, settings: &[(&str, toml::Value)]) {
     let policy = cfg["policy"].as_table_mut().unwrap();
     policy.insert("backend".into(), toml::Value::String(backend.into()));

@@ -7,10 +7,8 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{
-    acl_model, acl_model_env, assert_safe, root, run_daemon, scratch_dir, sim_model_config,
-    with_backend, TempDir,
-};
+use common::acl::{self, assert_released};
+use common::{assert_safe, root, run_daemon, scratch_dir, sim_model_config, with_backend, TempDir};
 
 #[test]
 fn when_cann_is_missing_expect_infer_and_daemon_to_name_the_library() {
@@ -102,31 +100,22 @@ fn compiled(case: &str, flags: &[&str], soc: &str) -> TempDir {
     let checkpoint = root()
         .join("tests/fixtures")
         .join(case_json(case)["checkpoint"].as_str().unwrap());
-    let report = dir.join("unused.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .arg("export")
-        .arg("--checkpoint")
-        .arg(checkpoint)
-        .args(["--cameras", &cameras.to_string()])
-        .args(["--batch", &shape[0].to_string()])
-        .args(["--prompt-len", &shape[1].to_string()])
-        .args(["--atc", soc])
-        .args(flags)
-        .arg("--out")
-        .arg(&dir)
-        .envs(acl_model_env(&report, &[]))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (cameras, batch, prompt) = (
+        cameras.to_string(),
+        shape[0].to_string(),
+        shape[1].to_string(),
     );
-    assert!(
-        stdout.contains("ATC run success"),
-        "ATC did not run: {stdout}"
-    );
+    let mut args = vec![
+        "--cameras",
+        &cameras,
+        "--batch",
+        &batch,
+        "--prompt-len",
+        &prompt,
+    ];
+    args.extend(["--atc", soc]);
+    args.extend(flags);
+    acl::export(&checkpoint, &args, &dir);
     dir
 }
 
@@ -138,20 +127,14 @@ struct OnModel {
     report: serde_json::Value,
 }
 
-fn report(path: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("no AscendCL model report at {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
 /// `pi0d infer --backend acl` of `case` on the graphs in `dir`, the model set up by `env`.
-fn infer(dir: &Path, case: &str, args: &[&str], env: &[(&str, &str)]) -> OnModel {
+fn infer(dir: &Path, case: &str, args: &[&str], env: &[(&'static str, &str)]) -> OnModel {
     let report_path = dir.join("acl-report.json");
     let _ = std::fs::remove_file(&report_path);
     let _ = std::fs::remove_file(dir.join("actions.safetensors"));
     let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
         .args(["infer", "--backend", "acl", "--acl-library"])
-        .arg(acl_model())
+        .arg(acl::library())
         .arg("--model-dir")
         .arg(dir)
         .arg("--inputs")
@@ -159,27 +142,14 @@ fn infer(dir: &Path, case: &str, args: &[&str], env: &[(&str, &str)]) -> OnModel
         .arg("--output")
         .arg(dir.join("actions.safetensors"))
         .args(args)
-        .envs(acl_model_env(&report_path, env))
+        .envs(acl::env(&report_path, env))
         .output()
         .unwrap();
     OnModel {
         status: out.status.code(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        report: report(&report_path),
+        report: acl::report(&report_path),
     }
-}
-
-/// Every resource pi0d took from AscendCL was given back and AscendCL finalized.
-fn assert_released(r: &serde_json::Value, stderr: &str) {
-    assert_eq!(
-        r["finalized"], true,
-        "aclFinalize never called: {r}\n{stderr}"
-    );
-    assert_eq!(
-        r["leaks"],
-        serde_json::json!({}),
-        "still held at aclFinalize: {r}"
-    );
 }
 
 fn max_error(dir: &Path, case: &str) -> f32 {
@@ -327,57 +297,20 @@ fn when_the_ascendcl_model_refuses_or_fails_expect_the_code_named_and_everything
 /// The bundled model's graphs for the simulated arm, compiled by the ATC model.
 fn sim_graphs() -> TempDir {
     let dir = scratch_dir("acl-sim-graphs");
-    let report = dir.join("unused.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
-        .args([
-            "export",
-            "--cameras",
-            "1",
-            "--atc",
-            "Ascend310P1",
-            "--checkpoint",
-        ])
-        .arg(root().join("models/tiny-pi0"))
-        .arg("--out")
-        .arg(&dir)
-        .envs(acl_model_env(&report, &[]))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args = ["--cameras", "1", "--atc", "Ascend310P1"];
+    acl::export(&root().join("models/tiny-pi0"), &args, &dir);
     dir
-}
-
-fn acl_sim_config(graphs: &Path) -> toml::Table {
-    let mut cfg = sim_model_config();
-    with_backend(
-        &mut cfg,
-        "acl",
-        &[
-            (
-                "model_dir",
-                toml::Value::String(graphs.display().to_string()),
-            ),
-            (
-                "library",
-                toml::Value::String(acl_model().display().to_string()),
-            ),
-        ],
-    );
-    cfg
 }
 
 #[test]
 fn when_the_daemon_drives_the_sim_on_the_ascendcl_model_expect_chunks_and_faults_ending_in_a_controlled_stop(
 ) {
     let graphs = sim_graphs();
-    let cfg = acl_sim_config(&graphs);
-    let on_model = |name: &str, seconds: f64, faults: &[(&str, &str)]| {
+    let mut cfg = sim_model_config();
+    acl::with_backend_on(&mut cfg, &graphs);
+    let on_model = |name: &str, seconds: f64, faults: &[(&'static str, &str)]| {
         let report = graphs.join(format!("{name}.json"));
-        let env = acl_model_env(&report, faults);
+        let env = acl::env(&report, faults);
         let run = common::run_daemon_in(
             name,
             &cfg,
@@ -386,8 +319,7 @@ fn when_the_daemon_drives_the_sim_on_the_ascendcl_model_expect_chunks_and_faults
             std::time::Duration::from_secs(60),
             &env,
         );
-        let r = self::report(&report);
-        (run, r)
+        (run, acl::report(&report))
     };
 
     // `pi0d check` loads the models as `run` does.
@@ -399,7 +331,7 @@ fn when_the_daemon_drives_the_sim_on_the_ascendcl_model_expect_chunks_and_faults
         .arg("check")
         .arg("--config")
         .arg(&config)
-        .envs(acl_model_env(&report, &[]))
+        .envs(acl::env(&report, &[]))
         .output()
         .unwrap();
     let said =
@@ -417,7 +349,7 @@ fn when_the_daemon_drives_the_sim_on_the_ascendcl_model_expect_chunks_and_faults
     ] {
         assert!(said.contains(found), "`{found}` not in:\n{said}");
     }
-    assert_released(&self::report(&report), &said);
+    assert_released(&acl::report(&report), &said);
 
     let (run, r) = on_model("acl-daemon", 4.0, &[]);
     assert_eq!(run.code(), 0, "{}", run.stderr);
