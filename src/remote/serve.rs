@@ -155,14 +155,10 @@ pub fn serve(
     let (jobs, queue) = mpsc::sync_channel(opts.queue.max(1));
     let (seed, max_batch, window) = (opts.seed, opts.max_batch.max(1), opts.batch_window);
     let rtc = opts.rtc;
-    let (ended, worker_ended) = mpsc::channel::<()>();
+    // The pipeline is dropped at the loop's end: an accelerator is released there.
     let worker = std::thread::Builder::new()
         .name("pi0d-serve-infer".into())
-        .spawn(move || {
-            // The pipeline is dropped at the loop's end: an accelerator is released here.
-            infer_loop(pipeline, queue, seed, max_batch, window, rtc);
-            let _ = ended.send(());
-        })
+        .spawn(move || infer_loop(pipeline, queue, seed, max_batch, window, rtc))
         .map_err(ServeError::Runtime)?;
     let shared = Arc::new(Shared {
         jobs,
@@ -194,14 +190,17 @@ pub fn serve(
     // The queue's sender is gone with the runtime's tasks: the worker ends after its job and
     // releases the model (an NPU's device, AscendCL finalized) before the process exits. A
     // decode left behind may hold the queue open: then the exit does not wait past the grace.
-    match worker_ended.recv_timeout(WORKER_GRACE) {
-        Err(mpsc::RecvTimeoutError::Timeout) => tracing::warn!(
+    let deadline = Instant::now() + WORKER_GRACE;
+    while !worker.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if worker.is_finished() {
+        let _ = worker.join();
+    } else {
+        tracing::warn!(
             grace_s = WORKER_GRACE.as_secs_f64(),
             "the model's thread has not ended: exiting without releasing the model"
-        ),
-        _ => {
-            let _ = worker.join();
-        }
+        );
     }
     outcome
 }

@@ -258,7 +258,6 @@ struct Device {
     counted: bool,
     /// `aclrtSetDevice` succeeded: the device is reset at the end.
     device_set: bool,
-    found: Found,
     device_id: i32,
     context: Handle,
     stream: Handle,
@@ -270,7 +269,6 @@ struct Device {
 }
 
 /// What AscendCL says of this machine, and what the offline models were compiled for.
-#[derive(Default)]
 struct Found {
     version: String,
     soc: String,
@@ -349,7 +347,6 @@ impl Device {
             api,
             counted: false,
             device_set: false,
-            found: Found::default(),
             device_id: opts.device_id,
             context: std::ptr::null_mut(),
             stream: std::ptr::null_mut(),
@@ -362,7 +359,7 @@ impl Device {
         // SAFETY (this block and the calls below): AscendCL functions called with the argument
         // types they are documented with (`ffi`), out-pointers to live locals, and handles this
         // thread created and has not released.
-        unsafe {
+        let found = unsafe {
             let mut runtimes = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
             if *runtimes == 0 {
                 let code = (d.api.aclInit)(std::ptr::null());
@@ -374,7 +371,7 @@ impl Device {
             *runtimes += 1;
             d.counted = true;
             drop(runtimes);
-            d.found = d.what_is_here(dir)?;
+            let found = d.what_is_here(dir)?;
             d.check("aclrtSetDevice", (d.api.aclrtSetDevice)(d.device_id))?;
             d.device_set = true;
             let mut ctx = std::ptr::null_mut();
@@ -386,7 +383,8 @@ impl Device {
             let mut stream = std::ptr::null_mut();
             d.check("aclrtCreateStream", (d.api.aclrtCreateStream)(&mut stream))?;
             d.stream = stream;
-        }
+            found
+        };
         for (graph, entry) in [("prefix", &m.graphs.prefix), ("denoise", &m.graphs.denoise)] {
             let path = dir.join(om_file(&entry.file));
             let model = d.load_model(&path)?;
@@ -420,10 +418,10 @@ impl Device {
         tracing::info!(
             device = d.device_id,
             library = %d.api.path.display(),
-            version = %d.found.version,
-            soc = %d.found.soc,
-            devices = d.found.devices,
-            compiled_for = %d.found.compiled_for.as_deref().unwrap_or("not recorded (ATC run outside pi0d export)"),
+            version = %found.version,
+            soc = %found.soc,
+            devices = found.devices,
+            compiled_for = %found.compiled_for.as_deref().unwrap_or("not recorded (ATC run outside pi0d export)"),
             buffers = d.plan.buffers.len(),
             device_mb = d.plan.buffers.iter().map(|b| b.bytes).sum::<usize>() as f64 / 1e6,
             "AscendCL models loaded"

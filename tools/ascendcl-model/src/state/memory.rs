@@ -1,5 +1,7 @@
 //! Device memory: allocations at addresses no host pointer has, copies checked by kind.
 
+use std::collections::BTreeMap;
+
 use super::{Fail, State};
 use crate::codes::*;
 
@@ -10,6 +12,17 @@ const DEVICE_BASE: u64 = 0x4000_0000_0000_0000;
 const GUARD: u64 = 1 << 16;
 /// What fresh device memory holds (the real runtime does not clear it).
 const FRESH: u8 = 0xA5;
+
+/// The allocation of `memory` holding `[address, address + len)`: its start, and those bytes.
+pub(super) fn allocation(
+    memory: &BTreeMap<u64, Vec<u8>>,
+    address: u64,
+    len: usize,
+) -> Option<(u64, &[u8])> {
+    let (&base, bytes) = memory.range(..=address).next_back()?;
+    let off = usize::try_from(address - base).ok()?;
+    Some((base, bytes.get(off..off.checked_add(len)?)?))
+}
 
 impl State {
     pub fn malloc(&mut self, size: usize, policy: i32) -> Result<u64, Fail> {
@@ -60,13 +73,8 @@ impl State {
 
     /// The allocation holding `[address, address + len)`: its start.
     pub(super) fn device_range(&self, address: u64, len: usize, what: &str) -> Result<u64, Fail> {
-        let found = self
-            .memory
-            .range(..=address)
-            .next_back()
-            .filter(|(&base, bytes)| address + len as u64 <= base + bytes.len() as u64);
-        match found {
-            Some((&base, _)) => Ok(base),
+        match allocation(&self.memory, address, len) {
+            Some((base, _)) => Ok(base),
             None => Err(Fail::new(
                 ACL_ERROR_RT_PARAM_INVALID,
                 format!("{what} {address:#x} (+{len} bytes) is not inside a device allocation"),

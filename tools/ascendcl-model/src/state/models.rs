@@ -4,6 +4,7 @@
 use std::ffi::{c_char, CString};
 use std::path::Path;
 
+use super::memory::allocation;
 use super::{Desc, Fail, Model, Named, State, Task};
 use crate::codes::*;
 use crate::exec::{self, Io};
@@ -337,19 +338,13 @@ impl State {
         let mut data = Vec::with_capacity(task.inputs.len());
         for &(address, size) in &task.inputs {
             // Freed since it was queued: the execution reads nothing.
-            let found = self
-                .memory
-                .range(..=address)
-                .next_back()
-                .filter(|(&base, b)| address + size as u64 <= base + b.len() as u64);
-            let Some((&base, bytes)) = found else {
+            let Some((_, bytes)) = allocation(&self.memory, address, size) else {
                 return Err(Fail::new(
                     ACL_ERROR_RT_MODEL_EXECUTE,
                     "an input buffer was freed before execution",
                 ));
             };
-            let off = (address - base) as usize;
-            data.push(&bytes[off..off + size]);
+            data.push(bytes);
         }
         let model = self.models.get_mut(&task.model).expect("checked above");
         let results = exec::run(&mut model.session, &model.inputs, &model.outputs, &data)
