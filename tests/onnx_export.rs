@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{
-    assert_safe, edited_checkpoint, ort_library, recording_config, root, run_daemon, scratch_dir,
-    sim_model_config, wide_mlp_checkpoint, with_backend,
+    assert_safe, edited_checkpoint, max_diff, ort_library, recording_config, root, run_daemon,
+    scratch_dir, sim_model_config, wide_mlp_checkpoint, with_backend,
 };
 use pi0d::config::OnnxOptions;
 use pi0d::policy::export::atc::{unsupported_ops, ATC_OPS};
@@ -96,17 +96,6 @@ fn expected(case: &str) -> Vec<f32> {
         "{case}: reference too close to zero to tell anything"
     );
     v.to_vec()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(
-            0.0f32,
-            |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
-        )
 }
 
 /// Exports `case` as given and returns the max error against lerobot's actions.

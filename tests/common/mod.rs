@@ -984,3 +984,16 @@ pub fn big_embedding(name: &str) -> TempDir {
         .unwrap();
     dir
 }
+
+/// The largest absolute difference between two equally long slices; a NaN anywhere counts as
+/// infinitely far.
+pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(
+            0.0f32,
+            |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
+        )
+}

@@ -157,18 +157,11 @@ fn max_error(dir: &Path, case: &str) -> f32 {
     let (_, got) = got.f32("actions", &[None, None, None]).unwrap();
     let want = TensorFile::read(&case_dir(case).join("expected.safetensors")).unwrap();
     let (_, want) = want.f32("actions", &[None, None, None]).unwrap();
-    assert_eq!(got.len(), want.len());
     assert!(
         want.iter().any(|x| x.abs() > 0.5),
         "{case}: reference near zero"
     );
-    got.iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(
-            0.0,
-            |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
-        )
+    common::max_diff(got, want)
 }
 
 fn rtc_args(case: &str) -> Vec<String> {
