@@ -82,7 +82,8 @@ pub(crate) fn message(call: &str, code: i32, recent: Option<&str>) -> String {
     let (name, hint) = describe(code);
     let mut m = format!("{call} failed: {code} {name}: {hint}");
     if let Some(r) = recent.filter(|r| !r.trim().is_empty()) {
-        m.push_str(&format!(" (AscendCL: {})", r.trim()));
+        // The library's own text: shown escaped and cut, as any text from outside pi0d.
+        m.push_str(&format!(" (AscendCL: {})", crate::outside::text(r.trim())));
     }
     m
 }
@@ -100,6 +101,11 @@ mod tests {
         );
         assert!(message("aclrtMalloc", 207001, None).contains("device memory exhausted"));
         assert!(message("aclrtSetDevice", 107001, Some(" ")).ends_with("npu-smi info"));
+        // Its own message with a terminal escape and 1 MiB: escaped and cut.
+        let long = format!("\x1b]0;title\x07{}", "x".repeat(1 << 20));
+        let m = message("aclmdlExecuteAsync", 507011, Some(&long));
+        assert!(!m.contains('\x1b') && m.contains("\\x1b]0;title"), "{m}");
+        assert!(m.len() < 2048, "{} bytes", m.len());
     }
 
     #[test]
