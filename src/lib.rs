@@ -68,6 +68,8 @@ pub mod sim {
 pub(crate) mod telemetry;
 mod test_dirs;
 pub mod time;
+#[cfg(feature = "zenoh")]
+pub mod zenoh_session;
 
 /// Counts allocations only on threads a test watches (a per-thread flag): the control tick's
 /// test proves it allocates nothing; other unit tests running meanwhile are not counted.

@@ -2,6 +2,18 @@
 //! key, the robot-side daemon (`policy.backend = "zenoh"`) queries it, and Zenoh's routing
 //! picks a server. The server answering is killed (SIGKILL) mid-run: the next query goes to
 //! the other, and chunks keep coming within one request timeout (the arm never holds).
+//!
+//! Then hostile servers (tests/peers/hostile_zenoh_policy.py, Python's eclipse-zenoh): a query
+//! answered twice, back to back and 50 ms apart, and two queryables on one key each answering
+//! every query: the first reply is the chunk, every later one is dropped and counted. A server
+//! that never answers is a timeout; one that answers with an error is a server error. A 200 MB
+//! reply against an 8 MiB limit is dropped by Zenoh as it arrives: the daemon's peak memory
+//! stays far below it and each such query is a timeout.
+//!
+//! Last, closed by default: a stranger scouting by multicast with Zenoh's default configuration
+//! (tests/peers/zenoh_scout.py) finds neither `pi0d serve --zenoh` nor the daemon's ROS session
+//! configured with nothing but an endpoint to connect to; it finds each once a setting allows
+//! multicast scouting (which shows the scout would have seen them).
 #![cfg(feature = "zenoh")]
 
 mod common;
@@ -13,6 +25,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
+use pi0d::config::openpi::ZenohLinkOptions;
+use pi0d::config::OpenpiOptions;
+use pi0d::observation::Observation;
+use pi0d::policy::openpi::OpenpiPolicy;
+use pi0d::policy::{Policy, PolicyError, RemoteFault};
 use toml::Value;
 
 const KEY: &str = "pi0d/policy/test-fleet";
@@ -68,11 +85,17 @@ fn when_the_answering_server_is_killed_expect_the_other_to_answer_within_one_tim
         ],
     );
     cfg["control"]["request_threshold_s"] = Value::Float(0.9);
-    // Kill whichever server has been answering, 4 s into the run.
+    // Kill whichever server has been answering once 20 queries were answered (the daemon may
+    // wait for another test's run to end before it starts).
     let (na2, nb2) = (na.clone(), nb.clone());
     let (ida, idb) = (a.id() as i32, b.id() as i32);
     let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(4));
+        let waited = std::time::Instant::now();
+        while na2.load(Ordering::Relaxed) + nb2.load(Ordering::Relaxed) < 20
+            && waited.elapsed() < Duration::from_secs(120)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let (victim, counts) = if na2.load(Ordering::Relaxed) >= nb2.load(Ordering::Relaxed) {
             (ida, "a")
         } else {
@@ -119,4 +142,301 @@ fn when_the_answering_server_is_killed_expect_the_other_to_answer_within_one_tim
         s["policy_errors_by_kind"]["timeout"].as_u64().unwrap_or(0) <= 2,
         "{s}"
     );
+}
+
+const HOSTILE_KEY: &str = "pi0d/policy/hostile";
+
+/// A peer process, killed when dropped (also when an assertion fails first).
+struct Peer(Child);
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A hostile server (`hostile_zenoh_policy.py --mode MODE ARGS`) listening on `port`, once its
+/// queryable is declared.
+fn hostile(port: u16, mode: &str, args: &[&str]) -> Peer {
+    let mut child = Command::new(peer_python())
+        .arg(root().join("tests/peers/hostile_zenoh_policy.py"))
+        .args(["--listen", &format!("tcp/127.0.0.1:{port}")])
+        .args(["--key", HOSTILE_KEY, "--mode", mode])
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the hostile peer starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(
+        line.trim(),
+        "ready",
+        "the hostile peer declares its queryable"
+    );
+    Peer(child)
+}
+
+fn stop(peer: Peer) {
+    drop(peer);
+}
+
+/// A one-joint client of the hostile key through the peers on `ports`.
+fn client(ports: &[u16], timeout_s: f64) -> OpenpiPolicy {
+    let opts = OpenpiOptions {
+        url: format!("zenoh:{HOSTILE_KEY}"),
+        api_key: None,
+        ca_file: None,
+        connect_timeout_s: timeout_s,
+        request_timeout_s: timeout_s,
+        reconnect_initial_s: 0.05,
+        reconnect_max_s: 0.1,
+        images: None,
+        state_key: "observation.state".into(),
+        prompt_key: "prompt".into(),
+        extra: Vec::new(),
+        image_size: 0,
+        action_dim: None,
+        max_reply_bytes: 1 << 20,
+        zenoh: Some(ZenohLinkOptions {
+            key: HOSTILE_KEY.into(),
+            connect: ports.iter().map(|p| format!("tcp/127.0.0.1:{p}")).collect(),
+            listen: Vec::new(),
+            session_config: None,
+            multicast_scouting: false,
+        }),
+    };
+    let mut p = OpenpiPolicy::new(&opts, &[], 1, 50, 0.02).unwrap();
+    // The session finds the peers' queryables before the first real query.
+    p.warm_up(&obs(0.0)).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    p
+}
+
+fn obs(state: f64) -> Observation {
+    Observation {
+        state: vec![state],
+        prompt: "hold".into(),
+        ..Observation::default()
+    }
+}
+
+/// Runs `n` queries with states 1, 2, ...; each chunk's one value per query.
+fn values(p: &mut OpenpiPolicy, n: usize) -> Vec<(f64, f64)> {
+    (1..=n)
+        .map(|k| {
+            let state = k as f64;
+            let chunk = p
+                .infer(&obs(state))
+                .unwrap_or_else(|e| panic!("query {k}: {e}"));
+            let first = chunk.actions[0];
+            assert!(
+                chunk.actions.iter().all(|a| *a == first),
+                "query {k}: a chunk mixes replies: {:?}",
+                chunk.actions
+            );
+            (state, first)
+        })
+        .collect()
+}
+
+#[test]
+fn when_a_server_answers_each_query_twice_expect_the_first_reply_run_and_the_second_counted() {
+    for gap in ["0", "0.05"] {
+        let port = free_port();
+        let peer = hostile(port, "twice", &["--gap-s", gap]);
+        let mut p = client(&[port], 2.0);
+        let n = 6;
+        for (state, got) in values(&mut p, n) {
+            // The first reply holds (the state itself); the second would move by 0.5.
+            assert_eq!(got, state, "gap {gap} s: a later reply was run");
+        }
+        // The last query's second reply is on its way.
+        std::thread::sleep(Duration::from_millis(300));
+        let dropped = p.remote_stats().unwrap().replies_dropped;
+        stop(peer);
+        assert_eq!(
+            dropped, n as u64,
+            "gap {gap} s: every second reply dropped and counted"
+        );
+    }
+}
+
+#[test]
+fn when_two_queryables_answer_on_one_key_expect_one_reply_per_query_and_the_other_counted() {
+    let (pa, pb) = (free_port(), free_port());
+    let a = hostile(pa, "value", &["--offset", "0"]);
+    let b = hostile(pb, "value", &["--offset", "0.5"]);
+    let mut p = client(&[pa, pb], 2.0);
+    let n = 8;
+    for (state, got) in values(&mut p, n) {
+        assert!(got == state || got == state + 0.5, "query {state}: {got}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let dropped = p.remote_stats().unwrap().replies_dropped;
+    stop(a);
+    stop(b);
+    // Both queryables answer each query (neither is complete): one reply runs, one is dropped.
+    assert_eq!(dropped, n as u64);
+}
+
+fn fault_of(r: Result<pi0d::chunk::ActionChunk, PolicyError>) -> (RemoteFault, String) {
+    match r {
+        Err(PolicyError::Remote { fault, message }) => (fault, message),
+        other => panic!("expected a policy server error, got {other:?}"),
+    }
+}
+
+#[test]
+fn when_a_server_never_answers_or_answers_an_error_expect_a_timeout_and_a_server_error() {
+    let port = free_port();
+    let peer = hostile(port, "silent", &[]);
+    let mut p = client(&[port], 0.3);
+    let started = std::time::Instant::now();
+    let (fault, message) = fault_of(p.infer(&obs(1.0)));
+    assert_eq!(fault, RemoteFault::Timeout, "{message}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "ended before its timeout: {message}"
+    );
+    stop(peer);
+    let port = free_port();
+    let peer = hostile(port, "error", &[]);
+    let mut p = client(&[port], 2.0);
+    let (fault, message) = fault_of(p.infer(&obs(1.0)));
+    stop(peer);
+    assert_eq!(fault, RemoteFault::ServerError, "{message}");
+    assert!(
+        message.contains("refused by the hostile server"),
+        "{message}"
+    );
+}
+
+#[test]
+fn when_replies_are_200_mb_against_an_8_mib_limit_expect_them_dropped_on_arrival_and_timeouts() {
+    let port = free_port();
+    let peer = hostile(port, "huge", &["--size-mb", "200", "--steps", "50"]);
+    let mut cfg = remote_policy_config(
+        "zenoh",
+        &[
+            ("key", Value::String(HOSTILE_KEY.into())),
+            (
+                "connect",
+                Value::Array(vec![Value::String(format!("tcp/127.0.0.1:{port}"))]),
+            ),
+            ("request_timeout_s", Value::Float(0.4)),
+            ("max_reply_mib", Value::Integer(8)),
+        ],
+    );
+    cfg["control"]["request_threshold_s"] = Value::Float(0.9);
+    let run = run_daemon("zenoh-huge-reply", &cfg, 6.0);
+    stop(peer);
+    let s = run.summary();
+    let errors = &s["policy_errors_by_kind"];
+    assert!(errors["timeout"].as_u64().unwrap_or(0) >= 2, "{s}");
+    for other in ["server_error", "malformed"] {
+        assert!(errors.get(other).is_none(), "{other}: {s}");
+    }
+    assert_eq!(s["chunks_accepted"], 0, "{s}");
+    // Zenoh would have held each 200 MB reply whole; its receive limit drops it in pieces.
+    let peak = s["peak_rss_mb"].as_f64().unwrap();
+    assert!(peak < 120.0, "peak resident memory {peak} MB: {s}");
+}
+
+/// Starts `cmd` and returns it with the Zenoh id its log gives after `marker` (`zid=...`).
+fn with_zid(mut cmd: Command, marker: &'static str) -> (Peer, String) {
+    let mut child = cmd
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pi0d starts");
+    let log = BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in log.lines().map_while(Result::ok) {
+            if line.contains(marker) {
+                if let Some(zid) = line.split("zid=").nth(1) {
+                    let _ = tx.send(zid.split_whitespace().next().unwrap_or("").to_string());
+                }
+            }
+        }
+    });
+    let zid = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("no \"{marker}\" line with a zid"));
+    (Peer(child), zid)
+}
+
+fn serve_zenoh(open: bool) -> (Peer, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pi0d"));
+    cmd.args(["serve", "--checkpoint"])
+        .arg(root().join("models/tiny-pi0"))
+        .args(["--listen", "127.0.0.1:0", "--threads", "1"])
+        .args(["--zenoh", "pi0d/policy/exposure"]);
+    if open {
+        cmd.arg("--zenoh-multicast-scouting");
+    }
+    with_zid(cmd, "answering Zenoh queries")
+}
+
+/// `pi0d run` on ROS over Zenoh, its session given an endpoint to connect to and nothing else
+/// (no peer there: the session waits for one), or also allowed to scout by multicast.
+fn ros_zenoh(name: &str, open: bool) -> (Peer, String) {
+    let mut cfg = sim_config();
+    cfg["robot"]["io"] = Value::String("ros".into());
+    let mut ros = toml::Table::new();
+    ros.insert("middleware".into(), Value::String("zenoh".into()));
+    ros.insert(
+        "zenoh_connect".into(),
+        Value::Array(vec![Value::String(format!(
+            "tcp/127.0.0.1:{}",
+            free_port()
+        ))]),
+    );
+    if open {
+        ros.insert("zenoh_multicast_scouting".into(), Value::Boolean(true));
+    }
+    cfg.insert("ros".into(), Value::Table(ros));
+    let dir = scratch_dir(name);
+    let path = dir.join("config.toml");
+    std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pi0d"));
+    cmd.args(["run", "--config"])
+        .arg(&path)
+        .args(["--duration", "30"]);
+    with_zid(cmd, "Zenoh session for ROS 2")
+}
+
+#[test]
+fn when_a_stranger_scouts_with_zenohs_defaults_expect_pi0d_found_only_where_a_setting_opens_it() {
+    let (_serve_closed, serve_closed) = serve_zenoh(false);
+    let (_serve_open, serve_open) = serve_zenoh(true);
+    let (_run_closed, run_closed) = ros_zenoh("exposure-closed", false);
+    let (_run_open, run_open) = ros_zenoh("exposure-open", true);
+    let out = Command::new(peer_python())
+        .arg(root().join("tests/peers/zenoh_scout.py"))
+        .args(["--seconds", "3"])
+        .output()
+        .expect("the scout runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let found: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    for (what, zid) in [("pi0d serve", &serve_open), ("pi0d run", &run_open)] {
+        assert!(
+            found.contains(zid),
+            "{what} allowed to scout was not found: {found:?}"
+        );
+    }
+    for (what, zid) in [("pi0d serve", &serve_closed), ("pi0d run", &run_closed)] {
+        assert!(
+            !found.contains(zid),
+            "{what} was found by a stranger: {found:?}"
+        );
+    }
 }

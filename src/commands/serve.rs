@@ -101,6 +101,16 @@ pub(crate) struct ServeArgs {
     #[cfg(feature = "zenoh")]
     #[arg(long = "zenoh-listen", requires = "zenoh")]
     zenoh_listen: Vec<String>,
+    /// A Zenoh session file (JSON5, as rmw_zenoh's ZENOH_SESSION_CONFIG_URI): the whole
+    /// configuration, TLS, mTLS and access control included.
+    #[cfg(feature = "zenoh")]
+    #[arg(long = "zenoh-config", requires = "zenoh")]
+    zenoh_config: Option<std::path::PathBuf>,
+    /// Let the Zenoh session scout by multicast: any Zenoh peer on the network finds it
+    /// [default: off, as rmw_zenoh].
+    #[cfg(feature = "zenoh")]
+    #[arg(long = "zenoh-multicast-scouting", requires = "zenoh")]
+    zenoh_multicast_scouting: bool,
 }
 
 impl ServeArgs {
@@ -114,6 +124,8 @@ impl ServeArgs {
                 key,
                 connect: self.zenoh_connect.clone(),
                 listen: self.zenoh_listen.clone(),
+                session_config: self.zenoh_config.clone(),
+                multicast_scouting: self.zenoh_multicast_scouting,
             })
     }
 

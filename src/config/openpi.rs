@@ -23,6 +23,10 @@ pub(crate) struct RawOpenpi {
     pub(crate) connect: Vec<String>,
     #[serde(default)]
     pub(crate) listen: Vec<String>,
+    /// zenoh: a session file (JSON5: TLS, access control), the whole configuration.
+    pub(crate) session_config: Option<PathBuf>,
+    /// zenoh: allow multicast scouting (default false).
+    pub(crate) multicast_scouting: Option<bool>,
     /// The key itself (prefer api_key_env or api_key_file: a config file is often shared).
     pub(crate) api_key: Option<String>,
     pub(crate) api_key_env: Option<String>,
@@ -98,6 +102,10 @@ pub struct ZenohLinkOptions {
     /// Endpoints to connect to (a zenohd router, or the servers), e.g. `tcp/10.0.0.2:7447`.
     pub connect: Vec<String>,
     pub listen: Vec<String>,
+    /// A Zenoh session file (JSON5): the whole configuration (TLS, mTLS, access control).
+    pub session_config: Option<PathBuf>,
+    /// Whether the session may scout by multicast (off unless set).
+    pub multicast_scouting: bool,
 }
 
 impl OpenpiOptions {
@@ -196,6 +204,8 @@ pub(crate) fn validate(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, Config
         ("key", o.key.is_some()),
         ("connect", !o.connect.is_empty()),
         ("listen", !o.listen.is_empty()),
+        ("session_config", o.session_config.is_some()),
+        ("multicast_scouting", o.multicast_scouting.is_some()),
     ] {
         c.unused(
             &format!("policy.openpi.{field}"),
@@ -259,6 +269,8 @@ pub(crate) fn validate_zenoh(c: &Check, o: &RawOpenpi) -> Result<OpenpiOptions, 
         key: key.clone(),
         connect: o.connect.clone(),
         listen: o.listen.clone(),
+        session_config: o.session_config.as_ref().map(|p| c.resolve(p)),
+        multicast_scouting: o.multicast_scouting.unwrap_or(false),
     });
     Ok(opts)
 }

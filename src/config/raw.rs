@@ -480,6 +480,8 @@ pub(crate) struct RawRos {
     pub(crate) zenoh_listen: Vec<String>,
     /// zenoh only: false for rmw_zenoh on Humble (default true).
     pub(crate) zenoh_type_hashes: Option<bool>,
+    /// zenoh only: allow multicast scouting (default false, as rmw_zenoh).
+    pub(crate) zenoh_multicast_scouting: Option<bool>,
     #[serde(default)]
     pub(crate) qos: RawQosSet,
 }

@@ -125,6 +125,9 @@ pub(crate) struct RosConfig {
     /// newer) or `TypeHashNotSupported` in their place (rmw_zenoh on Humble).
     #[cfg_attr(not(feature = "zenoh"), allow(dead_code))]
     pub(crate) zenoh_type_hashes: bool,
+    /// Whether the session may scout by multicast (any Zenoh peer on the network finds it).
+    #[cfg_attr(not(feature = "zenoh"), allow(dead_code))]
+    pub(crate) zenoh_multicast_scouting: bool,
     pub(crate) qos: RosQos,
 }
 
@@ -324,6 +327,10 @@ pub(crate) fn validate(
         ("ros.zenoh_connect", !r.zenoh_connect.is_empty()),
         ("ros.zenoh_listen", !r.zenoh_listen.is_empty()),
         ("ros.zenoh_type_hashes", r.zenoh_type_hashes.is_some()),
+        (
+            "ros.zenoh_multicast_scouting",
+            r.zenoh_multicast_scouting.is_some(),
+        ),
     ] {
         c.unused(
             field,
@@ -367,6 +374,7 @@ pub(crate) fn validate(
         zenoh_connect: zenoh_endpoints(c, "ros.zenoh_connect", &r.zenoh_connect)?,
         zenoh_listen: zenoh_endpoints(c, "ros.zenoh_listen", &r.zenoh_listen)?,
         zenoh_type_hashes: r.zenoh_type_hashes.unwrap_or(true),
+        zenoh_multicast_scouting: r.zenoh_multicast_scouting.unwrap_or(false),
         qos: RosQos {
             joint_states: topic_qos(r.qos.joint_states.as_ref(), false, 1),
             cameras: topic_qos(r.qos.cameras.as_ref(), false, 1),

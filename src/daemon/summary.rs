@@ -57,6 +57,8 @@ pub struct Summary {
     pub rate_hz: f64,
     pub ticks: u64,
     pub overruns: u64,
+    /// The process's resident-memory high-water mark, MB (its whole life, the load included).
+    pub(crate) peak_rss_mb: f64,
     pub jitter_us: Percentiles,
     pub(crate) chunks_received: u64,
     pub chunks_accepted: u64,

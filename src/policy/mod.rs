@@ -124,6 +124,8 @@ pub struct RemoteStats {
     pub(crate) rtt_ms_max: f64,
     /// The server's own `server_timing.infer_ms`, median.
     pub(crate) server_infer_ms_p50: f64,
+    /// Replies to a request already answered, dropped (a second reply to a Zenoh query).
+    pub replies_dropped: u64,
 }
 
 pub trait Policy: Send {

@@ -66,6 +66,11 @@ pub trait Link: Send {
     fn round_trip(&mut self, bytes: Vec<u8>, deadline: Instant) -> Result<Vec<u8>, PolicyError>;
     /// Closes the link after a failure, so that no late reply is read for a later request.
     fn close(&mut self);
+    /// Replies dropped because their request was already answered (a link that can take more
+    /// than one reply per request counts them; one that closes on a second has none).
+    fn replies_dropped(&self) -> u64 {
+        0
+    }
 }
 
 pub struct OpenpiPolicy {
@@ -440,6 +445,7 @@ impl Policy for OpenpiPolicy {
             rtt_ms_p99: percentile(&self.rtt_ms, 0.99),
             rtt_ms_max: self.rtt_ms.iter().copied().fold(0.0, f64::max),
             server_infer_ms_p50: percentile(&self.server_ms, 0.5),
+            replies_dropped: self.link.replies_dropped(),
             ..self.stats.clone()
         })
     }

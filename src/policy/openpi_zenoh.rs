@@ -2,9 +2,15 @@
 //! on the servers' key (`pi0d serve --zenoh KEY`), its payload and reply the same
 //! msgpack-numpy frames as openpi's websocket. The servers' queryables are complete, so
 //! Zenoh's routing sends a query to one of them; when one goes away, the next query goes to
-//! another. Each query has its own reply channel: a late reply is never taken for another,
-//! and only a query's first reply is read.
+//! another. Each query has its own reply channel: a late reply is never taken for another.
+//! A query is answered by its first reply alone: replies are delivered as they arrive (no
+//! consolidation, which would hold them and hand over the last), and every later one, from the
+//! same server or another on the key, is dropped and counted. Zenoh's own timeout marker (an
+//! error "Timeout", from this session or a node on the way) is a timeout, not a server's error. The session is closed by default
+//! and takes no reply larger than `policy.openpi.max_reply_mib` (`crate::zenoh_session`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use zenoh::Wait;
@@ -12,6 +18,7 @@ use zenoh::Wait;
 use super::openpi::Link;
 use super::{PolicyError, RemoteFault};
 use crate::config::openpi::ZenohLinkOptions;
+use crate::zenoh_session;
 
 fn fault(fault: RemoteFault, message: impl Into<String>) -> PolicyError {
     PolicyError::Remote {
@@ -25,6 +32,8 @@ pub(crate) struct ZenohLink {
     /// Largest reply taken (`policy.openpi.max_reply_mib`, as for the websocket).
     max_reply_bytes: usize,
     session: Option<zenoh::Session>,
+    /// Replies after a query's first, dropped.
+    dropped: Arc<AtomicU64>,
 }
 
 impl ZenohLink {
@@ -33,40 +42,9 @@ impl ZenohLink {
             opts: opts.clone(),
             max_reply_bytes,
             session: None,
+            dropped: Arc::new(AtomicU64::new(0)),
         }
     }
-}
-
-/// A Zenoh configuration that connects to and listens on `connect` / `listen` (peers found
-/// by multicast scouting otherwise, as Zenoh does by default).
-pub(crate) fn config(connect: &[String], listen: &[String]) -> Result<zenoh::Config, ConfigError> {
-    let mut c = zenoh::Config::default();
-    let json = |v: &[String]| serde_json::to_string(v).unwrap_or_default();
-    if !connect.is_empty() {
-        c.insert_json5("connect/endpoints", &json(connect))
-            .map_err(|source| ConfigError {
-                what: "connect",
-                source,
-            })?;
-    }
-    if !listen.is_empty() {
-        c.insert_json5("listen/endpoints", &json(listen))
-            .map_err(|source| ConfigError {
-                what: "listen",
-                source,
-            })?;
-    }
-    Ok(c)
-}
-
-/// Endpoints Zenoh does not take.
-#[derive(Debug, thiserror::Error)]
-#[error("Zenoh {what} endpoints")]
-pub struct ConfigError {
-    /// `connect` or `listen`.
-    pub(crate) what: &'static str,
-    #[source]
-    pub(crate) source: zenoh::Error,
 }
 
 impl Link for ZenohLink {
@@ -74,12 +52,27 @@ impl Link for ZenohLink {
         if self.session.is_some() {
             return Ok(());
         }
-        let c = config(&self.opts.connect, &self.opts.listen)
-            .map_err(|e| fault(RemoteFault::Down, crate::errors::Chain(&e).to_string()))?;
+        let (c, exposure) = zenoh_session::config(&zenoh_session::Settings {
+            names: zenoh_session::Names {
+                file: "policy.zenoh.session_config",
+                multicast: "policy.zenoh.multicast_scouting",
+            },
+            file: self.opts.session_config.as_deref(),
+            overrides: &[],
+            connect: &self.opts.connect,
+            listen: &self.opts.listen,
+            multicast_scouting: self.opts.multicast_scouting,
+            max_message_bytes: self.max_reply_bytes,
+        })
+        .map_err(|e| fault(RemoteFault::Down, crate::errors::Chain(&e).to_string()))?;
         let session = zenoh::open(c)
             .wait()
             .map_err(|e| fault(RemoteFault::Down, format!("Zenoh session: {e}")))?;
-        tracing::info!(key = %self.opts.key, "Zenoh session open for the policy servers");
+        if exposure.open() {
+            tracing::warn!(key = %self.opts.key, session = %exposure, "Zenoh session open for the policy servers");
+        } else {
+            tracing::info!(key = %self.opts.key, session = %exposure, "Zenoh session open for the policy servers");
+        }
         self.session = Some(session);
         Ok(())
     }
@@ -94,48 +87,85 @@ impl Link for ZenohLink {
             return Err(fault(RemoteFault::Down, "no Zenoh session"));
         };
         let key = &self.opts.key;
-        let replies = session
+        let (first, answer) = mpsc::sync_channel::<zenoh::query::Reply>(1);
+        let first = Mutex::new(Some(first));
+        let dropped = self.dropped.clone();
+        session
             .get(key.as_str())
             .payload(bytes)
             .target(zenoh::query::QueryTarget::BestMatching)
+            // Each reply as it comes: the first answers, the rest are counted here.
+            .consolidation(zenoh::query::ConsolidationMode::None)
             .timeout(timeout)
+            .callback(move |reply| {
+                let taken = first.lock().ok().and_then(|mut f| f.take());
+                match taken {
+                    Some(tx) => {
+                        let _ = tx.send(reply);
+                    }
+                    // Zenoh's own timeout marker after the answer is not a reply.
+                    None if reply.replier_id().is_none() || timeout_marker(&reply) => {}
+                    None => {
+                        dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
             .wait()
             .map_err(|e| fault(RemoteFault::Down, format!("query on {key}: {e}")))?;
-        match replies.recv_timeout(timeout + Duration::from_millis(100)) {
-            Ok(Some(reply)) => match reply.result() {
-                Ok(sample) => {
-                    let bytes = sample.payload().to_bytes();
-                    if bytes.len() > self.max_reply_bytes {
-                        return Err(fault(
-                            RemoteFault::Malformed,
-                            format!(
-                                "reply too large: {} bytes, at most {} (policy.openpi.max_reply_mib)",
-                                bytes.len(),
-                                self.max_reply_bytes
-                            ),
-                        ));
-                    }
-                    Ok(bytes.into_owned())
-                }
-                Err(e) => Err(fault(
-                    RemoteFault::ServerError,
-                    format!(
-                        "the server answered with an error: {}",
-                        String::from_utf8_lossy(&e.payload().to_bytes())
-                    ),
-                )),
-            },
-            // No server answered in time, or none matched the key.
-            Ok(None) | Err(_) => Err(fault(
+        let no_answer = || {
+            fault(
                 RemoteFault::Timeout,
                 format!(
                     "no server answered on {key} within {} s",
                     timeout.as_secs_f64()
                 ),
+            )
+        };
+        // No server answered in time, or none matched the key (the query ended unanswered).
+        let Ok(reply) = answer.recv_timeout(timeout + Duration::from_millis(100)) else {
+            return Err(no_answer());
+        };
+        match reply.result() {
+            Ok(sample) => {
+                let bytes = sample.payload().to_bytes();
+                // Zenoh's receive limit drops larger messages as they arrive; a reply
+                // between the limit and its framing allowance ends here.
+                if bytes.len() > self.max_reply_bytes {
+                    return Err(fault(
+                        RemoteFault::Malformed,
+                        format!(
+                            "reply too large: {} bytes, at most {} (policy.openpi.max_reply_mib)",
+                            bytes.len(),
+                            self.max_reply_bytes
+                        ),
+                    ));
+                }
+                Ok(bytes.into_owned())
+            }
+            // Zenoh's own timeout, from this session (no replier) or a node on the way.
+            Err(_) if reply.replier_id().is_none() || timeout_marker(&reply) => Err(no_answer()),
+            Err(e) => Err(fault(
+                RemoteFault::ServerError,
+                format!(
+                    "the server answered with an error: {}",
+                    crate::outside::bytes(&e.payload().to_bytes())
+                ),
             )),
         }
     }
 
+    fn replies_dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
     /// Queries are independent: the session stays for the next one.
     fn close(&mut self) {}
+}
+
+/// Zenoh's "Timeout" error reply, which a routing node sends when a query it forwarded ran out.
+fn timeout_marker(reply: &zenoh::query::Reply) -> bool {
+    reply
+        .result()
+        .err()
+        .is_some_and(|e| *e.payload().to_bytes() == *b"Timeout")
 }

@@ -89,7 +89,7 @@ pub enum ServeError {
     NoZenoh,
     #[cfg(feature = "zenoh")]
     #[error(transparent)]
-    ZenohConfig(#[from] crate::policy::openpi_zenoh::ConfigError),
+    ZenohConfig(#[from] crate::zenoh_session::SessionError),
     #[cfg(feature = "zenoh")]
     #[error("Zenoh {what}")]
     Zenoh {
@@ -290,7 +290,23 @@ async fn zenoh_queryable(
     z: &crate::config::openpi::ZenohLinkOptions,
     shared: Arc<Shared>,
 ) -> Result<(zenoh::Session, tokio::task::JoinHandle<()>), ServeError> {
-    let config = crate::policy::openpi_zenoh::config(&z.connect, &z.listen)?;
+    let (config, exposure) = crate::zenoh_session::config(&crate::zenoh_session::Settings {
+        names: crate::zenoh_session::Names {
+            file: "--zenoh-config",
+            multicast: "--zenoh-multicast-scouting",
+        },
+        file: z.session_config.as_deref(),
+        overrides: &[],
+        connect: &z.connect,
+        listen: &z.listen,
+        multicast_scouting: z.multicast_scouting,
+        max_message_bytes: shared.max_request_bytes,
+    })?;
+    if exposure.open() {
+        tracing::warn!(session = %exposure, "Zenoh session");
+    } else {
+        tracing::info!(session = %exposure, "Zenoh session");
+    }
     let session = zenoh::open(config)
         .await
         .map_err(|source| ServeError::Zenoh {

@@ -186,46 +186,48 @@ fn ros_topic(name: &str, ty: &str) -> Option<(String, String)> {
     ))
 }
 
-/// The Zenoh session configuration from `ros.zenoh_*`, or `None` for rmw_zenoh's defaults.
+/// The Zenoh session configuration, as rmw_zenoh's: the file `ros.zenoh_config` names, else
+/// `ZENOH_SESSION_CONFIG_URI`'s, else a closed session (loopback, no multicast scouting);
+/// `ZENOH_CONFIG_OVERRIDE` over it; then `ros.zenoh_*` and the largest message (an image).
 #[cfg(feature = "zenoh")]
-fn zenoh_config(cfg: &RosConfig) -> Result<Option<zenoh::Config>, RosError> {
-    let bad =
-        |what: &str, e: MiddlewareError| create_err(format!("Zenoh configuration ({what})"), e);
-    let mut config = match &cfg.zenoh_config {
-        Some(path) => {
-            zenoh::Config::from_file(path).map_err(|e| bad(&path.display().to_string(), e))?
-        }
-        None if cfg.zenoh_connect.is_empty()
-            && cfg.zenoh_listen.is_empty()
-            && !cfg.loopback_only =>
-        {
-            return Ok(None)
-        }
-        None => zenoh::Config::default(),
+fn zenoh_config(
+    cfg: &RosConfig,
+) -> Result<(zenoh::Config, crate::zenoh_session::Exposure), RosError> {
+    use crate::zenoh_session::{self, Names, Settings};
+    let bad = |e: zenoh_session::SessionError| create_err("Zenoh configuration", e);
+    let env_file = std::env::var_os("ZENOH_SESSION_CONFIG_URI")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from);
+    let (file, file_name) = match (&cfg.zenoh_config, &env_file) {
+        (Some(p), _) => (Some(p.as_path()), "ros.zenoh_config"),
+        (None, Some(p)) => (Some(p.as_path()), "ZENOH_SESSION_CONFIG_URI"),
+        (None, None) => (None, "ros.zenoh_config"),
     };
-    let json = |v: &[String]| serde_json::to_string(v).unwrap_or_default();
-    if !cfg.zenoh_connect.is_empty() {
-        config
-            .insert_json5("connect/endpoints", &json(&cfg.zenoh_connect))
-            .map_err(|e| bad("ros.zenoh_connect", e))?;
-    }
-    if !cfg.zenoh_listen.is_empty() {
-        config
-            .insert_json5("listen/endpoints", &json(&cfg.zenoh_listen))
-            .map_err(|e| bad("ros.zenoh_listen", e))?;
-    }
+    let overrides = match std::env::var("ZENOH_CONFIG_OVERRIDE") {
+        Ok(text) => zenoh_session::overrides(&text).map_err(bad)?,
+        Err(_) => Vec::new(),
+    };
+    let (mut config, mut exposure) = zenoh_session::config(&Settings {
+        names: Names {
+            file: file_name,
+            multicast: "ros.zenoh_multicast_scouting",
+        },
+        file,
+        overrides: &overrides,
+        connect: &cfg.zenoh_connect,
+        listen: &cfg.zenoh_listen,
+        multicast_scouting: cfg.zenoh_multicast_scouting && !cfg.loopback_only,
+        max_message_bytes: cfg.max_image_bytes,
+    })
+    .map_err(bad)?;
     if cfg.loopback_only {
-        // No multicast discovery off the machine; peers are reached through the endpoints.
+        // No discovery off the machine; peers are reached through the endpoints.
         config
             .insert_json5("scouting/multicast/enabled", "false")
-            .map_err(|e| bad("ros.loopback_only", e))?;
-        if cfg.zenoh_listen.is_empty() {
-            config
-                .insert_json5("listen/endpoints", r#"["tcp/127.0.0.1:0"]"#)
-                .map_err(|e| bad("ros.loopback_only", e))?;
-        }
+            .map_err(|e| create_err("Zenoh configuration (ros.loopback_only)", e))?;
+        exposure.multicast_scouting = false;
     }
-    Ok(Some(config))
+    Ok((config, exposure))
 }
 
 /// A connected node: its endpoints, and the middleware that must live as long as they do.
@@ -365,15 +367,18 @@ impl RosIo {
         node_name: NodeName,
         options: NodeOptions,
     ) -> Result<(Endpoints, Box<dyn Send>), RosError> {
-        let mut opts = ros2_client::zenoh::ContextOptions::new().domain_id(self.cfg.domain_id);
-        // Without settings, the session is configured as rmw_zenoh's is: from
-        // ZENOH_SESSION_CONFIG_URI / ZENOH_CONFIG_OVERRIDE, else a peer that connects to the
-        // router on localhost:7447.
-        if let Some(config) = zenoh_config(&self.cfg)? {
-            opts = opts.zenoh_config(config);
-        }
+        let (config, exposure) = zenoh_config(&self.cfg)?;
+        let opts = ros2_client::zenoh::ContextOptions::new()
+            .domain_id(self.cfg.domain_id)
+            .zenoh_config(config);
         let context = ros2_client::zenoh::Context::with_options(opts)
             .map_err(|e| create_err("Zenoh session", e))?;
+        let zid = context.session().zid();
+        if exposure.open() {
+            tracing::warn!(session = %exposure, %zid, "Zenoh session for ROS 2");
+        } else {
+            tracing::info!(session = %exposure, %zid, "Zenoh session for ROS 2");
+        }
         let node = context
             .new_node(node_name, options)
             .map_err(|e| create_err("node", e))?;
