@@ -6,6 +6,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::safety::{Mode, ModeKind};
 
+/// Log lines held back by a rate limit (pi0d's own per-kind limits on what peers cause, and
+/// the limit on dependencies' lines), since start-up: a peer flooding an input costs a count,
+/// not the journal.
+static LOG_LINES_SUPPRESSED: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn note_log_lines_suppressed(n: u64) {
+    LOG_LINES_SUPPRESSED.fetch_add(n, Ordering::Relaxed);
+}
+
+pub(crate) fn log_lines_suppressed() -> u64 {
+    LOG_LINES_SUPPRESSED.load(Ordering::Relaxed)
+}
+
 /// Counters published by the control thread for the status line and diagnostics.
 #[derive(Default)]
 pub(crate) struct LiveStats {

@@ -426,3 +426,45 @@ fn when_zenoh_robot_runs_humble_expect_every_output_on_its_keys_and_the_reset_se
         "{tokens:?}"
     );
 }
+
+#[test]
+fn when_a_peer_floods_estop_reset_prompt_and_malformed_strings_at_10_khz_expect_a_few_lines_and_counts(
+) {
+    let domain = 30 + ((std::process::id() + 97) % 150) as u16;
+    let x = exchange(
+        "zenoh-flood",
+        domain,
+        &[
+            "--duration",
+            "11",
+            "--flood-at",
+            "2",
+            "--flood-s",
+            "4",
+            "--flood-hz",
+            "10000",
+        ],
+        8.0,
+    );
+    let (s, r, stderr) = (&x.summary, &x.report, &x.stderr);
+    let flooded = r["flooded"].as_u64().unwrap();
+    assert!(flooded >= 20_000, "the peer sent {flooded}: {r}");
+    // Each kind prints once per interval with the count of those held back; the CDR decoder's
+    // own line per malformed string is not printed at all.
+    let lines = stderr.lines().count();
+    assert!(
+        lines < 200,
+        "{lines} lines for {flooded} messages:\n{stderr}"
+    );
+    for said in ["e-stop pressed", "reset requested", "task prompt"] {
+        assert!(stderr.contains(said), "{said}:\n{stderr}");
+    }
+    assert!(!stderr.contains("null terminator"), "{stderr}");
+    assert!(stderr.contains("suppressed="), "{stderr}");
+    let suppressed = s["log_lines_suppressed"].as_u64().unwrap();
+    assert!(
+        suppressed >= flooded / 2,
+        "{suppressed} suppressed of {flooded}: {s}"
+    );
+    assert_eq!(s["limit_violations"], 0, "{s}");
+}

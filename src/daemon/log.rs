@@ -140,9 +140,52 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for SafeStderr {
 }
 
 /// Crates whose INFO and WARN lines are protocol detail, not the operator's business (RustDDS
-/// warns on every message to a reader without locators): shown from ERROR on, and not at all
-/// once the middleware is torn down, unless `RUST_LOG` names them.
-const THIRD_PARTY: [&str; 3] = ["rustdds", "ros2_client", "zenoh"];
+/// warns on every message to a reader without locators; the CDR decoder on every malformed
+/// string a peer sends): shown from ERROR on, and not at all once the middleware is torn down,
+/// unless `RUST_LOG` names them. Whatever they print is also rate-limited (`ThirdPartyLimit`).
+const THIRD_PARTY: [&str; 4] = ["rustdds", "ros2_client", "zenoh", "cdr_encoding"];
+
+/// Lines a dependency may print per window before the rest of the window is counted instead:
+/// a line a peer can cause once per message must not reach the journal at the peer's rate.
+const THIRD_PARTY_LINES: u32 = 20;
+const THIRD_PARTY_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Per dependency (`THIRD_PARTY`'s order): the current window's start and lines printed in it.
+struct ThirdPartyLimit {
+    windows: std::sync::Mutex<[(Option<std::time::Instant>, u32); THIRD_PARTY.len()]>,
+}
+
+impl ThirdPartyLimit {
+    const fn new() -> ThirdPartyLimit {
+        ThirdPartyLimit {
+            windows: std::sync::Mutex::new([(None, 0); THIRD_PARTY.len()]),
+        }
+    }
+
+    /// Whether a line of `target` may print at `now` (lines of other crates always may).
+    fn admit(&self, target: &str, now: std::time::Instant) -> bool {
+        let Some(k) = THIRD_PARTY.iter().position(|c| target.starts_with(c)) else {
+            return true;
+        };
+        let Ok(mut w) = self.windows.lock() else {
+            return true;
+        };
+        let (start, printed) = &mut w[k];
+        if start.is_none_or(|s| now.duration_since(s) >= THIRD_PARTY_WINDOW) {
+            *start = Some(now);
+            *printed = 0;
+        }
+        if *printed < THIRD_PARTY_LINES {
+            *printed += 1;
+            true
+        } else {
+            crate::telemetry::note_log_lines_suppressed(1);
+            false
+        }
+    }
+}
+
+static THIRD_PARTY_LIMIT: ThirdPartyLimit = ThirdPartyLimit::new();
 
 /// Whether stderr is the journal's stream (systemd sets `JOURNAL_STREAM` to its device and
 /// inode; a child whose stderr was redirected inherits the variable but not the stream).
@@ -196,7 +239,11 @@ pub fn init() {
         !(crate::io::ros::teardown::tearing_down()
             && quiet.iter().any(|k| meta.target().starts_with(k)))
     });
-    let filter = filter.and(teardown);
+    // Last: only what would print counts against the dependencies' budget.
+    let limit = filter_fn(|meta| {
+        !meta.is_event() || THIRD_PARTY_LIMIT.admit(meta.target(), std::time::Instant::now())
+    });
+    let filter = filter.and(teardown).and(limit);
     let mut journal_error = None;
     if stderr_is_journal() {
         match tracing_journald::layer() {
@@ -222,5 +269,31 @@ pub fn init() {
         .try_init();
     if let Some(e) = journal_error {
         tracing::warn!(error = %e, "stderr is the journal, but its socket cannot be reached: logging as text");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn when_a_dependency_logs_per_message_expect_its_lines_capped_per_window_and_counted() {
+        let limit = ThirdPartyLimit::new();
+        let t0 = Instant::now();
+        let before = crate::telemetry::log_lines_suppressed();
+        // A 10 kHz flood for 25 s of CDR decoder warnings.
+        let admitted = (0..250_000u64)
+            .filter(|i| {
+                limit.admit(
+                    "cdr_encoding::cdr_deserializer",
+                    t0 + Duration::from_micros(i * 100),
+                )
+            })
+            .count();
+        assert_eq!(admitted, 3 * THIRD_PARTY_LINES as usize);
+        assert!(crate::telemetry::log_lines_suppressed() - before >= 250_000 - 60);
+        // pi0d's own lines are not this limit's business.
+        assert!((0..1000).all(|_| limit.admit("pi0d::daemon", t0)));
     }
 }

@@ -128,6 +128,12 @@ impl Collector for Live {
         )?;
         counter(
             &mut e,
+            "pi0d_log_lines_suppressed",
+            "Log lines held back by a rate limit (floods of peers' messages).",
+            crate::telemetry::log_lines_suppressed(),
+        )?;
+        counter(
+            &mut e,
             "pi0d_inference_requests",
             "Inference requests.",
             self.worker.requests.load(Ordering::Relaxed),

@@ -296,6 +296,7 @@ fn run_latched(
     summary.inputs_rejected = LiveStats::get(&live.inputs_rejected);
     summary.input_decoder_faults = LiveStats::get(&live.input_decoder_faults);
     summary.log_lines_lost = log::lost_lines();
+    summary.log_lines_suppressed = crate::telemetry::log_lines_suppressed();
     summary.dry_run = opts.dry_run;
     summary.limits_scale = cfg.limits.scale;
     summary.fault_latch = latched;

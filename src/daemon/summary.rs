@@ -102,6 +102,8 @@ pub struct Summary {
     pub(crate) signals_ignored: u64,
     /// Log lines lost to a failed stderr (a closed pipe, a full disk).
     pub(crate) log_lines_lost: u64,
+    /// Log lines held back by a rate limit (what floods of peers' messages caused).
+    pub(crate) log_lines_suppressed: u64,
     /// A dry run: no command reached the robot.
     pub(crate) dry_run: bool,
     /// `limits.scale` (1 at full speed).

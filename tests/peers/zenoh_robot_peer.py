@@ -116,6 +116,37 @@ def percentiles(seconds):
 STOP = []
 
 
+def flood(session, d, args, state):
+    """Sends the four floodable inputs in turn at --flood-hz for --flood-s, from --flood-at."""
+    estop = Sender(session, d, "/pi0d/estop", "std_msgs/msg/Bool")
+    reset = Sender(session, d, "/pi0d/reset", "std_msgs/msg/Bool")
+    prompt = Sender(session, d, "/pi0d/prompt", "std_msgs/msg/String")
+    # A std_msgs/String whose 4 bytes end without the NUL terminator CDR requires.
+    malformed = bytes([0, 1, 0, 0]) + struct.pack("<I", 4) + b"abcd"
+    true = T["std_msgs/msg/Bool"](data=True)
+    time.sleep(args.flood_at)
+    t0, sent = time.time(), 0
+    while time.time() - t0 < args.flood_s and not STOP:
+        # Bursts of 10 every 10 / rate seconds: Python's sleep is too coarse for one by one.
+        for _ in range(10):
+            k = sent % 4
+            if k == 0:
+                estop.send(true)
+            elif k == 1:
+                reset.send(true)
+            elif k == 2:
+                prompt.send(T["std_msgs/msg/String"](data=f"prompt {sent}"))
+            else:
+                prompt.seq += 1
+                attachment = struct.pack("<qq", prompt.seq, time.time_ns()) + bytes([16]) + prompt.gid
+                prompt.pub.put(malformed, attachment=attachment)
+            sent += 1
+        behind = t0 + sent / args.flood_hz - time.time()
+        if behind > 0:
+            time.sleep(behind)
+    state["flooded"] = sent
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--listen", required=True)
@@ -139,6 +170,12 @@ def main():
                     help="before the reset call, call the reset service once without an attachment")
     ap.add_argument("--garble-replies-after", type=float, default=None,
                     help="from this time on (s), answer goals with 3 bytes that are no send_goal response")
+    ap.add_argument("--flood-at", type=float, default=None,
+                    help="from this time on (s), flood pi0d's inputs for --flood-s: e-stop pressed, "
+                         "reset requested, a new prompt and a string without its NUL terminator "
+                         "(malformed CDR), in turn, --flood-hz messages a second in all")
+    ap.add_argument("--flood-s", type=float, default=3.0)
+    ap.add_argument("--flood-hz", type=float, default=10000.0)
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: STOP.append(True))
     global HUMBLE
@@ -265,6 +302,9 @@ def main():
     prompt = Sender(session, d, "/pi0d/prompt", "std_msgs/msg/String")
     estop = Sender(session, d, "/pi0d/estop", "std_msgs/msg/Bool")
 
+    if args.flood_at is not None:
+        threading.Thread(target=flood, args=(session, d, args, state), daemon=True).start()
+
     w, h = (int(x) for x in args.image_size.split("x"))
     jw, jh = (160, 120) if args.image_size == "64x48" else (w, h)
     t0 = time.time()
@@ -339,7 +379,7 @@ def main():
                   "keys": sorted(state["keys"]), "statuses": state["statuses"],
                   "status_keys": sorted(state["status_keys"]), "sent_hashes": HASHES,
                   "diagnostics": state["diagnostics"][-3:], "reset_reply": reset_reply,
-                  "bad_reset_replies": bad_reset_replies,
+                  "bad_reset_replies": bad_reset_replies, "flooded": state.get("flooded", 0),
                   "liveliness": tokens, "command_latency_ms": percentiles(state["latency"]),
                   "interarrival_ms": percentiles([b - a for a, b in zip(state["arrivals"], state["arrivals"][1:])]),
                   # The controller model over the stream as pi0d wrote it (attachment stamps).

@@ -1,8 +1,11 @@
-//! What the ROS thread says about bad input, and how it survives a decoder that panics.
+//! What the ROS thread says about its inputs, and how it survives a decoder that panics.
 //!
-//! Warnings are rate-limited per topic and kind of problem, not per text: reasons carry values
-//! (sizes, stamps) that differ from sample to sample, and a sender repeating one mistake must
-//! print one line per interval and hold one entry, however the values vary.
+//! Every line a message from outside causes (a refusal, and the events a peer triggers: an
+//! e-stop pressed, a reset requested, a prompt set) is rate-limited per topic and kind, not per
+//! text: reasons carry values (sizes, stamps) that differ from sample to sample, and a sender
+//! repeating one thing must print one line per interval and hold one entry, however the values
+//! vary. What is held back is counted (`telemetry::log_lines_suppressed`) and printed with the
+//! next line of its kind.
 
 use std::collections::HashMap;
 use std::fmt::{Display, Write};
@@ -26,6 +29,12 @@ pub(crate) enum WarnKind {
     CommandRefused,
     ReplyFailed,
     BadRequest,
+    /// An e-stop message pressing it.
+    EstopPressed,
+    /// A reset requested (topic or service).
+    ResetRequested,
+    /// A task prompt taken.
+    PromptSet,
 }
 
 /// A topic (or service) the log knows, by its index among those registered.
@@ -157,6 +166,7 @@ impl RateLimitedLog {
             Verdict::Printed { suppressed }
         } else {
             entry.suppressed += 1;
+            crate::telemetry::note_log_lines_suppressed(1);
             Verdict::Suppressed
         }
     }
@@ -213,6 +223,11 @@ impl RateLimitedLog {
             }
             WarnKind::ReplyFailed | WarnKind::BadRequest => {
                 tracing::warn!(topic, %reason, suppressed, "service")
+            }
+            WarnKind::EstopPressed => tracing::warn!(topic, suppressed, "e-stop pressed"),
+            WarnKind::ResetRequested => tracing::info!(topic, suppressed, "reset requested"),
+            WarnKind::PromptSet => {
+                tracing::info!(topic, prompt = %reason, suppressed, "task prompt")
             }
         }
     }

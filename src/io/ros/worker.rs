@@ -263,7 +263,7 @@ impl<'a> Worker<'a> {
             |msg, report| match guarded(|| decode::prompt(&msg.data).map(|_| ())) {
                 Ok(Ok(())) => {
                     if let Ok(mut p) = board.inputs.prompt.lock() {
-                        tracing::info!(prompt = %crate::outside::text(&msg.data), "task prompt");
+                        report.warn(topic, WarnKind::PromptSet, &crate::outside::text(&msg.data));
                         *p = msg.data;
                     }
                 }
@@ -275,25 +275,25 @@ impl<'a> Worker<'a> {
 
     fn estop_and_reset(&mut self) {
         let board = self.board;
-        let (estop, reset) = (&self.cfg.estop, &self.cfg.reset);
+        let (estop, reset) = (self.topics.estop, self.topics.reset);
         drain(
             self.ep.estop.as_ref(),
-            self.topics.estop,
+            estop,
             &mut self.report,
-            |msg, _| {
+            |msg, report| {
                 if msg.data {
-                    tracing::warn!("e-stop pressed (topic {estop})");
+                    report.warn(estop, WarnKind::EstopPressed, &"");
                 }
                 board.inputs.set_estop(msg.data);
             },
         );
         drain(
             self.ep.reset.as_ref(),
-            self.topics.reset,
+            reset,
             &mut self.report,
-            |msg, _| {
+            |msg, report| {
                 if msg.data {
-                    tracing::info!("reset requested (topic {reset})");
+                    report.warn(reset, WarnKind::ResetRequested, &"");
                     board.inputs.request_reset();
                 }
             },
@@ -332,7 +332,7 @@ impl<'a> Worker<'a> {
                 }
             } else {
                 self.board.inputs.request_reset();
-                tracing::info!("reset requested (service {})", self.cfg.reset_service);
+                self.report.warn(topic, WarnKind::ResetRequested, &"");
                 msgs::TriggerResponse {
                     success: true,
                     message:
