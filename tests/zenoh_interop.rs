@@ -468,3 +468,31 @@ fn when_a_peer_floods_estop_reset_prompt_and_malformed_strings_at_10_khz_expect_
     );
     assert_eq!(s["limit_violations"], 0, "{s}");
 }
+
+#[test]
+fn when_a_joint_state_says_1e308_expect_a_sensor_fault_that_holds_never_a_position() {
+    let domain = 30 + ((std::process::id() + 113) % 150) as u16;
+    let x = exchange(
+        "zenoh-implausible",
+        domain,
+        &["--duration", "10", "--implausible-at", "3"],
+        7.0,
+    );
+    let (s, r, stderr) = (&x.summary, &x.report, &x.stderr);
+    assert!(r["implausible"].as_u64().unwrap() >= 100, "{r}");
+    // Every such sample refused, named as a sensor fault; the watchdog held the arm meanwhile.
+    assert!(
+        s["inputs_rejected"].as_u64().unwrap() >= r["implausible"].as_u64().unwrap() / 2,
+        "{s}"
+    );
+    assert!(stderr.contains("sensor fault"), "{stderr}");
+    assert!(
+        s["safety_events"]["stale_joint_state"].as_u64().unwrap() >= 1,
+        "{s}"
+    );
+    assert_eq!(s["limit_violations"], 0, "{s}");
+    // The commands the peer took never went anywhere near the reported position.
+    let last = r["last"].as_array().unwrap();
+    assert!(last[0].as_f64().unwrap().abs() < 4.0, "{r}");
+    assert_eq!(r["nonfinite"], 0, "{r}");
+}

@@ -165,6 +165,7 @@ pub const RANGES: &[Range] = &[
     real("safety.camera_timeout_s", 0.001, 60.0, "s"),
     int("safety.overrun_streak", 1.0, 100_000.0, "ticks"),
     real("safety.chunk_position_tolerance", 0.0, 100.0, POS),
+    real("safety.measured_position_tolerance", 0.0, 100.0, POS),
     real(
         "safety.chunk_step_velocity_factor",
         1.0,

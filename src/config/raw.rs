@@ -140,6 +140,7 @@ pub(crate) struct RawSafety {
     pub(crate) overrun_streak: u32,
     pub(crate) chunk_position_tolerance: f64,
     pub(crate) chunk_step_velocity_factor: f64,
+    pub(crate) measured_position_tolerance: f64,
 }
 
 impl Default for RawSafety {
@@ -150,6 +151,7 @@ impl Default for RawSafety {
             overrun_streak: 10,
             chunk_position_tolerance: 0.5,
             chunk_step_velocity_factor: 3.0,
+            measured_position_tolerance: 0.5,
         }
     }
 }

@@ -253,7 +253,12 @@ fn run_latched(
                 }
             }
             let dds = ros.middleware == crate::config::Middleware::Dds;
-            let node = RosIo::new(ros, cfg.limits.clone(), cfg.control.period);
+            let node = RosIo::new(
+                ros,
+                cfg.limits.clone(),
+                cfg.safety.measured_position_tolerance,
+                cfg.control.period,
+            );
             // The middleware's own threads are created here; a library that panics when it
             // cannot create them becomes a start-up error. RustDDS's threads share locks with
             // the ROS thread's writes: they run at its priority (Zenoh's runtime keeps the

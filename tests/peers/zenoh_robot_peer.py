@@ -175,6 +175,9 @@ def main():
                          "reset requested, a new prompt and a string without its NUL terminator "
                          "(malformed CDR), in turn, --flood-hz messages a second in all")
     ap.add_argument("--flood-s", type=float, default=3.0)
+    ap.add_argument("--implausible-at", type=float, default=None,
+                    help="from this time on (s), for 2 s, joint states say shoulder_pan is at 1e308 "
+                         "(a broken encoder), alternating with -1e308")
     ap.add_argument("--flood-hz", type=float, default=10000.0)
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: STOP.append(True))
@@ -327,6 +330,9 @@ def main():
             next_js += 0.01
             with lock:
                 pos = list(state["position"])
+            if args.implausible_at is not None and 0 <= now - t0 - args.implausible_at < 2.0:
+                pos[0] = 1e308 if int(now * 100) % 2 else -1e308
+                state["implausible"] = state.get("implausible", 0) + 1
             js.send(T["sensor_msgs/msg/JointState"](
                 header=header(), name=JOINTS, position=np.array(pos), velocity=np.array([], dtype=np.float64),
                 effort=np.array([], dtype=np.float64)))
@@ -380,6 +386,7 @@ def main():
                   "status_keys": sorted(state["status_keys"]), "sent_hashes": HASHES,
                   "diagnostics": state["diagnostics"][-3:], "reset_reply": reset_reply,
                   "bad_reset_replies": bad_reset_replies, "flooded": state.get("flooded", 0),
+                  "implausible": state.get("implausible", 0),
                   "liveliness": tokens, "command_latency_ms": percentiles(state["latency"]),
                   "interarrival_ms": percentiles([b - a for a, b in zip(state["arrivals"], state["arrivals"][1:])]),
                   # The controller model over the stream as pi0d wrote it (attachment stamps).

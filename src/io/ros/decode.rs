@@ -19,6 +19,13 @@ pub(crate) enum InputError {
     LengthMismatch { names: usize, positions: usize },
     #[error("joint {joint} position is {value}")]
     NonFinite { joint: String, value: f64 },
+    #[error("joint {joint} measured at {}, beyond its limits [{lower:.4}, {upper:.4}] by more than safety.measured_position_tolerance: a sensor fault", short(*value))]
+    Implausible {
+        joint: String,
+        value: f64,
+        lower: f64,
+        upper: f64,
+    },
     #[error("joint {joint} named twice")]
     DuplicateJoint { joint: String },
     #[error("stamp {ahead_s:.3} s in the future (clock skew between sender and pi0d?)")]
@@ -67,6 +74,7 @@ pub(crate) enum InputError {
 pub(crate) enum InputErrorKind {
     LengthMismatch,
     NonFinite,
+    Implausible,
     DuplicateJoint,
     FutureStamp,
     BadNanosec,
@@ -88,6 +96,7 @@ impl InputError {
         match self {
             InputError::LengthMismatch { .. } => K::LengthMismatch,
             InputError::NonFinite { .. } => K::NonFinite,
+            InputError::Implausible { .. } => K::Implausible,
             InputError::DuplicateJoint { .. } => K::DuplicateJoint,
             InputError::FutureStamp { .. } => K::FutureStamp,
             InputError::BadNanosec { .. } => K::BadNanosec,
@@ -102,6 +111,15 @@ impl InputError {
             InputError::PromptTooLong { .. } => K::PromptTooLong,
             InputError::PromptControl { .. } => K::PromptControl,
         }
+    }
+}
+
+/// A number as a reason shows it: four decimals, or an exponent where that would run long.
+fn short(v: f64) -> String {
+    if v.abs() < 1e6 {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.3e}")
     }
 }
 
@@ -138,6 +156,9 @@ const MAX_UNKNOWN_REPORTED: usize = 32;
 /// of it is merged.
 pub(crate) struct JointStateDecoder {
     index: HashMap<String, usize>,
+    /// Per commanded joint: the measured positions taken (its limits widened by the
+    /// tolerance); beyond them a sample is a sensor fault.
+    plausible: Vec<(f64, f64)>,
     position: JointVector,
     heard: Vec<bool>,
     /// Scratch: which joints the message being decoded names (duplicates are refused).
@@ -152,8 +173,19 @@ pub(crate) struct JointStateDecoder {
 const MISSING_REPORT_S: f64 = 1.0;
 
 impl JointStateDecoder {
+    /// A decoder taking any finite position (for tests and tools without limits).
+    #[cfg(test)]
     pub(crate) fn new(names: &[String]) -> JointStateDecoder {
+        Self::with_bounds(
+            names,
+            &vec![(f64::NEG_INFINITY, f64::INFINITY); names.len()],
+        )
+    }
+
+    /// `plausible`: per joint in `names`' order, the measured positions taken.
+    pub(crate) fn with_bounds(names: &[String], plausible: &[(f64, f64)]) -> JointStateDecoder {
         JointStateDecoder {
+            plausible: plausible.to_vec(),
             index: names
                 .iter()
                 .enumerate()
@@ -213,6 +245,18 @@ impl JointStateDecoder {
                 joint: shown(n),
                 value: *v,
             });
+        }
+        for (n, v) in msg.name.iter().zip(&msg.position) {
+            if let Some(&(lower, upper)) = self.index.get(n).and_then(|&i| self.plausible.get(i)) {
+                if !(lower <= *v && *v <= upper) {
+                    return Err(InputError::Implausible {
+                        joint: shown(n),
+                        value: *v,
+                        lower,
+                        upper,
+                    });
+                }
+            }
         }
         let stamp = stamp(clock, &msg.header.stamp, now)?;
         self.named.fill(false);
@@ -452,6 +496,41 @@ mod tests {
             .unwrap();
         assert_eq!(m.position.as_slice(), &[1.0, 2.0, 3.0]);
         assert!(m.stamp.seconds_since(now).abs() < 1e-6);
+    }
+
+    #[test]
+    fn when_a_joint_is_measured_far_beyond_its_limits_expect_a_sensor_fault_never_a_position() {
+        let clock = ClockMap::now();
+        let now = MonoTime::now();
+        // Limits [-1, 1] on each joint, widened by a tolerance of 0.5.
+        let mut d = JointStateDecoder::with_bounds(&names(), &[(-1.5, 1.5); 3]);
+        for bad in [1e308, -1e308, 1.5000001, -2.0] {
+            let e = d
+                .decode(
+                    &js(&["a", "b", "c"], &[0.0, bad, 0.0], &clock, now),
+                    &clock,
+                    now,
+                )
+                .unwrap_err();
+            assert_eq!(e.kind(), InputErrorKind::Implausible, "{bad}");
+            assert!(e.to_string().contains("joint `b` measured at"), "{e}");
+            assert!(e.to_string().len() < 200, "{e}");
+            assert!(e.to_string().contains("sensor fault"), "{e}");
+        }
+        // Nothing of a refused sample was merged: the next good one is the measurement.
+        let m = d
+            .decode(
+                &js(&["a", "b", "c"], &[0.1, 1.4, -1.5], &clock, now),
+                &clock,
+                now,
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.position.as_slice(), &[0.1, 1.4, -1.5]);
+        // A joint pi0d does not command is not judged.
+        assert!(d
+            .decode(&js(&["x", "a"], &[1e308, 0.0], &clock, now), &clock, now)
+            .is_ok());
     }
 
     #[test]

@@ -257,7 +257,14 @@ impl RosNode {
             _keep,
         } = self;
         let names = io.limits.names().map(str::to_string).collect();
-        worker::Worker::new(io.cfg, names, io.period, ep, board, live).run(
+        let tolerance = io.measured_tolerance;
+        let plausible = io
+            .limits
+            .joints
+            .iter()
+            .map(|j| (j.lower - tolerance, j.upper + tolerance))
+            .collect();
+        worker::Worker::new(io.cfg, names, plausible, io.period, ep, board, live).run(
             stop,
             beat,
             on_camera_thread,
@@ -270,14 +277,23 @@ pub(crate) struct RosIo {
     cfg: RosConfig,
     /// The commanded joints (their names).
     limits: RobotLimits,
+    /// `safety.measured_position_tolerance`: how far outside its limits a measured position
+    /// may be before it is a sensor fault.
+    measured_tolerance: f64,
     period: Duration,
 }
 
 impl RosIo {
-    pub(crate) fn new(cfg: RosConfig, limits: RobotLimits, control_period: Duration) -> RosIo {
+    pub(crate) fn new(
+        cfg: RosConfig,
+        limits: RobotLimits,
+        measured_tolerance: f64,
+        control_period: Duration,
+    ) -> RosIo {
         RosIo {
             cfg,
             limits,
+            measured_tolerance,
             period: control_period,
         }
     }

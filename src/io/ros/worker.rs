@@ -34,6 +34,8 @@ struct Topics {
 pub(super) struct Worker<'a> {
     cfg: RosConfig,
     names: Vec<String>,
+    /// Per joint: the measured positions taken (beyond: a sensor fault).
+    plausible: Vec<(f64, f64)>,
     period_s: f64,
     ep: Endpoints,
     board: &'a Blackboard,
@@ -55,6 +57,7 @@ impl<'a> Worker<'a> {
     pub(super) fn new(
         cfg: RosConfig,
         names: Vec<String>,
+        plausible: Vec<(f64, f64)>,
         period: Duration,
         ep: Endpoints,
         board: &'a Blackboard,
@@ -76,7 +79,7 @@ impl<'a> Worker<'a> {
             diagnostics: log.topic(&cfg.diagnostics_topic),
         };
         Worker {
-            joints: JointStateDecoder::new(&names),
+            joints: JointStateDecoder::with_bounds(&names, &plausible),
             // One estimate per ~2 s at a 100 Hz joint-state rate.
             skew: SkewEstimator::new(200),
             clock: ClockMap::now(),
@@ -89,6 +92,7 @@ impl<'a> Worker<'a> {
             period_s: period.as_secs_f64(),
             cfg,
             names,
+            plausible,
             ep,
             board,
             live,
@@ -207,6 +211,7 @@ impl<'a> Worker<'a> {
             clock,
             board,
             names,
+            plausible,
             cfg,
             joint_states_seen,
             ..
@@ -248,7 +253,7 @@ impl<'a> Worker<'a> {
                     report.fault(topic, &f);
                     // Nothing half-merged from the faulted sample is used: every joint must be
                     // heard of again.
-                    *joints = JointStateDecoder::new(names);
+                    *joints = JointStateDecoder::with_bounds(names, plausible);
                 }
             }
         });
@@ -668,6 +673,7 @@ mod tests {
             let worker = Worker::new(
                 cfg,
                 names.clone(),
+                vec![(f64::NEG_INFINITY, f64::INFINITY); names.len()],
                 Duration::from_millis(5),
                 ep,
                 &board,
