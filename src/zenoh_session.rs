@@ -17,6 +17,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::config::openpi::ZenohLinkOptions;
+use crate::config::{Config, Io, Middleware, PolicySource, RosConfig};
+
 /// Room for a message's own framing beyond its payload.
 const FRAMING_BYTES: usize = 64 * 1024;
 
@@ -207,6 +210,90 @@ pub(crate) fn config(s: &Settings<'_>) -> Result<(zenoh::Config, Exposure), Sess
         });
     }
     Ok((c, exposure))
+}
+
+/// The ROS session's configuration, as rmw_zenoh's: the file `ros.zenoh_config` names, else
+/// `ZENOH_SESSION_CONFIG_URI`'s, else a closed session (loopback, no multicast scouting);
+/// `ZENOH_CONFIG_OVERRIDE` over it; then `ros.zenoh_*` and the largest message (an image).
+pub(crate) fn ros(cfg: &RosConfig) -> Result<(zenoh::Config, Exposure), SessionError> {
+    let env_file = std::env::var_os("ZENOH_SESSION_CONFIG_URI")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let (file, file_name) = match (&cfg.zenoh_config, &env_file) {
+        (Some(p), _) => (Some(p.as_path()), "ros.zenoh_config"),
+        (None, Some(p)) => (Some(p.as_path()), "ZENOH_SESSION_CONFIG_URI"),
+        (None, None) => (None, "ros.zenoh_config"),
+    };
+    let overrides = match std::env::var("ZENOH_CONFIG_OVERRIDE") {
+        Ok(text) => overrides(&text)?,
+        Err(_) => Vec::new(),
+    };
+    let (mut config, mut exposure) = config(&Settings {
+        names: Names {
+            file: file_name,
+            multicast: "ros.zenoh_multicast_scouting",
+        },
+        file,
+        overrides: &overrides,
+        connect: &cfg.zenoh_connect,
+        listen: &cfg.zenoh_listen,
+        multicast_scouting: cfg.zenoh_multicast_scouting && !cfg.loopback_only,
+        max_message_bytes: cfg.max_image_bytes,
+    })?;
+    if cfg.loopback_only {
+        // No discovery off the machine; peers are reached through the endpoints.
+        config
+            .insert_json5("scouting/multicast/enabled", "false")
+            .map_err(|source| SessionError::Setting {
+                setting: "ros.loopback_only".into(),
+                source,
+            })?;
+        exposure.multicast_scouting = false;
+    }
+    Ok((config, exposure))
+}
+
+/// The policy client's session (`[policy.zenoh]`), replies up to `max_reply_bytes`.
+pub(crate) fn policy(
+    opts: &ZenohLinkOptions,
+    max_reply_bytes: usize,
+) -> Result<(zenoh::Config, Exposure), SessionError> {
+    config(&Settings {
+        names: Names {
+            file: "policy.zenoh.session_config",
+            multicast: "policy.zenoh.multicast_scouting",
+        },
+        file: opts.session_config.as_deref(),
+        overrides: &[],
+        connect: &opts.connect,
+        listen: &opts.listen,
+        multicast_scouting: opts.multicast_scouting,
+        max_message_bytes: max_reply_bytes,
+    })
+}
+
+/// What `pi0d check` says of the Zenoh sessions a configuration opens: how far each can be
+/// reached, or why it cannot be configured.
+pub fn describe(cfg: &Config) -> Vec<String> {
+    let line = |what: &str, r: Result<(zenoh::Config, Exposure), SessionError>| match r {
+        Ok((_, e)) => format!("{what}: {e}"),
+        Err(e) => format!("{what}: cannot be configured: {}", crate::errors::Chain(&e)),
+    };
+    let mut out = Vec::new();
+    if let Io::Ros(r) = &cfg.io {
+        if r.middleware == Middleware::Zenoh {
+            out.push(line("Zenoh session (ROS 2)", ros(r)));
+        }
+    }
+    if let PolicySource::Openpi(o) = &cfg.policy.source {
+        if let Some(z) = &o.zenoh {
+            out.push(line(
+                "Zenoh session (policy servers)",
+                policy(z, o.max_reply_bytes),
+            ));
+        }
+    }
+    out
 }
 
 /// rmw_zenoh's `ZENOH_CONFIG_OVERRIDE`: `key=value` JSON5 assignments separated by `;`.

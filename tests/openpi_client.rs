@@ -217,71 +217,9 @@ fn when_pi0d_drives_the_arm_from_pi0d_serve_with_a_key_expect_chunks_and_a_wrong
 fn when_the_server_speaks_tls_expect_chunks_with_its_ca_and_a_named_refusal_without() {
     let dir = scratch_dir("openpi-tls");
     // A private CA and a server certificate for 127.0.0.1 signed by it.
-    let (ca, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
-    let (cert, key, csr, ext) = (
-        dir.join("cert.pem"),
-        dir.join("key.pem"),
-        dir.join("server.csr"),
-        dir.join("ext.cnf"),
-    );
-    std::fs::write(
-        &ext,
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    let openssl = |args: &[&std::ffi::OsStr]| {
-        let out = Command::new("openssl").args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let os = |s: &'static str| -> &'static std::ffi::OsStr { s.as_ref() };
-    openssl(&[
-        os("req"),
-        os("-x509"),
-        os("-newkey"),
-        os("rsa:2048"),
-        os("-nodes"),
-        os("-days"),
-        os("2"),
-        os("-subj"),
-        os("/CN=pi0d test CA"),
-        os("-keyout"),
-        ca_key.as_os_str(),
-        os("-out"),
-        ca.as_os_str(),
-    ]);
-    openssl(&[
-        os("req"),
-        os("-newkey"),
-        os("rsa:2048"),
-        os("-nodes"),
-        os("-subj"),
-        os("/CN=127.0.0.1"),
-        os("-keyout"),
-        key.as_os_str(),
-        os("-out"),
-        csr.as_os_str(),
-    ]);
-    openssl(&[
-        os("x509"),
-        os("-req"),
-        os("-in"),
-        csr.as_os_str(),
-        os("-CA"),
-        ca.as_os_str(),
-        os("-CAkey"),
-        ca_key.as_os_str(),
-        os("-CAcreateserial"),
-        os("-days"),
-        os("2"),
-        os("-out"),
-        cert.as_os_str(),
-        os("-extfile"),
-        ext.as_os_str(),
-    ]);
+    let authority = common::tls::TestCa::new(&dir, "ca");
+    let ca = authority.cert.clone();
+    let (cert, key) = authority.issue("127.0.0.1");
     let port = free_port();
     let mut server = Command::new(peer_python())
         .arg(root().join("tests/peers/tls_openpi_server.py"))

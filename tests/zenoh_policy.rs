@@ -382,9 +382,9 @@ fn serve_zenoh(open: bool) -> (Peer, String) {
     with_zid(cmd, "answering Zenoh queries")
 }
 
-/// `pi0d run` on ROS over Zenoh, its session given an endpoint to connect to and nothing else
-/// (no peer there: the session waits for one), or also allowed to scout by multicast.
-fn ros_zenoh(name: &str, open: bool) -> (Peer, String) {
+/// A config on ROS over Zenoh whose session is given an endpoint to connect to and nothing
+/// else, or is also allowed to scout by multicast: its directory and path.
+fn ros_zenoh_config(name: &str, open: bool) -> (TempDir, std::path::PathBuf) {
     let mut cfg = sim_config();
     cfg["robot"]["io"] = Value::String("ros".into());
     let mut ros = toml::Table::new();
@@ -403,19 +403,26 @@ fn ros_zenoh(name: &str, open: bool) -> (Peer, String) {
     let dir = scratch_dir(name);
     let path = dir.join("config.toml");
     std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
+    (dir, path)
+}
+
+/// `pi0d run` on `ros_zenoh_config`'s config (no peer at the endpoint: the session waits).
+fn ros_zenoh(name: &str, open: bool) -> (Peer, String, TempDir) {
+    let (dir, path) = ros_zenoh_config(name, open);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pi0d"));
     cmd.args(["run", "--config"])
         .arg(&path)
         .args(["--duration", "30"]);
-    with_zid(cmd, "Zenoh session for ROS 2")
+    let (peer, zid) = with_zid(cmd, "Zenoh session for ROS 2");
+    (peer, zid, dir)
 }
 
 #[test]
 fn when_a_stranger_scouts_with_zenohs_defaults_expect_pi0d_found_only_where_a_setting_opens_it() {
     let (_serve_closed, serve_closed) = serve_zenoh(false);
     let (_serve_open, serve_open) = serve_zenoh(true);
-    let (_run_closed, run_closed) = ros_zenoh("exposure-closed", false);
-    let (_run_open, run_open) = ros_zenoh("exposure-open", true);
+    let (_run_closed, run_closed, _dir_closed) = ros_zenoh("exposure-closed", false);
+    let (_run_open, run_open, _dir_open) = ros_zenoh("exposure-open", true);
     let out = Command::new(peer_python())
         .arg(root().join("tests/peers/zenoh_scout.py"))
         .args(["--seconds", "3"])
@@ -438,5 +445,253 @@ fn when_a_stranger_scouts_with_zenohs_defaults_expect_pi0d_found_only_where_a_se
             !found.contains(zid),
             "{what} was found by a stranger: {found:?}"
         );
+    }
+}
+
+/// One of config/zenoh's example session files, its key paths pointed at `keys` and its
+/// listening endpoint at 127.0.0.1:`port`, written to `to`.
+fn session_file(example: &str, keys: &std::path::Path, port: u16, to: &std::path::Path) {
+    let text = std::fs::read_to_string(root().join("config/zenoh").join(example)).unwrap();
+    let text = text
+        .replace("/etc/pi0d/tls/", &format!("{}/", keys.display()))
+        .replace("tls/0.0.0.0:7447", &format!("tls/127.0.0.1:{port}"));
+    std::fs::write(to, text).unwrap();
+}
+
+/// What `zenoh_tls_peer.py` saw: whether a link came up, and the reset service's answers.
+fn steer(
+    port: u16,
+    ca: &std::path::Path,
+    cert: Option<(&std::path::Path, &std::path::Path)>,
+    prompt: &str,
+) -> std::process::Child {
+    let mut cmd = Command::new(peer_python());
+    cmd.arg(root().join("tests/peers/zenoh_tls_peer.py"))
+        .args(["--connect", &format!("tls/127.0.0.1:{port}"), "--ca"])
+        .arg(ca)
+        .args(["--prompt", prompt])
+        .stdout(Stdio::piped());
+    if let Some((c, k)) = cert {
+        cmd.arg("--cert").arg(c).arg("--key").arg(k);
+    }
+    cmd.spawn().expect("the TLS peer starts")
+}
+
+fn steered(child: std::process::Child) -> serde_json::Value {
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// config/zenoh/robot-session.json5 on the daemon's ROS session: mutual TLS and access control
+/// by certificate name. A peer with a certificate from another CA gets no link; one from the
+/// robot's CA named "intruder" gets a link but is heard on nothing; the robot driver is not
+/// heard on the e-stop, reset or prompt; the operator is (its prompt arrives, the reset service
+/// answers it).
+#[test]
+fn when_peers_steer_a_tls_session_with_access_control_expect_only_the_operator_heard() {
+    let dir = scratch_dir("zenoh-acl-ros");
+    let ca = common::tls::TestCa::new(&dir, "ca");
+    for cn in ["pi0d", "operator", "robot-driver", "intruder"] {
+        ca.issue(cn);
+    }
+    let other_dir = dir.join("other");
+    std::fs::create_dir_all(&other_dir).unwrap();
+    let other = common::tls::TestCa::new(&other_dir, "ca");
+    let (stranger_cert, stranger_key) = other.issue("operator");
+    let port = free_port();
+    let session = dir.join("robot-session.json5");
+    session_file("robot-session.json5", &dir, port, &session);
+    let mut cfg = sim_config();
+    cfg["robot"]["io"] = Value::String("ros".into());
+    let mut ros = toml::Table::new();
+    ros.insert("middleware".into(), Value::String("zenoh".into()));
+    ros.insert(
+        "zenoh_config".into(),
+        Value::String(session.display().to_string()),
+    );
+    cfg.insert("ros".into(), Value::Table(ros));
+    let path = dir.join("config.toml");
+    std::fs::write(&path, toml::to_string(&cfg).unwrap()).unwrap();
+    let mut pi0d = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .args(["--duration", "12"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = BufReader::new(pi0d.stderr.take().unwrap());
+    let (up_tx, up) = std::sync::mpsc::channel();
+    let lines = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        for line in log.lines().map_while(Result::ok) {
+            if line.contains("Zenoh session for ROS 2") {
+                let _ = up_tx.send(());
+            }
+            all.push(line);
+        }
+        all.join("\n")
+    });
+    up.recv_timeout(Duration::from_secs(30))
+        .expect("pi0d's session opens");
+    let cert = |cn: &str| {
+        (
+            dir.join(format!("{cn}.pem")),
+            dir.join(format!("{cn}-key.pem")),
+        )
+    };
+    let (intruder, driver, operator) = (cert("intruder"), cert("robot-driver"), cert("operator"));
+    let strangers = [
+        steer(
+            port,
+            &ca.cert,
+            Some((&stranger_cert, &stranger_key)),
+            "prompt from a stranger",
+        ),
+        steer(
+            port,
+            &ca.cert,
+            None,
+            "prompt from a peer without a certificate",
+        ),
+        steer(
+            port,
+            &ca.cert,
+            Some((&intruder.0, &intruder.1)),
+            "prompt from an intruder",
+        ),
+        steer(
+            port,
+            &ca.cert,
+            Some((&driver.0, &driver.1)),
+            "prompt from the robot driver",
+        ),
+    ];
+    let seen: Vec<serde_json::Value> = strangers.into_iter().map(steered).collect();
+    let op = steered(steer(
+        port,
+        &ca.cert,
+        Some((&operator.0, &operator.1)),
+        "prompt from the operator",
+    ));
+    let _ = pi0d.wait();
+    let log = lines.join().unwrap();
+    assert_eq!(
+        seen[0]["linked"], false,
+        "another CA's certificate: {}",
+        seen[0]
+    );
+    assert_eq!(seen[1]["linked"], false, "no certificate: {}", seen[1]);
+    assert_eq!(
+        seen[2]["linked"], true,
+        "the CA's certificate links: {}",
+        seen[2]
+    );
+    assert_eq!(seen[3]["linked"], true, "{}", seen[3]);
+    for s in &seen {
+        assert_eq!(s["reset_answers"], serde_json::json!([]), "{s}");
+    }
+    assert_eq!(op["linked"], true, "{op}");
+    assert_eq!(
+        op["reset_answers"].as_array().map(Vec::len),
+        Some(1),
+        "{op}\n{log}"
+    );
+    assert!(log.contains("prompt from the operator"), "{log}");
+    for other in [
+        "stranger",
+        "without a certificate",
+        "intruder",
+        "robot driver",
+    ] {
+        assert!(
+            !log.contains(&format!("from {other}"))
+                && !log.contains(&format!("from a {other}"))
+                && !log.contains(&format!("from an {other}"))
+                && !log.contains(&format!("from the {other}")),
+            "{other} was heard:\n{log}"
+        );
+    }
+}
+
+/// config/zenoh's policy fleet pair: `pi0d serve --zenoh-config` with mutual TLS and access
+/// control answers a robot whose certificate is named "robot"; a robot showing a certificate
+/// from the same CA under another name gets no chunk (every query a timeout).
+#[test]
+fn when_a_robot_queries_a_tls_policy_server_expect_chunks_only_for_a_certified_robot() {
+    let dir = scratch_dir("zenoh-acl-policy");
+    let ca = common::tls::TestCa::new(&dir, "ca");
+    for cn in ["policy-server", "robot", "intruder"] {
+        ca.issue(cn);
+    }
+    let port = free_port();
+    let serve_session = dir.join("serve.json5");
+    session_file("policy-server-session.json5", &dir, port, &serve_session);
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_pi0d"));
+    serve
+        .args(["serve", "--checkpoint"])
+        .arg(root().join("models/tiny-pi0"))
+        .args(["--listen", "127.0.0.1:0", "--threads", "1"])
+        .args(["--zenoh", "pi0d/policy/arm", "--zenoh-config"])
+        .arg(&serve_session);
+    let (_serve, _) = with_zid(serve, "answering Zenoh queries");
+    let robot = |name: &str, cn: &str| {
+        let session = dir.join(format!("{name}.json5"));
+        session_file("robot-policy-session.json5", &dir, port, &session);
+        let text = std::fs::read_to_string(&session)
+            .unwrap()
+            .replace("robot.pem", &format!("{cn}.pem"))
+            .replace("robot-key.pem", &format!("{cn}-key.pem"));
+        std::fs::write(&session, text).unwrap();
+        let mut cfg = remote_policy_config(
+            "zenoh",
+            &[
+                ("key", Value::String("pi0d/policy/arm".into())),
+                (
+                    "connect",
+                    Value::Array(vec![Value::String(format!("tls/127.0.0.1:{port}"))]),
+                ),
+                (
+                    "session_config",
+                    Value::String(session.display().to_string()),
+                ),
+                ("request_timeout_s", Value::Float(0.4)),
+            ],
+        );
+        cfg["control"]["request_threshold_s"] = Value::Float(0.9);
+        run_daemon(name, &cfg, 4.0)
+    };
+    let certified = robot("acl-robot", "robot");
+    let s = certified.summary();
+    assert!(
+        s["chunks_accepted"].as_u64().unwrap() >= 3,
+        "{s}\n{}",
+        certified.stderr
+    );
+    let intruder = robot("acl-intruder", "intruder");
+    let s = intruder.summary();
+    assert_eq!(s["chunks_accepted"], 0, "{s}");
+    assert!(
+        s["policy_errors_by_kind"]["timeout"].as_u64().unwrap_or(0) >= 2,
+        "{s}"
+    );
+}
+
+#[test]
+fn when_check_reads_a_zenoh_session_expect_it_said_closed_or_open_and_why() {
+    for (open, want) in [
+        (false, "Zenoh session (ROS 2): closed: listens on this machine only (tcp/127.0.0.1:0), multicast scouting off; connects to tcp/127.0.0.1:"),
+        (true, "Zenoh session (ROS 2): OPEN to the network: multicast scouting on (any Zenoh peer on the network finds it)"),
+    ] {
+        let (_dir, path) = ros_zenoh_config(if open { "check-open" } else { "check-closed" }, open);
+        let out = Command::new(env!("CARGO_BIN_EXE_pi0d"))
+            .args(["check", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(want), "{text}");
     }
 }

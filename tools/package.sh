@@ -105,8 +105,9 @@ install -D -m 644 "$repo/urdf/ur5e.urdf" "$r/opt/pi0d/urdf/ur5e.urdf"
 install -d "$r/opt/pi0d/models"
 # Examples, laid out as in the repository so their relative paths hold.
 share="$r/usr/share/pi0d"
-install -d "$share/config" "$share/launch" "$share/urdf" "$share/models"
+install -d "$share/config/zenoh" "$share/launch" "$share/urdf" "$share/models"
 install -m 644 "$repo"/config/*.toml "$share/config/"
+install -m 644 "$repo"/config/zenoh/*.json5 "$share/config/zenoh/"
 install -m 644 "$repo"/launch/* "$share/launch/"
 install -m 644 "$repo"/urdf/*.urdf "$share/urdf/"
 for m in sim-reach tiny-pi0; do

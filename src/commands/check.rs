@@ -147,6 +147,10 @@ fn check_inner(a: CheckArgs, ros: &RosArgs, found: &mut Findings) -> Result<(), 
     for line in pi0d::config::describe::describe(&cfg) {
         say(&line);
     }
+    #[cfg(feature = "zenoh")]
+    for line in pi0d::zenoh_session::describe(&cfg) {
+        say(&line);
+    }
     found.warnings += cfg.warnings.len();
     compute_threads(cfg.policy.threads())?;
     // The policy too, as `run` builds it: a pi0 checkpoint is loaded and checked tensor by

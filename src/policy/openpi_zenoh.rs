@@ -52,19 +52,8 @@ impl Link for ZenohLink {
         if self.session.is_some() {
             return Ok(());
         }
-        let (c, exposure) = zenoh_session::config(&zenoh_session::Settings {
-            names: zenoh_session::Names {
-                file: "policy.zenoh.session_config",
-                multicast: "policy.zenoh.multicast_scouting",
-            },
-            file: self.opts.session_config.as_deref(),
-            overrides: &[],
-            connect: &self.opts.connect,
-            listen: &self.opts.listen,
-            multicast_scouting: self.opts.multicast_scouting,
-            max_message_bytes: self.max_reply_bytes,
-        })
-        .map_err(|e| fault(RemoteFault::Down, crate::errors::Chain(&e).to_string()))?;
+        let (c, exposure) = zenoh_session::policy(&self.opts, self.max_reply_bytes)
+            .map_err(|e| fault(RemoteFault::Down, crate::errors::Chain(&e).to_string()))?;
         let session = zenoh::open(c)
             .wait()
             .map_err(|e| fault(RemoteFault::Down, format!("Zenoh session: {e}")))?;

@@ -9,6 +9,7 @@ pub mod edge;
 pub mod hil;
 pub mod procs;
 pub mod pty;
+pub mod tls;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -106,6 +106,7 @@ fn when_the_package_is_built_expect_the_deployment_layout_the_glibc_floor_and_ex
         "opt/pi0d/urdf/ur5e.urdf",
         "opt/pi0d/models",
         "usr/share/pi0d/config/sim.toml",
+        "usr/share/pi0d/config/zenoh/robot-session.json5",
         "usr/share/pi0d/launch/pi0d.launch.py",
         "usr/share/pi0d/models/sim-reach/model.safetensors",
         "usr/share/doc/pi0d/docs/deployment.md",

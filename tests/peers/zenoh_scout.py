@@ -6,7 +6,6 @@ opens them."""
 
 import argparse
 import json
-import threading
 import time
 
 import zenoh
@@ -17,10 +16,12 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0)
     args = ap.parse_args()
     found = set()
-    scout = zenoh.scout(what="peer|router", config=zenoh.Config())
-    threading.Thread(target=lambda: (time.sleep(args.seconds), scout.stop()), daemon=True).start()
-    for hello in scout:
-        found.add(str(hello.zid))
+    # A callback, not an iterator stopped from another thread: the scout ends on this thread.
+    scout = zenoh.scout(handler=lambda hello: found.add(str(hello.zid)), what="peer|router",
+                        config=zenoh.Config())
+    time.sleep(args.seconds)
+    scout.stop()
+    time.sleep(0.1)
     print(json.dumps(sorted(found)))
 
 

@@ -186,50 +186,6 @@ fn ros_topic(name: &str, ty: &str) -> Option<(String, String)> {
     ))
 }
 
-/// The Zenoh session configuration, as rmw_zenoh's: the file `ros.zenoh_config` names, else
-/// `ZENOH_SESSION_CONFIG_URI`'s, else a closed session (loopback, no multicast scouting);
-/// `ZENOH_CONFIG_OVERRIDE` over it; then `ros.zenoh_*` and the largest message (an image).
-#[cfg(feature = "zenoh")]
-fn zenoh_config(
-    cfg: &RosConfig,
-) -> Result<(zenoh::Config, crate::zenoh_session::Exposure), RosError> {
-    use crate::zenoh_session::{self, Names, Settings};
-    let bad = |e: zenoh_session::SessionError| create_err("Zenoh configuration", e);
-    let env_file = std::env::var_os("ZENOH_SESSION_CONFIG_URI")
-        .filter(|v| !v.is_empty())
-        .map(std::path::PathBuf::from);
-    let (file, file_name) = match (&cfg.zenoh_config, &env_file) {
-        (Some(p), _) => (Some(p.as_path()), "ros.zenoh_config"),
-        (None, Some(p)) => (Some(p.as_path()), "ZENOH_SESSION_CONFIG_URI"),
-        (None, None) => (None, "ros.zenoh_config"),
-    };
-    let overrides = match std::env::var("ZENOH_CONFIG_OVERRIDE") {
-        Ok(text) => zenoh_session::overrides(&text).map_err(bad)?,
-        Err(_) => Vec::new(),
-    };
-    let (mut config, mut exposure) = zenoh_session::config(&Settings {
-        names: Names {
-            file: file_name,
-            multicast: "ros.zenoh_multicast_scouting",
-        },
-        file,
-        overrides: &overrides,
-        connect: &cfg.zenoh_connect,
-        listen: &cfg.zenoh_listen,
-        multicast_scouting: cfg.zenoh_multicast_scouting && !cfg.loopback_only,
-        max_message_bytes: cfg.max_image_bytes,
-    })
-    .map_err(bad)?;
-    if cfg.loopback_only {
-        // No discovery off the machine; peers are reached through the endpoints.
-        config
-            .insert_json5("scouting/multicast/enabled", "false")
-            .map_err(|e| create_err("Zenoh configuration (ros.loopback_only)", e))?;
-        exposure.multicast_scouting = false;
-    }
-    Ok((config, exposure))
-}
-
 /// A connected node: its endpoints, and the middleware that must live as long as they do.
 pub(crate) struct RosNode {
     _teardown: teardown::Guard,
@@ -383,7 +339,8 @@ impl RosIo {
         node_name: NodeName,
         options: NodeOptions,
     ) -> Result<(Endpoints, Box<dyn Send>), RosError> {
-        let (config, exposure) = zenoh_config(&self.cfg)?;
+        let (config, exposure) = crate::zenoh_session::ros(&self.cfg)
+            .map_err(|e| create_err("Zenoh configuration", e))?;
         let opts = ros2_client::zenoh::ContextOptions::new()
             .domain_id(self.cfg.domain_id)
             .zenoh_config(config);
