@@ -38,6 +38,9 @@ pub(crate) struct LiveStats {
     /// Input messages the transport refused, and those whose decoder panicked (ROS).
     pub(crate) inputs_rejected: AtomicU64,
     pub(crate) input_decoder_faults: AtomicU64,
+    /// Others on pi0d's names (ROS): publishers on its command topics, nodes with its name.
+    pub(crate) others_command_publishers: AtomicU64,
+    pub(crate) others_namesakes: AtomicU64,
     /// A remote policy's link (all zero without one): 1 when there is one, whether it is
     /// connected, round trip p50 / p99 and the server's inference time (µs), reconnects and
     /// failed requests. Copied from the worker's statistics once a second.

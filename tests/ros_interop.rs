@@ -96,6 +96,8 @@ fn when_cyclone_dds_robot_publishes_expect_commands_back_on_loopback() {
         .find(|d| d["message"] == "running")
         .expect("a running diagnostic");
     assert_eq!(running["level"], 0);
+    // pi0d's own writers are not taken for someone else's.
+    assert_eq!(running["values"]["other publishers on command topics"], "0");
     let age: f64 = running["values"]["joint state age (s)"]
         .as_str()
         .unwrap()
@@ -141,10 +143,10 @@ fn when_peer_presses_estop_then_calls_reset_service_expect_latch_and_fresh_resum
 }
 
 #[test]
-fn when_sender_clock_lags_by_a_second_expect_skew_reported_and_no_motion() {
+fn when_sender_clock_lags_by_a_second_and_writes_on_the_command_topic_expect_both_reported() {
     let domain = 20 + ((std::process::id() + 133) % 150) as u16;
     let cfg = ros_config(domain);
-    let peer = ["--duration", "7", "--clock-offset", "-1.0"];
+    let peer = ["--duration", "7", "--clock-offset", "-1.0", "--impostor"];
     let x = exchange("ros-skew", &cfg, domain, &peer, 5.0);
     // Capture stamps a second old: the watchdog never lets the arm move, and the log says why.
     assert!(
@@ -184,6 +186,20 @@ fn when_sender_clock_lags_by_a_second_expect_skew_reported_and_no_motion() {
     assert!(
         camera_offsets.iter().all(|o| (0.99..1.2).contains(o)),
         "{camera_offsets:?}"
+    );
+    // The same peer opened a writer on pi0d's command topic: a second source of commands for
+    // the controller, found in DDS discovery, warned about and counted.
+    assert!(
+        x.stderr
+            .contains("1 other publisher(s) on pi0d's command topic(s)"),
+        "{}",
+        x.stderr
+    );
+    let last = &d.last().unwrap()["values"];
+    assert_eq!(
+        last["other publishers on command topics"], "1",
+        "{}",
+        x.report
     );
 }
 

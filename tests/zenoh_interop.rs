@@ -193,6 +193,8 @@ fn when_zenoh_robot_publishes_expect_commands_back_in_rmw_zenoh_format() {
     assert_eq!(c.last(), p.last(), "QoS: {command_token} vs {prompt_token}");
     // Inputs reached the daemon: the prompt, both cameras (fresh in the diagnostics).
     assert!(stderr.contains("stack the blocks"), "{stderr}");
+    // pi0d's own tokens are not taken for someone else's.
+    assert!(!stderr.contains("someone else on pi0d's names"), "{stderr}");
     assert!(r["statuses"].as_u64().unwrap() >= 2, "{r}");
     let diags = r["diagnostics"].as_array().unwrap();
     let running = diags
@@ -470,12 +472,12 @@ fn when_a_peer_floods_estop_reset_prompt_and_malformed_strings_at_10_khz_expect_
 }
 
 #[test]
-fn when_a_joint_state_says_1e308_expect_a_sensor_fault_that_holds_never_a_position() {
+fn when_a_joint_state_says_1e308_or_a_peer_takes_pi0ds_names_expect_a_sensor_fault_and_warnings() {
     let domain = 30 + ((std::process::id() + 113) % 150) as u16;
     let x = exchange(
         "zenoh-implausible",
         domain,
-        &["--duration", "10", "--implausible-at", "3"],
+        &["--duration", "10", "--implausible-at", "3", "--impostor"],
         7.0,
     );
     let (s, r, stderr) = (&x.summary, &x.report, &x.stderr);
@@ -495,4 +497,17 @@ fn when_a_joint_state_says_1e308_expect_a_sensor_fault_that_holds_never_a_positi
     let last = r["last"].as_array().unwrap();
     assert!(last[0].as_f64().unwrap().abs() < 4.0, "{r}");
     assert_eq!(r["nonfinite"], 0, "{r}");
+    // The peer also declared, as rmw_zenoh would, a node named /pi0d and a publisher on pi0d's
+    // command topic: both warned about and counted in the diagnostics.
+    assert!(
+        stderr.contains("1 other publisher(s) on pi0d's command topic(s)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("1 other node(s) named /pi0d"), "{stderr}");
+    let diags = r["diagnostics"].as_array().unwrap();
+    let values = &diags
+        .last()
+        .unwrap_or_else(|| panic!("no diagnostics: {r}"))["values"];
+    assert_eq!(values["other publishers on command topics"], "1", "{r}");
+    assert_eq!(values["other nodes with this name"], "1", "{r}");
 }

@@ -431,6 +431,10 @@ impl McapFile {
                 camera_clock_offsets_s: &no_offsets,
                 inputs_rejected: LiveStats::get(&live.inputs_rejected),
                 decoder_faults: LiveStats::get(&live.input_decoder_faults),
+                others: crate::io::ros::others::Others {
+                    command_publishers: LiveStats::get(&live.others_command_publishers),
+                    namesakes: LiveStats::get(&live.others_namesakes),
+                },
             },
         );
         self.put_cdr(self.ch.diagnostics, now, now, &d)

@@ -124,6 +124,8 @@ def main():
                          "as gripper_action_controller does (each accepted goal preempts the last)")
     ap.add_argument("--refuse-goals-after", type=float, default=None,
                     help="from then on, refuse every goal (a controller that is not active)")
+    ap.add_argument("--impostor", action="store_true",
+                    help="also open a writer on pi0d's command topic (a second source of commands)")
     ap.add_argument("--raw-topic", default="/camera/image_raw", help="raw camera ('' for none)")
     ap.add_argument("--jpeg-topic", default="/wrist/image_raw/compressed", help="JPEG camera ('' for none)")
     ap.add_argument("--shadow-topic", default="/pi0d/dry_run/arm_controller/joint_trajectory",
@@ -164,6 +166,8 @@ def main():
     prompt_w = DataWriter(dp, Topic(dp, "rt/pi0d/prompt", String), qos=reliable)
     estop_w = DataWriter(dp, Topic(dp, "rt/pi0d/estop", Bool), qos=reliable)
     cmd_r = DataReader(dp, Topic(dp, "rt" + args.command_topic, JointTrajectory), qos=lossless)
+    impostor_w = (DataWriter(dp, Topic(dp, "rt" + args.command_topic, JointTrajectory), qos=reliable)
+                  if args.impostor else None)
     shadow_r = DataReader(dp, Topic(dp, "rt" + args.shadow_topic, JointTrajectory), qos=lossless)
     status_r = DataReader(dp, Topic(dp, "rt/pi0d/status", String), qos=lossless)
     diag_r = DataReader(dp, Topic(dp, "rt/diagnostics", DiagnosticArray), qos=lossless)

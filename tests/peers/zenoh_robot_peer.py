@@ -175,6 +175,9 @@ def main():
                          "reset requested, a new prompt and a string without its NUL terminator "
                          "(malformed CDR), in turn, --flood-hz messages a second in all")
     ap.add_argument("--flood-s", type=float, default=3.0)
+    ap.add_argument("--impostor", action="store_true",
+                    help="also declare, as rmw_zenoh would, a node named /pi0d and a publisher on "
+                         "pi0d's command topic (someone else on pi0d's names)")
     ap.add_argument("--implausible-at", type=float, default=None,
                     help="from this time on (s), for 2 s, joint states say shoulder_pan is at 1e308 "
                          "(a broken encoder), alternating with -1e308")
@@ -304,6 +307,15 @@ def main():
     jpeg = Sender(session, d, "/wrist/image_raw/compressed", "sensor_msgs/msg/CompressedImage")
     prompt = Sender(session, d, "/pi0d/prompt", "std_msgs/msg/String")
     estop = Sender(session, d, "/pi0d/estop", "std_msgs/msg/Bool")
+
+    impostor_tokens = []
+    if args.impostor:
+        zid = str(session.info.zid())
+        traj_hash = type_hash(TRAJ)
+        for key in [f"@ros2_lv/{d}/{zid}/7/7/NN/%/%/pi0d",
+                    f"@ros2_lv/{d}/{zid}/7/8/MP/%/%/pi0d/%arm_controller%joint_trajectory/"
+                    f"{dds_type(TRAJ)}/{traj_hash}/1:2:1,10:,:,:,,"]:
+            impostor_tokens.append(session.liveliness().declare_token(key))
 
     if args.flood_at is not None:
         threading.Thread(target=flood, args=(session, d, args, state), daemon=True).start()

@@ -288,6 +288,8 @@ pub(crate) struct InputHealth<'a> {
     pub(crate) inputs_rejected: u64,
     /// Of those, the ones whose decoder panicked.
     pub(crate) decoder_faults: u64,
+    /// Others on pi0d's names: publishers on its command topics, nodes with its name.
+    pub(crate) others: super::others::Others,
 }
 
 /// The daemon's health as one DiagnosticStatus: OK while running, WARN while holding or
@@ -307,6 +309,7 @@ pub(crate) fn diagnostics(
         camera_clock_offsets_s,
         inputs_rejected,
         decoder_faults,
+        others,
     } = *inputs;
     use crate::telemetry::{mode_name, LiveStats};
     let mode = mode_name(LiveStats::get(&live.mode));
@@ -315,8 +318,9 @@ pub(crate) fn diagnostics(
         "estopped" => 2,
         _ => 1,
     };
-    // A decoder that panicked is a bug pi0d survived, not a state to call OK.
-    if decoder_faults > 0 && level == 0 {
+    // A decoder that panicked is a bug pi0d survived, not a state to call OK; nor is another
+    // source of commands, or a second node by pi0d's name.
+    if (decoder_faults > 0 || others != Default::default()) && level == 0 {
         level = 1;
     }
     let kv = |k: &str, v: String| msgs::KeyValue {
@@ -361,6 +365,11 @@ pub(crate) fn diagnostics(
         kv("joint state age (s)", format!("{joint_state_age_s:.3}")),
         kv("inputs rejected", inputs_rejected.to_string()),
         kv("decoder faults", decoder_faults.to_string()),
+        kv(
+            "other publishers on command topics",
+            others.command_publishers.to_string(),
+        ),
+        kv("other nodes with this name", others.namesakes.to_string()),
     ];
     for (i, a) in camera_ages_s.iter().enumerate() {
         values.push(kv(&format!("camera {i} age (s)"), format!("{a:.3}")));
@@ -563,6 +572,7 @@ mod tests {
             camera_clock_offsets_s: &[None],
             inputs_rejected: 0,
             decoder_faults: 0,
+            others: Default::default(),
         }
     }
 
@@ -590,6 +600,19 @@ mod tests {
         let d = diagnostics(msgs::Time::default(), "pi0d", &live, 200.0, &health(5, 2));
         assert_eq!(value(&d, "decoder faults").as_deref(), Some("2"));
         assert_eq!(d.status[0].level, 1, "a decoder fault is not OK");
+        let impostor = InputHealth {
+            others: crate::io::ros::others::Others {
+                command_publishers: 1,
+                namesakes: 0,
+            },
+            ..healthy()
+        };
+        let d = diagnostics(msgs::Time::default(), "pi0d", &live, 200.0, &impostor);
+        assert_eq!(
+            value(&d, "other publishers on command topics").as_deref(),
+            Some("1")
+        );
+        assert_eq!(d.status[0].level, 1, "another source of commands is not OK");
         assert_eq!(
             value(&d, "policy server connected"),
             None,

@@ -35,6 +35,8 @@ pub(crate) enum WarnKind {
     ResetRequested,
     /// A task prompt taken.
     PromptSet,
+    /// Another publisher on a command topic of pi0d's, or another node with its name.
+    Others,
 }
 
 /// A topic (or service) the log knows, by its index among those registered.
@@ -226,6 +228,9 @@ impl RateLimitedLog {
             }
             WarnKind::EstopPressed => tracing::warn!(topic, suppressed, "e-stop pressed"),
             WarnKind::ResetRequested => tracing::info!(topic, suppressed, "reset requested"),
+            WarnKind::Others => {
+                tracing::warn!(topic, %reason, suppressed, "someone else on pi0d's names")
+            }
             WarnKind::PromptSet => {
                 tracing::info!(topic, prompt = %reason, suppressed, "task prompt")
             }

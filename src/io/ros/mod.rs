@@ -10,6 +10,7 @@ mod frames;
 mod intake;
 pub(crate) mod log;
 pub(crate) mod msgs;
+pub(crate) mod others;
 pub(crate) mod teardown;
 pub(crate) mod timing;
 pub(crate) mod transport;
@@ -100,6 +101,8 @@ struct Endpoints {
     /// What the middleware saw published instead of our joint states (DDS discovery, or a
     /// Zenoh probe); dropped once they flow.
     graph: Option<GraphProbe>,
+    /// Others on pi0d's own names (a second publisher on a command topic, a namesake node).
+    others: Option<others::OthersProbe>,
 }
 
 fn endpoints(
@@ -172,6 +175,7 @@ fn endpoints(
         diagnostics,
         reset_service,
         graph: None,
+        others: None,
     })
 }
 
@@ -254,6 +258,15 @@ impl RosIo {
         }
     }
 
+    /// The topics pi0d's commands go out on (a dry run's shadow topics in a dry run).
+    fn command_topics(&self) -> Vec<String> {
+        self.cfg
+            .commands
+            .iter()
+            .map(|g| self.cfg.command_out(g))
+            .collect()
+    }
+
     /// The node's endpoints on `mw`, as configured.
     fn endpoints(&self, mw: &mut impl Middleware) -> Result<Endpoints, RosError> {
         endpoints(mw, &self.cfg, self.period.as_secs_f64())
@@ -280,6 +293,7 @@ impl RosIo {
                 let context = ros2_client::dds::Context::from_domain_participant(dp)
                     .map_err(|e| create_err("ROS 2 context", e))?;
                 let probe = context.clone();
+                let others_probe = context.clone();
                 let node = context
                     .new_node(node_name, options)
                     .map_err(|e| create_err("node", e))?;
@@ -314,6 +328,7 @@ impl RosIo {
                         })
                         .collect()
                 }));
+                ep.others = Some(others::dds(others_probe, self.command_topics()));
                 (ep, Box::new(mw))
             }
             MiddlewareKind::Zenoh => self.zenoh(node_name, options)?,
@@ -365,6 +380,16 @@ impl RosIo {
         };
         let mut ep = self.endpoints(&mut mw)?;
         ep.graph = Some(self.zenoh_joint_state_probe(&context)?);
+        ep.others = Some(
+            others::zenoh(
+                &context,
+                self.cfg.domain_id,
+                self.cfg.namespace.clone(),
+                self.cfg.node.clone(),
+                self.command_topics(),
+            )
+            .map_err(|e| create_err("Zenoh liveliness subscriber", e))?,
+        );
         Ok((ep, Box::new((mw, context))))
     }
 

@@ -13,6 +13,7 @@ use super::decode::{self, ClockMap, JointStateDecoder, SkewEstimator};
 use super::frames::{Cameras, FrameStats};
 use super::intake::{drain, Report, MAX_TAKES_PER_POLL};
 use super::log::{guarded, RateLimitedLog, TopicId, WarnKind};
+use super::others::Others;
 use super::{encode, msgs, Endpoints};
 use crate::config::{CommandType, RosConfig};
 use crate::errors::Chain;
@@ -29,6 +30,8 @@ struct Topics {
     commands: Vec<TopicId>,
     status: TopicId,
     diagnostics: TopicId,
+    /// The node itself (what its namesakes are warned about under).
+    node: TopicId,
 }
 
 pub(super) struct Worker<'a> {
@@ -77,6 +80,11 @@ impl<'a> Worker<'a> {
                 .collect(),
             status: log.topic(&cfg.status_topic),
             diagnostics: log.topic(&cfg.diagnostics_topic),
+            node: log.topic(&format!(
+                "node {}/{}",
+                cfg.namespace.trim_end_matches('/'),
+                cfg.node
+            )),
         };
         Worker {
             joints: JointStateDecoder::with_bounds(&names, &plausible),
@@ -352,6 +360,43 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// Others on pi0d's names, as discovery shows them now; each kind warned about (rate-limited).
+    fn others(&mut self) -> Others {
+        let Some(probe) = &self.ep.others else {
+            return Others::default();
+        };
+        let o = probe();
+        if o.command_publishers > 0 {
+            let topic = self
+                .topics
+                .commands
+                .first()
+                .copied()
+                .unwrap_or(self.topics.status);
+            self.report.warn(
+                topic,
+                WarnKind::Others,
+                &format_args!(
+                    "{} other publisher(s) on pi0d's command topic(s): a second source of commands for the controller; find and stop it",
+                    o.command_publishers
+                ),
+            );
+        }
+        if o.namesakes > 0 {
+            self.report.warn(
+                self.topics.node,
+                WarnKind::Others,
+                &format_args!(
+                    "{} other node(s) named {}/{}: a second pi0d, or a peer posing as it",
+                    o.namesakes,
+                    self.cfg.namespace.trim_end_matches('/'),
+                    self.cfg.node
+                ),
+            );
+        }
+        o
+    }
+
     /// Before the first joint state: what the graph holds instead, when nothing came at all.
     /// Once joint states flow, the probe is dropped (over Zenoh it is a subscription).
     fn startup_note(&mut self) {
@@ -406,6 +451,7 @@ impl<'a> Worker<'a> {
             self.report.rejected + frames.rejected,
             self.report.faults + frames.faults,
         );
+        let others = self.others();
         let d = encode::diagnostics(
             self.clock.to_ros(now),
             &self.cfg.node,
@@ -419,10 +465,16 @@ impl<'a> Worker<'a> {
                 camera_clock_offsets_s: &frames.clock_offsets_s,
                 inputs_rejected: rejected,
                 decoder_faults: faults,
+                others,
             },
         );
         LiveStats::set(&self.live.inputs_rejected, rejected);
         LiveStats::set(&self.live.input_decoder_faults, faults);
+        LiveStats::set(
+            &self.live.others_command_publishers,
+            others.command_publishers,
+        );
+        LiveStats::set(&self.live.others_namesakes, others.namesakes);
         if let Err(e) = self.ep.diagnostics.put(d) {
             let topic = self.topics.diagnostics;
             self.report.warn(topic, WarnKind::PublishFailed, &Chain(&e));
