@@ -36,6 +36,7 @@ pub(super) fn dds(context: ros2_client::dds::Context, commands: Vec<String>) -> 
 }
 
 /// rmw_zenoh's name mangling in liveliness tokens: `/` becomes `%`.
+#[cfg(any(test, feature = "zenoh"))]
 fn mangle(name: &str) -> String {
     name.replace('/', "%")
 }
@@ -47,6 +48,7 @@ const MAX_TOKENS: usize = 4096;
 /// What `tokens` (rmw_zenoh liveliness keys, `@ros2_lv/<domain>/<zid>/<nid>/<eid>/<kind>/
 /// <enclave>/<namespace>/<node>[/<topic>/...]`) show of others: tokens of sessions other than
 /// `own_zid`, naming pi0d's node (`namespace`, `node`) or publishing (`MP`) on a command topic.
+#[cfg(any(test, feature = "zenoh"))]
 pub(crate) fn judge<'a>(
     tokens: impl Iterator<Item = &'a str>,
     own_zid: &str,
