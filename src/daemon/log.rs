@@ -150,20 +150,42 @@ const THIRD_PARTY: [&str; 4] = ["rustdds", "ros2_client", "zenoh", "cdr_encoding
 const THIRD_PARTY_LINES: u32 = 20;
 const THIRD_PARTY_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Per dependency (`THIRD_PARTY`'s order): the current window's start and lines printed in it.
+/// pi0d's own code that logs once per connection or request of a remote peer (`pi0d serve`):
+/// each of its log lines (call sites) is held to the dependencies' budget too.
+const PEER_FACING: [&str; 1] = ["pi0d::remote"];
+
+/// Per dependency (`THIRD_PARTY`'s order): the current window's start and lines printed in it;
+/// per peer-facing call site (its metadata's address), the same.
 struct ThirdPartyLimit {
     windows: std::sync::Mutex<[(Option<std::time::Instant>, u32); THIRD_PARTY.len()]>,
+    sites: std::sync::Mutex<Vec<(usize, Option<std::time::Instant>, u32)>>,
 }
 
 impl ThirdPartyLimit {
     const fn new() -> ThirdPartyLimit {
         ThirdPartyLimit {
             windows: std::sync::Mutex::new([(None, 0); THIRD_PARTY.len()]),
+            sites: std::sync::Mutex::new(Vec::new()),
         }
     }
 
-    /// Whether a line of `target` may print at `now` (lines of other crates always may).
-    fn admit(&self, target: &str, now: std::time::Instant) -> bool {
+    /// Whether a line of `target` from call site `site` may print at `now` (lines of pi0d's
+    /// own code that no peer drives always may).
+    fn admit(&self, target: &str, site: usize, now: std::time::Instant) -> bool {
+        if PEER_FACING.iter().any(|c| target.starts_with(c)) {
+            let Ok(mut sites) = self.sites.lock() else {
+                return true;
+            };
+            let i = match sites.iter().position(|(s, _, _)| *s == site) {
+                Some(i) => i,
+                None => {
+                    sites.push((site, None, 0));
+                    sites.len() - 1
+                }
+            };
+            let (_, start, printed) = &mut sites[i];
+            return Self::spend(start, printed, now);
+        }
         let Some(k) = THIRD_PARTY.iter().position(|c| target.starts_with(c)) else {
             return true;
         };
@@ -171,6 +193,15 @@ impl ThirdPartyLimit {
             return true;
         };
         let (start, printed) = &mut w[k];
+        Self::spend(start, printed, now)
+    }
+
+    /// One line from a window's budget, if any is left (else the line is counted).
+    fn spend(
+        start: &mut Option<std::time::Instant>,
+        printed: &mut u32,
+        now: std::time::Instant,
+    ) -> bool {
         if start.is_none_or(|s| now.duration_since(s) >= THIRD_PARTY_WINDOW) {
             *start = Some(now);
             *printed = 0;
@@ -240,8 +271,15 @@ pub fn init() {
             && quiet.iter().any(|k| meta.target().starts_with(k)))
     });
     // Last: only what would print counts against the dependencies' budget.
+    // (DEBUG and TRACE lines are the operator's choice, asked for by RUST_LOG: not limited.)
     let limit = filter_fn(|meta| {
-        !meta.is_event() || THIRD_PARTY_LIMIT.admit(meta.target(), std::time::Instant::now())
+        !meta.is_event()
+            || *meta.level() > tracing::Level::INFO
+            || THIRD_PARTY_LIMIT.admit(
+                meta.target(),
+                std::ptr::from_ref(meta) as usize,
+                std::time::Instant::now(),
+            )
     });
     let filter = filter.and(teardown).and(limit);
     let mut journal_error = None;
@@ -287,13 +325,21 @@ mod tests {
             .filter(|i| {
                 limit.admit(
                     "cdr_encoding::cdr_deserializer",
+                    0,
                     t0 + Duration::from_micros(i * 100),
                 )
             })
             .count();
         assert_eq!(admitted, 3 * THIRD_PARTY_LINES as usize);
         assert!(crate::telemetry::log_lines_suppressed() - before >= 250_000 - 60);
-        // pi0d's own lines are not this limit's business.
-        assert!((0..1000).all(|_| limit.admit("pi0d::daemon", t0)));
+        // pi0d's own lines are not this limit's business, but for those peers drive: each of
+        // those call sites has a budget of its own.
+        assert!((0..1000).all(|_| limit.admit("pi0d::daemon", 1, t0)));
+        let site = |s| {
+            (0..1000)
+                .filter(|_| limit.admit("pi0d::remote::serve", s, t0))
+                .count()
+        };
+        assert_eq!((site(7), site(8)), (20, 20));
     }
 }

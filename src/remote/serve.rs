@@ -258,6 +258,8 @@ async fn accept_loop(
     }
     tracing::info!(
         sessions = shared.sessions.held(),
+        // Per-connection and per-request lines beyond their budget (20 per 10 s each).
+        log_lines_held_back = crate::telemetry::log_lines_suppressed(),
         "stopping: a stop signal arrived; connected clients are closed"
     );
     Ok(())
