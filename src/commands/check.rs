@@ -175,6 +175,13 @@ fn check_inner(a: CheckArgs, ros: &RosArgs, found: &mut Findings) -> Result<(), 
         }
         _ => say(&format!("policy: {} loaded", p.name())),
     }
+    let peak = pi0d::daemon::load::peak_resident_bytes();
+    if peak > 0 {
+        say(&format!(
+            "memory: peak {} MB resident so far (the load included)",
+            peak >> 20
+        ));
+    }
     Ok(())
 }
 

@@ -225,6 +225,21 @@ fn warm_up(
     }
 }
 
+/// This program's resident-memory high-water mark (bytes) since it started, loads included:
+/// `VmHWM` of its own address space. Not `getrusage`'s `ru_maxrss`, which also holds the
+/// high-water mark of the address space the program was started from (the parent's, shared
+/// until `exec`). 0 where the OS does not say.
+pub fn peak_resident_bytes() -> u64 {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb.saturating_mul(1024))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

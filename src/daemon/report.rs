@@ -273,7 +273,7 @@ pub(crate) fn build_summary(
         rate_hz: cfg.control.rate_hz,
         ticks: r.ticks,
         overruns: r.overruns,
-        peak_rss_mb: peak_rss_bytes() as f64 / 1e6,
+        peak_rss_mb: super::load::peak_resident_bytes() as f64 / 1e6,
         jitter_us: Percentiles {
             p50: us(r.jitter.quantile_ns(0.5)),
             p99: us(r.jitter.quantile_ns(0.99)),
@@ -517,15 +517,4 @@ impl StatusLine {
             log::close_status();
         }
     }
-}
-
-/// The process's resident-memory high-water mark (bytes), or 0 where the OS does not say.
-fn peak_rss_bytes() -> u64 {
-    // SAFETY: getrusage fills the zeroed struct it is given; nothing else is read.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
-        return 0;
-    }
-    // Linux reports kilobytes.
-    (usage.ru_maxrss.max(0) as u64).saturating_mul(1024)
 }
