@@ -163,13 +163,6 @@ pub(crate) fn config(s: &Settings<'_>) -> Result<(zenoh::Config, Exposure), Sess
         })?,
         None => closed(s.multicast_scouting)?,
     };
-    let set = |c: &mut zenoh::Config, key: &str, value: &str, setting: &str| {
-        c.insert_json5(key, value)
-            .map_err(|source| SessionError::Setting {
-                setting: setting.to_string(),
-                source,
-            })
-    };
     for (key, value) in s.overrides {
         set(&mut c, key, value, &format!("ZENOH_CONFIG_OVERRIDE {key}"))?;
     }
@@ -224,11 +217,22 @@ pub(crate) fn ros(cfg: &RosConfig) -> Result<(zenoh::Config, Exposure), SessionE
         (None, Some(p)) => (Some(p.as_path()), "ZENOH_SESSION_CONFIG_URI"),
         (None, None) => (None, "ros.zenoh_config"),
     };
-    let overrides = match std::env::var("ZENOH_CONFIG_OVERRIDE") {
+    let mut overrides = match std::env::var("ZENOH_CONFIG_OVERRIDE") {
         Ok(text) => overrides(&text)?,
         Err(_) => Vec::new(),
     };
-    let (mut config, mut exposure) = config(&Settings {
+    // ros.loopback_only: no discovery off the machine, whatever a file says, and a listener on
+    // loopback unless endpoints are named; peers are reached through the endpoints.
+    let loopback = ["tcp/127.0.0.1:0".to_string()];
+    let listen = if cfg.loopback_only && cfg.zenoh_listen.is_empty() {
+        &loopback[..]
+    } else {
+        &cfg.zenoh_listen
+    };
+    if cfg.loopback_only {
+        overrides.push(("scouting/multicast/enabled".into(), "false".into()));
+    }
+    config(&Settings {
         names: Names {
             file: file_name,
             multicast: "ros.zenoh_multicast_scouting",
@@ -236,21 +240,10 @@ pub(crate) fn ros(cfg: &RosConfig) -> Result<(zenoh::Config, Exposure), SessionE
         file,
         overrides: &overrides,
         connect: &cfg.zenoh_connect,
-        listen: &cfg.zenoh_listen,
-        multicast_scouting: cfg.zenoh_multicast_scouting && !cfg.loopback_only,
+        listen,
+        multicast_scouting: cfg.zenoh_multicast_scouting,
         max_message_bytes: cfg.max_image_bytes,
-    })?;
-    if cfg.loopback_only {
-        // No discovery off the machine; peers are reached through the endpoints.
-        config
-            .insert_json5("scouting/multicast/enabled", "false")
-            .map_err(|source| SessionError::Setting {
-                setting: "ros.loopback_only".into(),
-                source,
-            })?;
-        exposure.multicast_scouting = false;
-    }
-    Ok((config, exposure))
+    })
 }
 
 /// The policy client's session (`[policy.zenoh]`), replies up to `max_reply_bytes`.
@@ -319,13 +312,18 @@ fn closed(multicast: bool) -> Result<zenoh::Config, SessionError> {
             if multicast { "true" } else { "false" },
         ),
     ] {
-        c.insert_json5(key, value)
-            .map_err(|source| SessionError::Setting {
-                setting: key.to_string(),
-                source,
-            })?;
+        set(&mut c, key, value, key)?;
     }
     Ok(c)
+}
+
+/// `key` = `value` (JSON5) in `c`; `setting` names where it came from if Zenoh refuses it.
+fn set(c: &mut zenoh::Config, key: &str, value: &str, setting: &str) -> Result<(), SessionError> {
+    c.insert_json5(key, value)
+        .map_err(|source| SessionError::Setting {
+            setting: setting.to_string(),
+            source,
+        })
 }
 
 /// What a configuration exposes, read back from it (a file's as much as pi0d's own).

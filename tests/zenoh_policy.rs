@@ -179,10 +179,6 @@ fn hostile(port: u16, mode: &str, args: &[&str]) -> Peer {
     Peer(child)
 }
 
-fn stop(peer: Peer) {
-    drop(peer);
-}
-
 /// A one-joint client of the hostile key through the peers on `ports`.
 fn client(ports: &[u16], timeout_s: f64) -> OpenpiPolicy {
     let opts = OpenpiOptions {
@@ -256,7 +252,7 @@ fn when_a_server_answers_each_query_twice_expect_the_first_reply_run_and_the_sec
         // The last query's second reply is on its way.
         std::thread::sleep(Duration::from_millis(300));
         let dropped = p.remote_stats().unwrap().replies_dropped;
-        stop(peer);
+        drop(peer);
         assert_eq!(
             dropped, n as u64,
             "gap {gap} s: every second reply dropped and counted"
@@ -276,8 +272,8 @@ fn when_two_queryables_answer_on_one_key_expect_one_reply_per_query_and_the_othe
     }
     std::thread::sleep(Duration::from_millis(300));
     let dropped = p.remote_stats().unwrap().replies_dropped;
-    stop(a);
-    stop(b);
+    drop(a);
+    drop(b);
     // Both queryables answer each query (neither is complete): one reply runs, one is dropped.
     assert_eq!(dropped, n as u64);
 }
@@ -301,12 +297,12 @@ fn when_a_server_never_answers_or_answers_an_error_expect_a_timeout_and_a_server
         started.elapsed() >= Duration::from_millis(250),
         "ended before its timeout: {message}"
     );
-    stop(peer);
+    drop(peer);
     let port = free_port();
     let peer = hostile(port, "error", &[]);
     let mut p = client(&[port], 2.0);
     let (fault, message) = fault_of(p.infer(&obs(1.0)));
-    stop(peer);
+    drop(peer);
     assert_eq!(fault, RemoteFault::ServerError, "{message}");
     assert!(
         message.contains("refused by the hostile server"),
@@ -332,7 +328,7 @@ fn when_replies_are_200_mb_against_an_8_mib_limit_expect_them_dropped_on_arrival
     );
     cfg["control"]["request_threshold_s"] = Value::Float(0.9);
     let run = run_daemon("zenoh-huge-reply", &cfg, 6.0);
-    stop(peer);
+    drop(peer);
     let s = run.summary();
     let errors = &s["policy_errors_by_kind"];
     assert!(errors["timeout"].as_u64().unwrap_or(0) >= 2, "{s}");

@@ -154,45 +154,48 @@ const THIRD_PARTY_WINDOW: std::time::Duration = std::time::Duration::from_secs(1
 /// each of its log lines (call sites) is held to the dependencies' budget too.
 const PEER_FACING: [&str; 1] = ["pi0d::remote"];
 
-/// Per dependency (`THIRD_PARTY`'s order): the current window's start and lines printed in it;
-/// per peer-facing call site (its metadata's address), the same.
+/// What a line's budget is kept by: its dependency, or its peer-facing call site.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Budget {
+    /// `THIRD_PARTY`'s index.
+    Crate(usize),
+    /// The call site's metadata address.
+    Site(usize),
+}
+
+/// Per budget: the current window's start and the lines printed in it.
 struct ThirdPartyLimit {
-    windows: std::sync::Mutex<[(Option<std::time::Instant>, u32); THIRD_PARTY.len()]>,
-    sites: std::sync::Mutex<Vec<(usize, Option<std::time::Instant>, u32)>>,
+    windows: std::sync::Mutex<Vec<(Budget, Option<std::time::Instant>, u32)>>,
 }
 
 impl ThirdPartyLimit {
     const fn new() -> ThirdPartyLimit {
         ThirdPartyLimit {
-            windows: std::sync::Mutex::new([(None, 0); THIRD_PARTY.len()]),
-            sites: std::sync::Mutex::new(Vec::new()),
+            windows: std::sync::Mutex::new(Vec::new()),
         }
     }
 
     /// Whether a line of `target` from call site `site` may print at `now` (lines of pi0d's
     /// own code that no peer drives always may).
     fn admit(&self, target: &str, site: usize, now: std::time::Instant) -> bool {
-        if PEER_FACING.iter().any(|c| target.starts_with(c)) {
-            let Ok(mut sites) = self.sites.lock() else {
-                return true;
-            };
-            let i = match sites.iter().position(|(s, _, _)| *s == site) {
-                Some(i) => i,
-                None => {
-                    sites.push((site, None, 0));
-                    sites.len() - 1
-                }
-            };
-            let (_, start, printed) = &mut sites[i];
-            return Self::spend(start, printed, now);
-        }
-        let Some(k) = THIRD_PARTY.iter().position(|c| target.starts_with(c)) else {
+        let budget = if PEER_FACING.iter().any(|c| target.starts_with(c)) {
+            Budget::Site(site)
+        } else if let Some(k) = THIRD_PARTY.iter().position(|c| target.starts_with(c)) {
+            Budget::Crate(k)
+        } else {
             return true;
         };
-        let Ok(mut w) = self.windows.lock() else {
+        let Ok(mut windows) = self.windows.lock() else {
             return true;
         };
-        let (start, printed) = &mut w[k];
+        let i = match windows.iter().position(|(b, _, _)| *b == budget) {
+            Some(i) => i,
+            None => {
+                windows.push((budget, None, 0));
+                windows.len() - 1
+            }
+        };
+        let (_, start, printed) = &mut windows[i];
         Self::spend(start, printed, now)
     }
 

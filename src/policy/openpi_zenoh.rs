@@ -93,7 +93,7 @@ impl Link for ZenohLink {
                         let _ = tx.send(reply);
                     }
                     // Zenoh's own timeout marker after the answer is not a reply.
-                    None if reply.replier_id().is_none() || timeout_marker(&reply) => {}
+                    None if timeout_marker(&reply) => {}
                     None => {
                         dropped.fetch_add(1, Ordering::Relaxed);
                     }
@@ -132,7 +132,7 @@ impl Link for ZenohLink {
                 Ok(bytes.into_owned())
             }
             // Zenoh's own timeout, from this session (no replier) or a node on the way.
-            Err(_) if reply.replier_id().is_none() || timeout_marker(&reply) => Err(no_answer()),
+            Err(_) if timeout_marker(&reply) => Err(no_answer()),
             Err(e) => Err(fault(
                 RemoteFault::ServerError,
                 format!(
@@ -151,10 +151,11 @@ impl Link for ZenohLink {
     fn close(&mut self) {}
 }
 
-/// Zenoh's "Timeout" error reply, which a routing node sends when a query it forwarded ran out.
+/// Zenoh's own timeout error reply: from this session (an error no replier sent), or
+/// "Timeout" from a routing node whose forwarded query ran out.
 fn timeout_marker(reply: &zenoh::query::Reply) -> bool {
     reply
         .result()
         .err()
-        .is_some_and(|e| *e.payload().to_bytes() == *b"Timeout")
+        .is_some_and(|e| reply.replier_id().is_none() || *e.payload().to_bytes() == *b"Timeout")
 }

@@ -406,12 +406,7 @@ impl RosIo {
         use std::collections::BTreeSet;
         use std::sync::{Arc, Mutex};
         let seen = Arc::new(Mutex::new(BTreeSet::<(String, String)>::new()));
-        let ours: Vec<String> = self
-            .cfg
-            .commands
-            .iter()
-            .map(|g| self.cfg.command_out(g))
-            .collect();
+        let ours = self.command_topics();
         let sink = seen.clone();
         let key = format!(
             "{}/**/sensor_msgs::msg::dds_::JointState_/*",
